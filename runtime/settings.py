@@ -1,0 +1,190 @@
+"""keeper's deployment settings: `temporal-dev.yaml`, then the environment on top.
+
+The Temporal connection honours the variables the Temporal CLI already uses
+(TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, TEMPORAL_API_KEY, TEMPORAL_TLS*), so one shell
+configures both `temporal` and `keeper`. Everything else has a KEEPER_* variable.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from datetime import timedelta
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
+
+from domain.durations import HumanDuration
+
+DEFAULT_CONFIG_FILE = "temporal-dev.yaml"
+CONFIG_ENV = "KEEPER_CONFIG"
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class TlsSettings(_Section):
+    enabled: bool = False
+    server_name: str | None = None
+    ca_cert: Path | None = None
+    client_cert: Path | None = None
+    client_key: Path | None = None
+
+
+class TemporalSettings(_Section):
+    address: str = "127.0.0.1:7233"
+    namespace: str = "default"
+    task_queue: str = "keeper"
+    ui_port: int = 8233
+    ui_url: str | None = None  # for real clusters; the dev server's is derived from ui_port
+    db_file: Path = Path(".dev/temporal.db")
+    search_attributes: dict[str, str] = Field(
+        default_factory=lambda: {"SliceName": "Keyword", "Phase": "Keyword", "Zone": "Keyword"}
+    )
+    tls: TlsSettings = Field(default_factory=TlsSettings)
+    # Never written to the file by keeper; it comes from TEMPORAL_API_KEY.
+    api_key: SecretStr | None = None
+
+    @property
+    def ui_base(self) -> str:
+        if self.ui_url:
+            return self.ui_url.rstrip("/")
+        host = self.address.rsplit(":", 1)[0]
+        return f"http://{host}:{self.ui_port}"
+
+    def workflow_url(self, workflow_id: str) -> str:
+        return f"{self.ui_base}/namespaces/{self.namespace}/workflows/{workflow_id}"
+
+
+class TpuEndpoint(StrEnum):
+    EMULATOR = "emulator"
+    GCP = "gcp"
+
+
+class TpuSettings(_Section):
+    endpoint: TpuEndpoint = TpuEndpoint.EMULATOR
+    emulator_address: str = "127.0.0.1:8470"
+    project: str = "keeper-dev"
+    zone: str = "us-central2-b"
+    call_timeout: HumanDuration = timedelta(seconds=30)
+
+
+class HealthSettings(_Section):
+    concurrency: int = Field(default=32, ge=1, le=1024)
+    timeout: HumanDuration = timedelta(seconds=2)
+
+
+class BootstrapSettings(_Section):
+    assign: HumanDuration = timedelta(hours=4)
+    provision: HumanDuration = timedelta(hours=1)
+    ready: HumanDuration = timedelta(minutes=10)
+    health: HumanDuration = timedelta(minutes=10)
+    poll_interval: HumanDuration = timedelta(seconds=30)
+    max_backoff: HumanDuration = timedelta(minutes=5)
+
+
+class EmulatorSettings(_Section):
+    host: str = "127.0.0.1"
+    grpc_port: int = 8470
+    control_port: int = 8471
+    ip_prefix: str = "127.20"
+    vm_health_port: int = 8080
+    scenario_file: Path | None = Path("emulators/scenarios/demo.yaml")
+
+
+class SweeperSettings(_Section):
+    interval: HumanDuration = timedelta(minutes=10)
+
+
+class TracingSettings(_Section):
+    otlp_endpoint: str | None = None
+    service_name: str = "keeper"
+
+
+class WorkerSettings(_Section):
+    log_dir: Path = Path(".dev/logs")
+    graceful_shutdown: HumanDuration = timedelta(seconds=30)
+
+
+class Settings(_Section):
+    temporal: TemporalSettings = Field(default_factory=TemporalSettings)
+    tpu: TpuSettings = Field(default_factory=TpuSettings)
+    bootstrap: BootstrapSettings = Field(default_factory=BootstrapSettings)
+    health: HealthSettings = Field(default_factory=HealthSettings)
+    emulator: EmulatorSettings = Field(default_factory=EmulatorSettings)
+    sweeper: SweeperSettings = Field(default_factory=SweeperSettings)
+    tracing: TracingSettings = Field(default_factory=TracingSettings)
+    worker: WorkerSettings = Field(default_factory=WorkerSettings)
+
+
+# Environment variable -> dotted settings path.
+ENV_OVERRIDES: dict[str, str] = {
+    "TEMPORAL_ADDRESS": "temporal.address",
+    "TEMPORAL_NAMESPACE": "temporal.namespace",
+    "TEMPORAL_API_KEY": "temporal.api_key",
+    "TEMPORAL_TLS": "temporal.tls.enabled",
+    "TEMPORAL_TLS_CA_PATH": "temporal.tls.ca_cert",
+    "TEMPORAL_TLS_CERT_PATH": "temporal.tls.client_cert",
+    "TEMPORAL_TLS_KEY_PATH": "temporal.tls.client_key",
+    "TEMPORAL_TLS_SERVER_NAME": "temporal.tls.server_name",
+    "KEEPER_TASK_QUEUE": "temporal.task_queue",
+    "KEEPER_UI_URL": "temporal.ui_url",
+    "KEEPER_TPU_ENDPOINT": "tpu.endpoint",
+    "KEEPER_TPU_EMULATOR_ADDRESS": "tpu.emulator_address",
+    "KEEPER_TPU_PROJECT": "tpu.project",
+    "KEEPER_TPU_ZONE": "tpu.zone",
+    "KEEPER_POLL_INTERVAL": "bootstrap.poll_interval",
+    "KEEPER_OTLP_ENDPOINT": "tracing.otlp_endpoint",
+    "OTEL_EXPORTER_OTLP_ENDPOINT": "tracing.otlp_endpoint",
+}
+
+
+class SettingsError(Exception):
+    """A configuration problem, phrased for the operator who has to fix it."""
+
+
+def _set_path(tree: dict[str, Any], dotted: str, value: str) -> None:
+    *parents, leaf = dotted.split(".")
+    node = tree
+    for key in parents:
+        node = node.setdefault(key, {})
+        if not isinstance(node, dict):
+            raise SettingsError(f"{dotted}: expected a mapping in the config file")
+    node[leaf] = value
+
+
+def config_path(explicit: str | Path | None = None, env: Mapping[str, str] | None = None) -> Path:
+    env = os.environ if env is None else env
+    return Path(explicit or env.get(CONFIG_ENV) or DEFAULT_CONFIG_FILE)
+
+
+def load_settings(
+    path: str | Path | None = None, env: Mapping[str, str] | None = None
+) -> Settings:
+    env = os.environ if env is None else env
+    file = config_path(path, env)
+    tree: dict[str, Any] = {}
+    if file.exists():
+        try:
+            loaded = yaml.safe_load(file.read_text()) or {}
+        except yaml.YAMLError as err:
+            raise SettingsError(f"{file}: not valid YAML: {err}") from err
+        if not isinstance(loaded, dict):
+            raise SettingsError(f"{file}: the top level must be a mapping")
+        tree = loaded
+    elif path is not None:
+        raise SettingsError(f"{file}: no such config file")
+    for var, dotted in ENV_OVERRIDES.items():
+        if env.get(var):
+            _set_path(tree, dotted, env[var])
+    try:
+        return Settings.model_validate(tree)
+    except ValidationError as err:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in err.errors()
+        )
+        raise SettingsError(f"{file}: {problems}") from err
