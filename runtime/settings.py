@@ -162,9 +162,7 @@ def config_path(explicit: str | Path | None = None, env: Mapping[str, str] | Non
     return Path(explicit or env.get(CONFIG_ENV) or DEFAULT_CONFIG_FILE)
 
 
-def load_settings(
-    path: str | Path | None = None, env: Mapping[str, str] | None = None
-) -> Settings:
+def load_settings(path: str | Path | None = None, env: Mapping[str, str] | None = None) -> Settings:
     env = os.environ if env is None else env
     file = config_path(path, env)
     tree: dict[str, Any] = {}

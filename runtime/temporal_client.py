@@ -26,9 +26,7 @@ def tls_config(settings: TemporalSettings) -> TLSConfig | bool:
     )
 
 
-async def connect(
-    settings: TemporalSettings, interceptors: Sequence[Interceptor] = ()
-) -> Client:
+async def connect(settings: TemporalSettings, interceptors: Sequence[Interceptor] = ()) -> Client:
     return await Client.connect(
         settings.address,
         namespace=settings.namespace,

@@ -1,0 +1,44 @@
+"""The `keeper` command."""
+
+from __future__ import annotations
+
+import click
+
+from cli.context import KeeperContext
+from cli.dev import dev
+from cli.emulator import emulator
+from cli.tpu import tpu
+from cli.worker import worker
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "--config",
+    "config_file",
+    envvar="KEEPER_CONFIG",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Settings file (default: ./temporal-dev.yaml). Environment variables override it.",
+)
+@click.pass_context
+def cli(ctx: click.Context, config_file: str | None) -> None:
+    """keeper runs cloud-resource lifecycles as durable Temporal workflows.
+
+    Every workflow owns one resource from request to release and compensates on every
+    failure path. Start with `keeper dev up`, then `keeper tpu bootstrap --help`.
+    """
+    ctx.obj = KeeperContext(config_file=config_file)
+
+
+cli.add_command(dev)
+cli.add_command(emulator)
+cli.add_command(tpu)
+cli.add_command(worker)
+
+
+def main() -> None:
+    cli()
+
+
+if __name__ == "__main__":
+    main()

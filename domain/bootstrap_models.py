@@ -1,0 +1,212 @@
+"""Messages between the bootstrap workflows, their activities and their callers.
+
+Everything here crosses the Temporal boundary through the pydantic data converter, so it
+holds names, states and timings only: never credentials.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from domain.durations import SecondsDuration
+from domain.observation import VmEndpoint
+from domain.phases import Phase
+from domain.slice_request import SliceRequest
+
+
+class _Message(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+
+class Owner(_Message):
+    """The workflow run whose resources these are; written into every label set."""
+
+    workflow_id: str
+    run_id: str
+
+
+class SliceRef(_Message):
+    """Where a slice's cloud resources live, derived from the request alone."""
+
+    project: str
+    zone: str
+    slice_name: str
+    queued: bool
+    node_ids: list[str]
+
+    @classmethod
+    def of(cls, request: SliceRequest) -> SliceRef:
+        from domain.naming import node_ids
+
+        return cls(
+            project=request.project,
+            zone=request.zone,
+            slice_name=request.slice_name,
+            queued=request.capacity.queued,
+            node_ids=node_ids(request.slice_name, request.node_count),
+        )
+
+
+class CreateSliceInput(_Message):
+    request: SliceRequest
+    owner: Owner
+    request_id: str
+    valid_until: SecondsDuration  # server-side backstop = the assign budget
+
+
+class CreateOutcome(_Message):
+    created: bool  # False: it already existed and is ours (a retried create)
+    name: str
+
+
+class ObserveInput(_Message):
+    slice: SliceRef
+    expected_vms: int
+    last_key: str
+    phase: Phase
+
+
+class HealthCheckInput(_Message):
+    targets: list[VmEndpoint]
+    port: int
+    path: str
+    last_bucket: int = -1
+
+
+class VmFailure(_Message):
+    node: str
+    index: int
+    ip: str
+    reason: str
+
+
+class HealthReport(_Message):
+    total: int
+    healthy: int
+    failing: list[VmFailure] = []
+    round_seconds: float = 0.0
+
+    @property
+    def all_healthy(self) -> bool:
+        return self.total > 0 and self.healthy == self.total
+
+
+class DeleteSliceInput(_Message):
+    slice: SliceRef
+    owner_workflow_id: str
+    # None deletes whatever any run of the owner workflow created (teardown, sweeper).
+    owner_run_id: str | None = None
+    reason: str
+
+
+class DeletionReport(_Message):
+    deleted: list[str] = []
+    already_gone: list[str] = []
+    not_ours: list[str] = []
+
+    @property
+    def touched_anything(self) -> bool:
+        return bool(self.deleted)
+
+
+class PhaseTiming(_Message):
+    phase: Phase
+    started_at: datetime
+    ended_at: datetime | None = None
+    deadline_at: datetime | None = None
+
+    @property
+    def seconds(self) -> float | None:
+        if self.ended_at is None:
+            return None
+        return (self.ended_at - self.started_at).total_seconds()
+
+
+class BootstrapStatus(_Message):
+    """What the `status` query, the CLI progress view and the UI details show."""
+
+    slice_name: str
+    zone: str
+    capacity: str
+    phase: Phase
+    phase_deadline_at: datetime | None = None
+    qr_state: str | None = None
+    nodes_expected: int = 0
+    nodes_ready: int = 0
+    vms_expected: int = 0
+    vms_with_ip: int = 0
+    vms_healthy: int = 0
+    failing_vms: list[VmFailure] = []
+    timings: list[PhaseTiming] = []
+    error: str | None = None
+    compensation: str | None = None
+    updated_at: datetime | None = None
+
+
+class BootstrapRunInput(_Message):
+    request: SliceRequest
+    owner: Owner
+    request_id: str
+    parent_workflow_id: str
+
+
+class BootstrapResult(_Message):
+    slice_name: str
+    capacity: str
+    queued_resource: str | None
+    nodes: list[str]
+    vms: list[VmEndpoint]
+    phase_seconds: dict[str, float] = Field(default_factory=dict)
+    total_seconds: float = 0.0
+
+
+class BootstrapFailure(_Message):
+    """Details of a failed bootstrap, carried by its ApplicationError."""
+
+    phase: Phase
+    kind: str  # "deadline", "terminal", "error", "cancelled", "terminated"
+    message: str
+    failing_vms: list[VmFailure] = []
+    compensation: DeletionReport | None = None
+
+
+class TeardownRequest(_Message):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    slice_name: str = Field(pattern=r"^[a-z]([a-z0-9-]{0,38}[a-z0-9])?$")
+    project: str = Field(pattern=r"^[a-z][a-z0-9-]{4,28}[a-z0-9]$")
+    zone: str = Field(pattern=r"^[a-z]+-[a-z]+[0-9]+-[a-z]$")
+    node_count: int = Field(default=1, ge=1, le=64)
+    reason: str = "operator teardown"
+
+
+class OwnedResource(_Message):
+    kind: str  # "queued_resource" | "node"
+    id: str
+    name: str
+    state: str
+    owner_workflow_id: str
+    owner_run_id: str | None
+
+
+class SweepRequest(_Message):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    project: str = Field(pattern=r"^[a-z][a-z0-9-]{4,28}[a-z0-9]$")
+    zone: str = Field(pattern=r"^[a-z]+-[a-z]+[0-9]+-[a-z]$")
+    dry_run: bool = False
+
+
+class SweepCandidate(_Message):
+    resource: OwnedResource
+    owner_status: str  # a WorkflowExecutionStatus name, or NOT_FOUND
+
+
+class SweepReport(_Message):
+    examined: int
+    deleted: list[str] = []
+    kept: list[str] = []
+    unknown_owner: list[str] = []
+    dry_run: bool = False

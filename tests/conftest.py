@@ -1,0 +1,72 @@
+"""Servers the suite starts itself: Temporal's time-skipping test server, the Temporal dev
+server, and the TPU emulator. Nothing is downloaded; the binaries come from the dev extra."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+from collections.abc import AsyncIterator
+
+import pytest
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.testing import WorkflowEnvironment
+
+from emulators.tpu import EmulatorConfig, TpuEmulator
+from tests.harness import follow_clock, register_search_attributes, tool_path
+from workflows import search_attributes as sa
+
+
+@pytest.fixture(scope="session")
+async def time_env() -> AsyncIterator[WorkflowEnvironment]:
+    env = await WorkflowEnvironment.start_time_skipping(
+        test_server_existing_path=tool_path("temporal-test-server"),
+        data_converter=pydantic_data_converter,
+    )
+    await register_search_attributes(env.client)
+    async with env:
+        yield env
+
+
+@pytest.fixture(scope="session")
+async def dev_env() -> AsyncIterator[WorkflowEnvironment]:
+    env = await WorkflowEnvironment.start_local(
+        dev_server_existing_path=tool_path("temporal"),
+        data_converter=pydantic_data_converter,
+        search_attributes=list(sa.ALL),
+        ui=False,
+        dev_server_log_level="error",
+    )
+    async with env:
+        yield env
+
+
+@pytest.fixture(scope="session")
+async def shared_emulator() -> AsyncIterator[TpuEmulator]:
+    emu = TpuEmulator(EmulatorConfig(ip_prefix="127.31", vm_health_port=18080))
+    await emu.start()
+    try:
+        yield emu
+    finally:
+        await emu.stop()
+
+
+@pytest.fixture
+async def emu(shared_emulator: TpuEmulator) -> AsyncIterator[TpuEmulator]:
+    shared_emulator.reset()
+    yield shared_emulator
+    shared_emulator.reset()
+
+
+@pytest.fixture
+async def clocked_emu(
+    time_env: WorkflowEnvironment, emu: TpuEmulator
+) -> AsyncIterator[TpuEmulator]:
+    """The emulator, with its clock following the time-skipping server's."""
+    task = asyncio.create_task(follow_clock(time_env, emu))
+    try:
+        yield emu
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task

@@ -1,0 +1,94 @@
+"""The keeper worker: one process that serves every workflow and activity."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+
+from google.cloud import tpu_v2
+from temporalio.client import (
+    Client,
+    Schedule,
+    ScheduleActionStartWorkflow,
+    ScheduleAlreadyRunningError,
+    ScheduleIntervalSpec,
+    ScheduleOverlapPolicy,
+    SchedulePolicy,
+    ScheduleSpec,
+)
+from temporalio.worker import Worker
+
+from domain.bootstrap_models import SweepRequest
+from domain.naming import SWEEPER_SCHEDULE_ID, SWEEPER_WORKFLOW_ID
+from runtime.settings import Settings
+from runtime.temporal_client import connect
+from runtime.tpu_client import make_tpu_client
+from runtime.tracing import setup_tracing, shutdown_tracing
+from workers.registry import WORKFLOWS, build_activities
+from workflows.tpu_sweeper import TpuSweeper
+
+log = logging.getLogger("keeper.worker")
+
+
+def build_worker(
+    client: Client, settings: Settings, tpu_client: tpu_v2.TpuAsyncClient, task_queue: str
+) -> Worker:
+    return Worker(
+        client,
+        task_queue=task_queue,
+        workflows=WORKFLOWS,
+        activities=build_activities(settings, client, tpu_client),
+        graceful_shutdown_timeout=settings.worker.graceful_shutdown,
+    )
+
+
+async def ensure_sweeper_schedule(client: Client, settings: Settings) -> None:
+    """Creates the sweeper's schedule once; an existing one is left as the operator set it."""
+    try:
+        await client.create_schedule(
+            SWEEPER_SCHEDULE_ID,
+            Schedule(
+                action=ScheduleActionStartWorkflow(
+                    TpuSweeper.run,
+                    SweepRequest(project=settings.tpu.project, zone=settings.tpu.zone),
+                    id=SWEEPER_WORKFLOW_ID,
+                    task_queue=settings.temporal.task_queue,
+                    static_summary=f"sweep orphaned TPU resources in {settings.tpu.zone}",
+                ),
+                spec=ScheduleSpec(
+                    intervals=[ScheduleIntervalSpec(every=settings.sweeper.interval)]
+                ),
+                policy=SchedulePolicy(overlap=ScheduleOverlapPolicy.SKIP),
+            ),
+        )
+        log.info("created schedule %s every %s", SWEEPER_SCHEDULE_ID, settings.sweeper.interval)
+    except ScheduleAlreadyRunningError:
+        pass
+
+
+async def run_worker(settings: Settings) -> None:
+    interceptors = setup_tracing(settings.tracing)
+    client = await connect(settings.temporal, interceptors)
+    tpu_client = make_tpu_client(settings.tpu)
+    await ensure_sweeper_schedule(client, settings)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    worker = build_worker(client, settings, tpu_client, settings.temporal.task_queue)
+    log.info(
+        "worker polling %s on %s (namespace %s, TPU endpoint %s)",
+        settings.temporal.task_queue,
+        settings.temporal.address,
+        settings.temporal.namespace,
+        settings.tpu.endpoint.value,
+    )
+    async with worker:
+        await stop.wait()
+        log.info(
+            "shutting down: finishing running activities (up to %s)",
+            settings.worker.graceful_shutdown,
+        )
+    shutdown_tracing()
+    log.info("worker stopped")

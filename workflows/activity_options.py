@@ -1,0 +1,51 @@
+"""Timeouts and retry policies for every activity call, in one place.
+
+Polls use a flat retry policy (interval = poll interval, coefficient 1) bounded by the
+phase's remaining budget as schedule-to-close: retries are not written to history, so a
+four-hour wait costs the same handful of events as a ten-second one.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from temporalio.common import RetryPolicy
+
+CALL_TIMEOUT = timedelta(minutes=2)
+CREATE_BUDGET = timedelta(minutes=15)
+HEALTH_MAX_INTERVAL = timedelta(seconds=10)
+
+CREATE_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=2),
+    backoff_coefficient=2.0,
+    maximum_interval=timedelta(minutes=1),
+)
+
+# Compensation has no attempt limit and no overall budget: it runs until the resource is
+# confirmed gone. Failures show in the UI as attempts on the pending activity.
+COMPENSATION_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=2),
+    backoff_coefficient=2.0,
+    maximum_interval=timedelta(minutes=1),
+)
+COMPENSATION_START_TO_CLOSE = timedelta(minutes=20)
+COMPENSATION_HEARTBEAT = timedelta(minutes=1)
+
+SWEEP_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=5),
+    maximum_interval=timedelta(minutes=1),
+    maximum_attempts=5,
+)
+
+
+def poll_retry(interval: timedelta) -> RetryPolicy:
+    return RetryPolicy(
+        initial_interval=interval,
+        backoff_coefficient=1.0,
+        maximum_interval=interval,
+    )
+
+
+def health_interval(poll_interval: timedelta) -> timedelta:
+    # Our own VMs, not the cloud API: they can be asked more often than the QR.
+    return min(poll_interval, HEALTH_MAX_INTERVAL)

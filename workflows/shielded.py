@@ -1,0 +1,31 @@
+"""Run compensation to the end even while cancel requests keep arriving.
+
+A bare `asyncio.shield` is not enough: a second cancel that lands while the cleanup
+activity runs abandons it and the workflow closes with the cleanup unowned. Re-awaiting the
+shielded task until it is done, then re-raising the cancel, keeps ownership.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+async def run_to_completion(coro: Coroutine[Any, Any, T]) -> tuple[T, bool]:
+    """Awaits `coro` through any number of cancellations.
+
+    Returns the result and whether a cancel arrived meanwhile, so the caller can honour it
+    once the cleanup is done.
+    """
+    task = asyncio.ensure_future(coro)
+    cancelled = False
+    while True:
+        try:
+            return await asyncio.shield(task), cancelled
+        except asyncio.CancelledError:
+            if task.done():
+                raise
+            cancelled = True

@@ -1,0 +1,180 @@
+"""TpuSliceBootstrap: owns one TPU slice from request to hand-over, or to release.
+
+The phases run in a child workflow. This supervisor compensates whenever the child does not
+complete: it failed, hit a deadline or a terminal cloud state, was cancelled, terminated,
+or timed out. A terminated or timed-out workflow runs no code of its own, which is why the
+cleanup cannot live in the same workflow as the work.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from pydantic import ValidationError
+from temporalio import workflow
+from temporalio.common import TypedSearchAttributes
+from temporalio.exceptions import (
+    ApplicationError,
+    CancelledError,
+    ChildWorkflowError,
+    TerminatedError,
+    TimeoutError,
+)
+from temporalio.workflow import ParentClosePolicy
+
+with workflow.unsafe.imports_passed_through():
+    from domain.bootstrap_models import (
+        BootstrapFailure,
+        BootstrapResult,
+        BootstrapRunInput,
+        BootstrapStatus,
+        DeletionReport,
+        Owner,
+        SliceRef,
+    )
+    from domain.naming import bootstrap_run_workflow_id
+    from domain.phases import Phase
+    from domain.slice_request import SliceRequest
+    from domain.status_view import render_details, static_summary
+    from workflows import search_attributes as sa
+    from workflows.compensation import delete_slice, describe
+    from workflows.shielded import run_to_completion
+    from workflows.tpu_bootstrap_run import FAILURE_TYPE, PROGRESS_SIGNAL, TpuSliceBootstrapRun
+
+
+@workflow.defn(name="TpuSliceBootstrap", failure_exception_types=[ValidationError])
+class TpuSliceBootstrap:
+    def __init__(self) -> None:
+        self._status: BootstrapStatus | None = None
+
+    @workflow.query(description="Phase, deadline, QR state, VM counts and compensation.")
+    def status(self) -> BootstrapStatus | None:
+        return self._status
+
+    @workflow.signal(name=PROGRESS_SIGNAL, description="Progress reported by the phase child.")
+    def progress(self, status: BootstrapStatus) -> None:
+        # Signals can arrive after compensation started; the supervisor's own phase wins.
+        if self._status is not None and self._status.phase in (
+            Phase.COMPENSATE,
+            Phase.FAILED,
+            Phase.CANCELLED,
+        ):
+            return
+        previous = self._status.phase if self._status else None
+        self._status = status
+        workflow.set_current_details(render_details(status))
+        if status.phase != previous:
+            workflow.upsert_search_attributes([sa.PHASE.value_set(status.phase.value)])
+
+    @workflow.run
+    async def run(self, request: SliceRequest) -> BootstrapResult:
+        info = workflow.info()
+        self._ref = SliceRef.of(request)
+        self._owner = Owner(workflow_id=info.workflow_id, run_id=info.run_id)
+        self._status = BootstrapStatus(
+            slice_name=request.slice_name,
+            zone=request.zone,
+            capacity=request.capacity.value,
+            phase=Phase.SUBMIT,
+            nodes_expected=request.node_count,
+            vms_expected=request.expected_vms,
+        )
+        workflow.upsert_search_attributes(
+            [
+                sa.SLICE_NAME.value_set(request.slice_name),
+                sa.ZONE.value_set(request.zone),
+                sa.PHASE.value_set(Phase.SUBMIT.value),
+            ]
+        )
+        workflow.set_current_details(render_details(self._status))
+        try:
+            return await workflow.execute_child_workflow(
+                TpuSliceBootstrapRun.run,
+                BootstrapRunInput(
+                    request=request,
+                    owner=self._owner,
+                    # Fixed here, before any create call, so every retry sends the same one.
+                    request_id=str(workflow.uuid4()),
+                    parent_workflow_id=info.workflow_id,
+                ),
+                id=bootstrap_run_workflow_id(request.slice_name),
+                parent_close_policy=ParentClosePolicy.REQUEST_CANCEL,
+                static_summary="phases of "
+                + static_summary(
+                    request.slice_name,
+                    request.accelerator_type,
+                    request.capacity.value,
+                    request.zone,
+                ),
+                search_attributes=TypedSearchAttributes(
+                    [
+                        sa.SLICE_NAME.value_set(request.slice_name),
+                        sa.ZONE.value_set(request.zone),
+                    ]
+                ),
+            )
+        except ChildWorkflowError as err:
+            failure = _failure_of(err, self._status.phase)
+            report, cancelled = await run_to_completion(self._compensate(failure.message))
+            failure = failure.model_copy(update={"compensation": report})
+            await self._close(Phase.CANCELLED if cancelled else Phase.FAILED, failure, report)
+            if cancelled or isinstance(err.cause, CancelledError):
+                raise asyncio.CancelledError(failure.message) from None
+            raise ApplicationError(
+                f"{failure.message}; compensation: {describe(report)}",
+                failure,
+                type=FAILURE_TYPE,
+                non_retryable=True,
+            ) from None
+        except asyncio.CancelledError:
+            failure = BootstrapFailure(
+                phase=self._status.phase, kind="cancelled", message="bootstrap cancelled"
+            )
+            report, _ = await run_to_completion(self._compensate("bootstrap cancelled"))
+            await self._close(Phase.CANCELLED, failure, report)
+            raise
+
+    async def _compensate(self, reason: str) -> DeletionReport:
+        assert self._status is not None
+        self._status = self._status.model_copy(
+            update={"phase": Phase.COMPENSATE, "error": reason, "compensation": "running"}
+        )
+        workflow.upsert_search_attributes([sa.PHASE.value_set(Phase.COMPENSATE.value)])
+        workflow.set_current_details(render_details(self._status))
+        return await delete_slice(self._ref, self._owner.workflow_id, self._owner.run_id, reason)
+
+    async def _close(self, phase: Phase, failure: BootstrapFailure, report: DeletionReport) -> None:
+        assert self._status is not None
+        self._status = self._status.model_copy(
+            update={
+                "phase": phase,
+                "error": failure.message,
+                "failing_vms": failure.failing_vms or self._status.failing_vms,
+                "compensation": describe(report),
+                "phase_deadline_at": None,
+            }
+        )
+        workflow.upsert_search_attributes([sa.PHASE.value_set(phase.value)])
+        workflow.set_current_details(render_details(self._status))
+
+
+def _failure_of(err: ChildWorkflowError, phase: Phase) -> BootstrapFailure:
+    cause = err.cause
+    if isinstance(cause, ApplicationError) and cause.type == FAILURE_TYPE and cause.details:
+        try:
+            return BootstrapFailure.model_validate(cause.details[0])
+        except ValidationError:
+            pass
+    if isinstance(cause, TerminatedError):
+        return BootstrapFailure(
+            phase=phase, kind="terminated", message=f"phase workflow terminated during {phase}"
+        )
+    if isinstance(cause, TimeoutError):
+        return BootstrapFailure(
+            phase=phase, kind="timeout", message=f"phase workflow timed out during {phase}"
+        )
+    if isinstance(cause, CancelledError):
+        return BootstrapFailure(
+            phase=phase, kind="cancelled", message=f"bootstrap cancelled during {phase}"
+        )
+    return BootstrapFailure(phase=phase, kind="error", message=f"{phase}: {cause or err}")

@@ -1,0 +1,353 @@
+"""TpuSliceBootstrapRun: the phase work of one slice bootstrap.
+
+It runs as the child of `TpuSliceBootstrap`, which compensates whenever this workflow does
+not complete, including when it is terminated or times out and no code of its own can run.
+It compensates by itself only when cancelled, because that is how it learns that its
+supervisor was terminated (parent close policy REQUEST_CANCEL).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime, timedelta
+
+from pydantic import ValidationError
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError, RetryState
+from temporalio.workflow import ActivityCancellationType
+
+with workflow.unsafe.imports_passed_through():
+    from activities.health import HealthActivities
+    from activities.tpu import TpuActivities
+    from domain.bootstrap_models import (
+        BootstrapFailure,
+        BootstrapResult,
+        BootstrapRunInput,
+        BootstrapStatus,
+        CreateSliceInput,
+        HealthCheckInput,
+        HealthReport,
+        ObserveInput,
+        PhaseTiming,
+        SliceRef,
+    )
+    from domain.durations import format_duration
+    from domain.naming import queued_resource_name
+    from domain.observation import SliceObservation, bucket, progress_key
+    from domain.phases import Phase, deadlines
+    from domain.qr_state import QrStage
+    from domain.status_view import render_details
+    from workflows import activity_options as opts
+    from workflows.compensation import delete_slice
+    from workflows.shielded import run_to_completion
+
+FAILURE_TYPE = "SliceBootstrapFailed"
+PROGRESS_SIGNAL = "progress"
+
+
+class PhaseFailed(Exception):
+    def __init__(self, failure: BootstrapFailure) -> None:
+        super().__init__(failure.message)
+        self.failure = failure
+
+
+@workflow.defn(name="TpuSliceBootstrapRun", failure_exception_types=[ValidationError])
+class TpuSliceBootstrapRun:
+    def __init__(self) -> None:
+        self._status: BootstrapStatus | None = None
+
+    @workflow.query(description="Phase, deadline, QR state and VM counts of this bootstrap.")
+    def status(self) -> BootstrapStatus | None:
+        return self._status
+
+    @workflow.run
+    async def run(self, inp: BootstrapRunInput) -> BootstrapResult:
+        self._inp = inp
+        req = inp.request
+        self._ref = SliceRef.of(req)
+        self._budgets = deadlines(req)
+        self._status = BootstrapStatus(
+            slice_name=req.slice_name,
+            zone=req.zone,
+            capacity=req.capacity.value,
+            phase=Phase.SUBMIT,
+            nodes_expected=req.node_count,
+            vms_expected=req.expected_vms,
+        )
+        try:
+            obs = await self._submit()
+            if req.capacity.queued:
+                obs = await self._wait_phase(
+                    Phase.ASSIGN,
+                    self._phase_started_at,
+                    lambda o: o.stage in (QrStage.PROVISIONING, QrStage.ACTIVE),
+                    obs,
+                    "wait for capacity to be assigned",
+                )
+                obs = await self._wait_phase(
+                    Phase.PROVISION,
+                    workflow.now(),
+                    lambda o: o.stage is QrStage.ACTIVE,
+                    obs,
+                    "wait for the queued resource to become ACTIVE",
+                )
+                ready_from = workflow.now()
+            else:
+                ready_from = self._phase_started_at
+            obs = await self._wait_phase(
+                Phase.READY,
+                ready_from,
+                lambda o: o.cloud_ready,
+                obs,
+                "wait for every node READY and every VM an IP",
+            )
+            await self._health(obs)
+        except PhaseFailed as failed:
+            await self._enter(Phase.FAILED, None, error=failed.failure.message)
+            raise ApplicationError(
+                failed.failure.message, failed.failure, type=FAILURE_TYPE, non_retryable=True
+            ) from None
+        except asyncio.CancelledError:
+            await self._compensate_on_cancel()
+            raise
+        await self._enter(Phase.DONE, None)
+        return self._result(obs)
+
+    # -- phases --------------------------------------------------------------------------
+
+    async def _submit(self) -> SliceObservation:
+        req = self._inp.request
+        await self._enter(Phase.SUBMIT, None)
+        assign_budget = self._budgets.get(Phase.ASSIGN, timedelta(0))
+        try:
+            # WAIT_CANCELLATION_COMPLETED: a cancel must not let compensation race a create
+            # that is still in flight and may yet succeed.
+            await workflow.execute_activity_method(
+                TpuActivities.create_slice,
+                CreateSliceInput(
+                    request=req,
+                    owner=self._inp.owner,
+                    request_id=self._inp.request_id,
+                    valid_until=assign_budget or timedelta(hours=4),
+                ),
+                start_to_close_timeout=opts.CALL_TIMEOUT,
+                schedule_to_close_timeout=opts.CREATE_BUDGET,
+                retry_policy=opts.CREATE_RETRY,
+                cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+                summary=f"submit: create {'queued resource' if req.capacity.queued else 'node'}"
+                f" {req.slice_name}",
+            )
+        except ActivityError as err:
+            raise PhaseFailed(self._failure(Phase.SUBMIT, "error", err)) from None
+        return SliceObservation(
+            expected_nodes=len(self._ref.node_ids), expected_vms=req.expected_vms
+        )
+
+    async def _wait_phase(
+        self,
+        phase: Phase,
+        started_at: datetime,
+        done: object,
+        obs: SliceObservation,
+        what: str,
+    ) -> SliceObservation:
+        budget = self._budgets[phase]
+        deadline_at = started_at + budget
+        await self._enter(phase, deadline_at, started_at=started_at)
+        while not done(obs):  # type: ignore[operator]
+            self._raise_if_terminal(phase, obs)
+            left = deadline_at - workflow.now()
+            if left <= timedelta(0):
+                raise PhaseFailed(self._deadline_failure(phase, budget, obs))
+            try:
+                obs = await workflow.execute_activity_method(
+                    TpuActivities.observe_slice,
+                    ObserveInput(
+                        slice=self._ref,
+                        expected_vms=self._inp.request.expected_vms,
+                        last_key=progress_key(obs),
+                        phase=phase,
+                    ),
+                    start_to_close_timeout=opts.CALL_TIMEOUT,
+                    schedule_to_close_timeout=left,
+                    retry_policy=opts.poll_retry(self._inp.request.poll_interval),
+                    summary=f"{phase.value}: {what} (deadline {deadline_at:%H:%M:%S} UTC)",
+                )
+            except ActivityError as err:
+                if err.retry_state is RetryState.TIMEOUT:
+                    raise PhaseFailed(self._deadline_failure(phase, budget, obs)) from None
+                raise PhaseFailed(self._failure(phase, "error", err)) from None
+            await self._observed(obs)
+        self._raise_if_terminal(phase, obs)
+        return obs
+
+    async def _health(self, obs: SliceObservation) -> HealthReport:
+        req = self._inp.request
+        budget = self._budgets[Phase.HEALTH]
+        started_at = workflow.now()
+        deadline_at = started_at + budget
+        await self._enter(Phase.HEALTH, deadline_at, started_at=started_at)
+        interval = opts.health_interval(req.poll_interval)
+        report = HealthReport(total=len(obs.endpoints), healthy=0)
+        last_bucket = -1
+        while not report.all_healthy:
+            left = deadline_at - workflow.now()
+            try:
+                report = await workflow.execute_activity_method(
+                    HealthActivities.check_health,
+                    HealthCheckInput(
+                        targets=obs.endpoints,
+                        port=req.health_port,
+                        path=req.health_path,
+                        last_bucket=last_bucket,
+                    ),
+                    start_to_close_timeout=opts.CALL_TIMEOUT,
+                    schedule_to_close_timeout=max(left, timedelta(seconds=1)),
+                    retry_policy=RetryPolicy(
+                        initial_interval=interval,
+                        backoff_coefficient=1.0,
+                        maximum_interval=interval,
+                    ),
+                    summary=f"health: GET {req.health_path} on {len(obs.endpoints)} VMs "
+                    f"(deadline {deadline_at:%H:%M:%S} UTC)",
+                )
+            except ActivityError as err:
+                last = _last_health_report(err)
+                if err.retry_state is RetryState.TIMEOUT:
+                    failing = last.failing if last else []
+                    names = ", ".join(f"{f.node}/{f.index} {f.ip}" for f in failing[:10])
+                    more = f" and {len(failing) - 10} more" if len(failing) > 10 else ""
+                    raise PhaseFailed(
+                        BootstrapFailure(
+                            phase=Phase.HEALTH,
+                            kind="deadline",
+                            message=f"health deadline ({format_duration(budget)}) exceeded: "
+                            f"{len(failing)} of {len(obs.endpoints)} VMs not healthy: "
+                            f"{names}{more}",
+                            failing_vms=failing,
+                        )
+                    ) from None
+                raise PhaseFailed(self._failure(Phase.HEALTH, "error", err)) from None
+            last_bucket = bucket(report.healthy, report.total)
+            self._status = self._status_copy(vms_healthy=report.healthy, failing_vms=report.failing)
+            await self._publish()
+        return report
+
+    # -- failure and compensation ---------------------------------------------------------
+
+    def _raise_if_terminal(self, phase: Phase, obs: SliceObservation) -> None:
+        reason = obs.terminal_reason
+        if reason is not None:
+            raise PhaseFailed(
+                BootstrapFailure(phase=phase, kind="terminal", message=f"{phase.value}: {reason}")
+            )
+
+    def _deadline_failure(
+        self, phase: Phase, budget: timedelta, obs: SliceObservation
+    ) -> BootstrapFailure:
+        seen = obs.qr_state or "no answer yet"
+        detail = f"QR {seen}" if self._ref.queued else f"node {self._node_summary(obs)}"
+        if phase is Phase.READY:
+            detail += f", {obs.nodes_ready}/{obs.expected_nodes} nodes READY, "
+            detail += f"{obs.vms_with_ip}/{obs.expected_vms} VMs with IP"
+        return BootstrapFailure(
+            phase=phase,
+            kind="deadline",
+            message=f"{phase.value} deadline ({format_duration(budget)}) exceeded; last seen: "
+            f"{detail}",
+        )
+
+    @staticmethod
+    def _node_summary(obs: SliceObservation) -> str:
+        return ", ".join(f"{n.node_id} {n.state}" for n in obs.nodes) or "not listed yet"
+
+    @staticmethod
+    def _failure(phase: Phase, kind: str, err: ActivityError) -> BootstrapFailure:
+        cause = err.cause
+        message = str(cause) if cause is not None else str(err)
+        return BootstrapFailure(phase=phase, kind=kind, message=f"{phase.value}: {message}")
+
+    async def _compensate_on_cancel(self) -> None:
+        await run_to_completion(self._compensate())
+        self._status = self._status_copy(phase=Phase.CANCELLED, compensation="deleted")
+        workflow.set_current_details(render_details(self._status))
+
+    async def _compensate(self) -> None:
+        await self._enter(Phase.COMPENSATE, None)
+        await delete_slice(
+            self._ref, self._inp.owner.workflow_id, self._inp.owner.run_id, "bootstrap cancelled"
+        )
+
+    # -- status --------------------------------------------------------------------------
+
+    def _status_copy(self, **changes: object) -> BootstrapStatus:
+        assert self._status is not None
+        return self._status.model_copy(update={**changes, "updated_at": workflow.now()})
+
+    async def _enter(
+        self,
+        phase: Phase,
+        deadline_at: datetime | None,
+        *,
+        started_at: datetime | None = None,
+        error: str | None = None,
+    ) -> None:
+        assert self._status is not None
+        now = workflow.now()
+        started_at = started_at or now
+        self._phase_started_at = started_at
+        timings = [
+            t if t.ended_at is not None else t.model_copy(update={"ended_at": now})
+            for t in self._status.timings
+        ]
+        if phase not in (Phase.DONE, Phase.FAILED, Phase.COMPENSATE, Phase.CANCELLED):
+            timings.append(PhaseTiming(phase=phase, started_at=started_at, deadline_at=deadline_at))
+        self._status = self._status_copy(
+            phase=phase, phase_deadline_at=deadline_at, timings=timings, error=error
+        )
+        await self._publish()
+
+    async def _observed(self, obs: SliceObservation) -> None:
+        self._status = self._status_copy(
+            qr_state=obs.qr_state,
+            nodes_ready=obs.nodes_ready,
+            vms_with_ip=obs.vms_with_ip,
+        )
+        await self._publish()
+
+    async def _publish(self) -> None:
+        assert self._status is not None
+        workflow.set_current_details(render_details(self._status))
+        parent = workflow.get_external_workflow_handle(self._inp.parent_workflow_id)
+        try:
+            await parent.signal(PROGRESS_SIGNAL, self._status)
+        except ApplicationError:
+            # The supervisor may already be gone (terminated); progress is best effort.
+            workflow.logger.debug("supervisor did not take the progress signal")
+
+    def _result(self, obs: SliceObservation) -> BootstrapResult:
+        assert self._status is not None
+        req = self._inp.request
+        seconds = {t.phase.value: t.seconds for t in self._status.timings if t.seconds is not None}
+        return BootstrapResult(
+            slice_name=req.slice_name,
+            capacity=req.capacity.value,
+            queued_resource=queued_resource_name(req.project, req.zone, req.slice_name)
+            if req.capacity.queued
+            else None,
+            nodes=self._ref.node_ids,
+            vms=obs.endpoints,
+            phase_seconds=seconds,
+            total_seconds=sum(seconds.values()),
+        )
+
+
+def _last_health_report(err: ActivityError) -> HealthReport | None:
+    cause = err.cause
+    if isinstance(cause, ApplicationError) and cause.details:
+        try:
+            return HealthReport.model_validate(cause.details[0])
+        except ValidationError:
+            return None
+    return None
