@@ -1,0 +1,176 @@
+"""Control API (aiohttp) for tests and the demo: state, scenarios, faults, clock, phone-home.
+
+Every error is JSON {"error": "..."}; validation errors name the offending field and are
+also listed under "fields".
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from aiohttp import web
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from emulators.tpu.faults import Fault
+from emulators.tpu.scenario import Scenario
+
+if TYPE_CHECKING:
+    from emulators.tpu.emulator import TpuEmulator
+
+EMULATOR_KEY: web.AppKey[TpuEmulator] = web.AppKey("emulator")
+M = TypeVar("M", bound=BaseModel)
+
+
+class _Advance(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    seconds: float = Field(ge=0)
+
+
+class _SetNow(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    now: datetime
+
+
+class _Registration(BaseModel):
+    qr: str | None = None
+    node: str
+    vm_index: int
+    ip: str
+
+
+def _error(status: int, message: str, **extra: Any) -> web.Response:
+    return web.json_response({"error": message, **extra}, status=status)
+
+
+class _BadRequest(Exception):
+    def __init__(self, response: web.Response) -> None:
+        self.response = response
+
+
+async def _parse(request: web.Request, model: type[M]) -> M:
+    try:
+        body = await request.json() if request.can_read_body else {}
+    except json.JSONDecodeError:
+        raise _BadRequest(_error(400, "body is not valid JSON")) from None
+    try:
+        return model.model_validate(body)
+    except ValidationError as exc:
+        fields = [".".join(str(p) for p in err["loc"]) or "body" for err in exc.errors()]
+        detail = "; ".join(
+            f"{field}: {err['msg']}" for field, err in zip(fields, exc.errors(), strict=True)
+        )
+        raise _BadRequest(_error(400, f"invalid field {detail}", fields=fields)) from None
+
+
+@web.middleware
+async def _errors(request: web.Request, handler: Any) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except _BadRequest as bad:
+        return bad.response
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        return _error(exc.status, exc.reason)
+    except ValueError as exc:
+        return _error(400, str(exc))
+
+
+def _emu(request: web.Request) -> TpuEmulator:
+    return request.app[EMULATOR_KEY]
+
+
+async def get_state(request: web.Request) -> web.Response:
+    return web.json_response(_emu(request).state())
+
+
+async def healthz(request: web.Request) -> web.Response:
+    return web.json_response({"status": "ok"})
+
+
+async def put_scenario(request: web.Request) -> web.Response:
+    scenario = await _parse(request, Scenario)
+    key = request.match_info["id"]
+    if key == "_default":
+        _emu(request).set_default_scenario(scenario)
+    else:
+        _emu(request).set_scenario(key, scenario)
+    return web.json_response({"id": key, "scenario": scenario.model_dump(mode="json")})
+
+
+async def get_scenarios(request: web.Request) -> web.Response:
+    return web.json_response(_emu(request).scenarios.to_json())
+
+
+async def delete_scenario(request: web.Request) -> web.Response:
+    if not _emu(request).remove_scenario(request.match_info["id"]):
+        return _error(404, f"no scenario for {request.match_info['id']}")
+    return web.json_response({"deleted": request.match_info["id"]})
+
+
+async def post_fault(request: web.Request) -> web.Response:
+    fault = await _parse(request, Fault)
+    _emu(request).faults.add(fault)
+    return web.json_response({"fault": fault.model_dump()}, status=201)
+
+
+async def delete_faults(request: web.Request) -> web.Response:
+    _emu(request).clear_faults()
+    return web.json_response({"faults": []})
+
+
+async def advance_clock(request: web.Request) -> web.Response:
+    body = await _parse(request, _Advance)
+    now = _emu(request).advance(body.seconds)
+    return web.json_response({"now": now.isoformat()})
+
+
+async def set_clock(request: web.Request) -> web.Response:
+    body = await _parse(request, _SetNow)
+    if body.now.tzinfo is None:
+        return _error(400, "invalid field now: needs a timezone", fields=["now"])
+    now = _emu(request).set_now(body.now)
+    return web.json_response({"now": now.isoformat()})
+
+
+async def register(request: web.Request) -> web.Response:
+    body = await _parse(request, _Registration)
+    status = _emu(request).record_registration(body.model_dump(), request.remote)
+    if status != 200:
+        return _error(status, "this VM has been deleted")
+    return web.json_response({"registered": True})
+
+
+async def reset(request: web.Request) -> web.Response:
+    _emu(request).reset()
+    return web.json_response({"reset": True})
+
+
+async def get_leaks(request: web.Request) -> web.Response:
+    raw = request.query.get("handed_over", "")
+    handed_over = {item for item in raw.split(",") if item}
+    return web.json_response({"leaks": _emu(request).leaks(handed_over)})
+
+
+def make_app(emulator: TpuEmulator) -> web.Application:
+    app = web.Application(middlewares=[_errors])
+    app[EMULATOR_KEY] = emulator
+    app.add_routes(
+        [
+            web.get("/state", get_state),
+            web.get("/healthz", healthz),
+            web.get("/leaks", get_leaks),
+            web.get("/scenarios", get_scenarios),
+            web.put("/scenarios/{id}", put_scenario),
+            web.delete("/scenarios/{id}", delete_scenario),
+            web.post("/faults", post_fault),
+            web.delete("/faults", delete_faults),
+            web.post("/clock/advance", advance_clock),
+            web.post("/clock/set", set_clock),
+            web.post("/register", register),
+            web.post("/reset", reset),
+        ]
+    )
+    return app

@@ -1,0 +1,234 @@
+"""gRPC front end: google.cloud.tpu.v2.Tpu and google.longrunning.Operations.
+
+Served with generic handlers and the proto-plus (de)serialisers, so the real
+TpuAsyncClient talks to it unchanged. Every call is counted, re-evaluates the world first
+(lazy transitions), and may be failed by an injected fault.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import grpc
+from google.cloud.tpu_v2.types import cloud_tpu
+from google.longrunning import operations_pb2
+from google.protobuf import empty_pb2
+
+from emulators.tpu.faults import FaultBook
+from emulators.tpu.state import ApiError, World
+
+TPU_SERVICE = "google.cloud.tpu.v2.Tpu"
+OPERATIONS_SERVICE = "google.longrunning.Operations"
+
+
+class TpuService:
+    def __init__(
+        self,
+        world: World,
+        faults: FaultBook,
+        calls: Counter[str],
+        refresh: Callable[[], None],
+    ) -> None:
+        self.world = world
+        self.faults = faults
+        self.calls = calls
+        # Evaluates due transitions and lets the VM fleet act on them.
+        self.refresh = refresh
+
+    def handlers(self) -> list[grpc.GenericRpcHandler]:
+        ct = cloud_tpu
+        op_out = operations_pb2.Operation.SerializeToString
+        tpu = {
+            "CreateQueuedResource": self._rpc(
+                "CreateQueuedResource", self.create_qr, ct.CreateQueuedResourceRequest, op_out
+            ),
+            "GetQueuedResource": self._rpc(
+                "GetQueuedResource",
+                self.get_qr,
+                ct.GetQueuedResourceRequest,
+                ct.QueuedResource.serialize,
+            ),
+            "ListQueuedResources": self._rpc(
+                "ListQueuedResources",
+                self.list_qrs,
+                ct.ListQueuedResourcesRequest,
+                ct.ListQueuedResourcesResponse.serialize,
+            ),
+            "DeleteQueuedResource": self._rpc(
+                "DeleteQueuedResource", self.delete_qr, ct.DeleteQueuedResourceRequest, op_out
+            ),
+            "CreateNode": self._rpc("CreateNode", self.create_node, ct.CreateNodeRequest, op_out),
+            "GetNode": self._rpc("GetNode", self.get_node, ct.GetNodeRequest, ct.Node.serialize),
+            "ListNodes": self._rpc(
+                "ListNodes", self.list_nodes, ct.ListNodesRequest, ct.ListNodesResponse.serialize
+            ),
+            "DeleteNode": self._rpc("DeleteNode", self.delete_node, ct.DeleteNodeRequest, op_out),
+        }
+        empty_out = empty_pb2.Empty.SerializeToString
+        ops = {
+            "GetOperation": self._rpc(
+                "GetOperation",
+                self.get_operation,
+                operations_pb2.GetOperationRequest,
+                op_out,
+                proto_plus=False,
+            ),
+            "ListOperations": self._rpc(
+                "ListOperations",
+                self.list_operations,
+                operations_pb2.ListOperationsRequest,
+                operations_pb2.ListOperationsResponse.SerializeToString,
+                proto_plus=False,
+            ),
+            "DeleteOperation": self._rpc(
+                "DeleteOperation",
+                self.delete_operation,
+                operations_pb2.DeleteOperationRequest,
+                empty_out,
+                proto_plus=False,
+            ),
+            "CancelOperation": self._rpc(
+                "CancelOperation",
+                self.cancel_operation,
+                operations_pb2.CancelOperationRequest,
+                empty_out,
+                proto_plus=False,
+            ),
+        }
+        return [
+            grpc.method_handlers_generic_handler(TPU_SERVICE, tpu),
+            grpc.method_handlers_generic_handler(OPERATIONS_SERVICE, ops),
+        ]
+
+    def _rpc(
+        self,
+        method: str,
+        fn: Callable[[Any], Any],
+        request_type: Any,
+        serialize: Callable[[Any], bytes],
+        proto_plus: bool = True,
+    ) -> grpc.RpcMethodHandler:
+        deserialize = request_type.deserialize if proto_plus else request_type.FromString
+
+        async def behaviour(request: Any, context: grpc.aio.ServicerContext) -> Any:
+            self.calls[method] += 1
+            self.refresh()
+            fault = self.faults.take(method, self._resource_ids(request))
+            if fault is not None and fault.when == "before":
+                await context.abort(fault.status, f"injected fault: {fault.code}")
+            try:
+                response = fn(request)
+            except ApiError as exc:
+                await context.abort(exc.code, exc.message)
+            if fault is not None:
+                await context.abort(fault.status, f"injected fault: {fault.code}")
+            return response
+
+        return grpc.unary_unary_rpc_method_handler(
+            behaviour, request_deserializer=deserialize, response_serializer=serialize
+        )
+
+    def _resource_ids(self, request: Any) -> set[str]:
+        """Ids a call is about, for faults filtered by slice."""
+        ids: set[str] = set()
+        for attr in ("queued_resource_id", "node_id"):
+            value = getattr(request, attr, "")
+            if value:
+                ids.add(value)
+        name = getattr(request, "name", "")
+        if "/operations/" in name:
+            op = self.world.ops.get(name)
+            name = op.target if op is not None else name
+        if name:
+            ids.add(name.rsplit("/", 1)[-1])
+            node = self.world.nodes.get(name)
+            if node is not None and node.qr is not None:
+                ids.add(node.qr.id)
+        return ids
+
+    # ------------------------------------------------------------- queued resources
+
+    def create_qr(self, request: cloud_tpu.CreateQueuedResourceRequest) -> Any:
+        op = self.world.create_qr(request)
+        self.refresh()
+        return op.to_pb()
+
+    def get_qr(self, request: cloud_tpu.GetQueuedResourceRequest) -> cloud_tpu.QueuedResource:
+        return self.world.qr_pb(self.world.get_qr(request.name))
+
+    def list_qrs(self, request: cloud_tpu.ListQueuedResourcesRequest) -> Any:
+        records = self.world.list_qrs(request.parent)
+        page, token = _page(records, request.page_size, request.page_token)
+        return cloud_tpu.ListQueuedResourcesResponse(
+            queued_resources=[self.world.qr_pb(qr) for qr in page], next_page_token=token
+        )
+
+    def delete_qr(self, request: cloud_tpu.DeleteQueuedResourceRequest) -> Any:
+        op = self.world.delete_qr(request.name, request.force, request.request_id)
+        self.refresh()
+        return op.to_pb()
+
+    # ------------------------------------------------------------- nodes
+
+    def create_node(self, request: cloud_tpu.CreateNodeRequest) -> Any:
+        op = self.world.create_node(request)
+        self.refresh()
+        return op.to_pb()
+
+    def get_node(self, request: cloud_tpu.GetNodeRequest) -> cloud_tpu.Node:
+        return self.world.node_pb(self.world.get_node(request.name))
+
+    def list_nodes(self, request: cloud_tpu.ListNodesRequest) -> Any:
+        records = self.world.list_nodes(request.parent)
+        page, token = _page(records, request.page_size, request.page_token)
+        return cloud_tpu.ListNodesResponse(
+            nodes=[self.world.node_pb(node) for node in page], next_page_token=token
+        )
+
+    def delete_node(self, request: cloud_tpu.DeleteNodeRequest) -> Any:
+        op = self.world.delete_node(request.name)
+        self.refresh()
+        return op.to_pb()
+
+    # ------------------------------------------------------------- operations
+
+    def _op(self, name: str) -> Any:
+        op = self.world.ops.get(name)
+        if op is None:
+            raise ApiError(grpc.StatusCode.NOT_FOUND, f"operation {name} not found")
+        return op
+
+    def get_operation(self, request: operations_pb2.GetOperationRequest) -> Any:
+        return self._op(request.name).to_pb()
+
+    def list_operations(self, request: operations_pb2.ListOperationsRequest) -> Any:
+        prefix = request.name.rstrip("/") + "/"
+        if not request.name.endswith("/operations"):
+            prefix += "operations/"
+        page, token = _page(self.world.ops.list(prefix), request.page_size, request.page_token)
+        return operations_pb2.ListOperationsResponse(
+            operations=[op.to_pb() for op in page], next_page_token=token
+        )
+
+    def delete_operation(self, request: operations_pb2.DeleteOperationRequest) -> Any:
+        self._op(request.name)
+        self.world.ops.delete(request.name)
+        return empty_pb2.Empty()
+
+    def cancel_operation(self, request: operations_pb2.CancelOperationRequest) -> Any:
+        # Recorded only: like many real operations, these cannot actually be cancelled.
+        self._op(request.name).cancel_requested = True
+        return empty_pb2.Empty()
+
+
+def _page(records: Sequence[Any], page_size: int, page_token: str) -> tuple[list[Any], str]:
+    try:
+        start = int(page_token) if page_token else 0
+    except ValueError:
+        raise ApiError(grpc.StatusCode.INVALID_ARGUMENT, "invalid page_token") from None
+    if page_size <= 0:
+        return list(records[start:]), ""
+    end = start + page_size
+    return list(records[start:end]), str(end) if end < len(records) else ""
