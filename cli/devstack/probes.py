@@ -1,0 +1,152 @@
+"""Health checks for the dev stack's components. Each answers (healthy, detail)."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+import httpx
+from temporalio.api.enums.v1 import TaskQueueType
+from temporalio.api.taskqueue.v1 import TaskQueue
+from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
+from temporalio.client import Client
+from temporalio.runtime import Runtime, TelemetryConfig
+
+from runtime.settings import Settings
+from runtime.temporal_client import tls_config
+
+CONNECT_TIMEOUT = 3.0
+RPC_TIMEOUT = 3.0
+HTTP_TIMEOUT = 2.0
+
+
+@dataclass(frozen=True)
+class Poller:
+    identity: str
+    last_access: datetime | None
+
+
+@dataclass(frozen=True)
+class Health:
+    ok: bool
+    detail: str
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip() or type(err).__name__
+    return text.splitlines()[0][:200]
+
+
+class Probes:
+    """Holds one Temporal client across checks so polling does not reconnect each time."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._client: Client | None = None
+        self._runtime: Runtime | None = None
+
+    async def client(self) -> Client:
+        if self._client is None:
+            temporal = self.settings.temporal
+            if self._runtime is None:
+                self._runtime = Runtime(telemetry=TelemetryConfig(), worker_heartbeat_interval=None)
+            self._client = await asyncio.wait_for(
+                Client.connect(
+                    temporal.address,
+                    namespace=temporal.namespace,
+                    api_key=temporal.api_key.get_secret_value() if temporal.api_key else None,
+                    tls=tls_config(temporal),
+                    runtime=self._runtime,
+                ),
+                timeout=CONNECT_TIMEOUT,
+            )
+        return self._client
+
+    def close(self) -> None:
+        """Drops the client and its runtime's threads before the interpreter shuts down."""
+        self._client = None
+        self._runtime = None
+        gc.collect()
+
+    async def temporal_grpc(self) -> Health:
+        temporal = self.settings.temporal
+        try:
+            client = await self.client()
+            serving = await client.service_client.check_health(
+                timeout=timedelta(seconds=RPC_TIMEOUT)
+            )
+        except Exception as err:
+            self._client = None
+            if isinstance(err, TimeoutError):
+                return Health(False, f"gRPC {temporal.address}: no answer")
+            return Health(False, f"gRPC {temporal.address}: {_first_line(err)}")
+        if not serving:
+            return Health(False, f"gRPC {temporal.address}: the frontend is not serving yet")
+        return Health(True, f"gRPC {temporal.address} namespace {temporal.namespace}")
+
+    async def http_ok(self, url: str, *, want_200: bool) -> Health:
+        try:
+            async with httpx.AsyncClient(timeout=HTTP_TIMEOUT) as http:
+                response = await http.get(url)
+        except httpx.HTTPError as err:
+            return Health(False, f"{url}: {_first_line(err)}")
+        if (want_200 and response.status_code != 200) or response.status_code >= 500:
+            return Health(False, f"{url}: HTTP {response.status_code}")
+        return Health(True, f"{url}: HTTP {response.status_code}")
+
+    async def temporal_ui(self, host: str) -> Health:
+        host = f"[{host}]" if ":" in host else host
+        return await self.http_ok(
+            f"http://{host}:{self.settings.temporal.ui_port}/", want_200=False
+        )
+
+    async def emulator(self) -> Health:
+        emu = self.settings.emulator
+        return await self.http_ok(f"http://{emu.host}:{emu.control_port}/healthz", want_200=True)
+
+    async def workflow_pollers(self) -> tuple[str | None, list[Poller]]:
+        """The task queue's workflow pollers, or why they could not be listed."""
+        temporal = self.settings.temporal
+        request = DescribeTaskQueueRequest(
+            namespace=temporal.namespace,
+            task_queue=TaskQueue(name=temporal.task_queue),
+            task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
+        )
+        try:
+            client = await self.client()
+            response = await client.workflow_service.describe_task_queue(
+                request, timeout=timedelta(seconds=RPC_TIMEOUT)
+            )
+        except Exception as err:
+            self._client = None
+            return f"task queue {temporal.task_queue}: {_first_line(err)}", []
+        pollers = [
+            Poller(
+                identity=p.identity,
+                last_access=(
+                    p.last_access_time.ToDatetime(tzinfo=UTC)
+                    if p.HasField("last_access_time")
+                    else None
+                ),
+            )
+            for p in response.pollers
+        ]
+        return None, pollers
+
+
+def worker_health(
+    task_queue: str, pid: int, started_at: datetime | None, pollers: list[Poller]
+) -> Health:
+    """Healthy when a poller is this worker process: its default identity is `PID@host`, and
+    failing that, a poller seen since the process started (entries of dead workers linger)."""
+    mine = [p for p in pollers if p.identity.startswith(f"{pid}@")]
+    if not mine and started_at is not None:
+        mine = [p for p in pollers if p.last_access is not None and p.last_access >= started_at]
+    if mine:
+        return Health(True, f"polling task queue {task_queue} as {mine[0].identity}")
+    if pollers:
+        others = ", ".join(p.identity for p in pollers[:3])
+        return Health(False, f"not polling task queue {task_queue} yet (other pollers: {others})")
+    return Health(False, f"not polling task queue {task_queue} yet")

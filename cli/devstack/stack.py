@@ -1,0 +1,477 @@
+"""`keeper dev up`, `down` and `status`: start, stop and inspect the local stack."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib.util
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any, NoReturn
+
+import click
+
+from cli.devstack.layout import (
+    EMULATOR,
+    TEMPORAL,
+    TEMPORAL_MISSING,
+    WORKER,
+    Component,
+    Port,
+    emulator_address_mismatch,
+    plan,
+    run_dir,
+    split_address,
+    temporal_binary,
+)
+from cli.devstack.probes import Health, Probes, worker_health
+from cli.devstack.procs import (
+    PidRecord,
+    exclusive,
+    is_ours,
+    pid_alive,
+    port_holder,
+    port_problem,
+    remove_pid_file,
+    spawn_detached,
+    stop_group,
+    tail,
+    write_pid_file,
+)
+from runtime.settings import Settings
+
+POLL_INTERVAL = 0.25
+LOCK_FILE = "dev.lock"
+LOG_TAIL_LINES = 20
+
+
+class StackError(click.ClickException):
+    """Exit code 1 with a message on stderr, phrased for the person at the terminal."""
+
+
+def say(name: str, message: str, *, err: bool = False) -> None:
+    click.echo(f"  {name:<9} {message}", err=err)
+
+
+def _rel(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
+def _started_at(record: PidRecord) -> datetime | None:
+    try:
+        return datetime.fromisoformat(record.started_at)
+    except ValueError:
+        return None
+
+
+@dataclass
+class _Running:
+    """A component process: one this invocation started (`proc` set) or an earlier one."""
+
+    component: Component
+    record: PidRecord
+    proc: subprocess.Popen[bytes] | None = None
+    began: float = field(default_factory=time.monotonic)
+
+    @property
+    def started_here(self) -> bool:
+        return self.proc is not None
+
+    def alive(self) -> bool:
+        if self.proc is not None:
+            return self.proc.poll() is None
+        return pid_alive(self.record.pid)
+
+
+@dataclass
+class Stack:
+    settings: Settings
+    config_file: str | None
+    components: dict[str, Component] = field(init=False)
+
+    def __post_init__(self) -> None:
+        try:
+            self.components = plan(self.settings, self.config_file)
+        except ValueError as err:
+            raise StackError(f"{err}. Fix it in the config file or the environment.") from err
+
+    def _lock(self) -> contextlib.AbstractContextManager[None]:
+        return exclusive(
+            run_dir(self.settings) / LOCK_FILE,
+            lambda: click.echo("Waiting for another `keeper dev up`/`down` to finish..."),
+        )
+
+    @property
+    def temporal_host(self) -> str:
+        return split_address(self.settings.temporal.address)[0]
+
+    # -- health ---------------------------------------------------------------------------
+
+    async def check(self, comp: Component, probes: Probes, running: _Running | None) -> Health:
+        if comp.name == TEMPORAL:
+            grpc = await probes.temporal_grpc()
+            if not grpc.ok or not comp.managed:
+                return grpc
+            ui = await probes.temporal_ui(self.temporal_host)
+            if not ui.ok:
+                return Health(False, f"UI {ui.detail}")
+            return Health(True, f"{grpc.detail}, UI {self.settings.temporal.ui_base}")
+        if comp.name == EMULATOR:
+            return await probes.emulator()
+        if running is None:
+            return Health(False, "not running")
+        problem, pollers = await probes.workflow_pollers()
+        if problem:
+            return Health(False, problem)
+        return worker_health(
+            self.settings.temporal.task_queue,
+            running.record.pid,
+            _started_at(running.record),
+            pollers,
+        )
+
+    # -- up -------------------------------------------------------------------------------
+
+    async def up(self, budget: float, with_worker: bool = True) -> None:
+        """Starts what is missing; `budget` is the total seconds to wait for health."""
+        probes = Probes(self.settings)
+        try:
+            with self._lock():
+                await self._up(probes, budget, with_worker)
+        finally:
+            probes.close()
+
+    async def _up(self, probes: Probes, budget: float, with_worker: bool) -> None:
+        began = time.monotonic()
+        deadline = began + budget
+        wanted = [
+            c
+            for c in self.components.values()
+            if c.mode != "disabled" and (with_worker or c.name != WORKER)
+        ]
+        mismatch = emulator_address_mismatch(self.settings)
+        if mismatch:
+            click.echo(f"warning: {mismatch}", err=True)
+
+        running: dict[str, _Running] = {}
+        to_start: list[Component] = []
+        drifted: list[str] = []
+        for comp in wanted:
+            if not comp.managed:
+                continue
+            record = self._live_record(comp)
+            if record is None:
+                to_start.append(comp)
+                continue
+            running[comp.name] = _Running(comp, record)
+            if record.argv and record.argv[1:] != list(comp.argv[1:]):
+                drifted.append(comp.name)
+        self._note_leftovers(wanted)
+        if drifted:
+            raise StackError(
+                f"{' and '.join(drifted)} {'is' if len(drifted) == 1 else 'are'} running with "
+                "other settings than the config now asks for (ports, paths or config file "
+                "changed).\n"
+                "Apply the new settings with `keeper dev down` and then `keeper dev up`."
+            )
+        self._check_ports(to_start)
+        self._check_runnable(to_start)
+
+        temporal = self.components[TEMPORAL]
+        if not temporal.managed:
+            await self._check_external_temporal(probes, deadline)
+
+        for name in (TEMPORAL, EMULATOR):
+            comp = self.components[name]
+            if comp in to_start:
+                running[name] = self._start(comp)
+        if TEMPORAL in running:
+            await self._wait(running[TEMPORAL], probes, deadline, budget)
+        # The worker needs Temporal at start-up; it dials the emulator lazily, so it can
+        # start while the emulator is still coming up.
+        worker = self.components[WORKER]
+        if with_worker and worker in to_start:
+            running[WORKER] = self._start(worker)
+        if EMULATOR in running:
+            await self._wait(running[EMULATOR], probes, deadline, budget)
+        if with_worker:
+            await self._wait(running[WORKER], probes, deadline, budget)
+        else:
+            say(WORKER, "not started (--no-worker): run `keeper worker` yourself")
+
+        elapsed = time.monotonic() - began
+        click.echo(f"\nThe dev stack is up ({elapsed:.1f}s).")
+        click.echo(f"  Temporal UI  {self.settings.temporal.ui_base}")
+        click.echo(f"  logs         {_rel(self.settings.worker.log_dir)}/")
+        click.echo("  status       keeper dev status")
+        click.echo("  stop         keeper dev down")
+
+    def _live_record(self, comp: Component) -> PidRecord | None:
+        """The pid record of a live process started by an earlier `up`; cleans stale files."""
+        record = PidRecord.load(comp.pid_file)
+        if record is not None and is_ours(record):
+            return record
+        if comp.pid_file.exists():
+            remove_pid_file(comp.pid_file)
+            what = f"pid {record.pid} is not running" if record else "unreadable"
+            say(comp.name, f"removed a stale pid file ({what})")
+        return None
+
+    def _note_leftovers(self, wanted: list[Component]) -> None:
+        for comp in self.components.values():
+            if comp in wanted or comp.mode == "external":
+                continue
+            record = PidRecord.load(comp.pid_file)
+            if record is not None and is_ours(record):
+                why = "tpu.endpoint is not emulator" if comp.mode == "disabled" else "--no-worker"
+                say(
+                    comp.name,
+                    f"still running from an earlier `up` (pid {record.pid}); left alone "
+                    f"({why}); `keeper dev down` stops it",
+                )
+
+    def _check_ports(self, to_start: list[Component]) -> None:
+        problems: list[str] = []
+        config = self.config_file or "temporal-dev.yaml"
+        seen: dict[int, tuple[Component, Port]] = {}
+        for comp in to_start:
+            for port in comp.ports:
+                if port.number in seen:
+                    other_comp, other = seen[port.number]
+                    problems.append(
+                        f"port {port.number} is configured twice: {other_comp.name} {other.role} "
+                        f"({other.setting}) and {comp.name} {port.role} ({port.setting}). "
+                        "Give one of them another port in the config file."
+                    )
+                    continue
+                seen[port.number] = (comp, port)
+                why = port_problem(port.host, port.number)
+                if why is None:
+                    continue
+                holder = port_holder(port.number)
+                by = f" by pid {holder[0]} ({holder[1]})" if holder else ""
+                env = f" (or set {port.env})" if port.env else ""
+                problems.append(
+                    f"port {port.number} ({comp.name} {port.role}, {port}) is already in use"
+                    f"{by}: {why}.\n"
+                    f"    Stop that process, or change {port.setting} in {config}{env}."
+                )
+        if problems:
+            raise StackError(
+                "cannot start the dev stack:\n  " + "\n  ".join(problems) + "\n"
+                "Nothing was started. Components that `keeper dev up` started are tracked by "
+                "pid files and never conflict; a stack started from another directory or "
+                "with another config is stopped by `keeper dev down` there."
+            )
+
+    def _check_runnable(self, to_start: list[Component]) -> None:
+        names = {c.name for c in to_start}
+        if TEMPORAL in names and temporal_binary() is None:
+            raise StackError(TEMPORAL_MISSING.format(python=sys.executable))
+        if EMULATOR in names and importlib.util.find_spec("emulators.tpu") is None:
+            raise StackError(
+                "tpu.endpoint is `emulator` but the TPU emulator (emulators.tpu) is not "
+                "installed in this environment.\n"
+                "Reinstall with `pip install -e '.[dev]'`, or run against GCP with "
+                "KEEPER_TPU_ENDPOINT=gcp."
+            )
+
+    async def _check_external_temporal(self, probes: Probes, deadline: float) -> None:
+        address = self.settings.temporal.address
+        say(TEMPORAL, f"{address} is not local: not starting a server, checking it is reachable")
+        health = await probes.temporal_grpc()
+        while not health.ok and time.monotonic() < deadline:
+            await asyncio.sleep(1.0)
+            health = await probes.temporal_grpc()
+        if not health.ok:
+            raise StackError(
+                f"Temporal at {address} is not reachable: {health.detail}\n"
+                "Check TEMPORAL_ADDRESS / TEMPORAL_TLS* / TEMPORAL_API_KEY, or use a local "
+                "dev server (temporal.address: 127.0.0.1:7233)."
+            )
+        say(TEMPORAL, f"reachable: {health.detail}")
+
+    def _start(self, comp: Component) -> _Running:
+        cwd = Path.cwd()
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        if comp.name == TEMPORAL:
+            self.settings.temporal.db_file.parent.mkdir(parents=True, exist_ok=True)
+        proc = spawn_detached(comp.argv, comp.log_file, cwd, env)
+        record = PidRecord(
+            pid=proc.pid, argv=list(comp.argv), cwd=str(cwd), log_file=str(comp.log_file)
+        )
+        write_pid_file(comp.pid_file, record)
+        say(comp.name, f"starting (pid {proc.pid}, log {_rel(comp.log_file)})")
+        return _Running(comp, record, proc)
+
+    async def _wait(
+        self, running: _Running, probes: Probes, deadline: float, budget: float
+    ) -> None:
+        comp = running.component
+        health = Health(False, "not checked yet")
+        while True:
+            if not running.alive():
+                code = running.proc.returncode if running.proc else None
+                how = f"exited with code {code}" if code is not None else "is no longer running"
+                self._fail(running, f"{how} while starting")
+            health = await self.check(comp, probes, running)
+            if health.ok:
+                break
+            if time.monotonic() >= deadline:
+                self._fail(
+                    running,
+                    f"not healthy within {budget:g}s (--timeout): {health.detail}",
+                )
+            await asyncio.sleep(POLL_INTERVAL)
+        if running.started_here:
+            say(comp.name, f"healthy in {time.monotonic() - running.began:.1f}s: {health.detail}")
+        else:
+            say(comp.name, f"already running (pid {running.record.pid}): {health.detail}")
+
+    def _fail(self, running: _Running, reason: str) -> NoReturn:
+        comp = running.component
+        lines = tail(comp.log_file, LOG_TAIL_LINES)
+        cleanup = ""
+        if running.started_here:
+            if running.alive():
+                stop_group(running.record.pid, grace=5)
+                cleanup = " It was stopped."
+            remove_pid_file(comp.pid_file)
+        else:
+            cleanup = (
+                f" It was started by an earlier `up` (pid {running.record.pid}) and left "
+                "alone: `keeper dev down` and `keeper dev up` restart it."
+            )
+        log = _rel(comp.log_file)
+        body = "\n".join(f"    {line}" for line in lines) if lines else "    (the log is empty)"
+        raise StackError(
+            f"{comp.name} {reason}.{cleanup}\n"
+            f"  last {len(lines)} lines of {log}:\n{body}\n"
+            "Components that are already up keep running: `keeper dev status` shows them, "
+            "`keeper dev down` stops them."
+        )
+
+    # -- down -----------------------------------------------------------------------------
+
+    def down(self, grace: float, purge: bool) -> None:
+        with self._lock():
+            self._down(grace, purge)
+        with contextlib.suppress(OSError):
+            (run_dir(self.settings) / LOCK_FILE).unlink()
+            run_dir(self.settings).rmdir()  # only when empty
+
+    def _down(self, grace: float, purge: bool) -> None:
+        for name in (WORKER, EMULATOR, TEMPORAL):
+            comp = self.components[name]
+            record = PidRecord.load(comp.pid_file)
+            if record is None:
+                if comp.pid_file.exists():
+                    remove_pid_file(comp.pid_file)
+                    say(name, "removed an unreadable pid file")
+                elif comp.mode == "external":
+                    say(name, f"{comp.address} is not managed by keeper dev; left alone")
+                else:
+                    say(name, "not running")
+                continue
+            if not is_ours(record):
+                remove_pid_file(comp.pid_file)
+                say(name, f"was not running (removed the stale pid file of pid {record.pid})")
+                continue
+            wait = grace
+            if name == WORKER:
+                # Let the worker finish its own graceful shutdown before it is killed.
+                drain = self.settings.worker.graceful_shutdown.total_seconds()
+                wait = max(grace, drain + 5)
+            result = stop_group(record.pid, wait)
+            remove_pid_file(comp.pid_file)
+            if result.killed:
+                say(name, f"did not stop within {wait:g}s; killed (pid {record.pid})")
+            else:
+                say(name, f"stopped (pid {record.pid}) in {result.seconds:.1f}s")
+        if purge:
+            self._purge()
+
+    def _purge(self) -> None:
+        db = self.settings.temporal.db_file
+        if not self.components[TEMPORAL].managed:
+            click.echo(
+                f"--purge: Temporal at {self.settings.temporal.address} is not local; "
+                f"nothing to delete"
+            )
+            return
+        removed = []
+        for path in (db, *(db.with_name(db.name + s) for s in ("-wal", "-shm", "-journal"))):
+            if path.exists():
+                path.unlink()
+                removed.append(_rel(path))
+        if removed:
+            click.echo(f"--purge: deleted {', '.join(removed)}")
+        else:
+            click.echo(f"--purge: no database at {_rel(db)}")
+
+    # -- status ---------------------------------------------------------------------------
+
+    async def status(self) -> dict[str, Any]:
+        probes = Probes(self.settings)
+        components: dict[str, dict[str, Any]] = {}
+        try:
+            for comp in self.components.values():
+                components[comp.name] = await self._component_status(comp, probes)
+        finally:
+            probes.close()
+        required = [c for c in components.values() if c["mode"] != "disabled"]
+        return {
+            "healthy": all(c["healthy"] for c in required),
+            "ui_url": self.settings.temporal.ui_base,
+            "config_file": self.config_file or "temporal-dev.yaml",
+            "run_dir": str(run_dir(self.settings)),
+            "components": components,
+        }
+
+    async def _component_status(self, comp: Component, probes: Probes) -> dict[str, Any]:
+        entry: dict[str, Any] = {
+            "mode": comp.mode,
+            "state": "stopped",
+            "pid": None,
+            "address": comp.address,
+            "ports": {port.role: port.number for port in comp.ports},
+            "healthy": False,
+            "detail": "",
+            "log_file": str(comp.log_file),
+        }
+        if comp.mode == "external":
+            health = await self.check(comp, probes, None)
+            entry.update(state="external", healthy=health.ok, detail=health.detail)
+            return entry
+        record = PidRecord.load(comp.pid_file)
+        if record is not None and is_ours(record):
+            running = _Running(comp, record)
+            health = await self.check(comp, probes, running)
+            entry.update(state="running", pid=record.pid, healthy=health.ok, detail=health.detail)
+            entry["started_at"] = record.started_at
+            if comp.mode == "disabled":
+                entry["detail"] += " (not needed: tpu.endpoint is not emulator)"
+            return entry
+        if comp.mode == "disabled":
+            entry.update(state="disabled", healthy=None, detail="tpu.endpoint is not emulator")
+            return entry
+        notes = []
+        if record is not None:
+            notes.append(f"stale pid file: pid {record.pid} is not running")
+        for port in comp.ports:
+            if port_problem(port.host, port.number):
+                holder = port_holder(port.number)
+                by = f"pid {holder[0]} ({holder[1]})" if holder else "another process"
+                notes.append(f"port {port.number} is held by {by}, not started by keeper dev")
+        if comp.name == WORKER and not notes:
+            notes.append("start it with `keeper dev up`")
+        entry["detail"] = "; ".join(notes)
+        return entry

@@ -1,0 +1,351 @@
+"""`keeper emulator`: run the TPU emulator and drive it through its control API."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import inspect
+import json
+import logging
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import click
+import httpx
+import yaml
+
+from cli.context import KeeperContext, pass_keeper
+from domain.durations import parse_duration
+from runtime.settings import EmulatorSettings
+
+HTTP_TIMEOUT = 10.0
+
+
+@click.group()
+def emulator() -> None:
+    """Run the TPU emulator and script it: scenarios, injected faults, its clock.
+
+    The emulator serves the Cloud TPU v2 gRPC API on emulator.host:emulator.grpc_port
+    (what the worker dials when tpu.endpoint is `emulator`) and a small HTTP control API
+    on emulator.control_port, which every command here except `serve` talks to.
+    `keeper dev up` starts it in the background; `keeper emulator serve` runs it in the
+    foreground instead.
+    """
+
+
+def _control_url(settings: EmulatorSettings, path: str) -> str:
+    host = f"[{settings.host}]" if ":" in settings.host else settings.host
+    return f"http://{host}:{settings.control_port}{path}"
+
+
+def _server_error(response: httpx.Response) -> str:
+    try:
+        body = response.json()
+    except ValueError:
+        return response.text.strip() or response.reason_phrase
+    if isinstance(body, Mapping):
+        for key in ("error", "detail", "message"):
+            if body.get(key):
+                value = body[key]
+                return value if isinstance(value, str) else json.dumps(value)
+    return json.dumps(body)
+
+
+def _call(keeper: KeeperContext, method: str, path: str, body: Any = None) -> Any:
+    """One control-API request; the decoded JSON answer (or text), or a ClickException."""
+    settings = keeper.settings.emulator
+    url = _control_url(settings, path)
+    try:
+        response = httpx.request(method, url, json=body, timeout=HTTP_TIMEOUT)
+    except httpx.ConnectError as err:
+        raise click.ClickException(
+            f"The TPU emulator is not running at {url.rsplit(path, 1)[0]} "
+            f"(emulator.host/emulator.control_port): start it with `keeper dev up` "
+            f"(or `keeper emulator serve`).\n  ({err})"
+        ) from err
+    except httpx.HTTPError as err:
+        raise click.ClickException(f"{method} {url} failed: {err}") from err
+    if response.status_code == 400:
+        raise click.ClickException(f"the emulator rejected it: {_server_error(response)}")
+    if response.status_code >= 300:
+        raise click.ClickException(
+            f"{method} {url}: HTTP {response.status_code}: {_server_error(response)}"
+        )
+    if not response.content:
+        return None
+    try:
+        return response.json()
+    except ValueError:
+        return response.text
+
+
+# -- serve ---------------------------------------------------------------------------------
+
+
+def _config_kwargs(config_type: Any, settings: EmulatorSettings) -> dict[str, Any]:
+    values = settings.model_dump()
+    if dataclasses.is_dataclass(config_type):
+        accepted = {f.name for f in dataclasses.fields(config_type)}
+    elif hasattr(config_type, "model_fields"):
+        accepted = set(config_type.model_fields)
+    else:
+        accepted = set(inspect.signature(config_type).parameters)
+    return {key: value for key, value in values.items() if key in accepted}
+
+
+@emulator.command()
+@click.option(
+    "--log-level",
+    type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
+    default="INFO",
+    show_default=True,
+    help="Level of the emulator's log lines on stderr.",
+)
+@pass_keeper
+def serve(keeper: KeeperContext, log_level: str) -> None:
+    """Run the emulator in the foreground with the `emulator:` settings (Ctrl-C stops it).
+
+    Uses emulator.host, grpc_port, control_port, ip_prefix, vm_health_port and
+    scenario_file. Do not run it while `keeper dev up` has one running on the same ports.
+    """
+    try:
+        from emulators.tpu import EmulatorConfig
+        from emulators.tpu import serve as serve_emulator
+    except ImportError as err:
+        raise click.ClickException(
+            f"the TPU emulator (emulators.tpu) cannot be imported: {err}\n"
+            "Reinstall with `pip install -e '.[dev]'`."
+        ) from err
+    logging.basicConfig(
+        level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    settings = keeper.settings.emulator
+    config = EmulatorConfig(**_config_kwargs(EmulatorConfig, settings))
+    click.echo(
+        f"TPU emulator: gRPC {settings.host}:{settings.grpc_port}, "
+        f"control {_control_url(settings, '/')}",
+        err=True,
+    )
+    try:
+        result = serve_emulator(config)
+        if inspect.isawaitable(result):
+            asyncio.run(_await(result))
+    except KeyboardInterrupt:
+        click.echo("stopped", err=True)
+
+
+async def _await(awaitable: Any) -> Any:
+    return await awaitable
+
+
+# -- state ---------------------------------------------------------------------------------
+
+
+def _items(value: Any, id_key: str = "id") -> list[dict[str, Any]]:
+    """A list of records from either a list of dicts or a dict keyed by id."""
+    if isinstance(value, Mapping):
+        out = []
+        for key, item in value.items():
+            record = dict(item) if isinstance(item, Mapping) else {"state": item}
+            record.setdefault(id_key, key)
+            out.append(record)
+        return out
+    if isinstance(value, list):
+        return [dict(item) if isinstance(item, Mapping) else {id_key: item} for item in value]
+    return []
+
+
+def _pick(record: Mapping[str, Any], *keys: str, default: Any = "-") -> Any:
+    for key in keys:
+        if record.get(key) not in (None, ""):
+            return record[key]
+    return default
+
+
+def _count(value: Any) -> int:
+    if isinstance(value, int):
+        return value
+    if isinstance(value, Iterable) and not isinstance(value, str | bytes):
+        return len(list(value))
+    return 0
+
+
+def _table(headers: tuple[str, ...], rows: list[tuple[Any, ...]]) -> list[str]:
+    cells = [tuple(str(c) for c in row) for row in rows]
+    widths = [max(len(h), *(len(r[i]) for r in cells)) for i, h in enumerate(headers)]
+    lines = ["  " + "  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True))]
+    lines += [
+        "  " + "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
+        for row in cells
+    ]
+    return lines
+
+
+def render_state(state: Mapping[str, Any]) -> str:
+    """A compact, human summary of the emulator's GET /state answer."""
+    lines: list[str] = []
+    clock = _pick(state, "now", default=None)
+    if clock is not None:
+        lines.append(f"emulator clock: {clock}")
+
+    qrs = _items(_pick(state, "queued_resources", default=[]))
+    lines.append(f"queued resources ({len(qrs)}):")
+    if qrs:
+        lines += _table(
+            ("ID", "STATE", "DELETED_AT"),
+            [
+                (
+                    _pick(qr, "id", "name"),
+                    _pick(qr, "state"),
+                    _pick(qr, "deleted_at"),
+                )
+                for qr in qrs
+            ],
+        )
+
+    nodes = _items(_pick(state, "nodes", default=[]))
+    lines.append(f"nodes ({len(nodes)}):")
+    if nodes:
+        lines += _table(
+            ("ID", "STATE", "IPS"),
+            [
+                (
+                    _pick(node, "id", "name"),
+                    _pick(node, "state"),
+                    _count(_pick(node, "ips", default=[])),
+                )
+                for node in nodes
+            ],
+        )
+
+    vms = _items(_pick(state, "vms", default=[]))
+    booted = sum(1 for vm in vms if vm.get("booted_at") or vm.get("booted") is True)
+    phoned = sum(1 for vm in vms if vm.get("phoned_home_at") or vm.get("phoned_home") is True)
+    stopped = sum(1 for vm in vms if vm.get("stopped_at"))
+    lines.append(f"VMs: {len(vms)} total, {booted} booted, {phoned} phoned home, {stopped} stopped")
+
+    calls = _pick(state, "calls", "api_calls", default={})
+    if isinstance(calls, Mapping) and calls:
+        total = sum(v for v in calls.values() if isinstance(v, int))
+        lines.append(f"API calls ({total}):")
+        width = max(len(str(k)) for k in calls)
+        lines += [f"  {str(k).ljust(width)}  {v}" for k, v in sorted(calls.items())]
+    else:
+        lines.append("API calls: none")
+
+    faults = _pick(state, "faults", default=[])
+    if isinstance(faults, list) and faults:
+        lines.append(f"pending faults ({len(faults)}):")
+        lines += [
+            f"  {_pick(f, 'method')} -> {_pick(f, 'code')} x{_pick(f, 'count')}"
+            + (f" (slice {f['slice']})" if f.get("slice") else "")
+            for f in faults
+            if isinstance(f, Mapping)
+        ]
+    return "\n".join(lines)
+
+
+@emulator.command()
+@click.option("--json", "as_json", is_flag=True, help="Print the raw JSON state.")
+@pass_keeper
+def state(keeper: KeeperContext, as_json: bool) -> None:
+    """Show the emulator's state: queued resources, nodes, VMs and API call counts.
+
+    Reads GET /state from the control API. Without --json it prints a compact table:
+    queued resources (id, state, deleted_at), nodes (id, state, number of IPs), how many
+    VMs booted and phoned home, and the API calls received per method.
+    """
+    answer = _call(keeper, "GET", "/state")
+    if as_json:
+        click.echo(json.dumps(answer, indent=2, default=str))
+    elif isinstance(answer, Mapping):
+        click.echo(render_state(answer))
+    else:
+        click.echo(answer)
+
+
+# -- scripting -----------------------------------------------------------------------------
+
+
+@emulator.command()
+@click.argument("slice_id")
+@click.option(
+    "--file",
+    "file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="The scenario as a YAML (or JSON) file.",
+)
+@click.option("--json", "inline", metavar="JSON", help="The scenario as inline JSON.")
+@pass_keeper
+def scenario(keeper: KeeperContext, slice_id: str, file: Path | None, inline: str | None) -> None:
+    """Set how the emulator plays out slice SLICE_ID (PUT /scenarios/SLICE_ID).
+
+    Give the scenario with exactly one of --file F.yaml or --json '{...}'; the fields are
+    described in docs/emulator.md. SLICE_ID `_default` replaces the default scenario.
+    The emulator validates it and answers 400 with the reason when it does not accept it.
+    """
+    if (file is None) == (inline is None):
+        raise click.UsageError("give the scenario with exactly one of --file or --json")
+    try:
+        body = yaml.safe_load(file.read_text()) if file is not None else json.loads(inline or "")
+    except (yaml.YAMLError, json.JSONDecodeError) as err:
+        raise click.BadParameter(str(err), param_hint="--file" if file else "--json") from err
+    answer = _call(keeper, "PUT", f"/scenarios/{slice_id}", body)
+    accepted = answer.get("scenario") if isinstance(answer, Mapping) else None
+    click.echo(f"scenario set for {slice_id}")
+    if accepted:
+        click.echo("  " + json.dumps(accepted, separators=(", ", ": ")))
+
+
+@emulator.command()
+@click.argument("method")
+@click.argument("code")
+@click.option(
+    "--count",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="How many calls of METHOD fail before it behaves again.",
+)
+@pass_keeper
+def fault(keeper: KeeperContext, method: str, code: str, count: int) -> None:
+    """Make the next calls of API METHOD fail with gRPC status CODE (POST /faults).
+
+    METHOD is a TPU API method name such as GetQueuedResource, or * for every method.
+    CODE is a gRPC status name other than OK (UNAVAILABLE, RESOURCE_EXHAUSTED, ...).
+
+    \b
+    Examples:
+      keeper emulator fault CreateQueuedResource RESOURCE_EXHAUSTED
+      keeper emulator fault GetQueuedResource UNAVAILABLE --count 3
+    """
+    body = {"method": method, "code": code.upper(), "count": count}
+    answer = _call(keeper, "POST", "/faults", body)
+    fault = answer.get("fault") if isinstance(answer, Mapping) else None
+    fault = fault if isinstance(fault, Mapping) else body
+    click.echo(
+        f"fault added: the next {fault.get('count', count)} call(s) of "
+        f"{fault.get('method', method)} fail with {fault.get('code', code)}"
+    )
+
+
+@emulator.command()
+@click.argument("seconds")
+@pass_keeper
+def advance(keeper: KeeperContext, seconds: str) -> None:
+    """Move the emulator's clock forward by SECONDS (POST /clock/advance).
+
+    SECONDS is a number of seconds or a duration such as 90s, 10m or 1h30m. Phases that
+    are timed (QR provisioning, VM boot) complete as if that much time had passed.
+    """
+    parsed = parse_duration(seconds)
+    try:
+        amount = parsed.total_seconds() if hasattr(parsed, "total_seconds") else float(parsed)
+    except ValueError as err:
+        raise click.BadParameter(f"{seconds!r} is not seconds or a duration") from err
+    if amount <= 0:
+        raise click.BadParameter("must be positive", param_hint="SECONDS")
+    answer = _call(keeper, "POST", "/clock/advance", {"seconds": amount})
+    now = answer.get("now") if isinstance(answer, Mapping) else None
+    click.echo(f"clock advanced by {amount:g}s" + (f"; emulator time is now {now}" if now else ""))

@@ -1,0 +1,346 @@
+"""`keeper dev` and `keeper emulator` end to end: real processes on free ports, temp dirs.
+
+Every test writes its own config file (free ports, a temporary `.dev`), runs `keeper` as a
+subprocess, and stops whatever it started, so it neither needs nor disturbs a developer's
+own stack on the default ports.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from cli.context import KeeperContext
+from cli.dev import dev
+from cli.devstack.layout import plan, run_dir
+from cli.devstack.procs import PidRecord, pid_alive
+from cli.emulator import emulator, render_state
+from runtime.settings import CONFIG_ENV, ENV_OVERRIDES, load_settings
+
+HAVE_EMULATOR = importlib.util.find_spec("emulators.tpu") is not None
+NEEDS_EMULATOR = pytest.mark.skipif(
+    not HAVE_EMULATOR,
+    reason="emulators.tpu is not importable yet: the worker needs the emulator (tpu=gcp "
+    "would need real credentials), so the full-stack test cannot run",
+)
+COMPONENTS = ("temporal", "emulator", "worker")
+
+
+def free_ports(count: int) -> list[int]:
+    """Ports nothing listens on right now (all held at once, so they are distinct)."""
+    with contextlib.ExitStack() as stack:
+        socks = [stack.enter_context(socket.socket()) for _ in range(count)]
+        for sock in socks:
+            sock.bind(("127.0.0.1", 0))
+        return [sock.getsockname()[1] for sock in socks]
+
+
+@dataclass
+class Keeper:
+    """Runs `keeper --config <file>` in a clean environment from a temporary directory."""
+
+    root: Path
+    config: Path
+    env: dict[str, str]
+    ports: dict[str, int]
+
+    def run(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "cli.main", "--config", str(self.config), *args],
+            cwd=self.root,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+
+    def ok(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        result = self.run(*args, timeout=timeout)
+        assert result.returncode == 0, _explain(args, result)
+        return result
+
+    def status(self) -> tuple[int, dict[str, Any]]:
+        result = self.run("dev", "status", "--json")
+        assert result.returncode in (0, 3), _explain(("dev", "status", "--json"), result)
+        return result.returncode, json.loads(result.stdout)
+
+    def pids(self) -> dict[str, int | None]:
+        return {name: c["pid"] for name, c in self.status()[1]["components"].items()}
+
+    @property
+    def run_dir(self) -> Path:
+        return self.root / ".dev" / "run"
+
+
+def _explain(args: tuple[str, ...], result: subprocess.CompletedProcess[str]) -> str:
+    return (
+        f"`keeper {' '.join(args)}` exited {result.returncode}\n"
+        f"--- stdout ---\n{result.stdout}\n--- stderr ---\n{result.stderr}"
+    )
+
+
+def _clean_env() -> dict[str, str]:
+    drop = {*ENV_OVERRIDES, CONFIG_ENV}
+    env = {k: v for k, v in os.environ.items() if k not in drop}
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def _write_config(root: Path, tpu_endpoint: str) -> tuple[Path, dict[str, int]]:
+    grpc, ui, emu_grpc, emu_control, vm_health = free_ports(5)
+    ports = {
+        "grpc": grpc,
+        "ui": ui,
+        "emu_grpc": emu_grpc,
+        "emu_control": emu_control,
+        "vm_health": vm_health,
+    }
+    config = {
+        "temporal": {
+            "address": f"127.0.0.1:{grpc}",
+            "namespace": "default",
+            "ui_port": ui,
+            "db_file": str(root / ".dev" / "temporal.db"),
+            "task_queue": "keeper-dev-stack-test",
+        },
+        "tpu": {"endpoint": tpu_endpoint, "emulator_address": f"127.0.0.1:{emu_grpc}"},
+        "emulator": {
+            "host": "127.0.0.1",
+            "grpc_port": emu_grpc,
+            "control_port": emu_control,
+            # Apart from the suite's shared emulator (127.31) and a developer's (127.20).
+            "ip_prefix": "127.33",
+            "vm_health_port": vm_health,
+            "scenario_file": None,
+        },
+        "worker": {"log_dir": str(root / ".dev" / "logs")},
+    }
+    path = root / "keeper-test.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path, ports
+
+
+def _kill_leftovers(run: Path) -> None:
+    """Last resort after a failed test: kill whatever the pid files still name."""
+    for pid_file in run.glob("*.pid"):
+        record = PidRecord.load(pid_file)
+        if record is not None and pid_alive(record.pid):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(record.pid, signal.SIGKILL)
+
+
+@pytest.fixture
+def keeper(tmp_path: Path) -> Iterator[Keeper]:
+    config, ports = _write_config(tmp_path, "emulator" if HAVE_EMULATOR else "gcp")
+    k = Keeper(root=tmp_path, config=config, env=_clean_env(), ports=ports)
+    try:
+        yield k
+    finally:
+        if k.run_dir.exists():
+            k.run("dev", "down", "--timeout", "5")
+            _kill_leftovers(k.run_dir)
+
+
+def _wait_gone(pids: list[int], seconds: float = 10) -> list[int]:
+    deadline = time.monotonic() + seconds
+    alive = [p for p in pids if pid_alive(p)]
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.1)
+        alive = [p for p in alive if pid_alive(p)]
+    return alive
+
+
+# -- the full stack ------------------------------------------------------------------------
+
+
+@pytest.mark.e2e
+@NEEDS_EMULATOR
+def test_up_is_healthy_idempotent_recovers_a_dead_worker_and_down_stops_everything(
+    keeper: Keeper,
+) -> None:
+    up = keeper.ok("dev", "up", "--timeout", "90")
+    for name in COMPONENTS:
+        assert f"{name}" in up.stdout
+    assert "The dev stack is up" in up.stdout
+
+    code, report = keeper.status()
+    assert code == 0, report
+    assert report["healthy"] is True
+    assert report["ui_url"] == f"http://127.0.0.1:{keeper.ports['ui']}"
+    for name in ("temporal", "emulator"):
+        component = report["components"][name]
+        assert component["state"] == "running", component
+        assert component["healthy"] is True, component
+    # The worker is `keeper worker` (cli/worker.py): healthy means it polls the task queue.
+    worker = report["components"]["worker"]
+    assert worker["state"] == "running" and worker["healthy"] is True, (
+        f"keeper worker did not start or does not poll the task queue: {worker}\n"
+        + "\n".join((keeper.root / ".dev/logs/worker.log").read_text().splitlines()[-20:])
+    )
+    first = keeper.pids()
+    assert all(first.values()), first
+
+    # Idempotent: a second `up` starts nothing.
+    again = keeper.ok("dev", "up")
+    assert again.stdout.count("already running") == 3, again.stdout
+    assert keeper.pids() == first
+
+    # Only some running: a dead worker is noticed by status and restarted alone by `up`.
+    os.killpg(first["worker"], signal.SIGKILL)
+    assert not _wait_gone([first["worker"]])
+    code, report = keeper.status()
+    assert code == 3 and report["components"]["worker"]["state"] == "stopped", report
+    keeper.ok("dev", "up")
+    second = keeper.pids()
+    assert second["temporal"] == first["temporal"]
+    assert second["emulator"] == first["emulator"]
+    assert second["worker"] not in (None, first["worker"])
+
+    # The emulator's control API through `keeper emulator`.
+    state = json.loads(keeper.ok("emulator", "state", "--json").stdout)
+    assert "queued_resources" in state
+    assert "queued resources" in keeper.ok("emulator", "state").stdout
+    fault = keeper.ok("emulator", "fault", "GetQueuedResource", "unavailable", "--count", "2")
+    assert "UNAVAILABLE" in fault.stdout
+    rejected = keeper.run("emulator", "fault", "GetQueuedResource", "NOT_A_CODE")
+    assert rejected.returncode != 0 and "NOT_A_CODE" in rejected.stderr, rejected.stderr
+    assert "advanced by 90s" in keeper.ok("emulator", "advance", "90s").stdout
+    bad = keeper.run("emulator", "scenario", "s1", "--json", '{"no_such_field": 1}')
+    assert bad.returncode != 0 and "no_such_field" in bad.stderr, bad.stderr
+
+    down = keeper.ok("dev", "down")
+    for name in COMPONENTS:
+        assert f"{name}" in down.stdout
+    assert not _wait_gone(list(second.values())), "processes survived `keeper dev down`"
+    assert not list(keeper.run_dir.glob("*.pid"))
+    code, report = keeper.status()
+    assert code == 3
+    assert {c["state"] for c in report["components"].values()} == {"stopped"}
+
+    not_running = keeper.run("emulator", "state")
+    assert not_running.returncode != 0 and "keeper dev up" in not_running.stderr
+
+
+# -- failure paths that start nothing ------------------------------------------------------
+
+
+@pytest.mark.e2e
+def test_a_port_held_by_another_process_is_named_and_nothing_starts(keeper: Keeper) -> None:
+    port = keeper.ports["ui"]
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", port))
+        squatter.listen()
+        result = keeper.run("dev", "up", "--timeout", "20")
+    assert result.returncode != 0
+    assert str(port) in result.stderr, result.stderr
+    assert "temporal UI" in result.stderr and "temporal.ui_port" in result.stderr
+    if Path("/proc/net/tcp").exists():  # who holds it, where /proc tells
+        assert f"pid {os.getpid()}" in result.stderr
+    assert "Nothing was started" in result.stderr
+    assert not list(keeper.run_dir.glob("*.pid"))
+
+
+@pytest.mark.e2e
+def test_stale_pid_files_are_reported_and_cleaned(keeper: Keeper) -> None:
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    keeper.run_dir.mkdir(parents=True)
+    record = PidRecord(pid=dead.pid, argv=["gone"], cwd=str(keeper.root), log_file="x.log")
+    (keeper.run_dir / "worker.pid").write_text(record.dump())
+
+    code, report = keeper.status()
+    assert code == 3
+    assert "stale pid file" in report["components"]["worker"]["detail"]
+
+    down = keeper.ok("dev", "down")
+    assert "stale pid file" in down.stdout
+    assert not (keeper.run_dir / "worker.pid").exists()
+
+
+@pytest.mark.e2e
+def test_a_remote_temporal_is_only_checked_never_started(keeper: Keeper) -> None:
+    config = yaml.safe_load(keeper.config.read_text())
+    config["temporal"]["address"] = "192.0.2.1:7233"  # TEST-NET-1: never answers
+    config["tpu"]["endpoint"] = "gcp"
+    keeper.config.write_text(yaml.safe_dump(config))
+
+    result = keeper.run("dev", "up", "--timeout", "1")
+    assert result.returncode == 1
+    assert "not local: not starting a server" in result.stdout
+    assert "not reachable" in result.stderr
+    assert not (keeper.run_dir / "temporal.pid").exists()
+    code, report = keeper.status()
+    assert code == 3 and report["components"]["temporal"]["state"] == "external"
+
+
+# -- in-process: help, command lines, rendering --------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("group", "args"),
+    [
+        (dev, []),
+        (dev, ["up"]),
+        (dev, ["down"]),
+        (dev, ["status"]),
+        (emulator, []),
+        (emulator, ["serve"]),
+        (emulator, ["state"]),
+        (emulator, ["scenario"]),
+        (emulator, ["fault"]),
+        (emulator, ["advance"]),
+    ],
+)
+def test_every_command_has_help(group: Any, args: list[str]) -> None:
+    result = CliRunner().invoke(group, [*args, "--help"], obj=KeeperContext())
+    assert result.exit_code == 0, result.output
+    assert len(result.output.split("\n\n", 2)[1]) > 20  # a real description, not just usage
+
+
+def test_command_lines_follow_the_settings(tmp_path: Path) -> None:
+    config, ports = _write_config(tmp_path, "emulator")
+    components = plan(load_settings(config, env={}), str(config))
+    temporal = components["temporal"].argv
+    assert temporal[1:3] == ("server", "start-dev")
+    assert ("--port", str(ports["grpc"])) == temporal[temporal.index("--port") :][:2]
+    assert ("--ui-port", str(ports["ui"])) == temporal[temporal.index("--ui-port") :][:2]
+    assert "SliceName=Keyword" in temporal and "--search-attribute" in temporal
+    assert "--db-filename" in temporal
+    assert "--scenario-file" not in components["emulator"].argv  # unset in this config
+    assert components["worker"].argv[-3:] == ("--config", str(config.resolve()), "worker")
+    assert run_dir(load_settings(config, env={})) == tmp_path / ".dev" / "run"
+
+
+def test_state_rendering_is_compact() -> None:
+    text = render_state(
+        {
+            "now": "2026-01-01T00:00:00+00:00",
+            "queued_resources": [{"id": "qr-a", "state": "ACTIVE", "deleted_at": None}],
+            "nodes": [{"id": "node-a", "state": "READY", "ips": ["127.20.0.1", "127.20.0.2"]}],
+            "vms": [
+                {"booted_at": "t", "phoned_home_at": "t", "stopped_at": None},
+                {"booted_at": "t", "phoned_home_at": None, "stopped_at": None},
+            ],
+            "calls": {"GetQueuedResource": 3, "CreateQueuedResource": 1},
+            "faults": [],
+        }
+    )
+    assert "qr-a" in text and "ACTIVE" in text
+    assert "node-a" in text and "READY" in text
+    assert "2 total, 2 booted, 1 phoned home" in text
+    assert "API calls (4)" in text and "GetQueuedResource" in text
