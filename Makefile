@@ -15,7 +15,7 @@ STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 # e.g. make demo KEEPER_ARGS='--config my.yaml'
 KEEPER_ARGS ?=
-KEEPER := $(BIN)/keeper $(KEEPER_ARGS)
+KEEPER := $(strip $(BIN)/keeper $(KEEPER_ARGS))
 
 .DEFAULT_GOAL := help
 .PHONY: help venv test demo up down status lint fmt clean
