@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 
 from google.api_core import exceptions as gexc
@@ -33,8 +34,12 @@ from domain.slice_request import Capacity, SliceRequest
 from runtime.tracing import tracer
 
 NOT_YET = "NotYet"
-# A delete is confirmed by reading NotFound; this is how often we look while it runs.
-DELETE_CONFIRM_INTERVAL = 2.0
+# A delete is confirmed by reading NotFound; we look quickly at first, then every few seconds.
+CONFIRM_FIRST_INTERVAL = 0.1
+CONFIRM_MAX_INTERVAL = 3.0
+# A resource still there this long after our delete gets the delete sent again: a delete
+# operation can fail on the cloud side without the resource ever leaving DELETING.
+REDELETE_AFTER = 60.0
 HEALTH_PORT_METADATA = "keeper-health-port"
 HEALTH_PATH_METADATA = "keeper-health-path"
 
@@ -245,8 +250,9 @@ class TpuActivities:
             return CreateOutcome(created=False, name=name)
         owner = labels.get(naming.LABEL_OWNER, "someone outside keeper")
         raise ApplicationError(
-            f"{name} already exists and belongs to {owner} (run {labels.get(naming.LABEL_RUN, '?')});"
-            " delete it with `keeper tpu delete` or choose another slice name",
+            f"{name} already exists and belongs to {owner} "
+            f"(run {labels.get(naming.LABEL_RUN, '?')}); delete it with `keeper tpu delete` "
+            "or choose another slice name",
             type="SliceNameTaken",
             non_retryable=True,
         )
@@ -278,23 +284,12 @@ class TpuActivities:
             return report.model_copy(update={"already_gone": [*report.already_gone, name]})
         if not _owned_by(_labels_of_qr(qr), inp.owner_workflow_id, inp.owner_run_id):
             return report.model_copy(update={"not_ours": [*report.not_ours, name]})
-        if qr.state.state.name != "DELETING":
-            activity.logger.info("deleting %s (force): %s", name, inp.reason)
-            try:
-                with tracer().start_as_current_span(
-                    "tpu.DeleteQueuedResource", attributes={"name": name}
-                ):
-                    await self._client.delete_queued_resource(
-                        request=tpu_v2.DeleteQueuedResourceRequest(
-                            name=name,
-                            force=True,
-                            request_id=str(uuid.uuid5(uuid.NAMESPACE_URL, f"{name}/{inp.reason}")),
-                        ),
-                        timeout=self._timeout,
-                    )
-            except gexc.NotFound:
-                return report.model_copy(update={"already_gone": [*report.already_gone, name]})
-        await self._until_gone(name, self._get_qr)
+        # Sent even when the QR already shows DELETING: that may be someone else's delete
+        # that failed, and a second force delete of a deleting QR is harmless.
+        activity.logger.info("deleting %s (force): %s", name, inp.reason)
+        if not await self._send_qr_delete(name, inp.reason):
+            return report.model_copy(update={"already_gone": [*report.already_gone, name]})
+        await self._until_gone(name, self._get_qr, lambda: self._send_qr_delete(name, inp.reason))
         return report.model_copy(update={"deleted": [*report.deleted, name]})
 
     async def _delete_node(
@@ -309,22 +304,60 @@ class TpuActivities:
             return report.model_copy(update={"not_ours": [*report.not_ours, name]})
         if node.state.name != "DELETING":
             activity.logger.info("deleting node %s: %s", name, inp.reason)
-            try:
-                with tracer().start_as_current_span("tpu.DeleteNode", attributes={"name": name}):
-                    await self._client.delete_node(name=name, timeout=self._timeout)
-            except gexc.NotFound:
+            if not await self._send_node_delete(name):
                 return report.model_copy(update={"already_gone": [*report.already_gone, name]})
-        await self._until_gone(name, self._get_node)
+        await self._until_gone(name, self._get_node, lambda: self._send_node_delete(name))
         return report.model_copy(update={"deleted": [*report.deleted, name]})
 
-    async def _until_gone(self, name: str, get: object) -> None:
+    async def _send_qr_delete(self, name: str, reason: str) -> bool:
+        """Sends a force delete; False when the QR is already gone."""
+        try:
+            with tracer().start_as_current_span(
+                "tpu.DeleteQueuedResource", attributes={"name": name}
+            ):
+                await self._client.delete_queued_resource(
+                    request=tpu_v2.DeleteQueuedResourceRequest(
+                        name=name,
+                        force=True,
+                        request_id=str(uuid.uuid5(uuid.NAMESPACE_URL, f"{name}/{reason}")),
+                    ),
+                    timeout=self._timeout,
+                )
+        except gexc.NotFound:
+            return False
+        except gexc.FailedPrecondition as err:
+            activity.logger.info("delete of %s not accepted yet (%s); waiting", name, err.message)
+        return True
+
+    async def _send_node_delete(self, name: str) -> bool:
+        try:
+            with tracer().start_as_current_span("tpu.DeleteNode", attributes={"name": name}):
+                await self._client.delete_node(name=name, timeout=self._timeout)
+        except gexc.NotFound:
+            return False
+        return True
+
+    async def _until_gone(
+        self,
+        name: str,
+        get: Callable[[str], Awaitable[object | None]],
+        redelete: Callable[[], Awaitable[bool]],
+    ) -> None:
         # Reading NotFound is the only proof that matters: an operation marked done says
         # nothing about a second resource a retried create may have left behind.
+        interval = CONFIRM_FIRST_INTERVAL
+        loop = asyncio.get_running_loop()
+        last_delete = loop.time()
         while True:
             activity.heartbeat(f"waiting for {name} to disappear")
-            if await get(name) is None:  # type: ignore[operator]
+            if await get(name) is None:
                 return
-            await asyncio.sleep(DELETE_CONFIRM_INTERVAL)
+            if loop.time() - last_delete > REDELETE_AFTER:
+                activity.logger.warning("%s still exists; sending the delete again", name)
+                await redelete()
+                last_delete = loop.time()
+            await asyncio.sleep(interval)
+            interval = min(interval * 2, CONFIRM_MAX_INTERVAL)
 
     # -- sweep ---------------------------------------------------------------------------
 

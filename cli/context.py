@@ -20,7 +20,8 @@ class KeeperContext:
             try:
                 self._settings = load_settings(self.config_file)
             except SettingsError as err:
-                raise click.ClickException(f"{err}\nFix the file or the variable and retry.")
+                message = f"{err}\nFix the file or the variable and retry."
+                raise click.ClickException(message) from None
         return self._settings
 
 

@@ -67,3 +67,15 @@ def deadline_for(request: SliceRequest, phase: Phase) -> timedelta:
 
 def deadlines(request: SliceRequest) -> dict[Phase, timedelta]:
     return {phase: deadline_for(request, phase) for phase in phase_plan(request)}
+
+
+BACKSTOP_GRACE = timedelta(minutes=1)
+
+
+def backstop(assign_budget: timedelta, poll_interval: timedelta) -> timedelta:
+    """valid_until_duration for the QR: the assign budget plus a little.
+
+    It is a backstop for when keeper cannot act (every worker down), so it must not beat
+    keeper's own deadline, which fires within one poll interval of the budget.
+    """
+    return assign_budget + 2 * poll_interval + BACKSTOP_GRACE

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-
 from collections.abc import AsyncIterator
 
 import pytest

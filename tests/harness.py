@@ -49,7 +49,7 @@ async def register_search_attributes(client: Client) -> None:
 
 def test_settings() -> Settings:
     settings = Settings()
-    settings.health.timeout = timedelta(seconds=1)
+    settings.health.timeout = timedelta(seconds=0.5)
     settings.tpu.call_timeout = timedelta(seconds=5)
     settings.worker.graceful_shutdown = timedelta(seconds=1)
     return settings
@@ -90,16 +90,23 @@ async def history_length(handle: WorkflowHandle[Any, Any]) -> int:
 
 
 async def follow_clock(env: WorkflowEnvironment, emulator: TpuEmulator) -> None:
-    """Keeps the emulator's clock on the time-skipping server's clock.
+    """Moves the emulator's clock forward by whatever time the test server skips.
 
     Skipped hours exist only on the server; the emulated cloud must see them too for a
-    QR scenario such as "assigned after four hours" to play out.
+    scenario such as "assigned after four hours" to play out. Only the skipped part is
+    added (server time gained minus real time passed), since the emulator's own clock
+    already runs in real time. Following deltas rather than the absolute server time keeps
+    this working after a test moved the emulator's clock ahead on its own.
     """
+    loop = asyncio.get_running_loop()
+    last_server, last_real = await env.get_current_time(), loop.time()
     while True:
-        server_now = await env.get_current_time()
-        if server_now > emulator.now():
-            emulator.set_now(server_now)
         await asyncio.sleep(0.005)
+        server, real = await env.get_current_time(), loop.time()
+        skipped = (server - last_server).total_seconds() - (real - last_real)
+        if skipped > 0:
+            emulator.advance(skipped)
+        last_server, last_real = server, real
 
 
 def handed_over(*slices: str) -> frozenset[str]:

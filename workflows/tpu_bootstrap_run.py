@@ -35,7 +35,7 @@ with workflow.unsafe.imports_passed_through():
     from domain.durations import format_duration
     from domain.naming import queued_resource_name
     from domain.observation import SliceObservation, bucket, progress_key
-    from domain.phases import Phase, deadlines
+    from domain.phases import Phase, backstop, deadlines
     from domain.qr_state import QrStage
     from domain.status_view import render_details
     from workflows import activity_options as opts
@@ -129,7 +129,7 @@ class TpuSliceBootstrapRun:
                     request=req,
                     owner=self._inp.owner,
                     request_id=self._inp.request_id,
-                    valid_until=assign_budget or timedelta(hours=4),
+                    valid_until=backstop(assign_budget, req.poll_interval),
                 ),
                 start_to_close_timeout=opts.CALL_TIMEOUT,
                 schedule_to_close_timeout=opts.CREATE_BUDGET,

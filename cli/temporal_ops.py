@@ -1,0 +1,37 @@
+"""Temporal calls the `keeper tpu` commands share."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
+from temporalio.service import RPCError, RPCStatusCode
+
+from runtime.settings import Settings
+from runtime.temporal_client import connect
+from runtime.tracing import setup_tracing
+
+
+async def client_for(settings: Settings) -> Client:
+    try:
+        return await connect(settings.temporal, setup_tracing(settings.tracing))
+    except RuntimeError as err:
+        raise click.ClickException(
+            f"cannot reach Temporal at {settings.temporal.address} "
+            f"(namespace {settings.temporal.namespace}): {err}\n"
+            "Start the local stack with `keeper dev up`, or set TEMPORAL_ADDRESS."
+        ) from err
+
+
+async def describe_or_none(handle: WorkflowHandle[Any, Any]) -> Any:
+    try:
+        return await handle.describe()
+    except RPCError as err:
+        if err.status is RPCStatusCode.NOT_FOUND:
+            return None
+        raise
+
+
+def is_running(description: Any) -> bool:
+    return description is not None and description.status is WorkflowExecutionStatus.RUNNING
