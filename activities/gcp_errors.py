@@ -49,7 +49,7 @@ class RateLimitTracker:
 def to_application_error(
     err: gexc.GoogleAPICallError, action: str, retry_after: timedelta | None = None
 ) -> Exception:
-    """Returns the exception to raise for `err`; transient errors come back unchanged."""
+    """Returns the exception to raise for `err`."""
     for kind, advice in NON_RETRYABLE.items():
         if isinstance(err, kind):
             return ApplicationError(
@@ -63,4 +63,6 @@ def to_application_error(
             type="RateLimited",
             next_retry_delay=retry_after,
         )
-    return err
+    # Transient: retried by the RetryPolicy. Re-wrapped so the failure carries a clean
+    # message and type instead of a gRPC error object the converter has to pick apart.
+    return ApplicationError(f"{action}: {err.message}", type=type(err).__name__)

@@ -183,7 +183,7 @@ class TpuActivities:
         except gexc.GoogleAPICallError as err:
             base = info.retry_policy.initial_interval if info.retry_policy else None
             delay = self._rate_limits.next_delay(key, base)
-            raise to_application_error(err, f"reading slice {inp.slice.slice_name}", delay) from err
+            raise to_application_error(err, f"reading slice {inp.slice.slice_name}", delay) from None
         self._rate_limits.clear(key)
         if progress_key(obs) == inp.last_key:
             raise not_yet(
@@ -236,7 +236,7 @@ class TpuActivities:
         except gexc.AlreadyExists:
             return await self._claim_existing(inp, name)
         except gexc.GoogleAPICallError as err:
-            raise to_application_error(err, f"creating {name}") from err
+            raise to_application_error(err, f"creating {name}") from None
         return CreateOutcome(created=True, name=name)
 
     async def _claim_existing(self, inp: CreateSliceInput, name: str) -> CreateOutcome:

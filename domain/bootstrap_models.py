@@ -143,6 +143,8 @@ class BootstrapStatus(_Message):
     error: str | None = None
     compensation: str | None = None
     updated_at: datetime | None = None
+    # Progress signals can arrive out of order; the receiver keeps the highest revision.
+    revision: int = 0
 
 
 class BootstrapRunInput(_Message):

@@ -34,7 +34,7 @@ def describe(report: DeletionReport) -> str:
     if report.deleted:
         parts.append("deleted " + ", ".join(n.rsplit("/", 1)[-1] for n in report.deleted))
     if report.already_gone and not report.deleted:
-        parts.append("already gone")
+        parts.append("confirmed deleted (already gone)")
     if report.not_ours:
         parts.append("left alone (owned by another run): " + ", ".join(report.not_ours))
     return "; ".join(parts) or "nothing to delete"

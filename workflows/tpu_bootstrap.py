@@ -46,6 +46,8 @@ with workflow.unsafe.imports_passed_through():
 class TpuSliceBootstrap:
     def __init__(self) -> None:
         self._status: BootstrapStatus | None = None
+        # Set once the supervisor owns the final state; progress signals stop counting.
+        self._owns_final_state = False
 
     @workflow.query(description="Phase, deadline, QR state, VM counts and compensation.")
     def status(self) -> BootstrapStatus | None:
@@ -53,11 +55,10 @@ class TpuSliceBootstrap:
 
     @workflow.signal(name=PROGRESS_SIGNAL, description="Progress reported by the phase child.")
     def progress(self, status: BootstrapStatus) -> None:
-        # Signals can arrive after compensation started; the supervisor's own phase wins.
-        if self._status is not None and self._status.phase in (
-            Phase.COMPENSATE,
-            Phase.FAILED,
-            Phase.CANCELLED,
+        # Signals can arrive after compensation started (the supervisor's own phase wins)
+        # and out of order (the highest revision wins).
+        if self._status is not None and (
+            self._owns_final_state or status.revision <= self._status.revision
         ):
             return
         previous = self._status.phase if self._status else None
@@ -88,7 +89,7 @@ class TpuSliceBootstrap:
         )
         workflow.set_current_details(render_details(self._status))
         try:
-            return await workflow.execute_child_workflow(
+            result = await workflow.execute_child_workflow(
                 TpuSliceBootstrapRun.run,
                 BootstrapRunInput(
                     request=request,
@@ -117,8 +118,9 @@ class TpuSliceBootstrap:
             failure = _failure_of(err, self._status.phase)
             report, cancelled = await run_to_completion(self._compensate(failure.message))
             failure = failure.model_copy(update={"compensation": report})
+            cancelled = cancelled or isinstance(err.cause, CancelledError)
             await self._close(Phase.CANCELLED if cancelled else Phase.FAILED, failure, report)
-            if cancelled or isinstance(err.cause, CancelledError):
+            if cancelled:
                 raise asyncio.CancelledError(failure.message) from None
             raise ApplicationError(
                 f"{failure.message}; compensation: {describe(report)}",
@@ -133,9 +135,35 @@ class TpuSliceBootstrap:
             report, _ = await run_to_completion(self._compensate("bootstrap cancelled"))
             await self._close(Phase.CANCELLED, failure, report)
             raise
+        self._finish(result)
+        return result
+
+    def _finish(self, result: BootstrapResult) -> None:
+        # The child's last progress signal may still be in flight when it completes; the
+        # result is the authoritative end state.
+        assert self._status is not None
+        self._owns_final_state = True
+        now = workflow.now()
+        self._status = self._status.model_copy(
+            update={
+                "phase": Phase.DONE,
+                "phase_deadline_at": None,
+                "vms_with_ip": len(result.vms),
+                "vms_healthy": len(result.vms),
+                "nodes_ready": len(result.nodes),
+                "failing_vms": [],
+                "timings": [
+                    t if t.ended_at else t.model_copy(update={"ended_at": now})
+                    for t in self._status.timings
+                ],
+            }
+        )
+        workflow.upsert_search_attributes([sa.PHASE.value_set(Phase.DONE.value)])
+        workflow.set_current_details(render_details(self._status))
 
     async def _compensate(self, reason: str) -> DeletionReport:
         assert self._status is not None
+        self._owns_final_state = True
         self._status = self._status.model_copy(
             update={"phase": Phase.COMPENSATE, "error": reason, "compensation": "running"}
         )

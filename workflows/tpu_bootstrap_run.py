@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 from pydantic import ValidationError
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError, RetryState
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, RetryState
 from temporalio.workflow import ActivityCancellationType
 
 with workflow.unsafe.imports_passed_through():
@@ -56,6 +56,7 @@ class PhaseFailed(Exception):
 class TpuSliceBootstrapRun:
     def __init__(self) -> None:
         self._status: BootstrapStatus | None = None
+        self._signals: set[asyncio.Task[None]] = set()
 
     @workflow.query(description="Phase, deadline, QR state and VM counts of this bootstrap.")
     def status(self) -> BootstrapStatus | None:
@@ -139,6 +140,7 @@ class TpuSliceBootstrapRun:
                 f" {req.slice_name}",
             )
         except ActivityError as err:
+            _reraise_cancellation(err)
             raise PhaseFailed(self._failure(Phase.SUBMIT, "error", err)) from None
         return SliceObservation(
             expected_nodes=len(self._ref.node_ids), expected_vms=req.expected_vms
@@ -156,6 +158,7 @@ class TpuSliceBootstrapRun:
         deadline_at = started_at + budget
         await self._enter(phase, deadline_at, started_at=started_at)
         while not done(obs):  # type: ignore[operator]
+            self._raise_if_cancel_requested()
             self._raise_if_terminal(phase, obs)
             left = deadline_at - workflow.now()
             if left <= timedelta(0):
@@ -175,6 +178,7 @@ class TpuSliceBootstrapRun:
                     summary=f"{phase.value}: {what} (deadline {deadline_at:%H:%M:%S} UTC)",
                 )
             except ActivityError as err:
+                _reraise_cancellation(err)
                 if err.retry_state is RetryState.TIMEOUT:
                     raise PhaseFailed(self._deadline_failure(phase, budget, obs)) from None
                 raise PhaseFailed(self._failure(phase, "error", err)) from None
@@ -192,6 +196,7 @@ class TpuSliceBootstrapRun:
         report = HealthReport(total=len(obs.endpoints), healthy=0)
         last_bucket = -1
         while not report.all_healthy:
+            self._raise_if_cancel_requested()
             left = deadline_at - workflow.now()
             try:
                 report = await workflow.execute_activity_method(
@@ -213,6 +218,7 @@ class TpuSliceBootstrapRun:
                     f"(deadline {deadline_at:%H:%M:%S} UTC)",
                 )
             except ActivityError as err:
+                _reraise_cancellation(err)
                 last = _last_health_report(err)
                 if err.retry_state is RetryState.TIMEOUT:
                     failing = last.failing if last else []
@@ -318,13 +324,27 @@ class TpuSliceBootstrapRun:
 
     async def _publish(self) -> None:
         assert self._status is not None
+        self._status = self._status.model_copy(update={"revision": self._status.revision + 1})
         workflow.set_current_details(render_details(self._status))
+        # Sent from a task of its own: a cancel that lands while the main task awaits a
+        # signal that has already been delivered is swallowed by that await, and the
+        # workflow would go on polling as if nobody had asked it to stop.
+        task = asyncio.create_task(self._signal_parent(self._status))
+        self._signals.add(task)
+        task.add_done_callback(self._signals.discard)
+
+    async def _signal_parent(self, status: BootstrapStatus) -> None:
         parent = workflow.get_external_workflow_handle(self._inp.parent_workflow_id)
         try:
-            await parent.signal(PROGRESS_SIGNAL, self._status)
-        except ApplicationError:
+            await parent.signal(PROGRESS_SIGNAL, status)
+        except (ApplicationError, asyncio.CancelledError):
             # The supervisor may already be gone (terminated); progress is best effort.
             workflow.logger.debug("supervisor did not take the progress signal")
+
+    def _raise_if_cancel_requested(self) -> None:
+        """Belt and braces for any await that might swallow a cancellation."""
+        if workflow.cancellation_reason() is not None:
+            raise asyncio.CancelledError(workflow.cancellation_reason())
 
     def _result(self, obs: SliceObservation) -> BootstrapResult:
         assert self._status is not None
@@ -341,6 +361,12 @@ class TpuSliceBootstrapRun:
             phase_seconds=seconds,
             total_seconds=sum(seconds.values()),
         )
+
+
+def _reraise_cancellation(err: ActivityError) -> None:
+    """An activity of ours is only ever cancelled because this workflow was."""
+    if isinstance(err.cause, CancelledError):
+        raise asyncio.CancelledError(str(err.cause)) from None
 
 
 def _last_health_report(err: ActivityError) -> HealthReport | None:

@@ -1,0 +1,93 @@
+"""Helpers for the end-to-end tests on the Temporal dev server."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+from temporalio.client import WorkflowHandle
+from temporalio.testing import WorkflowEnvironment
+
+from domain.bootstrap_models import BootstrapStatus
+from domain.phases import Phase
+from emulators.tpu import TpuEmulator
+from tests.harness import tool_path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def dev_address(env: WorkflowEnvironment) -> str:
+    return env.client.service_client.config.target_host
+
+
+async def wait_for_phase(
+    handle: WorkflowHandle[Any, Any], phase: Phase, timeout: float = 30.0
+) -> BootstrapStatus:
+    seen: BootstrapStatus | None = None
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    while loop.time() < end:
+        try:
+            seen = await handle.query("status", result_type=BootstrapStatus)
+        except Exception:  # the workflow may not have run its first task yet
+            seen = None
+        if seen is not None and seen.phase == phase:
+            return seen
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"{handle.id} never reached {phase}; last seen {seen}")
+
+
+async def temporal_cli(env: WorkflowEnvironment, *args: str) -> subprocess.CompletedProcess[str]:
+    """Runs the temporal CLI without blocking the loop the in-process worker runs on."""
+    process = await asyncio.create_subprocess_exec(
+        tool_path("temporal"),
+        *args,
+        "--address",
+        dev_address(env),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(process.communicate(), 60)
+    return subprocess.CompletedProcess(
+        list(args), process.returncode or 0, out.decode(), err.decode()
+    )
+
+
+def write_config(
+    path: Path, env: WorkflowEnvironment, emulator: TpuEmulator, task_queue: str
+) -> Path:
+    config = {
+        "temporal": {"address": dev_address(env), "namespace": "default", "task_queue": task_queue},
+        "tpu": {
+            "endpoint": "emulator",
+            "emulator_address": emulator.grpc_target,
+            "project": "keeper-test",
+            "zone": "us-central2-b",
+            "call_timeout": "5s",
+        },
+        "health": {"timeout": "1s"},
+        "worker": {"log_dir": str(path.parent), "graceful_shutdown": "1s"},
+        "sweeper": {"interval": "1h"},
+    }
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def start_worker_process(config: Path, log: Path) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    for var in ("TEMPORAL_ADDRESS", "TEMPORAL_NAMESPACE", "KEEPER_TASK_QUEUE"):
+        env.pop(var, None)
+    with log.open("ab") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "cli.main", "--config", str(config), "worker"],
+            cwd=REPO,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+        )
