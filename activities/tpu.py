@@ -183,7 +183,8 @@ class TpuActivities:
         except gexc.GoogleAPICallError as err:
             base = info.retry_policy.initial_interval if info.retry_policy else None
             delay = self._rate_limits.next_delay(key, base)
-            raise to_application_error(err, f"reading slice {inp.slice.slice_name}", delay) from None
+            action = f"reading slice {inp.slice.slice_name}"
+            raise to_application_error(err, action, delay) from None
         self._rate_limits.clear(key)
         if progress_key(obs) == inp.last_key:
             raise not_yet(

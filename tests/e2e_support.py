@@ -26,11 +26,11 @@ def dev_address(env: WorkflowEnvironment) -> str:
 
 
 async def wait_for_phase(
-    handle: WorkflowHandle[Any, Any], phase: Phase, timeout: float = 30.0
+    handle: WorkflowHandle[Any, Any], phase: Phase, within: float = 30.0
 ) -> BootstrapStatus:
     seen: BootstrapStatus | None = None
     loop = asyncio.get_running_loop()
-    end = loop.time() + timeout
+    end = loop.time() + within
     while loop.time() < end:
         try:
             seen = await handle.query("status", result_type=BootstrapStatus)

@@ -218,7 +218,7 @@ async def test_worker_killed_mid_phase_and_restarted_finishes_without_leaks(
     worker = start_worker_process(config, log)
     try:
         handle = await start(dev_env, queue, request)
-        await wait_for_phase(handle, Phase.ASSIGN, timeout=60)
+        await wait_for_phase(handle, Phase.ASSIGN, within=60)
         worker.send_signal(signal.SIGKILL)
         worker.wait(10)
         await asyncio.sleep(1)
