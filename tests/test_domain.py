@@ -1,0 +1,230 @@
+"""Table tests for keeper's pure rules: phase plans, deadlines, states, progress, sweeps."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from pydantic import TypeAdapter, ValidationError
+
+from domain.bootstrap_models import OwnedResource, SweepCandidate
+from domain.durations import HumanDuration, format_duration, parse_duration
+from domain.naming import bootstrap_workflow_id, node_ids, owner_labels
+from domain.observation import NodeView, SliceObservation, bucket, progress_key
+from domain.phases import Phase, backstop, deadline_for, phase_plan
+from domain.qr_state import QrStage, qr_stage
+from domain.sweep import SweepAction, sweep_action
+from domain.topology import vms_per_node
+from tests.harness import slice_request
+
+
+@pytest.mark.parametrize(
+    ("state", "stage"),
+    [
+        ("CREATING", QrStage.WAITING),
+        ("ACCEPTED", QrStage.WAITING),
+        ("WAITING_FOR_RESOURCES", QrStage.WAITING),
+        ("PROVISIONING", QrStage.PROVISIONING),
+        ("ACTIVE", QrStage.ACTIVE),
+        ("FAILED", QrStage.TERMINAL),
+        ("SUSPENDING", QrStage.TERMINAL),
+        ("SUSPENDED", QrStage.TERMINAL),
+        ("DELETING", QrStage.TERMINAL),
+        ("NOT_FOUND", QrStage.TERMINAL),
+        ("SOMETHING_NEW", QrStage.WAITING),
+    ],
+)
+def test_queued_resource_stages(state: str, stage: QrStage):
+    assert qr_stage(state) is stage
+
+
+@pytest.mark.parametrize(
+    ("accelerator", "vms"),
+    [
+        ("v4-8", 1),
+        ("v4-32", 4),
+        ("v4-2048", 256),
+        ("v5p-128", 16),
+        ("v5litepod-1", 1),
+        ("v5litepod-8", 1),
+        ("v5litepod-16", 4),
+        ("v6e-256", 64),
+        ("v2-8", 1),
+    ],
+)
+def test_vms_per_node(accelerator: str, vms: int):
+    assert vms_per_node(accelerator) == vms
+
+
+@pytest.mark.parametrize(
+    ("capacity", "plan"),
+    [
+        ("reserved", [Phase.ASSIGN, Phase.PROVISION, Phase.READY, Phase.HEALTH]),
+        ("spot", [Phase.ASSIGN, Phase.PROVISION, Phase.READY, Phase.HEALTH]),
+        ("on-demand", [Phase.READY, Phase.HEALTH]),
+        ("preemptible", [Phase.READY, Phase.HEALTH]),
+    ],
+)
+def test_phase_plan(capacity: str, plan: list[Phase]):
+    assert phase_plan(slice_request(capacity=capacity)) == plan
+
+
+@pytest.mark.parametrize(
+    ("accelerator", "overrides", "phase", "budget"),
+    [
+        ("v4-32", {}, Phase.ASSIGN, timedelta(hours=4)),
+        ("v4-32", {}, Phase.PROVISION, timedelta(hours=1)),
+        ("v4-32", {}, Phase.READY, timedelta(minutes=10)),
+        ("v4-32", {}, Phase.HEALTH, timedelta(minutes=10)),
+        ("v4-512", {}, Phase.READY, timedelta(minutes=15)),  # 64 VMs
+        ("v4-4096", {}, Phase.HEALTH, timedelta(minutes=30)),  # 512 VMs
+        ("v4-4096", {"health": "12m"}, Phase.HEALTH, timedelta(minutes=12)),
+        ("v4-32", {"assign": "PT2H"}, Phase.ASSIGN, timedelta(hours=2)),
+        ("v4-32", {"provision": 90}, Phase.PROVISION, timedelta(seconds=90)),
+    ],
+)
+def test_deadlines_with_size_rule_and_overrides(accelerator, overrides, phase, budget):
+    request = slice_request(accelerator_type=accelerator, deadlines=overrides)
+    assert deadline_for(request, phase) == budget
+
+
+def test_backstop_outlasts_keepers_own_assign_deadline():
+    assert backstop(timedelta(hours=4), timedelta(seconds=30)) == timedelta(hours=4, minutes=2)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "problem"),
+    [
+        ("slice_name", "Has_Upper", "slice_name"),
+        ("zone", "us-central2", "zone"),
+        ("accelerator_type", "v9-8", "accelerator_type"),
+        ("health_port", 0, "health_port"),
+        ("poll_interval", "100ms", "poll_interval"),
+        ("labels", {"keeper-owner": "x"}, "reserved"),
+        ("labels", {"team": "Not Valid"}, "label"),
+        ("node_count", 0, "node_count"),
+        ("deadlines", {"assign": "-1h"}, "assign"),
+        ("deadlines", {"warmup": "1h"}, "warmup"),
+    ],
+)
+def test_bad_requests_name_the_field(field, value, problem):
+    with pytest.raises(ValidationError) as caught:
+        slice_request(**{field: value})
+    assert problem in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"capacity": "reserved", "reservation_name": None}, "reservation_name is required"),
+        ({"capacity": "spot", "reservation_name": "r"}, "only valid with capacity 'reserved'"),
+        ({"capacity": "on-demand", "node_count": 2}, "multislice"),
+        ({"capacity": "spot", "guaranteed_min_duration": "1h"}, "guaranteed"),
+    ],
+)
+def test_capacity_rules(overrides, message):
+    with pytest.raises(ValidationError) as caught:
+        slice_request(**overrides)
+    assert message in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("90s", 90), ("10m", 600), ("4h", 14400), ("1h30m", 5400), ("PT4H", 14400), (30, 30)],
+)
+def test_durations(text, seconds):
+    assert TypeAdapter(HumanDuration).validate_python(text) == timedelta(seconds=seconds)
+
+
+def test_parse_duration_leaves_other_text_to_pydantic():
+    assert parse_duration("4 hours") == "4 hours"
+
+
+def test_format_duration():
+    assert format_duration(timedelta(hours=1, minutes=30)) == "1h30m"
+    assert format_duration(timedelta(minutes=10)) == "10m"
+
+
+def _obs(qr="ACTIVE", states=("READY",), ips=((None,),), expected_vms=1) -> SliceObservation:
+    return SliceObservation(
+        qr_state=qr,
+        nodes=[
+            NodeView(node_id=f"n{i}", state=s, ips=list(ip))
+            for i, (s, ip) in enumerate(zip(states, ips, strict=True))
+        ],
+        expected_nodes=len(states),
+        expected_vms=expected_vms,
+    )
+
+
+@pytest.mark.parametrize(
+    ("obs", "ready"),
+    [
+        (_obs(ips=(("10.0.0.1",),)), True),
+        (_obs(ips=((None,),)), False),
+        (_obs(states=("CREATING",), ips=(("10.0.0.1",),)), False),
+        (_obs(ips=(("10.0.0.1", "10.0.0.2"),), expected_vms=1), False),  # wrong VM count
+        (_obs(states=("READY", "READY"), ips=(("a",), ("b",)), expected_vms=2), True),
+    ],
+)
+def test_cloud_ready_needs_every_node_ready_every_ip_and_the_expected_count(obs, ready):
+    assert obs.cloud_ready is ready
+
+
+def test_terminal_reasons():
+    failed = SliceObservation(
+        qr_state="FAILED", qr_error="stockout", expected_nodes=1, expected_vms=1
+    )
+    assert failed.terminal_reason == "queued resource is FAILED: stockout"
+    preempted = _obs(states=("PREEMPTED",))
+    assert preempted.terminal_reason == "node n0 is PREEMPTED"
+    assert _obs().terminal_reason is None
+
+
+def test_progress_key_moves_in_steps_not_per_vm():
+    keys = {
+        progress_key(
+            SliceObservation(
+                qr_state="ACTIVE",
+                nodes=[NodeView(node_id="n", state="READY", ips=["ip"] * n + [None] * (512 - n))],
+                expected_nodes=1,
+                expected_vms=512,
+            )
+        )
+        for n in range(513)
+    }
+    assert len(keys) == 11  # buckets 0-9 of 10% each, then the full count (ready)
+    assert bucket(0, 512) == 0
+    assert bucket(512, 512) == 10
+
+
+@pytest.mark.parametrize(
+    ("status", "action"),
+    [
+        ("FAILED", SweepAction.DELETE),
+        ("CANCELED", SweepAction.DELETE),
+        ("TERMINATED", SweepAction.DELETE),
+        ("TIMED_OUT", SweepAction.DELETE),
+        ("RUNNING", SweepAction.KEEP),
+        ("COMPLETED", SweepAction.KEEP),
+        ("NOT_FOUND", SweepAction.UNKNOWN_OWNER),
+    ],
+)
+def test_sweep_action(status: str, action: SweepAction):
+    resource = OwnedResource(
+        kind="queued_resource",
+        id="s",
+        name="projects/p/locations/z/queuedResources/s",
+        state="ACTIVE",
+        owner_workflow_id=bootstrap_workflow_id("s"),
+        owner_run_id="r",
+    )
+    assert sweep_action(SweepCandidate(resource=resource, owner_status=status)) is action
+
+
+def test_names_and_labels_fit_gcp_limits():
+    longest = "a" * 40
+    labels = owner_labels(bootstrap_workflow_id(longest), "0" * 36)
+    assert all(len(v) <= 63 for v in labels.values())
+    assert node_ids("s", 1) == ["s"]
+    assert node_ids("s", 3) == ["s-0", "s-1", "s-2"]
