@@ -2,7 +2,7 @@
 
 All probes share one httpx client and run concurrently behind a semaphore: httpx's pool
 slows down sharply past a few dozen concurrent connections, so the bound is what keeps a
-512-VM round under a second (see bench/health_round.py).
+512-VM round under a second (see bench/tpu_bootstrap.py).
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from temporalio.client import (
     WorkflowFailureError,
     WorkflowHandle,
 )
-from temporalio.common import TypedSearchAttributes, WorkflowIDConflictPolicy
+from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDConflictPolicy
 from temporalio.exceptions import ApplicationError, CancelledError, WorkflowAlreadyStartedError
 
 from cli.context import KeeperContext, pass_keeper
@@ -115,9 +115,9 @@ async def start_bootstrap(
             ),
             search_attributes=TypedSearchAttributes(
                 [
-                    sa.SLICE_NAME.value_set(request.slice_name),
-                    sa.ZONE.value_set(request.zone),
-                    sa.PHASE.value_set(Phase.SUBMIT.value),
+                    SearchAttributePair(sa.SLICE_NAME, request.slice_name),
+                    SearchAttributePair(sa.ZONE, request.zone),
+                    SearchAttributePair(sa.PHASE, Phase.SUBMIT.value),
                 ]
             ),
             result_type=BootstrapResult,
@@ -300,8 +300,9 @@ async def _bootstrap(settings: Settings, request: SliceRequest, wait: bool, as_j
 def demo(keeper: KeeperContext, slice_name: str | None) -> None:
     """Bootstrap a small reserved demo slice on the local stack and watch it go READY.
 
-    Uses the emulator's demo scenarios (emulators/scenarios/demo.yaml); name the slice
-    demo-late, demo-stockout or demo-unhealthy to watch a failure and its compensation.
+    Uses the emulator's demo scenarios (emulators/scenarios/demo.yaml). Name the slice
+    demo-stockout (the queue fails), demo-unhealthy or demo-no-ip (a 10-minute deadline)
+    to watch a failure and its compensation.
     """
     settings = keeper.settings
     name = slice_name or f"demo-{datetime.now(UTC):%H%M%S}"

@@ -121,15 +121,16 @@ class Settings(_Section):
     worker: WorkerSettings = Field(default_factory=WorkerSettings)
 
 
-# Environment variable -> dotted settings path.
+# Environment variable -> dotted settings path. Later entries win, so a KEEPER_* variable
+# beats the generic OpenTelemetry one. The TLS names are the temporal CLI's own.
 ENV_OVERRIDES: dict[str, str] = {
     "TEMPORAL_ADDRESS": "temporal.address",
     "TEMPORAL_NAMESPACE": "temporal.namespace",
     "TEMPORAL_API_KEY": "temporal.api_key",
     "TEMPORAL_TLS": "temporal.tls.enabled",
-    "TEMPORAL_TLS_CA_PATH": "temporal.tls.ca_cert",
-    "TEMPORAL_TLS_CERT_PATH": "temporal.tls.client_cert",
-    "TEMPORAL_TLS_KEY_PATH": "temporal.tls.client_key",
+    "TEMPORAL_TLS_SERVER_CA_CERT_PATH": "temporal.tls.ca_cert",
+    "TEMPORAL_TLS_CLIENT_CERT_PATH": "temporal.tls.client_cert",
+    "TEMPORAL_TLS_CLIENT_KEY_PATH": "temporal.tls.client_key",
     "TEMPORAL_TLS_SERVER_NAME": "temporal.tls.server_name",
     "KEEPER_TASK_QUEUE": "temporal.task_queue",
     "KEEPER_UI_URL": "temporal.ui_url",
@@ -138,8 +139,8 @@ ENV_OVERRIDES: dict[str, str] = {
     "KEEPER_TPU_PROJECT": "tpu.project",
     "KEEPER_TPU_ZONE": "tpu.zone",
     "KEEPER_POLL_INTERVAL": "bootstrap.poll_interval",
-    "KEEPER_OTLP_ENDPOINT": "tracing.otlp_endpoint",
     "OTEL_EXPORTER_OTLP_ENDPOINT": "tracing.otlp_endpoint",
+    "KEEPER_OTLP_ENDPOINT": "tracing.otlp_endpoint",
 }
 
 

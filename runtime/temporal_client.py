@@ -13,7 +13,9 @@ from runtime.settings import TemporalSettings
 
 def tls_config(settings: TemporalSettings) -> TLSConfig | bool:
     tls = settings.tls
-    if not tls.enabled and not tls.client_cert and settings.api_key is None:
+    # As with the temporal CLI, naming any TLS file or an API key turns TLS on.
+    wants_tls = tls.enabled or any((tls.ca_cert, tls.client_cert, tls.server_name))
+    if not wants_tls and settings.api_key is None:
         return False
     if not (tls.ca_cert or tls.client_cert or tls.server_name):
         # API keys on Temporal Cloud need TLS with the system roots and nothing else.

@@ -16,8 +16,14 @@ from tests.harness import follow_clock, register_search_attributes, tool_path
 from workflows import search_attributes as sa
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture
 async def time_env() -> AsyncIterator[WorkflowEnvironment]:
+    """A fresh time-skipping server per test.
+
+    The test server keeps a time-skipping lock for work it believes is still outstanding
+    from a finished test, after which a later test's retries run in real time; a new
+    server per test (about a second) keeps every test independent.
+    """
     env = await WorkflowEnvironment.start_time_skipping(
         test_server_existing_path=tool_path("temporal-test-server"),
         data_converter=pydantic_data_converter,

@@ -209,9 +209,7 @@ async def test_worker_killed_mid_phase_and_restarted_finishes_without_leaks(
     dev_env, emu, tmp_path: Path
 ):
     request = quick_request()
-    emu.set_scenario(
-        request.slice_name, Scenario(assign_after=4, active_after=1, ips_after=0.5)
-    )
+    emu.set_scenario(request.slice_name, Scenario(assign_after=4, active_after=1, ips_after=0.5))
     queue = f"keeper-kill-{uuid.uuid4().hex[:6]}"
     config = write_config(tmp_path / "keeper.yaml", dev_env, emu, queue)
     log = tmp_path / "worker.log"
@@ -262,9 +260,7 @@ async def test_permission_denied_fails_fast_and_compensates(dev_env, fast_emu):
     assert_no_leaks(fast_emu)
 
 
-async def test_sweeper_deletes_only_resources_whose_owner_closed_without_success(
-    dev_env, fast_emu
-):
+async def test_sweeper_deletes_only_resources_whose_owner_closed_without_success(dev_env, fast_emu):
     client = emulator_client(fast_emu.grpc_target)
     async with running_worker(dev_env.client, fast_emu) as worker:
         # A completed bootstrap: its slice was handed over and must stay.

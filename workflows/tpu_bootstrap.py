@@ -12,7 +12,7 @@ import asyncio
 
 from pydantic import ValidationError
 from temporalio import workflow
-from temporalio.common import TypedSearchAttributes
+from temporalio.common import SearchAttributePair, TypedSearchAttributes
 from temporalio.exceptions import (
     ApplicationError,
     CancelledError,
@@ -109,8 +109,8 @@ class TpuSliceBootstrap:
                 ),
                 search_attributes=TypedSearchAttributes(
                     [
-                        sa.SLICE_NAME.value_set(request.slice_name),
-                        sa.ZONE.value_set(request.zone),
+                        SearchAttributePair(sa.SLICE_NAME, request.slice_name),
+                        SearchAttributePair(sa.ZONE, request.zone),
                     ]
                 ),
             )
@@ -165,7 +165,12 @@ class TpuSliceBootstrap:
         assert self._status is not None
         self._owns_final_state = True
         self._status = self._status.model_copy(
-            update={"phase": Phase.COMPENSATE, "error": reason, "compensation": "running"}
+            update={
+                "phase": Phase.COMPENSATE,
+                "phase_deadline_at": None,
+                "error": reason,
+                "compensation": "running: force-delete, then confirm NotFound",
+            }
         )
         workflow.upsert_search_attributes([sa.PHASE.value_set(Phase.COMPENSATE.value)])
         workflow.set_current_details(render_details(self._status))

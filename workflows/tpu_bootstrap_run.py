@@ -106,6 +106,7 @@ class TpuSliceBootstrapRun:
             await self._health(obs)
         except PhaseFailed as failed:
             await self._enter(Phase.FAILED, None, error=failed.failure.message)
+            await self._flush_signals()
             raise ApplicationError(
                 failed.failure.message, failed.failure, type=FAILURE_TYPE, non_retryable=True
             ) from None
@@ -113,6 +114,7 @@ class TpuSliceBootstrapRun:
             await self._compensate_on_cancel()
             raise
         await self._enter(Phase.DONE, None)
+        await self._flush_signals()
         return self._result(obs)
 
     # -- phases --------------------------------------------------------------------------
@@ -341,6 +343,12 @@ class TpuSliceBootstrapRun:
             # The supervisor may already be gone (terminated); progress is best effort.
             workflow.logger.debug("supervisor did not take the progress signal")
 
+    async def _flush_signals(self) -> None:
+        # A workflow that closes with a signal still in flight loses it (the supervisor
+        # would miss the final state), so the last ones are awaited before closing.
+        if self._signals:
+            await workflow.wait(list(self._signals))
+
     def _raise_if_cancel_requested(self) -> None:
         """Belt and braces for any await that might swallow a cancellation."""
         if workflow.cancellation_reason() is not None:
@@ -349,7 +357,12 @@ class TpuSliceBootstrapRun:
     def _result(self, obs: SliceObservation) -> BootstrapResult:
         assert self._status is not None
         req = self._inp.request
-        seconds = {t.phase.value: t.seconds for t in self._status.timings if t.seconds is not None}
+        timings = self._status.timings
+        seconds = {t.phase.value: t.seconds for t in timings if t.seconds is not None}
+        # Phases can start together (assign starts at submission), so the total is the
+        # span from the first start to the last end, not a sum.
+        ends = [t.ended_at for t in timings if t.ended_at is not None]
+        total = (max(ends) - timings[0].started_at).total_seconds() if ends else 0.0
         return BootstrapResult(
             slice_name=req.slice_name,
             capacity=req.capacity.value,
@@ -359,7 +372,7 @@ class TpuSliceBootstrapRun:
             nodes=self._ref.node_ids,
             vms=obs.endpoints,
             phase_seconds=seconds,
-            total_seconds=sum(seconds.values()),
+            total_seconds=total,
         )
 
 
