@@ -1,8 +1,9 @@
 """One round of `/health` checks across a slice's VMs.
 
-All probes share one httpx client and run concurrently behind a semaphore: httpx's pool
-slows down sharply past a few dozen concurrent connections, so the bound is what keeps a
-512-VM round under a second (see bench/tpu_bootstrap.py).
+All probes share one aiohttp session and run concurrently behind a semaphore, each with its
+own total timeout, so a VM that accepts and never answers costs one timeout, not a stalled
+round. aiohttp rather than httpx here: on a 512-VM loopback fan-out it measured about three
+times faster (httpx's pool slows down as concurrent connections grow; bench/tpu_bootstrap.py).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import asyncio
 import time
 from datetime import timedelta
 
-import httpx
+import aiohttp
 from temporalio import activity
 
 from activities.tpu import not_yet
@@ -21,34 +22,42 @@ from runtime.tracing import tracer
 
 
 class HealthProber:
-    def __init__(self, concurrency: int = 32, timeout: timedelta = timedelta(seconds=2)) -> None:
+    def __init__(self, concurrency: int = 64, timeout: timedelta = timedelta(seconds=2)) -> None:
         self._concurrency = concurrency
         self._timeout = timeout.total_seconds()
 
     async def _probe(
-        self, client: httpx.AsyncClient, gate: asyncio.Semaphore, vm: VmEndpoint, url: str
+        self,
+        session: aiohttp.ClientSession,
+        gate: asyncio.Semaphore,
+        vm: VmEndpoint,
+        url: str,
     ) -> VmFailure | None:
         async with gate:
             try:
-                response = await client.get(url)
-            except httpx.TimeoutException:
+                async with session.get(url, allow_redirects=False) as response:
+                    if response.status == 200:
+                        return None
+                    reason = f"HTTP {response.status}"
+            except TimeoutError:
                 reason = f"no answer within {self._timeout:g}s"
-            except httpx.HTTPError as err:
+            except aiohttp.ClientConnectorError as err:
+                reason = f"connection failed: {err.os_error.strerror or err.os_error}"
+            except aiohttp.ClientError as err:
                 reason = f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
-            else:
-                if response.status_code == 200:
-                    return None
-                reason = f"HTTP {response.status_code}"
         return VmFailure(node=vm.node, index=vm.index, ip=vm.ip, reason=reason)
 
     async def round(self, vms: list[VmEndpoint], port: int, path: str) -> HealthReport:
         started = time.monotonic()
         gate = asyncio.Semaphore(self._concurrency)
-        limits = httpx.Limits(max_connections=self._concurrency, max_keepalive_connections=0)
+        # Every VM is a different host, so there is nothing to pool: connections close
+        # after each answer.
+        connector = aiohttp.TCPConnector(limit=self._concurrency, force_close=True)
+        timeout = aiohttp.ClientTimeout(total=self._timeout)
         with tracer().start_as_current_span("health.round", attributes={"vms": len(vms)}):
-            async with httpx.AsyncClient(timeout=self._timeout, limits=limits) as client:
+            async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
                 results = await asyncio.gather(
-                    *(self._probe(client, gate, vm, f"http://{vm.ip}:{port}{path}") for vm in vms)
+                    *(self._probe(session, gate, vm, f"http://{vm.ip}:{port}{path}") for vm in vms)
                 )
         failing = [r for r in results if r is not None]
         return HealthReport(

@@ -74,7 +74,7 @@ class TpuSettings(_Section):
 
 
 class HealthSettings(_Section):
-    concurrency: int = Field(default=32, ge=1, le=1024)
+    concurrency: int = Field(default=64, ge=1, le=1024)
     timeout: HumanDuration = timedelta(seconds=2)
 
 
