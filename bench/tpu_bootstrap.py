@@ -109,7 +109,7 @@ INCIDENT_UNREACHABLE = sorted(
 )
 assert len(set(INCIDENT_UNREACHABLE)) == 33
 KEEPER_TIMEOUT = timedelta(seconds=2)
-KEEPER_CONCURRENCY = 32
+KEEPER_CONCURRENCY = 64
 CONCURRENCIES = (16, 32, 64)
 SEQUENTIAL_TIMEOUT = 5.0
 # --quick samples the sequential checker: each unreachable VM costs a full 5 s timeout, so
