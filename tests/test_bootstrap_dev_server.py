@@ -18,7 +18,13 @@ from temporalio.exceptions import ApplicationError, CancelledError
 
 from activities.tpu import build_queued_resource
 from domain.bootstrap_models import BootstrapFailure, BootstrapResult, SweepReport, SweepRequest
-from domain.naming import bootstrap_run_workflow_id, bootstrap_workflow_id, owner_labels, parent
+from domain.naming import (
+    SWEEPER_SCHEDULE_ID,
+    bootstrap_run_workflow_id,
+    bootstrap_workflow_id,
+    owner_labels,
+    parent,
+)
 from domain.phases import Phase
 from emulators.tpu import Scenario, TpuEmulator
 from runtime.tpu_client import emulator_client
@@ -228,6 +234,9 @@ async def test_worker_killed_mid_phase_and_restarted_finishes_without_leaks(
     assert len(result.vms) == request.expected_vms, log.read_text()[-2000:]
     created = [q for q in emu.state()["queued_resources"] if q["id"] == request.slice_name]
     assert len(created) == 1
+    # The worker process put the sweeper on its schedule when it started.
+    schedule = await dev_env.client.get_schedule_handle(SWEEPER_SCHEDULE_ID).describe()
+    assert schedule.schedule.spec.intervals[0].every == timedelta(hours=1)
     assert_no_leaks(emu, frozenset({request.slice_name}))
 
 
