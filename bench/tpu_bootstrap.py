@@ -61,6 +61,7 @@ from domain.bootstrap_models import BootstrapFailure, BootstrapResult
 from domain.observation import VmEndpoint
 from domain.slice_request import SliceRequest
 from emulators.tpu import EmulatorConfig, Scenario, TpuEmulator
+from emulators.tpu.testing import follow_clock
 from runtime.settings import Settings
 from runtime.tpu_client import emulator_client
 from workers.registry import WORKFLOWS, build_activities
@@ -289,23 +290,6 @@ async def running_worker(
     )
     async with worker:
         yield queue
-
-
-async def follow_clock(env: WorkflowEnvironment, emu: TpuEmulator) -> None:
-    """Moves the emulator's clock forward by whatever time the test server skips.
-
-    As tests/harness.follow_clock: only the skipped part (server time gained minus real time
-    passed) is added, since the emulator's own clock already runs in real time.
-    """
-    loop = asyncio.get_running_loop()
-    last_server, last_real = await env.get_current_time(), loop.time()
-    while True:
-        await asyncio.sleep(0.005)
-        server, real = await env.get_current_time(), loop.time()
-        skipped = (server - last_server).total_seconds() - (real - last_real)
-        if skipped > 0:
-            emu.advance(skipped)
-        last_server, last_real = server, real
 
 
 @contextlib.asynccontextmanager

@@ -16,7 +16,7 @@ from temporalio.client import (
     WorkflowFailureError,
     WorkflowHandle,
 )
-from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDConflictPolicy
+from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.exceptions import ApplicationError, CancelledError, WorkflowAlreadyStartedError
 
 from cli.context import KeeperContext, pass_keeper
@@ -113,13 +113,7 @@ async def start_bootstrap(
                 request.capacity.value,
                 request.zone,
             ),
-            search_attributes=TypedSearchAttributes(
-                [
-                    SearchAttributePair(sa.SLICE_NAME, request.slice_name),
-                    SearchAttributePair(sa.ZONE, request.zone),
-                    SearchAttributePair(sa.PHASE, Phase.SUBMIT.value),
-                ]
-            ),
+            search_attributes=sa.for_slice(request.slice_name, request.zone, Phase.SUBMIT.value),
             result_type=BootstrapResult,
         )
     except WorkflowAlreadyStartedError:

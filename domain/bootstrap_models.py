@@ -146,6 +146,17 @@ class BootstrapStatus(_Message):
     # Progress signals can arrive out of order; the receiver keeps the highest revision.
     revision: int = 0
 
+    @classmethod
+    def initial(cls, request: SliceRequest) -> BootstrapStatus:
+        return cls(
+            slice_name=request.slice_name,
+            zone=request.zone,
+            capacity=request.capacity.value,
+            phase=Phase.SUBMIT,
+            nodes_expected=request.node_count,
+            vms_expected=request.expected_vms,
+        )
+
 
 class BootstrapRunInput(_Message):
     request: SliceRequest

@@ -12,7 +12,8 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
 from emulators.tpu import EmulatorConfig, TpuEmulator
-from tests.harness import follow_clock, register_search_attributes, tool_path
+from emulators.tpu.testing import follow_clock
+from tests.harness import register_search_attributes, tool_path
 from workflows import search_attributes as sa
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import shutil
@@ -16,7 +15,6 @@ from typing import Any
 from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest
 from temporalio.client import Client, WorkflowHandle
-from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 from domain.slice_request import Capacity, SliceRequest
@@ -87,26 +85,6 @@ def slice_request(name: str | None = None, **overrides: Any) -> SliceRequest:
 async def history_length(handle: WorkflowHandle[Any, Any]) -> int:
     history = await handle.fetch_history()
     return len(history.events)
-
-
-async def follow_clock(env: WorkflowEnvironment, emulator: TpuEmulator) -> None:
-    """Moves the emulator's clock forward by whatever time the test server skips.
-
-    Skipped hours exist only on the server; the emulated cloud must see them too for a
-    scenario such as "assigned after four hours" to play out. Only the skipped part is
-    added (server time gained minus real time passed), since the emulator's own clock
-    already runs in real time. Following deltas rather than the absolute server time keeps
-    this working after a test moved the emulator's clock ahead on its own.
-    """
-    loop = asyncio.get_running_loop()
-    last_server, last_real = await env.get_current_time(), loop.time()
-    while True:
-        await asyncio.sleep(0.005)
-        server, real = await env.get_current_time(), loop.time()
-        skipped = (server - last_server).total_seconds() - (real - last_real)
-        if skipped > 0:
-            emulator.advance(skipped)
-        last_server, last_real = server, real
 
 
 def handed_over(*slices: str) -> frozenset[str]:

@@ -12,7 +12,6 @@ import asyncio
 
 from pydantic import ValidationError
 from temporalio import workflow
-from temporalio.common import SearchAttributePair, TypedSearchAttributes
 from temporalio.exceptions import (
     ApplicationError,
     CancelledError,
@@ -72,14 +71,7 @@ class TpuSliceBootstrap:
         info = workflow.info()
         self._ref = SliceRef.of(request)
         self._owner = Owner(workflow_id=info.workflow_id, run_id=info.run_id)
-        self._status = BootstrapStatus(
-            slice_name=request.slice_name,
-            zone=request.zone,
-            capacity=request.capacity.value,
-            phase=Phase.SUBMIT,
-            nodes_expected=request.node_count,
-            vms_expected=request.expected_vms,
-        )
+        self._status = BootstrapStatus.initial(request)
         workflow.upsert_search_attributes(
             [
                 sa.SLICE_NAME.value_set(request.slice_name),
@@ -107,12 +99,7 @@ class TpuSliceBootstrap:
                     request.capacity.value,
                     request.zone,
                 ),
-                search_attributes=TypedSearchAttributes(
-                    [
-                        SearchAttributePair(sa.SLICE_NAME, request.slice_name),
-                        SearchAttributePair(sa.ZONE, request.zone),
-                    ]
-                ),
+                search_attributes=sa.for_slice(request.slice_name, request.zone),
             )
         except ChildWorkflowError as err:
             failure = _failure_of(err, self._status.phase)

@@ -68,14 +68,7 @@ class TpuSliceBootstrapRun:
         req = inp.request
         self._ref = SliceRef.of(req)
         self._budgets = deadlines(req)
-        self._status = BootstrapStatus(
-            slice_name=req.slice_name,
-            zone=req.zone,
-            capacity=req.capacity.value,
-            phase=Phase.SUBMIT,
-            nodes_expected=req.node_count,
-            vms_expected=req.expected_vms,
-        )
+        self._status = BootstrapStatus.initial(req)
         try:
             obs = await self._submit()
             if req.capacity.queued:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import socket
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 from google.cloud.tpu_v2 import TpuAsyncClient
@@ -142,3 +142,27 @@ def client_for(emu: TpuEmulator | str) -> tuple[TpuAsyncClient, grpc.aio.Channel
     target = emu if isinstance(emu, str) else emu.grpc_target
     channel = grpc.aio.insecure_channel(target)
     return TpuAsyncClient(transport=TpuGrpcAsyncIOTransport(channel=channel)), channel
+
+
+if TYPE_CHECKING:
+    from temporalio.testing import WorkflowEnvironment
+
+
+async def follow_clock(env: WorkflowEnvironment, emulator: TpuEmulator) -> None:
+    """Moves the emulator's clock forward by whatever time the test server skips.
+
+    Skipped hours exist only on the server; the emulated cloud must see them too for a
+    scenario such as "assigned after four hours" to play out. Only the skipped part is
+    added (server time gained minus real time passed), since the emulator's own clock
+    already runs in real time. Following deltas rather than the absolute server time keeps
+    this working after a test moved the emulator's clock ahead on its own.
+    """
+    loop = asyncio.get_running_loop()
+    last_server, last_real = await env.get_current_time(), loop.time()
+    while True:
+        await asyncio.sleep(0.005)
+        server, real = await env.get_current_time(), loop.time()
+        skipped = (server - last_server).total_seconds() - (real - last_real)
+        if skipped > 0:
+            emulator.advance(skipped)
+        last_server, last_real = server, real
