@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import sys
+
 import click
 
 from cli.context import KeeperContext
@@ -37,7 +40,23 @@ cli.add_command(worker)
 
 
 def main() -> None:
-    cli()
+    try:
+        cli()
+        code: int | str | None = 0
+    except SystemExit as done:
+        code = done.code
+    # Leave without interpreter finalisation: the Temporal SDK's core threads can abort a
+    # finalising interpreter ("PyGILState_Release ... must be current"), which would turn
+    # a successful command into exit code -6. Spans and output are flushed first.
+    from runtime.tracing import shutdown_tracing
+
+    shutdown_tracing()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if isinstance(code, str):
+        print(code, file=sys.stderr, flush=True)
+        code = 1
+    os._exit(code or 0)
 
 
 if __name__ == "__main__":
