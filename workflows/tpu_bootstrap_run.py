@@ -9,6 +9,7 @@ supervisor was terminated (parent close policy REQUEST_CANCEL).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from datetime import datetime, timedelta
 
 from pydantic import ValidationError
@@ -145,14 +146,14 @@ class TpuSliceBootstrapRun:
         self,
         phase: Phase,
         started_at: datetime,
-        done: object,
+        done: Callable[[SliceObservation], bool],
         obs: SliceObservation,
         what: str,
     ) -> SliceObservation:
         budget = self._budgets[phase]
         deadline_at = started_at + budget
         await self._enter(phase, deadline_at, started_at=started_at)
-        while not done(obs):  # type: ignore[operator]
+        while not done(obs):
             self._raise_if_cancel_requested()
             self._raise_if_terminal(phase, obs)
             left = deadline_at - workflow.now()
