@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 from collections.abc import AsyncIterator
 
 import pytest
@@ -49,7 +50,10 @@ async def dev_env() -> AsyncIterator[WorkflowEnvironment]:
 
 @pytest.fixture(scope="session")
 async def shared_emulator() -> AsyncIterator[TpuEmulator]:
-    emu = TpuEmulator(EmulatorConfig(ip_prefix="127.31", vm_health_port=18080))
+    # A loopback prefix of this run's own, so two suites on one machine never bind the same
+    # VM address (127.20 is the dev stack's, 127.33-127.43 the benchmarks').
+    prefix = f"127.{100 + os.getpid() % 150}"
+    emu = TpuEmulator(EmulatorConfig(ip_prefix=prefix, vm_health_port=18080))
     await emu.start()
     try:
         yield emu

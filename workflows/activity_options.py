@@ -12,6 +12,12 @@ from datetime import timedelta
 from temporalio.common import RetryPolicy
 
 CALL_TIMEOUT = timedelta(minutes=2)
+# A poll makes a few reads in parallel, each bounded by tpu.call_timeout (30 s by default).
+# Kept short because it is also how long an attempt lost with a crashed worker stalls the
+# phase before the server hands the poll to another worker.
+POLL_START_TO_CLOSE = timedelta(seconds=45)
+# A health round is bounded by ceil(unreachable VMs / concurrency) x health.timeout.
+HEALTH_START_TO_CLOSE = timedelta(minutes=1)
 CREATE_BUDGET = timedelta(minutes=15)
 HEALTH_MAX_INTERVAL = timedelta(seconds=10)
 

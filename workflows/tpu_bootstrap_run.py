@@ -168,7 +168,7 @@ class TpuSliceBootstrapRun:
                         last_key=progress_key(obs),
                         phase=phase,
                     ),
-                    start_to_close_timeout=opts.CALL_TIMEOUT,
+                    start_to_close_timeout=opts.POLL_START_TO_CLOSE,
                     schedule_to_close_timeout=left,
                     retry_policy=opts.poll_retry(self._inp.request.poll_interval),
                     summary=f"{phase.value}: {what} (deadline {deadline_at:%H:%M:%S} UTC)",
@@ -203,7 +203,7 @@ class TpuSliceBootstrapRun:
                         path=req.health_path,
                         last_bucket=last_bucket,
                     ),
-                    start_to_close_timeout=opts.CALL_TIMEOUT,
+                    start_to_close_timeout=opts.HEALTH_START_TO_CLOSE,
                     schedule_to_close_timeout=max(left, timedelta(seconds=1)),
                     retry_policy=RetryPolicy(
                         initial_interval=interval,
