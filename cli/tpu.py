@@ -201,6 +201,17 @@ async def wait_and_report(
     return 0
 
 
+async def bootstrap_handle(
+    settings: Settings, slice_name: str
+) -> tuple[WorkflowHandle[Any, BootstrapResult], Any]:
+    """The bootstrap of `slice_name` and its description (None when there is none)."""
+    client = await client_for(settings)
+    handle = client.get_workflow_handle(
+        bootstrap_workflow_id(slice_name), result_type=BootstrapResult
+    )
+    return handle, await describe_or_none(handle)
+
+
 def _dump(model: Any) -> Any:
     return model.model_dump(mode="json") if model is not None else None
 
@@ -332,11 +343,7 @@ def status(keeper: KeeperContext, slice_name: str, as_json: bool, wait: bool) ->
     settings = keeper.settings
 
     async def run() -> int:
-        client = await client_for(settings)
-        handle = client.get_workflow_handle(
-            bootstrap_workflow_id(slice_name), result_type=BootstrapResult
-        )
-        description = await describe_or_none(handle)
+        handle, description = await bootstrap_handle(settings, slice_name)
         if description is None:
             raise click.ClickException(
                 f"no bootstrap of {slice_name} found in namespace {settings.temporal.namespace}; "
@@ -379,11 +386,7 @@ def cancel(keeper: KeeperContext, slice_name: str, wait: bool, as_json: bool) ->
     settings = keeper.settings
 
     async def run() -> int:
-        client = await client_for(settings)
-        handle = client.get_workflow_handle(
-            bootstrap_workflow_id(slice_name), result_type=BootstrapResult
-        )
-        description = await describe_or_none(handle)
+        handle, description = await bootstrap_handle(settings, slice_name)
         if not is_running(description):
             state = description.status.name if description and description.status else "not found"
             raise click.ClickException(
