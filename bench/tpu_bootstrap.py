@@ -23,7 +23,6 @@ import json
 import logging
 import os
 import platform
-import shutil
 import signal
 import socket
 import statistics
@@ -63,6 +62,7 @@ from domain.slice_request import SliceRequest
 from emulators.tpu import EmulatorConfig, Scenario, TpuEmulator
 from emulators.tpu.testing import follow_clock
 from runtime.settings import Settings
+from runtime.tools import find_tool
 from runtime.tpu_client import emulator_client
 from workers.registry import WORKFLOWS, build_activities
 from workflows import search_attributes as sa
@@ -125,8 +125,7 @@ def progress(message: str) -> None:
 
 def tool_path(name: str) -> str:
     """A server binary from the venv's bin directory (or PATH); nothing is downloaded."""
-    beside = Path(sys.executable).parent / name
-    found = str(beside) if beside.exists() else shutil.which(name)
+    found = find_tool(name)
     if not found:
         raise SystemExit(f"{name} not found: install the dev extra (pip install -e '.[dev]')")
     return found

