@@ -6,7 +6,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import pytest
 from temporalio.contrib.pydantic import pydantic_data_converter
@@ -14,7 +15,9 @@ from temporalio.testing import WorkflowEnvironment
 
 from emulators.tpu import EmulatorConfig, TpuEmulator
 from emulators.tpu.testing import follow_clock
-from tests.harness import register_search_attributes, tool_path
+from store import RunnerStore, open_store
+from tests.harness import env_flag, register_search_attributes, tool_path
+from tests.postgres_server import PostgresServer, postgres_server
 from workflows import search_attributes as sa
 
 
@@ -80,3 +83,36 @@ async def clocked_emu(
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[PostgresServer | None]:
+    with postgres_server() as server:
+        yield server
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_url(
+    request: pytest.FixtureRequest, tmp_path: Path, pg_server: PostgresServer | None
+) -> str:
+    """A fresh, empty runner store on each back end."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'runners.db'}"
+    if pg_server is None:
+        message = (
+            "PostgreSQL server binaries not found (Debian: apt-get install postgresql); "
+            "`make test` installs them"
+        )
+        if env_flag("KEEPER_REQUIRE_POSTGRES"):
+            pytest.fail(message)
+        pytest.skip(message)
+    return pg_server.create_database()
+
+
+@pytest.fixture
+def runner_store(store_url: str) -> Iterator[RunnerStore]:
+    store = open_store(store_url)
+    try:
+        yield store
+    finally:
+        store.close()

@@ -1,0 +1,145 @@
+"""Runner records and the inputs, requests and results of a runner deletion."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime, timedelta
+from enum import StrEnum
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from domain.durations import SecondsDuration
+from domain.runner_status import AgentStatus, InstanceStatus
+
+# GitHub accepts up to 64 characters; keeper also keeps names safe inside a workflow id.
+RUNNER_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+SCALE_SET_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+RUNNER_NAME_RE = re.compile(RUNNER_NAME_PATTERN)
+
+DELETE_PREFIX = "runner-delete-"
+RECONCILER_WORKFLOW_ID = "runner-reconciler"
+RECONCILER_SCHEDULE_ID = "runner-reconciler"
+
+RunnerName = Annotated[
+    str,
+    Field(
+        pattern=RUNNER_NAME_PATTERN,
+        description="1-64 characters: letters, digits, '.', '_' and '-', starting alphanumeric.",
+    ),
+]
+PositiveDuration = Annotated[SecondsDuration, Field(gt=timedelta(0))]
+
+
+def deletion_workflow_id(runner: str) -> str:
+    return f"{DELETE_PREFIX}{runner}"
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class RunnerRecord(BaseModel):
+    """One row of the runner store, as read at `version`."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: RunnerName
+    scale_set: str = Field(pattern=SCALE_SET_PATTERN)
+    provider_id: str | None = None
+    github_runner_id: int | None = None
+    # "repo:owner/name", "org:name" or "enterprise:slug" (domain.github.GitHubScope).
+    github_scope: str | None = None
+    instance_status: InstanceStatus = InstanceStatus.PENDING_CREATE
+    agent_status: AgentStatus = AgentStatus.PENDING
+    version: int = 1
+    created_at: datetime = Field(default_factory=utcnow)
+    updated_at: datetime = Field(default_factory=utcnow)
+    deleted_at: datetime | None = None
+
+
+class Requester(StrEnum):
+    """Who asked for a deletion. They all only ask: the workflow is the one writer."""
+
+    AGENT = "agent"
+    SCALE_DOWN = "scale-down"
+    OPERATOR = "operator"
+    RECONCILER = "reconciler"
+
+
+class BusyTimeoutAction(StrEnum):
+    ESCALATE = "escalate"  # stop and wait for an operator to force or cancel
+    PROCEED = "proceed"  # delete the compute anyway; the job on it is lost
+
+
+class DeletionPolicy(BaseModel):
+    """How patient a deletion is. Defaults suit GitHub's API limits and GARM providers."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    busy_wait: PositiveDuration = timedelta(minutes=30)
+    busy_poll: PositiveDuration = timedelta(seconds=30)
+    on_busy_timeout: BusyTimeoutAction = BusyTimeoutAction.ESCALATE
+    provider_timeout: PositiveDuration = timedelta(minutes=5)
+    retry_initial: PositiveDuration = timedelta(seconds=5)
+    retry_max: PositiveDuration = timedelta(minutes=5)
+    # A forced delete tries the provider this many times, then records the leak and goes on.
+    force_provider_attempts: int = Field(default=3, ge=1, le=100)
+    # After a "proceed" decision the registration is removed once the runner is offline.
+    registration_cleanup_attempts: int = Field(default=10, ge=1, le=1000)
+
+
+class DeletionRequest(BaseModel):
+    """One actor's intent; every request for the same runner joins one workflow."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    requested_by: Requester = Requester.OPERATOR
+    force: bool = False
+    reason: str = Field(default="", max_length=500)
+
+
+class RunnerDeletionInput(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    runner: RunnerName
+    request: DeletionRequest = Field(default_factory=DeletionRequest)
+    policy: DeletionPolicy = Field(default_factory=DeletionPolicy)
+
+    @field_validator("runner", mode="before")
+    @classmethod
+    def _strip(cls, value: object) -> object:
+        return value.strip() if isinstance(value, str) else value
+
+
+class DeletionStep(StrEnum):
+    READ = "read"
+    PENDING_DELETE = "pending_delete"
+    DEREGISTER = "deregister"
+    BUSY_WAIT = "busy_wait"
+    ESCALATED = "escalated"
+    DELETING = "deleting"
+    PROVIDER_DELETE = "provider_delete"
+    DELETED = "deleted"
+    DONE = "done"
+
+
+class DeletionOutcome(StrEnum):
+    DELETED = "deleted"
+    ALREADY_DELETED = "already_deleted"
+    CANCELLED = "cancelled"
+
+
+class DeletionResult(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    runner: str
+    outcome: DeletionOutcome
+    forced: bool = False
+    # The provider id that may still exist because a forced delete ignored a provider error.
+    leaked_provider_id: str | None = None
+    registration: str = ""
+    provider: str = ""
+    recovered: bool = False  # the final write went through the audited recovery path
+    busy_decision: str | None = None
+    requests: tuple[str, ...] = ()

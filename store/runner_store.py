@@ -1,0 +1,586 @@
+"""Runner records with compare-and-set status writes, on SQLite or PostgreSQL.
+
+Rules the store enforces, whoever calls it:
+- every status write is a compare-and-set on (status, version) and must be a valid
+  transition in `domain.runner_status.TRANSITIONS`;
+- deletion-lane statuses are written only by the runner's own deletion workflow;
+- the one forced write, `recover_to_deleted`, is audited and logged with its reason.
+
+The API is synchronous (SQLAlchemy Core); async callers run it in a thread. No method holds
+a transaction across anything but its own SQL.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import (
+    Connection,
+    Engine,
+    create_engine,
+    delete,
+    event,
+    func,
+    insert,
+    select,
+    update,
+)
+from sqlalchemy.engine import make_url
+
+from domain.runner_models import RunnerRecord, deletion_workflow_id, utcnow
+from domain.runner_status import (
+    LANE_WRITES,
+    LIVE,
+    AgentStatus,
+    InstanceStatus,
+    check_transition,
+)
+from store.schema import audit, leaks, metadata, reconcile_marks, runners
+
+log = logging.getLogger("keeper.store")
+
+S = InstanceStatus
+
+
+class UnknownRunner(LookupError):
+    def __init__(self, name: str) -> None:
+        super().__init__(f"no runner named {name!r} in the runner store")
+        self.name = name
+
+
+class RunnerExists(ValueError):
+    def __init__(self, name: str, status: str) -> None:
+        super().__init__(f"runner {name!r} already exists (status {status})")
+
+
+class LaneWriteRefused(PermissionError):
+    """A deletion-lane status written by anyone but the runner's deletion workflow."""
+
+
+@dataclass(frozen=True)
+class CasResult:
+    ok: bool
+    # After a successful write, the new row; after a refusal, the row as it is now
+    # (None if it no longer exists), so the caller can decide on fresh data.
+    record: RunnerRecord | None
+
+
+@dataclass(frozen=True)
+class AuditEntry:
+    runner: str
+    at: datetime
+    actor: str
+    from_status: str | None
+    to_status: str
+    from_version: int | None
+    to_version: int
+    forced: bool
+    reason: str
+
+
+@dataclass(frozen=True)
+class Leak:
+    provider_id: str
+    runner: str
+    scale_set: str
+    recorded_at: datetime
+    reason: str
+    resolved_at: datetime | None
+
+
+def _aware(value: datetime | None) -> datetime | None:
+    # SQLite hands back naive datetimes; everything keeper stores is UTC.
+    if value is None or value.tzinfo is not None:
+        return value
+    return value.replace(tzinfo=UTC)
+
+
+def _record(row: Any) -> RunnerRecord:
+    m = row._mapping
+    return RunnerRecord(
+        name=m["name"],
+        scale_set=m["scale_set"],
+        provider_id=m["provider_id"],
+        github_runner_id=m["github_runner_id"],
+        github_scope=m["github_scope"],
+        instance_status=InstanceStatus(m["instance_status"]),
+        agent_status=AgentStatus(m["agent_status"]),
+        version=m["version"],
+        created_at=_aware(m["created_at"]),
+        updated_at=_aware(m["updated_at"]),
+        deleted_at=_aware(m["deleted_at"]),
+    )
+
+
+def normalise_url(url: str) -> str:
+    """Accepts plain `postgresql://` and `sqlite:///` URLs; picks the drivers keeper ships."""
+    parsed = make_url(url)
+    if parsed.drivername in ("postgresql", "postgres"):
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    elif not parsed.drivername.startswith(("postgresql", "sqlite")):
+        raise ValueError(
+            f"runner store url {parsed.render_as_string(hide_password=True)!r}: "
+            "use sqlite:///path/to/runners.db or postgresql://user@host:5432/db"
+        )
+    return parsed.render_as_string(hide_password=False)
+
+
+def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
+    cursor = dbapi_conn.cursor()
+    # WAL lets the CLI read while a worker writes; busy_timeout makes writers queue
+    # instead of failing when several worker threads write at once.
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA busy_timeout=10000")
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.close()
+
+
+def open_store(url: str, *, create: bool = True) -> RunnerStore:
+    url = normalise_url(url)
+    parsed = make_url(url)
+    kwargs: dict[str, Any] = {"future": True}
+    if parsed.drivername.startswith("sqlite"):
+        if parsed.database and parsed.database != ":memory:":
+            Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+        kwargs["connect_args"] = {"timeout": 10, "check_same_thread": False}
+    else:
+        kwargs.update(pool_size=10, max_overflow=20, pool_pre_ping=True)
+    engine = create_engine(url, **kwargs)
+    if parsed.drivername.startswith("sqlite"):
+        event.listen(engine, "connect", _sqlite_pragmas)
+    store = RunnerStore(engine)
+    if create:
+        store.create_schema()
+    return store
+
+
+class RunnerStore:
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    @property
+    def backend(self) -> str:
+        return self.engine.dialect.name
+
+    def describe(self) -> str:
+        return self.engine.url.render_as_string(hide_password=True)
+
+    def create_schema(self) -> None:
+        metadata.create_all(self.engine)
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    @contextmanager
+    def _tx(self) -> Iterator[Connection]:
+        with self.engine.begin() as conn:
+            yield conn
+
+    # ---- reads -------------------------------------------------------------------------
+
+    def get(self, name: str) -> RunnerRecord | None:
+        with self.engine.connect() as conn:
+            row = conn.execute(select(runners).where(runners.c.name == name)).first()
+        return _record(row) if row else None
+
+    def require(self, name: str) -> RunnerRecord:
+        record = self.get(name)
+        if record is None:
+            raise UnknownRunner(name)
+        return record
+
+    def list(
+        self, scale_set: str | None = None, *, include_deleted: bool = False
+    ) -> list[RunnerRecord]:
+        query = select(runners).order_by(runners.c.scale_set, runners.c.name)
+        if scale_set is not None:
+            query = query.where(runners.c.scale_set == scale_set)
+        if not include_deleted:
+            query = query.where(runners.c.instance_status != S.DELETED.value)
+        with self.engine.connect() as conn:
+            return [_record(row) for row in conn.execute(query)]
+
+    def live_runner_count(self, scale_set: str) -> int:
+        """Runners that can take jobs. The deletion lane is never capacity."""
+        query = (
+            select(func.count())
+            .select_from(runners)
+            .where(runners.c.scale_set == scale_set)
+            .where(runners.c.instance_status.in_([s.value for s in LIVE]))
+        )
+        with self.engine.connect() as conn:
+            return int(conn.execute(query).scalar_one())
+
+    def status_counts(self) -> dict[str, dict[InstanceStatus, int]]:
+        query = select(runners.c.scale_set, runners.c.instance_status, func.count()).group_by(
+            runners.c.scale_set, runners.c.instance_status
+        )
+        counts: dict[str, dict[InstanceStatus, int]] = {}
+        with self.engine.connect() as conn:
+            for scale_set, status, n in conn.execute(query):
+                counts.setdefault(scale_set, {})[InstanceStatus(status)] = int(n)
+        return counts
+
+    def audit(self, name: str) -> list[AuditEntry]:
+        query = select(audit).where(audit.c.runner == name).order_by(audit.c.id)
+        with self.engine.connect() as conn:
+            return [
+                AuditEntry(
+                    runner=m["runner"],
+                    at=_aware(m["at"]) or utcnow(),
+                    actor=m["actor"],
+                    from_status=m["from_status"],
+                    to_status=m["to_status"],
+                    from_version=m["from_version"],
+                    to_version=m["to_version"],
+                    forced=bool(m["forced"]),
+                    reason=m["reason"],
+                )
+                for m in (row._mapping for row in conn.execute(query))
+            ]
+
+    # ---- writes ------------------------------------------------------------------------
+
+    def add(self, record: RunnerRecord, *, actor: str = "scale-set") -> RunnerRecord:
+        """Registers a new runner. A tombstone of the same name is replaced, keeping the
+        version counting up so a stale writer from the old runner can never match."""
+        if record.instance_status in LANE_WRITES:
+            raise LaneWriteRefused(
+                f"runner {record.name!r}: a new record cannot start on the deletion lane"
+            )
+        now = utcnow()
+        with self._tx() as conn:
+            existing = conn.execute(
+                select(runners.c.instance_status, runners.c.version).where(
+                    runners.c.name == record.name
+                )
+            ).first()
+            version = 1
+            if existing is not None:
+                if existing.instance_status != S.DELETED.value:
+                    raise RunnerExists(record.name, existing.instance_status)
+                version = existing.version + 1
+                conn.execute(delete(runners).where(runners.c.name == record.name))
+            values = record.model_dump(exclude={"version", "created_at", "updated_at"})
+            values.update(
+                instance_status=record.instance_status.value,
+                agent_status=record.agent_status.value,
+                version=version,
+                created_at=now,
+                updated_at=now,
+                deleted_at=None,
+            )
+            conn.execute(insert(runners).values(**values))
+            self._audit(
+                conn,
+                record.name,
+                actor,
+                None,
+                record.instance_status,
+                None,
+                version,
+                reason="created",
+            )
+            return _record(conn.execute(select(runners).where(runners.c.name == record.name)).one())
+
+    def compare_and_set(
+        self,
+        name: str,
+        *,
+        expect: InstanceStatus,
+        version: int,
+        to: InstanceStatus,
+        actor: str,
+        reason: str = "",
+        provider_id: str | None = None,
+    ) -> CasResult:
+        """Moves a record off the deletion lane's writes: create, run, stop, error.
+
+        Deletion-lane statuses go through `advance_lane`, which only a runner's deletion
+        workflow calls; everyone else asks for a deletion instead.
+        """
+        if to in LANE_WRITES:
+            raise LaneWriteRefused(
+                f"runner {name!r}: {to} is written only by the runner's deletion workflow "
+                f"({deletion_workflow_id(name)}); request a deletion instead"
+            )
+        return self._cas(name, expect, version, to, actor, reason, provider_id=provider_id)
+
+    def advance_lane(
+        self,
+        name: str,
+        *,
+        expect: InstanceStatus,
+        version: int,
+        to: InstanceStatus,
+        owner: str,
+        reason: str = "",
+    ) -> CasResult:
+        """The deletion workflow's compare-and-set along the lane. `owner` must be the
+        runner's deletion workflow id: one owner per runner."""
+        if owner != deletion_workflow_id(name):
+            raise LaneWriteRefused(
+                f"runner {name!r}: only {deletion_workflow_id(name)} writes its lane, not {owner}"
+            )
+        if to not in LANE_WRITES:
+            raise LaneWriteRefused(f"advance_lane writes lane statuses only, not {to}")
+        return self._cas(name, expect, version, to, owner, reason)
+
+    def set_agent_status(
+        self, name: str, *, status: AgentStatus, version: int, actor: str = "agent"
+    ) -> CasResult:
+        """Records what the agent reported. The instance status is untouched; the version
+        still moves, so a writer holding an older read must re-read."""
+        with self._tx() as conn:
+            result = conn.execute(
+                update(runners)
+                .where(runners.c.name == name)
+                .where(runners.c.version == version)
+                .where(runners.c.instance_status != S.DELETED.value)
+                .values(agent_status=status.value, version=version + 1, updated_at=utcnow())
+            )
+            row = conn.execute(select(runners).where(runners.c.name == name)).first()
+        return CasResult(ok=result.rowcount == 1, record=_record(row) if row else None)
+
+    def set_registration(
+        self, name: str, *, version: int, github_runner_id: int, github_scope: str
+    ) -> CasResult:
+        with self._tx() as conn:
+            result = conn.execute(
+                update(runners)
+                .where(runners.c.name == name)
+                .where(runners.c.version == version)
+                .where(runners.c.instance_status.in_([s.value for s in LIVE]))
+                .values(
+                    github_runner_id=github_runner_id,
+                    github_scope=github_scope,
+                    version=version + 1,
+                    updated_at=utcnow(),
+                )
+            )
+            row = conn.execute(select(runners).where(runners.c.name == name)).first()
+        return CasResult(ok=result.rowcount == 1, record=_record(row) if row else None)
+
+    def recover_to_deleted(self, name: str, *, actor: str, reason: str) -> RunnerRecord:
+        """The one forced write: a record whose compute is confirmed gone, but whose row
+        was moved by another writer so the compare-and-set to deleted was refused.
+
+        It is audited (forced=True, with the reason) and logged at WARNING.
+        """
+        if not reason:
+            raise ValueError("recover_to_deleted needs a reason; it is the audited recovery path")
+        now = utcnow()
+        with self._tx() as conn:
+            row = conn.execute(select(runners).where(runners.c.name == name)).first()
+            if row is None:
+                raise UnknownRunner(name)
+            current = _record(row)
+            if current.instance_status is S.DELETED:
+                return current
+            conn.execute(
+                update(runners)
+                .where(runners.c.name == name)
+                .values(
+                    instance_status=S.DELETED.value,
+                    version=current.version + 1,
+                    updated_at=now,
+                    deleted_at=now,
+                )
+            )
+            self._audit(
+                conn,
+                name,
+                actor,
+                current.instance_status,
+                S.DELETED,
+                current.version,
+                current.version + 1,
+                reason=reason,
+                forced=True,
+            )
+            updated = _record(conn.execute(select(runners).where(runners.c.name == name)).one())
+        log.warning(
+            "forced write: runner %s %s(v%d) -> deleted by %s: %s",
+            name,
+            current.instance_status,
+            current.version,
+            actor,
+            reason,
+        )
+        return updated
+
+    def _cas(
+        self,
+        name: str,
+        expect: InstanceStatus,
+        version: int,
+        to: InstanceStatus,
+        actor: str,
+        reason: str,
+        *,
+        provider_id: str | None = None,
+    ) -> CasResult:
+        check_transition(expect, to)
+        now = utcnow()
+        values: dict[str, Any] = {
+            "instance_status": to.value,
+            "version": version + 1,
+            "updated_at": now,
+        }
+        if to is S.DELETED:
+            # The tombstone is written by the same statement that ends the lane, so no
+            # later notification is needed for the record to be finished.
+            values["deleted_at"] = now
+        if provider_id is not None:
+            values["provider_id"] = provider_id
+        with self._tx() as conn:
+            result = conn.execute(
+                update(runners)
+                .where(runners.c.name == name)
+                .where(runners.c.instance_status == expect.value)
+                .where(runners.c.version == version)
+                .values(**values)
+            )
+            if result.rowcount == 1:
+                self._audit(conn, name, actor, expect, to, version, version + 1, reason=reason)
+            row = conn.execute(select(runners).where(runners.c.name == name)).first()
+        return CasResult(ok=result.rowcount == 1, record=_record(row) if row else None)
+
+    @staticmethod
+    def _audit(
+        conn: Connection,
+        name: str,
+        actor: str,
+        from_status: InstanceStatus | None,
+        to_status: InstanceStatus,
+        from_version: int | None,
+        to_version: int,
+        *,
+        reason: str = "",
+        forced: bool = False,
+    ) -> None:
+        conn.execute(
+            insert(audit).values(
+                runner=name,
+                at=utcnow(),
+                actor=actor,
+                from_status=from_status.value if from_status else None,
+                to_status=to_status.value,
+                from_version=from_version,
+                to_version=to_version,
+                forced=forced,
+                reason=reason,
+            )
+        )
+
+    def purge_tombstones(self, older_than: timedelta) -> int:
+        cutoff = utcnow() - older_than
+        with self._tx() as conn:
+            result = conn.execute(
+                delete(runners)
+                .where(runners.c.instance_status == S.DELETED.value)
+                .where(runners.c.deleted_at < cutoff)
+            )
+        return int(result.rowcount)
+
+    # ---- leaks (orphan sweep) ----------------------------------------------------------
+
+    def record_leak(self, *, provider_id: str, runner: str, scale_set: str, reason: str) -> None:
+        with self._tx() as conn:
+            exists = conn.execute(
+                select(leaks.c.provider_id).where(leaks.c.provider_id == provider_id)
+            ).first()
+            if exists:
+                conn.execute(
+                    update(leaks)
+                    .where(leaks.c.provider_id == provider_id)
+                    .values(reason=reason, resolved_at=None)
+                )
+            else:
+                conn.execute(
+                    insert(leaks).values(
+                        provider_id=provider_id,
+                        runner=runner,
+                        scale_set=scale_set,
+                        recorded_at=utcnow(),
+                        reason=reason,
+                    )
+                )
+        log.warning("leak recorded: provider id %s of runner %s: %s", provider_id, runner, reason)
+
+    def leaks(self, *, unresolved_only: bool = True) -> list[Leak]:
+        query = select(leaks).order_by(leaks.c.recorded_at)
+        if unresolved_only:
+            query = query.where(leaks.c.resolved_at.is_(None))
+        with self.engine.connect() as conn:
+            return [
+                Leak(
+                    provider_id=m["provider_id"],
+                    runner=m["runner"],
+                    scale_set=m["scale_set"],
+                    recorded_at=_aware(m["recorded_at"]) or utcnow(),
+                    reason=m["reason"],
+                    resolved_at=_aware(m["resolved_at"]),
+                )
+                for m in (row._mapping for row in conn.execute(query))
+            ]
+
+    def resolve_leak(self, provider_id: str) -> None:
+        with self._tx() as conn:
+            conn.execute(
+                update(leaks).where(leaks.c.provider_id == provider_id).values(resolved_at=utcnow())
+            )
+
+    # ---- reconciler marks --------------------------------------------------------------
+
+    def mark_pass(self, kind: str, keys: Iterable[str]) -> dict[str, int]:
+        """Counts how many consecutive passes saw each mismatch of `kind`; mismatches not
+        seen this pass are forgotten. Returns key -> passes (1 on first sight)."""
+        seen = set(keys)
+        now = utcnow()
+        counts: dict[str, int] = {}
+        with self._tx() as conn:
+            known = {
+                m.key: m.passes
+                for m in conn.execute(
+                    select(reconcile_marks.c.key, reconcile_marks.c.passes).where(
+                        reconcile_marks.c.kind == kind
+                    )
+                )
+            }
+            gone = [k for k in known if k not in seen]
+            if gone:
+                conn.execute(
+                    delete(reconcile_marks)
+                    .where(reconcile_marks.c.kind == kind)
+                    .where(reconcile_marks.c.key.in_(gone))
+                )
+            for key in sorted(seen):
+                if key in known:
+                    counts[key] = known[key] + 1
+                    conn.execute(
+                        update(reconcile_marks)
+                        .where(reconcile_marks.c.kind == kind)
+                        .where(reconcile_marks.c.key == key)
+                        .values(passes=counts[key])
+                    )
+                else:
+                    counts[key] = 1
+                    conn.execute(
+                        insert(reconcile_marks).values(kind=kind, key=key, first_seen=now, passes=1)
+                    )
+        return counts
+
+    def clear_mark(self, kind: str, key: str) -> None:
+        with self._tx() as conn:
+            conn.execute(
+                delete(reconcile_marks)
+                .where(reconcile_marks.c.kind == kind)
+                .where(reconcile_marks.c.key == key)
+            )
