@@ -18,7 +18,7 @@ KEEPER_ARGS ?=
 KEEPER := $(strip $(BIN)/keeper $(KEEPER_ARGS))
 
 .DEFAULT_GOAL := help
-.PHONY: help venv test demo up down status lint fmt clean
+.PHONY: help venv postgres test demo up down status lint fmt clean
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
@@ -36,8 +36,16 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP) ## create .venv and install keeper with its dev dependencies
 
-test: $(STAMP) ## run the tests (PYTEST_ARGS='-k dev_stack -x' to narrow)
-	$(BIN)/pytest -q $(PYTEST_ARGS)
+# The store tests start a throwaway PostgreSQL server from the machine's binaries.
+postgres: ## install Debian's postgresql server if no server binaries are found
+	@if ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null 2>&1; then :; \
+	else echo "Installing Debian's postgresql (the runner-store tests start a throwaway server)"; \
+		SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); \
+		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq postgresql >/dev/null \
+		|| { echo "could not install postgresql; install it (apt-get install postgresql) and rerun" >&2; exit 1; }; fi
+
+test: $(STAMP) postgres ## run the tests (PYTEST_ARGS='-k dev_stack -x' to narrow)
+	KEEPER_REQUIRE_POSTGRES=1 $(BIN)/pytest -q $(PYTEST_ARGS)
 
 demo: $(STAMP) ## start the local stack, then run a demo TPU bootstrap with live progress
 	$(KEEPER) dev up

@@ -103,7 +103,9 @@ class RunnerDeletionInput(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     runner: RunnerName
-    request: DeletionRequest = Field(default_factory=DeletionRequest)
+    # keeper's own callers send the request as a signal with the start (so a request that
+    # joins a running deletion is recorded the same way) and leave this unset.
+    request: DeletionRequest | None = Field(default_factory=DeletionRequest)
     policy: DeletionPolicy = Field(default_factory=DeletionPolicy)
 
     @field_validator("runner", mode="before")

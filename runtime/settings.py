@@ -18,6 +18,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
 
 from domain.durations import HumanDuration
+from domain.runner_models import DeletionPolicy
 
 DEFAULT_CONFIG_FILE = "temporal-dev.yaml"
 CONFIG_ENV = "KEEPER_CONFIG"
@@ -43,7 +44,14 @@ class TemporalSettings(_Section):
     ui_url: str | None = None  # for real clusters; the dev server's is derived from ui_port
     db_file: Path = Path(".dev/temporal.db")
     search_attributes: dict[str, str] = Field(
-        default_factory=lambda: {"SliceName": "Keyword", "Phase": "Keyword", "Zone": "Keyword"}
+        default_factory=lambda: {
+            "SliceName": "Keyword",
+            "Phase": "Keyword",
+            "Zone": "Keyword",
+            "RunnerName": "Keyword",
+            "ScaleSet": "Keyword",
+            "RunnerStep": "Keyword",
+        }
     )
     tls: TlsSettings = Field(default_factory=TlsSettings)
     # Never written to the file by keeper; it comes from TEMPORAL_API_KEY.
@@ -110,6 +118,39 @@ class WorkerSettings(_Section):
     graceful_shutdown: HumanDuration = timedelta(seconds=30)
 
 
+class GitHubSettings(_Section):
+    # The GitHub emulator by default; https://api.github.com (or GHES) in production.
+    api_url: str = "http://127.0.0.1:8472"
+    # The token comes from KEEPER_GITHUB_TOKEN or this file, never from a workflow payload.
+    token_file: Path | None = Path(".dev/github-token")
+    timeout: HumanDuration = timedelta(seconds=10)
+    # The reconciler removes only registrations that carry this label and have no record.
+    managed_label: str = "keeper-managed"
+    # Scopes the reconciler lists: "repo:owner/name", "org:name" or "enterprise:slug".
+    scopes: list[str] = Field(default_factory=list)
+
+
+class ProviderSettings(_Section):
+    """A GARM external-provider executable and its config file."""
+
+    # Unset: keeper's emulated provider (emulators/provider), for the local stack and tests.
+    executable: Path | None = None
+    config_file: Path = Path(".dev/provider/config.json")
+    controller_id: str = "keeper"
+
+
+class RunnerSettings(_Section):
+    # sqlite:///path (embedded, WAL) or postgresql://user@host:5432/db for several hosts.
+    store_url: str = "sqlite:///.dev/runners.db"
+    github: GitHubSettings = Field(default_factory=GitHubSettings)
+    provider: ProviderSettings = Field(default_factory=ProviderSettings)
+    deletion: DeletionPolicy = Field(default_factory=DeletionPolicy)
+    reconcile_interval: HumanDuration = timedelta(minutes=5)
+    tombstone_retention: HumanDuration = timedelta(days=7)
+    # Deletion workflows in flight at once per worker; each provider call is a process.
+    max_concurrent_deletions: int = Field(default=200, ge=1, le=5000)
+
+
 class Settings(_Section):
     temporal: TemporalSettings = Field(default_factory=TemporalSettings)
     tpu: TpuSettings = Field(default_factory=TpuSettings)
@@ -119,6 +160,7 @@ class Settings(_Section):
     sweeper: SweeperSettings = Field(default_factory=SweeperSettings)
     tracing: TracingSettings = Field(default_factory=TracingSettings)
     worker: WorkerSettings = Field(default_factory=WorkerSettings)
+    runners: RunnerSettings = Field(default_factory=RunnerSettings)
 
 
 # Environment variable -> dotted settings path. Later entries win, so a KEEPER_* variable
@@ -139,6 +181,11 @@ ENV_OVERRIDES: dict[str, str] = {
     "KEEPER_TPU_PROJECT": "tpu.project",
     "KEEPER_TPU_ZONE": "tpu.zone",
     "KEEPER_POLL_INTERVAL": "bootstrap.poll_interval",
+    "KEEPER_RUNNER_STORE_URL": "runners.store_url",
+    "KEEPER_GITHUB_API_URL": "runners.github.api_url",
+    "KEEPER_GITHUB_TOKEN_FILE": "runners.github.token_file",
+    "KEEPER_PROVIDER_EXECUTABLE": "runners.provider.executable",
+    "KEEPER_PROVIDER_CONFIG_FILE": "runners.provider.config_file",
     "OTEL_EXPORTER_OTLP_ENDPOINT": "tracing.otlp_endpoint",
     "KEEPER_OTLP_ENDPOINT": "tracing.otlp_endpoint",
 }

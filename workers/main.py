@@ -21,6 +21,7 @@ from temporalio.worker import Worker
 
 from domain.bootstrap_models import SweepRequest
 from domain.naming import SWEEPER_SCHEDULE_ID, SWEEPER_WORKFLOW_ID
+from runtime.runner_deps import RunnerDeps, open_runner_deps
 from runtime.settings import Settings
 from runtime.temporal_client import connect
 from runtime.tpu_client import make_tpu_client
@@ -32,14 +33,21 @@ log = logging.getLogger("keeper.worker")
 
 
 def build_worker(
-    client: Client, settings: Settings, tpu_client: tpu_v2.TpuAsyncClient, task_queue: str
+    client: Client,
+    settings: Settings,
+    tpu_client: tpu_v2.TpuAsyncClient,
+    task_queue: str,
+    runners: RunnerDeps | None = None,
 ) -> Worker:
     return Worker(
         client,
         task_queue=task_queue,
         workflows=WORKFLOWS,
-        activities=build_activities(settings, client, tpu_client),
+        activities=build_activities(
+            settings, client, tpu_client, runners or open_runner_deps(settings.runners)
+        ),
         graceful_shutdown_timeout=settings.worker.graceful_shutdown,
+        max_concurrent_activities=max(100, settings.runners.max_concurrent_deletions),
     )
 
 

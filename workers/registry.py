@@ -9,19 +9,31 @@ from google.cloud import tpu_v2
 from temporalio.client import Client
 
 from activities.health import HealthActivities, HealthProber
+from activities.runners import GitHubActivities, ProviderActivities, RunnerStoreActivities
 from activities.sweeper import SweeperActivities
 from activities.tpu import TpuActivities
+from runtime.runner_deps import RunnerDeps
 from runtime.settings import Settings
+from workflows.runner_deletion import RunnerDeletion
 from workflows.tpu_bootstrap import TpuSliceBootstrap
 from workflows.tpu_bootstrap_run import TpuSliceBootstrapRun
 from workflows.tpu_sweeper import TpuSweeper
 from workflows.tpu_teardown import TpuSliceTeardown
 
-WORKFLOWS: list[type] = [TpuSliceBootstrap, TpuSliceBootstrapRun, TpuSliceTeardown, TpuSweeper]
+WORKFLOWS: list[type] = [
+    TpuSliceBootstrap,
+    TpuSliceBootstrapRun,
+    TpuSliceTeardown,
+    TpuSweeper,
+    RunnerDeletion,
+]
 
 
 def build_activities(
-    settings: Settings, client: Client, tpu_client: tpu_v2.TpuAsyncClient
+    settings: Settings,
+    client: Client,
+    tpu_client: tpu_v2.TpuAsyncClient,
+    runners: RunnerDeps,
 ) -> list[Callable[..., Any]]:
     tpu = TpuActivities(
         tpu_client,
@@ -32,10 +44,19 @@ def build_activities(
         HealthProber(concurrency=settings.health.concurrency, timeout=settings.health.timeout)
     )
     sweeper = SweeperActivities(tpu, client)
+    store = RunnerStoreActivities(runners.store)
+    github = GitHubActivities(runners.github)
+    provider = ProviderActivities(runners.provider)
     return [
         tpu.create_slice,
         tpu.observe_slice,
         tpu.delete_slice,
         health.check_health,
         sweeper.find_sweep_candidates,
+        store.read_runner,
+        store.advance_lane,
+        store.finish_deleted,
+        store.record_leak,
+        github.remove_registration,
+        provider.delete_instance,
     ]

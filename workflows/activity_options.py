@@ -55,3 +55,25 @@ def poll_retry(interval: timedelta) -> RetryPolicy:
 def health_interval(poll_interval: timedelta) -> timedelta:
     # Our own VMs, not the cloud API: they can be asked more often than the QR.
     return min(poll_interval, HEALTH_MAX_INTERVAL)
+
+# Runner deletion. Store calls are short SQL; they retry without limit because giving up
+# would leave the record wherever it is.
+STORE_START_TO_CLOSE = timedelta(seconds=30)
+STORE_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1),
+    backoff_coefficient=2.0,
+    maximum_interval=timedelta(seconds=30),
+)
+# One call to GitHub; its answers come back as results, so only crashes are retried here.
+GITHUB_START_TO_CLOSE = timedelta(minutes=1)
+GITHUB_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=2),
+    backoff_coefficient=2.0,
+    maximum_interval=timedelta(minutes=1),
+)
+# The provider call is one attempt per activity: the workflow owns the retries, so each
+# answer and the attempt count show in its details. Heartbeats every few seconds let a
+# crashed worker's attempt be noticed in 30 s rather than at the provider timeout.
+PROVIDER_HEARTBEAT = timedelta(seconds=30)
+PROVIDER_MARGIN = timedelta(seconds=30)
+ONE_ATTEMPT = RetryPolicy(maximum_attempts=1)

@@ -6,7 +6,7 @@ SLICE_NAME = SearchAttributeKey.for_keyword("SliceName")
 PHASE = SearchAttributeKey.for_keyword("Phase")
 ZONE = SearchAttributeKey.for_keyword("Zone")
 
-ALL = (SLICE_NAME, PHASE, ZONE)
+SLICE_ATTRIBUTES = (SLICE_NAME, PHASE, ZONE)
 
 
 def for_slice(slice_name: str, zone: str, phase: str | None = None) -> TypedSearchAttributes:
@@ -18,3 +18,15 @@ def for_slice(slice_name: str, zone: str, phase: str | None = None) -> TypedSear
     if phase is not None:
         pairs.append(SearchAttributePair(PHASE, phase))
     return TypedSearchAttributes(pairs)
+
+RUNNER_NAME = SearchAttributeKey.for_keyword("RunnerName")
+SCALE_SET = SearchAttributeKey.for_keyword("ScaleSet")
+RUNNER_STEP = SearchAttributeKey.for_keyword("RunnerStep")
+
+RUNNER_ATTRIBUTES = (RUNNER_NAME, SCALE_SET, RUNNER_STEP)
+
+
+def for_runner(runner: str) -> TypedSearchAttributes:
+    return TypedSearchAttributes([SearchAttributePair(RUNNER_NAME, runner)])
+
+ALL = (*SLICE_ATTRIBUTES, *RUNNER_ATTRIBUTES)

@@ -1,0 +1,167 @@
+"""Activities of the runner deletion: the runner store, GitHub and the provider.
+
+Thin adapters over injected clients. The store is synchronous, so its calls run in a
+thread; none of them holds a transaction across anything but its own SQL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TypeVar
+
+from runtime.garm_provider import ExternalProvider
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from domain.github import DeregistrationAnswer, GitHubScope
+from domain.provider import ProviderAnswer
+from domain.runner_calls import (
+    FinishResult,
+    LaneResult,
+    LaneWrite,
+    LeakReport,
+    ProviderDelete,
+    RegistrationRef,
+)
+from domain.runner_lane import LaneMove, decide
+from domain.runner_models import RunnerRecord, deletion_workflow_id
+from domain.runner_status import InstanceStatus
+from runtime.github_client import GitHubClient
+from store import RunnerStore
+
+T = TypeVar("T")
+S = InstanceStatus
+
+# A compare-and-set refused because another writer moved the row is re-read and retried;
+# this many refusals in one attempt means a hot row, and the activity retry takes over.
+MAX_CAS_ROUNDS = 20
+UNKNOWN_RUNNER = "UnknownRunner"
+NOT_THE_OWNER = "NotTheLaneOwner"
+
+
+def _owner_of(runner: str) -> str:
+    """The lane's one owner: refuse calls from anything but the runner's deletion workflow."""
+    owner = deletion_workflow_id(runner)
+    if activity.in_activity():
+        caller = activity.info().workflow_id
+        if caller != owner:
+            raise ApplicationError(
+                f"{caller} may not write the lane of runner {runner!r}; only {owner} does",
+                type=NOT_THE_OWNER,
+                non_retryable=True,
+            )
+    return owner
+
+
+class RunnerStoreActivities:
+    def __init__(self, store: RunnerStore) -> None:
+        self._store = store
+
+    @activity.defn(name="runners.read")
+    async def read_runner(self, runner: str) -> RunnerRecord | None:
+        return await asyncio.to_thread(self._store.get, runner)
+
+    @activity.defn(name="runners.advance_lane")
+    async def advance_lane(self, write: LaneWrite) -> LaneResult:
+        owner = _owner_of(write.runner)
+        return await asyncio.to_thread(self._advance, write, owner)
+
+    def _advance(self, write: LaneWrite, owner: str) -> LaneResult:
+        for _ in range(MAX_CAS_ROUNDS):
+            record = self._store.get(write.runner)
+            if record is None:
+                raise ApplicationError(
+                    f"runner {write.runner!r} vanished from the store mid-deletion",
+                    type=UNKNOWN_RUNNER,
+                    non_retryable=True,
+                )
+            move = decide(record.instance_status, write.target)
+            if move is not LaneMove.WRITE:
+                return LaneResult(move=move, record=record)
+            result = self._store.advance_lane(
+                write.runner,
+                expect=record.instance_status,
+                version=record.version,
+                to=write.target,
+                owner=owner,
+                reason=write.reason,
+            )
+            if result.ok:
+                return LaneResult(move=LaneMove.WRITE, record=result.record)
+        raise ApplicationError(
+            f"runner {write.runner!r}: the row kept moving under {MAX_CAS_ROUNDS} writes; retrying"
+        )
+
+    @activity.defn(name="runners.finish_deleted")
+    async def finish_deleted(self, runner: str) -> FinishResult:
+        """deleting -> deleted, the tombstone in the same write. Called only once the
+        provider confirmed the compute gone."""
+        owner = _owner_of(runner)
+        return await asyncio.to_thread(self._finish, runner, owner)
+
+    def _finish(self, runner: str, owner: str) -> FinishResult:
+        for _ in range(MAX_CAS_ROUNDS):
+            record = self._store.require(runner)
+            if record.instance_status is S.DELETED:
+                return FinishResult(record=record, found_status=S.DELETED)
+            if record.instance_status is not S.DELETING:
+                # Another writer moved the row off `deleting` (the #854 forced write). The
+                # compute is gone, so the record must not stay behind: audited recovery.
+                recovered = self._store.recover_to_deleted(
+                    runner,
+                    actor=owner,
+                    reason=(
+                        f"provider confirmed the instance gone, but the row was moved to "
+                        f"{record.instance_status} (v{record.version}) by another writer"
+                    ),
+                )
+                return FinishResult(
+                    record=recovered, recovered=True, found_status=record.instance_status
+                )
+            result = self._store.advance_lane(
+                runner,
+                expect=S.DELETING,
+                version=record.version,
+                to=S.DELETED,
+                owner=owner,
+                reason="provider confirmed the instance gone",
+            )
+            if result.ok and result.record:
+                return FinishResult(record=result.record, found_status=S.DELETING)
+            # Refused: re-read and decide again on what is there now.
+        raise ApplicationError(f"runner {runner!r}: the row kept moving; retrying")
+
+    @activity.defn(name="runners.record_leak")
+    async def record_leak(self, leak: LeakReport) -> None:
+        await asyncio.to_thread(
+            self._store.record_leak,
+            provider_id=leak.provider_id,
+            runner=leak.runner,
+            scale_set=leak.scale_set,
+            reason=leak.reason,
+        )
+
+
+class GitHubActivities:
+    def __init__(self, github: GitHubClient) -> None:
+        self._github = github
+
+    @activity.defn(name="runners.remove_registration")
+    async def remove_registration(self, ref: RegistrationRef) -> DeregistrationAnswer:
+        # Every answer is returned, not raised: the workflow decides (busy wait, backoff)
+        # and shows the answer in its details.
+        return await self._github.remove_runner(GitHubScope.parse(ref.scope), ref.runner_id)
+
+
+class ProviderActivities:
+    def __init__(self, provider: ExternalProvider) -> None:
+        self._provider = provider
+
+    @activity.defn(name="runners.delete_instance")
+    async def delete_instance(self, call: ProviderDelete) -> ProviderAnswer:
+        def tick(elapsed: float) -> None:
+            activity.heartbeat(f"provider delete running for {elapsed:.0f}s")
+
+        return await self._provider.delete_instance(
+            call.instance_id, call.pool_id, timeout_s=call.timeout_s, on_tick=tick
+        )

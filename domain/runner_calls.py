@@ -1,0 +1,52 @@
+"""Inputs and results of the runner deletion's activities (the workflow-activity contract)."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict
+
+from domain.runner_lane import LaneMove
+from domain.runner_models import RunnerRecord
+from domain.runner_status import InstanceStatus
+
+
+class _Call(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class LaneWrite(_Call):
+    runner: str
+    target: InstanceStatus
+    reason: str = ""
+
+
+class LaneResult(_Call):
+    move: LaneMove
+    record: RunnerRecord | None  # as written, or as found when the move was not a write
+
+
+class FinishResult(_Call):
+    record: RunnerRecord
+    # True when the final compare-and-set was refused and the audited recovery path wrote
+    # the tombstone instead.
+    recovered: bool = False
+    found_status: InstanceStatus | None = None
+
+
+class RegistrationRef(_Call):
+    runner: str
+    scope: str  # "repo:owner/name" | "org:name" | "enterprise:slug"
+    runner_id: int
+
+
+class ProviderDelete(_Call):
+    runner: str
+    instance_id: str  # provider id, or the runner name when the create never reported one
+    pool_id: str
+    timeout_s: float
+
+
+class LeakReport(_Call):
+    runner: str
+    provider_id: str
+    scale_set: str
+    reason: str

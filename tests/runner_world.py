@@ -1,0 +1,193 @@
+"""A runner world for the deletion tests: a real store, the GitHub emulator over real HTTP,
+the emulated GARM provider as a real executable, and a keeper worker serving them."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from pydantic import SecretStr
+from temporalio.client import Client, WorkflowHandle
+from temporalio.worker import Worker
+
+from domain.runner_models import (
+    DeletionPolicy,
+    DeletionRequest,
+    DeletionResult,
+    Requester,
+    RunnerRecord,
+)
+from domain.runner_status import AgentStatus, InstanceStatus
+from emulators.github.server import GitHubEmulator
+from emulators.provider import WRAPPER, launcher_env
+from emulators.provider import state as provider_state
+from runtime.garm_provider import ExternalProvider
+from runtime.github_client import GitHubClient
+from runtime.runner_deps import RunnerDeps
+from runtime.runner_requests import request_deletion
+from runtime.tpu_client import emulator_client
+from store import RunnerStore, open_store
+from tests.harness import test_settings
+from workers.main import build_worker
+
+SCOPE = "org:acme"
+TOKEN = "ghp_keeper_test_token"
+
+# Quick retries so a test's failure paths finish in seconds of real time.
+FAST_POLICY = DeletionPolicy(
+    busy_wait=timedelta(seconds=3),
+    busy_poll=timedelta(milliseconds=300),
+    provider_timeout=timedelta(seconds=3),
+    retry_initial=timedelta(milliseconds=200),
+    retry_max=timedelta(seconds=1),
+    force_provider_attempts=2,
+    registration_cleanup_attempts=5,
+)
+
+
+@dataclass
+class RunnerWorld:
+    store: RunnerStore
+    github: GitHubEmulator
+    provider_config: Path
+    deps: RunnerDeps
+    policy: DeletionPolicy = FAST_POLICY
+    task_queue: str = field(default_factory=lambda: f"keeper-runners-{uuid.uuid4().hex[:8]}")
+
+    def add_runner(
+        self,
+        name: str,
+        *,
+        scale_set: str = "set-a",
+        status: InstanceStatus = InstanceStatus.RUNNING,
+        busy: bool = False,
+        registered: bool = True,
+        instance: bool = True,
+        mode: str | None = None,
+        mode_seconds: float = 0.0,
+        fail_times: int | None = None,
+    ) -> RunnerRecord:
+        provider_id = None
+        if instance:
+            rec = provider_state.add_instance(
+                self.provider_config,
+                name,
+                scale_set,
+                provider_id=f"i-{name}",
+                mode=mode,
+                mode_seconds=mode_seconds,
+                fail_times=fail_times,
+            )
+            provider_id = rec["provider_id"]
+        github_id = None
+        if registered:
+            github_id = self.github.add_runner(
+                SCOPE, name, busy=busy, labels=["self-hosted", "keeper-managed", scale_set]
+            )
+        return self.store.add(
+            RunnerRecord(
+                name=name,
+                scale_set=scale_set,
+                provider_id=provider_id,
+                github_runner_id=github_id,
+                github_scope=SCOPE if registered else None,
+                instance_status=status,
+                agent_status=AgentStatus.ACTIVE if busy else AgentStatus.IDLE,
+            )
+        )
+
+    def instance_exists(self, name: str) -> bool:
+        return f"i-{name}" in provider_state.instances(self.provider_config)
+
+    def registration_exists(self, record: RunnerRecord) -> bool:
+        return any(
+            r["id"] == record.github_runner_id
+            for r in self.github.state()["runners"].get(SCOPE, [])
+        )
+
+    def status(self, name: str) -> InstanceStatus:
+        return self.store.require(name).instance_status
+
+    async def request(
+        self,
+        client: Client,
+        name: str,
+        by: Requester = Requester.OPERATOR,
+        *,
+        force: bool = False,
+        reason: str = "",
+        policy: DeletionPolicy | None = None,
+    ) -> WorkflowHandle[Any, DeletionResult]:
+        return await request_deletion(
+            client,
+            name,
+            DeletionRequest(requested_by=by, force=force, reason=reason),
+            task_queue=self.task_queue,
+            policy=policy or self.policy,
+        )
+
+    async def agent_terminated(self, client: Client, name: str) -> None:
+        """The agent path: record what it said, then ask (never write the lane)."""
+        record = self.store.require(name)
+        await asyncio.to_thread(
+            self.store.set_agent_status,
+            name,
+            status=AgentStatus.TERMINATED,
+            version=record.version,
+        )
+        await self.request(client, name, Requester.AGENT, reason="agent reported terminated")
+
+
+def _github_follows_provider(world: RunnerWorld) -> None:
+    """A runner whose VM is gone goes offline and stops being busy, as on GitHub."""
+    live = {r["name"] for r in provider_state.instances(world.provider_config).values()}
+    for runner in world.github.state()["runners"].get(SCOPE, []):
+        if runner["name"] not in live and (runner["busy"] or runner["status"] == "online"):
+            world.github.set_busy(runner["id"], False)
+            world.github.set_status(runner["id"], "offline")
+
+
+@contextlib.asynccontextmanager
+async def runner_world(tmp_path: Path, store_url: str | None = None) -> AsyncIterator[RunnerWorld]:
+    github = GitHubEmulator(token=TOKEN)
+    url = await github.start()
+    config = provider_state.write_config(tmp_path / "provider" / "config.json")
+    store = open_store(store_url or f"sqlite:///{tmp_path / 'runners.db'}")
+    deps = RunnerDeps(
+        store=store,
+        github=GitHubClient(url, SecretStr(TOKEN), timeout=5.0),
+        provider=ExternalProvider(WRAPPER, config, "keeper-test", extra_env=launcher_env()),
+    )
+    world = RunnerWorld(store=store, github=github, provider_config=config, deps=deps)
+
+    async def follow() -> None:
+        while True:
+            await asyncio.to_thread(_github_follows_provider, world)
+            await asyncio.sleep(0.1)
+
+    follower = asyncio.create_task(follow())
+    try:
+        yield world
+    finally:
+        follower.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await follower
+        await deps.github.aclose()
+        await github.stop()
+        store.close()
+
+
+@contextlib.asynccontextmanager
+async def runner_worker(client: Client, world: RunnerWorld) -> AsyncIterator[Worker]:
+    # The TPU client is never called by runner workflows; its channel connects lazily.
+    worker = build_worker(
+        client, test_settings(), emulator_client("127.0.0.1:9"), world.task_queue, world.deps
+    )
+    async with worker:
+        yield worker

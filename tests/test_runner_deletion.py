@@ -1,0 +1,106 @@
+"""RunnerDeletion on the dev server: the real store, GitHub emulator and provider executable."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+from temporalio.client import Client, WorkflowFailureError
+from temporalio.testing import WorkflowEnvironment
+
+from domain.runner_models import DeletionOutcome, Requester, deletion_workflow_id
+from domain.runner_status import InstanceStatus
+from emulators.provider import state as provider_state
+from tests.runner_world import RunnerWorld, runner_world, runner_worker
+
+S = InstanceStatus
+
+
+@pytest.fixture
+async def world(tmp_path: Path):
+    async with runner_world(tmp_path) as w:
+        yield w
+
+
+async def wait_for(predicate, timeout: float = 20.0, what: str = "condition") -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not await asyncio.to_thread(predicate):
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.05)
+
+
+def lane_history(world: RunnerWorld, name: str) -> list[tuple[str | None, str, bool]]:
+    return [(e.from_status, e.to_status, e.forced) for e in world.store.audit(name)]
+
+
+async def test_deletes_registration_then_compute_then_record(
+    dev_env: WorkflowEnvironment, world: RunnerWorld
+) -> None:
+    record = world.add_runner("r-happy")
+    async with runner_worker(dev_env.client, world):
+        handle = await world.request(dev_env.client, "r-happy", reason="test")
+        result = await handle.result()
+    assert result.outcome is DeletionOutcome.DELETED
+    assert result.leaked_provider_id is None and not result.recovered
+    assert world.status("r-happy") is S.DELETED
+    assert not world.instance_exists("r-happy")
+    assert not world.registration_exists(record)
+    assert lane_history(world, "r-happy") == [
+        (None, "running", False),
+        ("running", "pending_delete", False),
+        ("pending_delete", "deleting", False),
+        ("deleting", "deleted", False),
+    ]
+    # Registration before compute: GitHub's DELETE precedes the provider's first call.
+    deletes = [r for r in world.github.requests if r["method"] == "DELETE"]
+    assert deletes and deletes[0]["status"] == 204
+    assert handle.id == deletion_workflow_id("r-happy")
+    desc = await handle.describe()
+    attrs = {k.name: v for k, v in ((p.key, p.value) for p in desc.typed_search_attributes)}
+    assert attrs["RunnerName"] == "r-happy"
+    assert attrs["ScaleSet"] == "set-a"
+    assert attrs["RunnerStep"] == "done"
+
+
+async def test_unknown_runner_fails_naming_it_and_changes_nothing(
+    dev_env: WorkflowEnvironment, world: RunnerWorld
+) -> None:
+    async with runner_worker(dev_env.client, world):
+        handle = await world.request(dev_env.client, "ghost-1")
+        with pytest.raises(WorkflowFailureError) as info:
+            await handle.result()
+    assert "no runner named 'ghost-1'" in str(info.value.cause)
+    assert world.store.list(include_deleted=True) == []
+    assert provider_state.invocations(world.provider_config) == []
+
+
+async def test_a_tombstone_is_already_deleted(
+    dev_env: WorkflowEnvironment, world: RunnerWorld
+) -> None:
+    world.add_runner("r-twice")
+    async with runner_worker(dev_env.client, world):
+        first = await (await world.request(dev_env.client, "r-twice")).result()
+        second = await (await world.request(dev_env.client, "r-twice")).result()
+    assert first.outcome is DeletionOutcome.DELETED
+    assert second.outcome is DeletionOutcome.ALREADY_DELETED
+    assert provider_state.attempts(world.provider_config, "i-r-twice") == 1
+
+
+async def test_concurrent_requests_are_one_deletion(
+    dev_env: WorkflowEnvironment, world: RunnerWorld
+) -> None:
+    world.add_runner("r-race", mode="slow", mode_seconds=1.0)
+    async with runner_worker(dev_env.client, world):
+        handles = await asyncio.gather(
+            world.request(dev_env.client, "r-race", Requester.AGENT),
+            world.request(dev_env.client, "r-race", Requester.SCALE_DOWN),
+            world.request(dev_env.client, "r-race", Requester.OPERATOR),
+            world.request(dev_env.client, "r-race", Requester.RECONCILER),
+        )
+        results = await asyncio.gather(*(h.result() for h in handles))
+    assert len({h.result_run_id for h in handles}) == 1
+    assert all(r.outcome is DeletionOutcome.DELETED for r in results)
+    assert len(results[0].requests) == 4
+    assert provider_state.attempts(world.provider_config, "i-r-race") == 1

@@ -1,0 +1,405 @@
+"""RunnerDeletion: the one owner of a runner's deletion, from request to tombstone.
+
+Workflow id `runner-delete-<runner>`. Every actor that wants a runner gone (its agent
+reporting terminated, a scale-down, an operator, the reconciler) starts this workflow or
+joins the running one; none of them writes a deletion-lane status. Each step re-reads the
+record and acts on what the store holds, so every intermediate status resumes after a
+crash. The lane is forward-only: a cancel request does not abandon a deletion that
+has started, because a half-deleted runner is exactly the leak keeper exists to prevent.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from datetime import timedelta
+
+from pydantic import ValidationError
+from temporalio import workflow
+from temporalio.exceptions import ActivityError, ApplicationError
+
+with workflow.unsafe.imports_passed_through():
+    from activities.runners import GitHubActivities, ProviderActivities, RunnerStoreActivities
+    from domain.deletion_view import DeletionView, backoff, render_details
+    from domain.github import DeregistrationAnswer
+    from domain.provider import ProviderAnswer, ProviderOutcome
+    from domain.runner_calls import (
+        LaneResult,
+        LaneWrite,
+        LeakReport,
+        ProviderDelete,
+        RegistrationRef,
+    )
+    from domain.runner_lane import LaneMove, entry_target
+    from domain.runner_models import (
+        BusyTimeoutAction,
+        DeletionOutcome,
+        DeletionRequest,
+        DeletionResult,
+        DeletionStep,
+        RunnerDeletionInput,
+        RunnerRecord,
+    )
+    from domain.runner_status import InstanceStatus
+    from workflows import activity_options as opts
+    from workflows import search_attributes as sa
+    from workflows.shielded import run_to_completion
+
+S = InstanceStatus
+REQUEST_SIGNAL = "request"
+UNKNOWN_RUNNER = "UnknownRunner"
+
+
+@workflow.defn(name="RunnerDeletion", failure_exception_types=[ValidationError])
+class RunnerDeletion:
+    def __init__(self) -> None:
+        self._view: DeletionView | None = None
+        self._force = False
+        self._requests: list[str] = []
+
+    @workflow.query(description="Step, record status, GitHub and provider answers, attempts.")
+    def status(self) -> DeletionView | None:
+        return self._view
+
+    @workflow.signal(name=REQUEST_SIGNAL, description="Another actor asks for this deletion.")
+    def request(self, request: DeletionRequest) -> None:
+        self._note_request(request)
+        self._publish()
+
+    def _note_request(self, request: DeletionRequest) -> None:
+        label = request.requested_by.value + (" (force)" if request.force else "")
+        if request.reason:
+            label += f": {request.reason}"
+        self._requests.append(label)
+        if request.force:
+            self._force = True
+        if self._view is not None:
+            self._view.requests = list(self._requests)
+            self._view.force = self._force
+
+    @workflow.run
+    async def run(self, inp: RunnerDeletionInput) -> DeletionResult:
+        self._input = inp
+        self._policy = inp.policy
+        self._view = DeletionView(runner=inp.runner)
+        if inp.request is not None:
+            self._note_request(inp.request)
+        workflow.upsert_search_attributes(
+            [sa.RUNNER_NAME.value_set(inp.runner), sa.RUNNER_STEP.value_set(DeletionStep.READ)]
+        )
+        self._publish()
+        # Once started, the deletion finishes: a cancel is recorded and shown, not obeyed,
+        # since stopping halfway is what strands records on the lane.
+        result, cancelled = await run_to_completion(self._delete(inp.runner))
+        if cancelled:
+            self._view.cancel_requested = True
+            self._publish()
+        return result
+
+    async def _delete(self, runner: str) -> DeletionResult:
+        assert self._view is not None
+        record = await self._read(runner)
+        if record is None:
+            self._view.error = f"no runner named {runner!r} in the runner store"
+            self._publish()
+            raise ApplicationError(
+                f"runner: no runner named {runner!r} in the runner store; "
+                "`keeper runner list` shows the known runners",
+                type=UNKNOWN_RUNNER,
+                non_retryable=True,
+            )
+        self._view.scale_set = record.scale_set
+        workflow.upsert_search_attributes([sa.SCALE_SET.value_set(record.scale_set)])
+        if record.instance_status is S.DELETED:
+            self._step(DeletionStep.DONE, record)
+            return self._result(DeletionOutcome.ALREADY_DELETED)
+
+        # 1. Onto the lane. A record already on it counts as success.
+        self._step(DeletionStep.PENDING_DELETE, record)
+        record = await self._enter_lane(runner)
+
+        # 2. Registration before compute: a registered runner can still be handed a job.
+        registration_left = await self._deregister(record)
+        await self._enter_lane(runner)  # a force request may have arrived meanwhile
+
+        # 3. deleting.
+        self._step(DeletionStep.DELETING, record)
+        record = await self._lane(runner, S.DELETING, "registration removed")
+
+        # 4. The compute, until the provider confirms it gone (or a force gives up).
+        leaked = await self._delete_instance(record)
+
+        # 5. deleted, with the tombstone in the same write.
+        self._step(DeletionStep.DELETED, record)
+        finish = await workflow.execute_activity_method(
+            RunnerStoreActivities.finish_deleted,
+            runner,
+            start_to_close_timeout=opts.STORE_START_TO_CLOSE,
+            retry_policy=opts.STORE_RETRY,
+            summary="deleting -> deleted (tombstone)",
+        )
+        if finish.recovered:
+            self._view.decision = (
+                f"final write refused (row was {finish.found_status}); "
+                "finished through the audited recovery path"
+            )
+        if registration_left:
+            await self._cleanup_registration(record)
+        self._step(DeletionStep.DONE, finish.record)
+        return self._result(DeletionOutcome.DELETED, leaked=leaked, recovered=finish.recovered)
+
+    # ---- steps -------------------------------------------------------------------------
+
+    async def _read(self, runner: str) -> RunnerRecord | None:
+        return await workflow.execute_activity_method(
+            RunnerStoreActivities.read_runner,
+            runner,
+            start_to_close_timeout=opts.STORE_START_TO_CLOSE,
+            retry_policy=opts.STORE_RETRY,
+            summary="read the runner record",
+        )
+
+    async def _lane(self, runner: str, target: InstanceStatus, reason: str) -> RunnerRecord:
+        result: LaneResult = await workflow.execute_activity_method(
+            RunnerStoreActivities.advance_lane,
+            LaneWrite(runner=runner, target=target, reason=reason),
+            start_to_close_timeout=opts.STORE_START_TO_CLOSE,
+            retry_policy=opts.STORE_RETRY,
+            summary=f"record -> {target}",
+        )
+        if result.move is LaneMove.BLOCKED or result.record is None:
+            found = result.record.instance_status if result.record else "missing"
+            raise ApplicationError(
+                f"runner {runner!r}: cannot move the record from {found} to {target}",
+                type="LaneBlocked",
+                non_retryable=True,
+            )
+        assert self._view is not None
+        self._view.status = result.record.instance_status.value
+        self._publish()
+        return result.record
+
+    async def _enter_lane(self, runner: str) -> RunnerRecord:
+        requested = self._requests[-1] if self._requests else "deletion requested"
+        return await self._lane(runner, entry_target(self._force), requested)
+
+    async def _deregister(self, record: RunnerRecord) -> bool:
+        """Removes the GitHub registration. Returns True if it is left for after the
+        compute is gone (a busy runner the policy or a force said to delete anyway)."""
+        view = self._view
+        assert view is not None
+        if record.github_runner_id is None or record.github_scope is None:
+            view.github = "no registration recorded"
+            self._publish()
+            return False
+        self._step(DeletionStep.DEREGISTER, record)
+        ref = RegistrationRef(
+            runner=record.name, scope=record.github_scope, runner_id=record.github_runner_id
+        )
+        failures = 0
+        while True:
+            answer = await self._remove_registration(ref)
+            if answer.done:
+                view.busy_since = None
+                view.next_try_at = None
+                self._step(DeletionStep.DEREGISTER, record)
+                return False
+            if answer.busy:
+                failures = 0
+                if self._force:
+                    view.decision = "runner busy; force: deleting the compute anyway"
+                    return True
+                now = workflow.now()
+                if view.busy_since is None:
+                    view.busy_since = now
+                if now - view.busy_since >= self._policy.busy_wait:
+                    if self._policy.on_busy_timeout is BusyTimeoutAction.PROCEED:
+                        view.decision = (
+                            f"still busy after {self._policy.busy_wait}: proceeding "
+                            "(policy on_busy_timeout=proceed); the job on it is lost"
+                        )
+                        self._publish()
+                        return True
+                    await self._escalate(record)
+                    continue
+                self._step(DeletionStep.BUSY_WAIT, record)
+                await self._pause(self._policy.busy_poll)
+                continue
+            failures += 1
+            if self._force and failures >= self._policy.force_provider_attempts:
+                view.decision = (
+                    f"force: GitHub kept failing ({answer.message}); "
+                    "registration left for GitHub's offline-runner cleanup"
+                )
+                return True
+            wait = backoff(failures, self._policy.retry_initial, self._policy.retry_max)
+            if answer.retry_after_s:
+                wait = max(wait, timedelta(seconds=answer.retry_after_s))
+            await self._pause(wait)
+
+    async def _remove_registration(self, ref: RegistrationRef) -> DeregistrationAnswer:
+        assert self._view is not None
+        answer: DeregistrationAnswer = await workflow.execute_activity_method(
+            GitHubActivities.remove_registration,
+            ref,
+            start_to_close_timeout=opts.GITHUB_START_TO_CLOSE,
+            retry_policy=opts.GITHUB_RETRY,
+            summary=f"remove GitHub registration {ref.runner_id} ({ref.scope})",
+        )
+        self._view.github = answer.message
+        self._view.github_attempts += 1
+        self._publish()
+        return answer
+
+    async def _escalate(self, record: RunnerRecord) -> None:
+        """Busy past the bound and the policy says ask: stop calling GitHub and wait for
+        an operator's force (or for the job to end, which the next force-less try sees)."""
+        view = self._view
+        assert view is not None
+        view.decision = (
+            f"runner still busy after {self._policy.busy_wait}; escalated to an operator"
+        )
+        view.error = (
+            f"runner {record.name} is still running a job. Let it finish, or run "
+            f"`keeper runner delete {record.name} --force` to delete it anyway"
+        )
+        self._step(DeletionStep.ESCALATED, record)
+        await workflow.wait_condition(lambda: self._force)
+        view.error = None
+        view.decision = "escalation answered: force requested"
+        self._publish()
+
+    async def _delete_instance(self, record: RunnerRecord) -> str | None:
+        """Returns the provider id left behind by a forced delete, if any."""
+        view = self._view
+        assert view is not None
+        self._step(DeletionStep.PROVIDER_DELETE, record)
+        instance_id = record.provider_id or record.name
+        call = ProviderDelete(
+            runner=record.name,
+            instance_id=instance_id,
+            pool_id=record.scale_set,
+            timeout_s=self._policy.provider_timeout.total_seconds(),
+        )
+        failures = 0
+        while True:
+            answer = await self._provider_attempt(call)
+            view.provider = _describe_provider(answer)
+            view.provider_attempts += 1
+            self._publish()
+            if answer.gone:
+                view.next_try_at = None
+                return None
+            failures += 1
+            if self._force and failures >= self._policy.force_provider_attempts:
+                reason = f"forced delete gave up after {failures} attempts: {view.provider}"
+                await workflow.execute_activity_method(
+                    RunnerStoreActivities.record_leak,
+                    LeakReport(
+                        runner=record.name,
+                        provider_id=instance_id,
+                        scale_set=record.scale_set,
+                        reason=reason,
+                    ),
+                    start_to_close_timeout=opts.STORE_START_TO_CLOSE,
+                    retry_policy=opts.STORE_RETRY,
+                    summary=f"record leaked instance {instance_id} for the orphan sweep",
+                )
+                view.decision = f"leak recorded: {instance_id} ({reason})"
+                self._publish()
+                return instance_id
+            await self._pause(backoff(failures, self._policy.retry_initial, self._policy.retry_max))
+
+    async def _provider_attempt(self, call: ProviderDelete) -> ProviderAnswer:
+        started = workflow.now()
+        try:
+            return await workflow.execute_activity_method(
+                ProviderActivities.delete_instance,
+                call,
+                start_to_close_timeout=timedelta(seconds=call.timeout_s) + opts.PROVIDER_MARGIN,
+                heartbeat_timeout=opts.PROVIDER_HEARTBEAT,
+                retry_policy=opts.ONE_ATTEMPT,
+                summary=f"provider delete {call.instance_id} (pool {call.pool_id})",
+            )
+        except ActivityError as err:
+            # A lost worker (heartbeat timeout) or an adapter crash: one failed attempt.
+            cause = err.cause or err
+            return ProviderAnswer(
+                outcome=ProviderOutcome.FAILED,
+                exit_code=None,
+                message=f"attempt lost: {cause}",
+                duration_s=(workflow.now() - started).total_seconds(),
+            )
+
+    async def _cleanup_registration(self, record: RunnerRecord) -> None:
+        """After a busy runner's compute is gone it is offline, and GitHub lets the
+        registration go. Bounded: GitHub itself removes offline runners eventually."""
+        assert self._view is not None
+        if record.github_runner_id is None or record.github_scope is None:
+            return
+        ref = RegistrationRef(
+            runner=record.name, scope=record.github_scope, runner_id=record.github_runner_id
+        )
+        for attempt in range(1, self._policy.registration_cleanup_attempts + 1):
+            answer = await self._remove_registration(ref)
+            if answer.done:
+                return
+            await self._pause(backoff(attempt, self._policy.retry_initial, self._policy.retry_max))
+        self._view.decision = (
+            self._view.decision or ""
+        ) + "; registration still present: GitHub removes offline runners after 14 days"
+
+    # ---- plumbing ----------------------------------------------------------------------
+
+    async def _pause(self, wait: timedelta) -> None:
+        """Sleeps between attempts; a force request cuts the wait short."""
+        assert self._view is not None
+        self._view.next_try_at = workflow.now() + wait
+        self._publish()
+        force_before = self._force
+        with contextlib.suppress(TimeoutError):
+            await workflow.wait_condition(lambda: self._force != force_before, timeout=wait)
+        self._view.next_try_at = None
+
+    def _step(self, step: DeletionStep, record: RunnerRecord | None) -> None:
+        assert self._view is not None
+        changed = self._view.step is not step
+        self._view.step = step
+        if record is not None:
+            self._view.status = record.instance_status.value
+        if changed:
+            workflow.upsert_search_attributes([sa.RUNNER_STEP.value_set(step.value)])
+        self._publish()
+
+    def _publish(self) -> None:
+        if self._view is None:
+            return
+        workflow.set_current_details(render_details(self._view))
+
+    def _result(
+        self,
+        outcome: DeletionOutcome,
+        *,
+        leaked: str | None = None,
+        recovered: bool = False,
+    ) -> DeletionResult:
+        assert self._view is not None
+        return DeletionResult(
+            runner=self._view.runner,
+            outcome=outcome,
+            forced=self._force,
+            leaked_provider_id=leaked,
+            registration=self._view.github,
+            provider=self._view.provider,
+            recovered=recovered,
+            busy_decision=self._view.decision,
+            requests=tuple(self._requests),
+        )
+
+
+def _describe_provider(answer: ProviderAnswer) -> str:
+    text = answer.outcome.value
+    if answer.exit_code is not None:
+        text += f" (exit {answer.exit_code})"
+    if answer.message and not answer.gone:
+        text += f": {answer.message[:200]}"
+    return text + f" in {answer.duration_s:.1f}s"
