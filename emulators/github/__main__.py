@@ -1,0 +1,28 @@
+"""python -m emulators.github --port 8472 --token TOKEN"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+
+from emulators.github.server import DEFAULT_PORT, DEFAULT_TOKEN, serve
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m emulators.github",
+        description="Local GitHub self-hosted runner API emulator (0 as port picks a free one).",
+    )
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=DEFAULT_PORT)
+    parser.add_argument("--token", default=DEFAULT_TOKEN, help="the Bearer token it accepts")
+    parser.add_argument("--log-level", default="INFO")
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    serve(args.host, args.port, args.token)
+
+
+if __name__ == "__main__":
+    main()

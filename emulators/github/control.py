@@ -1,0 +1,163 @@
+"""Control API under /_emulator/ (JSON, no auth): runners, faults, state, reset.
+
+Errors are {"error": "..."}; validation errors name the offending field and list it under
+"fields".
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, TypeVar
+
+from aiohttp import web
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from emulators.github.api import EMULATOR_KEY
+from emulators.github.state import DEFAULT_LABELS, Fault, RunnerStatus
+
+PREFIX = "/_emulator"
+M = TypeVar("M", bound=BaseModel)
+
+
+class NewRunner(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    scope: str
+    name: str = Field(min_length=1)
+    labels: list[str] = Field(default_factory=lambda: list(DEFAULT_LABELS))
+    status: RunnerStatus = "online"
+    busy: bool = False
+    os: str = "Linux"
+
+
+class RunnerPatch(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    busy: bool | None = None
+    status: RunnerStatus | None = None
+
+
+class _BadRequest(Exception):
+    def __init__(self, response: web.Response) -> None:
+        self.response = response
+
+
+def _error(status: int, message: str, **extra: Any) -> web.Response:
+    return web.json_response({"error": message, **extra}, status=status)
+
+
+async def _parse(request: web.Request, model: type[M]) -> M:
+    try:
+        body = await request.json() if request.can_read_body else {}
+    except json.JSONDecodeError:
+        raise _BadRequest(_error(400, "body is not valid JSON")) from None
+    try:
+        return model.model_validate(body)
+    except ValidationError as exc:
+        errors = exc.errors()
+        fields = [".".join(str(part) for part in err["loc"]) or "body" for err in errors]
+        detail = "; ".join(
+            f"{name}: {err['msg']}" for name, err in zip(fields, errors, strict=True)
+        )
+        raise _BadRequest(_error(400, f"invalid field {detail}", fields=fields)) from None
+
+
+def _runner_id(request: web.Request) -> int:
+    raw = request.match_info["runner_id"]
+    try:
+        return int(raw)
+    except ValueError:
+        raise _BadRequest(_error(400, f"invalid field runner_id: {raw!r}")) from None
+
+
+@web.middleware
+async def control_errors(request: web.Request, handler: Any) -> web.StreamResponse:
+    if not request.path.startswith(PREFIX):
+        return await handler(request)
+    try:
+        return await handler(request)
+    except _BadRequest as bad:
+        return bad.response
+    except KeyError as exc:
+        return _error(404, str(exc.args[0]) if exc.args else "not found")
+    except ValueError as exc:
+        return _error(400, str(exc))
+
+
+async def healthz(request: web.Request) -> web.Response:
+    return web.json_response({"status": "ok"})
+
+
+async def get_state(request: web.Request) -> web.Response:
+    return web.json_response(request.app[EMULATOR_KEY].state())
+
+
+async def get_requests(request: web.Request) -> web.Response:
+    return web.json_response({"requests": request.app[EMULATOR_KEY].requests})
+
+
+async def reset(request: web.Request) -> web.Response:
+    request.app[EMULATOR_KEY].reset()
+    return web.json_response({"reset": True})
+
+
+async def add_runner(request: web.Request) -> web.Response:
+    body = await _parse(request, NewRunner)
+    emu = request.app[EMULATOR_KEY]
+    runner_id = emu.add_runner(
+        body.scope,
+        body.name,
+        labels=body.labels,
+        status=body.status,
+        busy=body.busy,
+        os=body.os,
+    )
+    return web.json_response({"id": runner_id, "runner": emu.runner(runner_id)}, status=201)
+
+
+async def patch_runner(request: web.Request) -> web.Response:
+    runner_id = _runner_id(request)
+    body = await _parse(request, RunnerPatch)
+    emu = request.app[EMULATOR_KEY]
+    emu.runner(runner_id)  # 404 before changing anything
+    if body.busy is not None:
+        emu.set_busy(runner_id, body.busy)
+    if body.status is not None:
+        emu.set_status(runner_id, body.status)
+    return web.json_response({"runner": emu.runner(runner_id)})
+
+
+async def delete_runner(request: web.Request) -> web.Response:
+    runner_id = _runner_id(request)
+    request.app[EMULATOR_KEY].set_gone(runner_id)
+    return web.json_response({"deleted": runner_id})
+
+
+async def add_fault(request: web.Request) -> web.Response:
+    fault = await _parse(request, Fault)
+    request.app[EMULATOR_KEY].faults.add(fault)
+    return web.json_response({"fault": fault.model_dump()}, status=201)
+
+
+async def clear_faults(request: web.Request) -> web.Response:
+    request.app[EMULATOR_KEY].faults.clear()
+    return web.json_response({"faults": []})
+
+
+async def control_not_found(request: web.Request) -> web.Response:
+    return _error(404, f"no control route {request.method} {request.path}")
+
+
+def routes() -> list[web.RouteDef]:
+    return [
+        web.get(f"{PREFIX}/healthz", healthz),
+        web.get(f"{PREFIX}/state", get_state),
+        web.get(f"{PREFIX}/requests", get_requests),
+        web.post(f"{PREFIX}/reset", reset),
+        web.post(f"{PREFIX}/runners", add_runner),
+        web.patch(f"{PREFIX}/runners/{{runner_id}}", patch_runner),
+        web.delete(f"{PREFIX}/runners/{{runner_id}}", delete_runner),
+        web.post(f"{PREFIX}/faults", add_fault),
+        web.delete(f"{PREFIX}/faults", clear_faults),
+        web.route("*", f"{PREFIX}/{{tail:.*}}", control_not_found),
+    ]
