@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 from typing import TypeVar
 
-from runtime.garm_provider import ExternalProvider
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
@@ -26,6 +25,7 @@ from domain.runner_calls import (
 from domain.runner_lane import LaneMove, decide
 from domain.runner_models import RunnerRecord, deletion_workflow_id
 from domain.runner_status import InstanceStatus
+from runtime.garm_provider import ExternalProvider
 from runtime.github_client import GitHubClient
 from store import RunnerStore
 
@@ -162,6 +162,12 @@ class ProviderActivities:
         def tick(elapsed: float) -> None:
             activity.heartbeat(f"provider delete running for {elapsed:.0f}s")
 
+        heartbeat = activity.info().heartbeat_timeout
+        every = min(5.0, heartbeat.total_seconds() / 3) if heartbeat else 5.0
         return await self._provider.delete_instance(
-            call.instance_id, call.pool_id, timeout_s=call.timeout_s, on_tick=tick
+            call.instance_id,
+            call.pool_id,
+            timeout_s=call.timeout_s,
+            on_tick=tick,
+            tick_every_s=every,
         )

@@ -81,6 +81,8 @@ class DeletionPolicy(BaseModel):
     busy_poll: PositiveDuration = timedelta(seconds=30)
     on_busy_timeout: BusyTimeoutAction = BusyTimeoutAction.ESCALATE
     provider_timeout: PositiveDuration = timedelta(minutes=5)
+    # How soon an attempt lost with a crashed worker is noticed and retried elsewhere.
+    provider_heartbeat: PositiveDuration = timedelta(seconds=30)
     retry_initial: PositiveDuration = timedelta(seconds=5)
     retry_max: PositiveDuration = timedelta(minutes=5)
     # A forced delete tries the provider this many times, then records the leak and goes on.

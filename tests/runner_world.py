@@ -6,13 +6,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 from pydantic import SecretStr
+from sqlalchemy import update
 from temporalio.client import Client, WorkflowHandle
 from temporalio.worker import Worker
 
@@ -33,6 +34,7 @@ from runtime.runner_deps import RunnerDeps
 from runtime.runner_requests import request_deletion
 from runtime.tpu_client import emulator_client
 from store import RunnerStore, open_store
+from store.schema import runners
 from tests.harness import test_settings
 from workers.main import build_worker
 
@@ -191,3 +193,26 @@ async def runner_worker(client: Client, world: RunnerWorld) -> AsyncIterator[Wor
     )
     async with worker:
         yield worker
+
+
+async def eventually(predicate: Callable[[], bool], within: float = 20.0, what: str = "it") -> None:
+    deadline = asyncio.get_running_loop().time() + within
+    while not await asyncio.to_thread(predicate):
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"timed out after {within}s waiting for {what}")
+        await asyncio.sleep(0.05)
+
+
+def lane_history(world: RunnerWorld, name: str) -> list[tuple[str | None, str, bool]]:
+    return [(e.from_status, e.to_status, e.forced) for e in world.store.audit(name)]
+
+
+def force_write(store: RunnerStore, name: str, status: InstanceStatus) -> None:
+    """What #854's design allowed any actor to do: overwrite the row, no compare, no table.
+    keeper's store has no such method; tests use raw SQL to play a legacy writer."""
+    with store.engine.begin() as conn:
+        conn.execute(
+            update(runners)
+            .where(runners.c.name == name)
+            .values(instance_status=status.value, version=runners.c.version + 1)
+        )

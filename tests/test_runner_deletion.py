@@ -6,13 +6,13 @@ import asyncio
 from pathlib import Path
 
 import pytest
-from temporalio.client import Client, WorkflowFailureError
+from temporalio.client import WorkflowFailureError
 from temporalio.testing import WorkflowEnvironment
 
 from domain.runner_models import DeletionOutcome, Requester, deletion_workflow_id
 from domain.runner_status import InstanceStatus
 from emulators.provider import state as provider_state
-from tests.runner_world import RunnerWorld, runner_world, runner_worker
+from tests.runner_world import RunnerWorld, runner_worker, runner_world
 
 S = InstanceStatus
 
@@ -21,18 +21,6 @@ S = InstanceStatus
 async def world(tmp_path: Path):
     async with runner_world(tmp_path) as w:
         yield w
-
-
-async def wait_for(predicate, timeout: float = 20.0, what: str = "condition") -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not await asyncio.to_thread(predicate):
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.05)
-
-
-def lane_history(world: RunnerWorld, name: str) -> list[tuple[str | None, str, bool]]:
-    return [(e.from_status, e.to_status, e.forced) for e in world.store.audit(name)]
 
 
 async def test_deletes_registration_then_compute_then_record(

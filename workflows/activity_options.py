@@ -56,6 +56,7 @@ def health_interval(poll_interval: timedelta) -> timedelta:
     # Our own VMs, not the cloud API: they can be asked more often than the QR.
     return min(poll_interval, HEALTH_MAX_INTERVAL)
 
+
 # Runner deletion. Store calls are short SQL; they retry without limit because giving up
 # would leave the record wherever it is.
 STORE_START_TO_CLOSE = timedelta(seconds=30)
@@ -72,8 +73,7 @@ GITHUB_RETRY = RetryPolicy(
     maximum_interval=timedelta(minutes=1),
 )
 # The provider call is one attempt per activity: the workflow owns the retries, so each
-# answer and the attempt count show in its details. Heartbeats every few seconds let a
-# crashed worker's attempt be noticed in 30 s rather than at the provider timeout.
-PROVIDER_HEARTBEAT = timedelta(seconds=30)
+# answer and the attempt count show in its details. Heartbeats (policy.provider_heartbeat)
+# let a crashed worker's attempt be noticed well before the provider timeout.
 PROVIDER_MARGIN = timedelta(seconds=30)
 ONE_ATTEMPT = RetryPolicy(maximum_attempts=1)

@@ -316,7 +316,7 @@ class RunnerDeletion:
                 ProviderActivities.delete_instance,
                 call,
                 start_to_close_timeout=timedelta(seconds=call.timeout_s) + opts.PROVIDER_MARGIN,
-                heartbeat_timeout=opts.PROVIDER_HEARTBEAT,
+                heartbeat_timeout=self._policy.provider_heartbeat,
                 retry_policy=opts.ONE_ATTEMPT,
                 summary=f"provider delete {call.instance_id} (pool {call.pool_id})",
             )

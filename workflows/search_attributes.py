@@ -19,6 +19,7 @@ def for_slice(slice_name: str, zone: str, phase: str | None = None) -> TypedSear
         pairs.append(SearchAttributePair(PHASE, phase))
     return TypedSearchAttributes(pairs)
 
+
 RUNNER_NAME = SearchAttributeKey.for_keyword("RunnerName")
 SCALE_SET = SearchAttributeKey.for_keyword("ScaleSet")
 RUNNER_STEP = SearchAttributeKey.for_keyword("RunnerStep")
@@ -28,5 +29,6 @@ RUNNER_ATTRIBUTES = (RUNNER_NAME, SCALE_SET, RUNNER_STEP)
 
 def for_runner(runner: str) -> TypedSearchAttributes:
     return TypedSearchAttributes([SearchAttributePair(RUNNER_NAME, runner)])
+
 
 ALL = (*SLICE_ATTRIBUTES, *RUNNER_ATTRIBUTES)

@@ -1,0 +1,441 @@
+"""The #854 interleave and the other interleavings from the runner-deletion reference, each
+replayed through the real store, the real workflow, the GitHub emulator and the provider
+executable on the dev server."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+from temporalio.client import Client
+from temporalio.testing import ActivityEnvironment, WorkflowEnvironment
+
+from activities.runners import RunnerStoreActivities
+from domain.deletion_view import DeletionView
+from domain.runner_models import (
+    BusyTimeoutAction,
+    DeletionOutcome,
+    DeletionStep,
+    Requester,
+    deletion_workflow_id,
+)
+from domain.runner_status import AgentStatus, InstanceStatus
+from domain.scale_set import ScalePolicy, plan_scaling
+from emulators.provider import state as provider_state
+from runtime.garm_provider import ExternalProvider
+from store import RunnerStore
+from tests.runner_world import (
+    FAST_POLICY,
+    RunnerWorld,
+    eventually,
+    force_write,
+    lane_history,
+    runner_worker,
+    runner_world,
+)
+from workflows.runner_deletion import RunnerDeletion
+
+S = InstanceStatus
+
+
+@pytest.fixture
+async def world(tmp_path: Path):
+    async with runner_world(tmp_path) as w:
+        yield w
+
+
+def provider_started(world: RunnerWorld, name: str) -> bool:
+    return provider_state.attempts(world.provider_config, f"i-{name}") >= 1
+
+
+async def view_of(client: Client, name: str) -> DeletionView:
+    handle = client.get_workflow_handle_for(RunnerDeletion.run, deletion_workflow_id(name))
+    view = await handle.query(RunnerDeletion.status)
+    assert view is not None
+    return view
+
+
+# ---- #854 -----------------------------------------------------------------------------
+
+
+class LegacyManager:
+    """#854's design, step for step: a cached status, forced writes by any actor, and a
+    final validated write that gives up when refused."""
+
+    def __init__(self, store: RunnerStore, provider: ExternalProvider) -> None:
+        self.store = store
+        self.provider = provider
+        self.cached: S | None = None
+
+    async def delete(self, name: str, notification_lost: asyncio.Event) -> bool:
+        record = self.store.require(name)
+        force_write(self.store, name, S.PENDING_DELETE)  # the scale set marks it
+        force_write(self.store, name, S.DELETING)  # the manager force-writes deleting
+        self.cached = S.DELETING
+        answer = await self.provider.delete_instance(
+            record.provider_id or name, record.scale_set, timeout_s=30
+        )
+        assert answer.gone
+        # The status update hand-off timed out while the mutex was held: dropped.
+        notification_lost.set()
+        current = self.store.require(name)
+        if current.instance_status is not S.DELETING:
+            # pending_delete -> deleted is not a valid transition: refused, and the cached
+            # `deleting` had no case in the manager's loop, so nothing ever retries it.
+            return False
+        return self.store.advance_lane(
+            name,
+            expect=current.instance_status,
+            version=current.version,
+            to=S.DELETED,
+            owner=deletion_workflow_id(name),
+        ).ok
+
+
+async def test_854_interleave_strands_the_record_under_a_force_write_design(
+    world: RunnerWorld,
+) -> None:
+    world.add_runner("phantom", mode="slow", mode_seconds=1.0)
+    manager = LegacyManager(world.store, world.deps.provider)
+    lost = asyncio.Event()
+    deleting = asyncio.create_task(manager.delete("phantom", lost))
+    await eventually(lambda: provider_started(world, "phantom"), what="provider delete")
+    # The agent reports terminated mid-delete: a forced pending_delete moves the row back.
+    force_write(world.store, "phantom", S.PENDING_DELETE)
+    finished = await deleting
+    assert lost.is_set() and not finished
+    assert not world.instance_exists("phantom")  # the compute is gone...
+    assert world.status("phantom") is S.PENDING_DELETE  # ...and the record stays, forever
+    # The wedge: counting every record, the phantom pins a quiet set (one queued job).
+    stuck = world.store.list("set-a")
+    old = plan_scaling(stuck, ScalePolicy(min_idle_runners=0), 1, count=len)
+    assert old.create == 0
+    assert plan_scaling(stuck, ScalePolicy(min_idle_runners=0), 1).create == 1
+
+
+async def test_854_interleave_converges_under_keeper(
+    dev_env: WorkflowEnvironment, world: RunnerWorld
+) -> None:
+    world.add_runner("r854", mode="slow", mode_seconds=1.5)
+    client = dev_env.client
+    async with runner_worker(client, world):
+        handle = await world.request(client, "r854", Requester.SCALE_DOWN)
+        await eventually(lambda: provider_started(world, "r854"), what="provider delete")
+        assert world.status("r854") is S.DELETING
+        # Mid-delete: the agent reports terminated, and a racing pending_delete request
+        # arrives from a second scale-down. Both only ask; neither writes the lane.
+        await asyncio.gather(
+            world.agent_terminated(client, "r854"),
+            world.request(client, "r854", Requester.SCALE_DOWN, reason="racing scale-down"),
+        )
+        assert world.status("r854") is S.DELETING  # nothing moved it backwards
+        # The notification of the racing request is lost: the workflow does not need it,
+        # since every step re-reads the store.
+        result = await handle.result()
+    assert result.outcome is DeletionOutcome.DELETED and not result.recovered
+    assert world.status("r854") is S.DELETED
+    assert not world.instance_exists("r854")
+    assert all(not forced for *_, forced in lane_history(world, "r854"))
+    assert len(result.requests) == 3
+    assert provider_state.attempts(world.provider_config, "i-r854") == 1
+
+
+async def test_a_legacy_forced_write_mid_delete_is_recovered_and_audited(
+    dev_env: WorkflowEnvironment, world: RunnerWorld
+) -> None:
+    """Interleavings 1 and 2: a stale snapshot is written back while the provider delete
+    runs past its timeout. The final compare-and-set is refused; the record still ends
+    deleted, through the audited recovery path."""
+    world.add_runner("stale", mode="succeeds-after-timeout", mode_seconds=5)
+    async with runner_worker(dev_env.client, world):
+        handle = await world.request(dev_env.client, "stale")
+        await eventually(lambda: provider_started(world, "stale"), what="provider delete")
+        force_write(world.store, "stale", S.PENDING_DELETE)  # a stale snapshot returns
+        result = await handle.result()
+    assert result.outcome is DeletionOutcome.DELETED and result.recovered
+    assert world.status("stale") is S.DELETED
+    forced = [e for e in world.store.audit("stale") if e.forced]
+    assert len(forced) == 1 and "moved to pending_delete" in forced[0].reason
+    assert forced[0].actor == "runner-delete-stale"
+    # The first attempt timed out while the instance was already gone; the retry's
+    # not-found confirmed it.
+    assert provider_state.attempts(world.provider_config, "i-stale") == 2
+
+
+# ---- provider answers -----------------------------------------------------------------
+
+
+async def test_failing_provider_is_retried_and_never_marked_deleted_meanwhile(
+    dev_env: WorkflowEnvironment, world: RunnerWorld
+) -> None:
+    """Interleaving 3: the provider fails (and there is no revert to lose)."""
+    world.add_runner("flaky", mode="failing", fail_times=3)
+    async with runner_worker(dev_env.client, world):
+        handle = await world.request(dev_env.client, "flaky")
+        await eventually(
+            lambda: provider_state.attempts(world.provider_config, "i-flaky") >= 2,
+            what="two failed attempts",
+        )
+        assert world.status("flaky") is S.DELETING and world.instance_exists("flaky")
+        view = await view_of(dev_env.client, "flaky")
+        assert view.step is DeletionStep.PROVIDER_DELETE and "failed" in view.provider
+        result = await handle.result()
+        view = await view_of(dev_env.client, "flaky")
+    assert result.outcome is DeletionOutcome.DELETED and result.leaked_provider_id is None
+    assert provider_state.attempts(world.provider_config, "i-flaky") == 4
+    assert view.provider_attempts == 4
+
+
+@pytest.mark.parametrize("mode", ["not-found", "slow"])
+async def test_not_found_and_slow_providers_converge(
+    dev_env: WorkflowEnvironment, world: RunnerWorld, mode: str
+) -> None:
+    world.add_runner(f"p-{mode}", mode=mode, mode_seconds=1.0)
+    async with runner_worker(dev_env.client, world):
+        result = await (await world.request(dev_env.client, f"p-{mode}")).result()
+    assert result.outcome is DeletionOutcome.DELETED
+    assert world.status(f"p-{mode}") is S.DELETED
+
+
+async def test_hanging_provider_holds_the_record_until_forced_and_the_leak_is_recorded(
+    dev_env: WorkflowEnvironment, world: RunnerWorld
+) -> None:
+    """Interleavings 10 and 11: a hanging provider; a force arrives mid-flight."""
+    world.add_runner("hang", mode="hanging")
+    async with runner_worker(dev_env.client, world):
+        handle = await world.request(dev_env.client, "hang")
+        await eventually(
+            lambda: provider_state.attempts(world.provider_config, "i-hang") >= 2,
+            within=30,
+            what="a timed-out attempt and its retry",
+        )
+        assert world.status("hang") is S.DELETING  # never deleted while it fails
+        await world.request(dev_env.client, "hang", force=True, reason="operator gives up")
+        result = await handle.result()
+    assert result.forced and result.leaked_provider_id == "i-hang"
+    assert world.status("hang") is S.DELETED
+    leaks = world.store.leaks()
+    assert [(leak.provider_id, leak.runner) for leak in leaks] == [("i-hang", "hang")]
+    assert "gave up" in (result.busy_decision or "")
+
+
+async def test_instance_and_registration_gone_out_of_band(
+    dev_env: WorkflowEnvironment, world: RunnerWorld
+) -> None:
+    """Interleaving 14: deleted out of band, registration auto-removed by GitHub."""
+    record = world.add_runner("oob")
+    provider_state.remove_instance(world.provider_config, "i-oob")
+    assert record.github_runner_id is not None
+    world.github.set_gone(record.github_runner_id)
+    async with runner_worker(dev_env.client, world):
+        result = await (await world.request(dev_env.client, "oob")).result()
+    assert result.outcome is DeletionOutcome.DELETED
+    assert result.registration.startswith("404") and result.provider.startswith("not-found")
+
+
+# ---- GitHub answers -------------------------------------------------------------------
+
+
+async def test_github_errors_are_retried_and_shown(
+    dev_env: WorkflowEnvironment, world: RunnerWorld
+) -> None:
+    """Interleavings 7 and 9: busy read false, then 422, 401, 403, 502 and 429."""
+    world.add_runner("gh")
+    for status in (422, 401, 403, 502, 429):
+        world.github.inject(status, retry_after=0.2 if status == 429 else None)
+    async with runner_worker(dev_env.client, world):
+        handle = await world.request(dev_env.client, "gh")
+        await eventually(
+            lambda: any(r["status"] == 401 for r in world.github.requests), what="a 401"
+        )
+        assert world.instance_exists("gh")  # no compute deleted before the registration
+        result = await handle.result()
+        view = await view_of(dev_env.client, "gh")
+    assert [r["status"] for r in world.github.requests if r["method"] == "DELETE"] == [
+        422,
+        401,
+        403,
+        502,
+        429,
+        204,
+    ]
+    assert result.outcome is DeletionOutcome.DELETED
+    assert view.github_attempts == 6
+
+
+async def test_busy_runner_is_not_killed_and_proceeds_once_idle(
+    dev_env: WorkflowEnvironment, world: RunnerWorld
+) -> None:
+    record = world.add_runner("busy", busy=True)
+    async with runner_worker(dev_env.client, world):
+        handle = await world.request(dev_env.client, "busy")
+        await eventually(
+            lambda: sum(r["status"] == 422 for r in world.github.requests) >= 2, what="422s"
+        )
+        view = await view_of(dev_env.client, "busy")
+        assert view.step is DeletionStep.BUSY_WAIT and view.busy_since is not None
+        assert world.instance_exists("busy") and world.status("busy") is S.PENDING_DELETE
+        assert record.github_runner_id is not None
+        world.github.set_busy(record.github_runner_id, False)  # the job ends
+        result = await handle.result()
+    assert result.outcome is DeletionOutcome.DELETED and result.busy_decision is None
+
+
+async def test_busy_forever_escalates_then_an_operator_force_finishes_it(
+    dev_env: WorkflowEnvironment, world: RunnerWorld
+) -> None:
+    """Interleaving 8: the VM died mid-job and GitHub says "still running" for ever."""
+    world.add_runner("stuck", busy=True)
+    async with runner_worker(dev_env.client, world):
+        handle = await world.request(dev_env.client, "stuck")
+
+        async def escalated() -> bool:
+            return (await view_of(dev_env.client, "stuck")).step is DeletionStep.ESCALATED
+
+        for _ in range(200):
+            if await escalated():
+                break
+            await asyncio.sleep(0.05)
+        assert await escalated()
+        calls = len(world.github.requests)
+        await asyncio.sleep(1.0)
+        assert len(world.github.requests) == calls  # escalated: no more polling
+        desc = await handle.describe()
+        steps = [p.value for p in desc.typed_search_attributes if p.key.name == "RunnerStep"]
+        assert steps == ["escalated"]
+        await world.request(dev_env.client, "stuck", force=True)
+        result = await handle.result()
+    assert result.forced and result.outcome is DeletionOutcome.DELETED
+    assert world.status("stuck") is S.DELETED and not world.instance_exists("stuck")
+
+
+async def test_busy_forever_proceeds_when_the_policy_says_so(
+    dev_env: WorkflowEnvironment, world: RunnerWorld
+) -> None:
+    record = world.add_runner("proceed", busy=True)
+    policy = FAST_POLICY.model_copy(update={"on_busy_timeout": BusyTimeoutAction.PROCEED})
+    async with runner_worker(dev_env.client, world):
+        result = await (await world.request(dev_env.client, "proceed", policy=policy)).result()
+    assert result.outcome is DeletionOutcome.DELETED and not result.forced
+    assert "proceeding" in (result.busy_decision or "")
+    # Once the compute was gone the runner went offline, and its registration was removed.
+    assert not world.registration_exists(record)
+
+
+# ---- restarts, late messages, cancels, bursts -----------------------------------------
+
+
+async def test_records_left_in_deleting_and_creating_resume(
+    dev_env: WorkflowEnvironment, world: RunnerWorld
+) -> None:
+    """Interleaving 4: a restart finds records in `deleting` and `creating`."""
+    world.add_runner("was-deleting")
+    owner = deletion_workflow_id("was-deleting")
+    world.store.advance_lane(
+        "was-deleting", expect=S.RUNNING, version=1, to=S.PENDING_DELETE, owner=owner
+    )
+    world.store.advance_lane(
+        "was-deleting", expect=S.PENDING_DELETE, version=2, to=S.DELETING, owner=owner
+    )
+    world.add_runner("was-creating", status=S.CREATING, registered=False)
+    async with runner_worker(dev_env.client, world):
+        results = await asyncio.gather(
+            *[
+                (await world.request(dev_env.client, name, Requester.RECONCILER)).result()
+                for name in ("was-deleting", "was-creating")
+            ]
+        )
+    assert all(r.outcome is DeletionOutcome.DELETED for r in results)
+    assert world.status("was-deleting") is S.DELETED
+    assert world.status("was-creating") is S.DELETED
+    assert not world.instance_exists("was-creating")
+
+
+async def test_worker_restart_mid_delete_resumes(
+    dev_env: WorkflowEnvironment, world: RunnerWorld
+) -> None:
+    world.add_runner("restart", mode="slow", mode_seconds=2.0)
+    async with runner_worker(dev_env.client, world):
+        handle = await world.request(dev_env.client, "restart")
+        await eventually(lambda: provider_started(world, "restart"), what="provider delete")
+    assert world.status("restart") is S.DELETING
+    async with runner_worker(dev_env.client, world):
+        result = await handle.result()
+    assert result.outcome is DeletionOutcome.DELETED
+    assert world.status("restart") is S.DELETED
+
+
+async def test_final_step_is_idempotent_when_its_completion_is_lost(
+    world: RunnerWorld,
+) -> None:
+    """Interleaving 5: the tombstone is written by the final step itself, so a retry of
+    that step (its completion lost) finds the record finished and changes nothing."""
+    world.add_runner("lost-final")
+    owner = deletion_workflow_id("lost-final")
+    store = world.store
+    store.advance_lane("lost-final", expect=S.RUNNING, version=1, to=S.PENDING_DELETE, owner=owner)
+    store.advance_lane("lost-final", expect=S.PENDING_DELETE, version=2, to=S.DELETING, owner=owner)
+    env = ActivityEnvironment()
+    env.info = env.info.__class__(**{**env.info.__dict__, "workflow_id": owner})
+    acts = RunnerStoreActivities(store)
+    first = await env.run(acts.finish_deleted, "lost-final")
+    again = await env.run(acts.finish_deleted, "lost-final")
+    assert first.record.instance_status is S.DELETED and not first.recovered
+    assert again.found_status is S.DELETED and again.record.version == first.record.version
+    # Anyone but the runner's own deletion workflow is refused.
+    other = ActivityEnvironment()
+    other.info = other.info.__class__(**{**other.info.__dict__, "workflow_id": "someone-else"})
+    with pytest.raises(Exception, match="only runner-delete-lost-final"):
+        await other.run(acts.finish_deleted, "lost-final")
+
+
+async def test_job_completed_after_deletion_changes_nothing(
+    dev_env: WorkflowEnvironment, world: RunnerWorld
+) -> None:
+    """Interleaving 6: a late job-completed message during and after the deletion."""
+    world.add_runner("late", mode="slow", mode_seconds=1.0)
+    async with runner_worker(dev_env.client, world):
+        handle = await world.request(dev_env.client, "late")
+        await eventually(lambda: provider_started(world, "late"), what="provider delete")
+        current = world.store.require("late")
+        during = world.store.set_agent_status(
+            "late", status=AgentStatus.IDLE, version=current.version
+        )
+        assert during.ok and during.record and during.record.instance_status is S.DELETING
+        await handle.result()
+    done = world.store.require("late")
+    after = world.store.set_agent_status("late", status=AgentStatus.IDLE, version=done.version)
+    assert not after.ok and world.status("late") is S.DELETED
+
+
+async def test_cancel_does_not_abandon_a_started_deletion(
+    dev_env: WorkflowEnvironment, world: RunnerWorld
+) -> None:
+    world.add_runner("cancel-me", mode="slow", mode_seconds=1.0)
+    async with runner_worker(dev_env.client, world):
+        handle = await world.request(dev_env.client, "cancel-me")
+        await eventually(lambda: provider_started(world, "cancel-me"), what="provider delete")
+        await handle.cancel()
+        await handle.cancel()
+        result = await handle.result()
+        view = await view_of(dev_env.client, "cancel-me")
+    assert result.outcome is DeletionOutcome.DELETED
+    assert world.status("cancel-me") is S.DELETED and not world.instance_exists("cancel-me")
+    assert view.cancel_requested
+
+
+async def test_a_burst_of_concurrent_deletions(
+    dev_env: WorkflowEnvironment, world: RunnerWorld
+) -> None:
+    """Interleaving 12: hundreds at once, each with its own owner."""
+    names = [f"burst-{i:03d}" for i in range(150)]
+    for name in names:
+        world.add_runner(name)
+    async with runner_worker(dev_env.client, world):
+        handles = await asyncio.gather(*(world.request(dev_env.client, n) for n in names))
+        results = await asyncio.gather(*(h.result() for h in handles))
+    assert all(r.outcome is DeletionOutcome.DELETED for r in results)
+    assert world.store.list("set-a") == []
+    assert provider_state.instances(world.provider_config) == {}
+    assert world.github.state()["runners"] == {}
