@@ -12,7 +12,7 @@ from temporalio.testing import WorkflowEnvironment
 from domain.runner_models import DeletionOutcome, Requester, deletion_workflow_id
 from domain.runner_status import InstanceStatus
 from emulators.provider import state as provider_state
-from tests.runner_world import RunnerWorld, runner_worker, runner_world
+from tests.runner_world import RunnerWorld, lane_history, runner_worker, runner_world
 
 S = InstanceStatus
 
