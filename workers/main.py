@@ -21,12 +21,15 @@ from temporalio.worker import Worker
 
 from domain.bootstrap_models import SweepRequest
 from domain.naming import SWEEPER_SCHEDULE_ID, SWEEPER_WORKFLOW_ID
+from domain.reconcile import ReconcileRequest
+from domain.runner_models import RECONCILER_SCHEDULE_ID, RECONCILER_WORKFLOW_ID
 from runtime.runner_deps import RunnerDeps, open_runner_deps
 from runtime.settings import Settings
 from runtime.temporal_client import connect
 from runtime.tpu_client import make_tpu_client
 from runtime.tracing import setup_tracing, shutdown_tracing
 from workers.registry import WORKFLOWS, build_activities
+from workflows.runner_reconciler import RunnerReconciler
 from workflows.tpu_sweeper import TpuSweeper
 
 log = logging.getLogger("keeper.worker")
@@ -75,11 +78,51 @@ async def ensure_sweeper_schedule(client: Client, settings: Settings) -> None:
         pass
 
 
+def reconcile_request(settings: Settings) -> ReconcileRequest:
+    runners = settings.runners
+    return ReconcileRequest(
+        scopes=runners.github.scopes,
+        managed_label=runners.github.managed_label,
+        task_queue=settings.temporal.task_queue,
+        provider_timeout_s=runners.deletion.provider_timeout.total_seconds(),
+        tombstone_retention_s=runners.tombstone_retention.total_seconds(),
+    )
+
+
+async def ensure_reconciler_schedule(client: Client, settings: Settings) -> None:
+    """Creates the runner reconciler's schedule once, like the sweeper's."""
+    try:
+        await client.create_schedule(
+            RECONCILER_SCHEDULE_ID,
+            Schedule(
+                action=ScheduleActionStartWorkflow(
+                    RunnerReconciler.run,
+                    reconcile_request(settings),
+                    id=RECONCILER_WORKFLOW_ID,
+                    task_queue=settings.temporal.task_queue,
+                    static_summary="reconcile runner records, GitHub registrations and instances",
+                ),
+                spec=ScheduleSpec(
+                    intervals=[ScheduleIntervalSpec(every=settings.runners.reconcile_interval)]
+                ),
+                policy=SchedulePolicy(overlap=ScheduleOverlapPolicy.SKIP),
+            ),
+        )
+        log.info(
+            "created schedule %s every %s",
+            RECONCILER_SCHEDULE_ID,
+            settings.runners.reconcile_interval,
+        )
+    except ScheduleAlreadyRunningError:
+        pass
+
+
 async def run_worker(settings: Settings) -> None:
     interceptors = setup_tracing(settings.tracing)
     client = await connect(settings.temporal, interceptors)
     tpu_client = make_tpu_client(settings.tpu)
     await ensure_sweeper_schedule(client, settings)
+    await ensure_reconciler_schedule(client, settings)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

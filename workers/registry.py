@@ -9,12 +9,14 @@ from google.cloud import tpu_v2
 from temporalio.client import Client
 
 from activities.health import HealthActivities, HealthProber
+from activities.reconciler import ReconcilerActivities
 from activities.runners import GitHubActivities, ProviderActivities, RunnerStoreActivities
 from activities.sweeper import SweeperActivities
 from activities.tpu import TpuActivities
 from runtime.runner_deps import RunnerDeps
 from runtime.settings import Settings
 from workflows.runner_deletion import RunnerDeletion
+from workflows.runner_reconciler import RunnerReconciler
 from workflows.tpu_bootstrap import TpuSliceBootstrap
 from workflows.tpu_bootstrap_run import TpuSliceBootstrapRun
 from workflows.tpu_sweeper import TpuSweeper
@@ -26,6 +28,7 @@ WORKFLOWS: list[type] = [
     TpuSliceTeardown,
     TpuSweeper,
     RunnerDeletion,
+    RunnerReconciler,
 ]
 
 
@@ -47,6 +50,7 @@ def build_activities(
     store = RunnerStoreActivities(runners.store)
     github = GitHubActivities(runners.github)
     provider = ProviderActivities(runners.provider)
+    reconciler = ReconcilerActivities(runners.store, runners.github, runners.provider, client)
     return [
         tpu.create_slice,
         tpu.observe_slice,
@@ -59,4 +63,5 @@ def build_activities(
         store.record_leak,
         github.remove_registration,
         provider.delete_instance,
+        reconciler.reconcile_pass,
     ]

@@ -1,0 +1,161 @@
+"""The reconciler's pass: list the store, GitHub and the provider, count mismatches across
+passes, and act on those seen twice. One bad record, scope or pool never aborts the pass."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import Counter
+from datetime import timedelta
+
+from temporalio import activity
+from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.service import RPCError, RPCStatusCode
+
+from domain.github import GitHubRunner, GitHubScope
+from domain.provider import ProviderInstance
+from domain.reconcile import (
+    CONFIRMING_PASSES,
+    Mismatch,
+    MismatchKind,
+    ReconcileReport,
+    ReconcileRequest,
+    find_mismatches,
+)
+from domain.runner_models import DeletionRequest, Requester, deletion_workflow_id
+from domain.runner_status import on_lane
+from runtime.garm_provider import ExternalProvider
+from runtime.github_client import GitHubClient
+from runtime.runner_requests import request_deletion
+from store import RunnerStore
+
+log = logging.getLogger("keeper.reconciler")
+MAX_ERRORS_REPORTED = 50
+
+
+class ReconcilerActivities:
+    def __init__(
+        self,
+        store: RunnerStore,
+        github: GitHubClient,
+        provider: ExternalProvider,
+        client: Client,
+    ) -> None:
+        self._store = store
+        self._github = github
+        self._provider = provider
+        self._client = client
+
+    @activity.defn(name="runners.reconcile_pass")
+    async def reconcile_pass(self, request: ReconcileRequest) -> ReconcileReport:
+        errors: list[str] = []
+        records = await asyncio.to_thread(self._store.list, include_deleted=True)
+
+        registrations: dict[str, list[GitHubRunner]] = {}
+        for text in request.scopes:
+            try:
+                scope = GitHubScope.parse(text)
+                registrations[str(scope)] = await self._github.list_runners(scope)
+            except Exception as err:  # one scope failing must not hide the others
+                errors.append(f"list registrations in {text}: {err}")
+
+        instances: dict[str, list[ProviderInstance]] = {}
+        pools = sorted({r.scale_set for r in records} | set(request.pools))
+        for pool in pools:
+            try:
+                instances[pool] = await self._provider.list_instances(
+                    pool, timeout_s=request.provider_timeout_s
+                )
+            except Exception as err:
+                errors.append(f"list instances in pool {pool}: {err}")
+        activity.heartbeat("listed")
+
+        owned = []
+        for record in records:
+            if on_lane(record.instance_status) and record.instance_status.value != "deleted":
+                try:
+                    if await self._deletion_running(record.name):
+                        owned.append(record.name)
+                except Exception as err:
+                    owned.append(record.name)  # unknown: leave it be this pass
+                    errors.append(f"describe deletion of {record.name}: {err}")
+
+        mismatches = find_mismatches(
+            records,
+            registrations,
+            instances,
+            managed_label=request.managed_label,
+            lane_owned=owned,
+        )
+        seen = Counter(m.kind.value for m in mismatches)
+        confirmed: Counter[str] = Counter()
+        acted: list[str] = []
+        for kind in MismatchKind:
+            of_kind = [m for m in mismatches if m.kind is kind]
+            passes = await asyncio.to_thread(
+                self._store.mark_pass, kind.value, [m.key for m in of_kind]
+            )
+            for mismatch in of_kind:
+                if passes.get(mismatch.key, 0) < CONFIRMING_PASSES:
+                    continue
+                confirmed[kind.value] += 1
+                try:
+                    done = await self._act(mismatch, request)
+                except Exception as err:
+                    errors.append(f"{kind.value} {mismatch.key}: {err}")
+                    continue
+                acted.append(f"{kind.value} {mismatch.key}: {done}")
+                await asyncio.to_thread(self._store.clear_mark, kind.value, mismatch.key)
+                activity.heartbeat(f"acted on {len(acted)}")
+
+        purged = 0
+        try:
+            purged = await asyncio.to_thread(
+                self._store.purge_tombstones, timedelta(seconds=request.tombstone_retention_s)
+            )
+        except Exception as err:
+            errors.append(f"purge tombstones: {err}")
+        for line in acted:
+            log.info("reconciler: %s", line)
+        return ReconcileReport(
+            seen=dict(seen),
+            confirmed=dict(confirmed),
+            acted=acted,
+            errors=errors[:MAX_ERRORS_REPORTED],
+            purged_tombstones=purged,
+        )
+
+    async def _deletion_running(self, runner: str) -> bool:
+        try:
+            desc = await self._client.get_workflow_handle(deletion_workflow_id(runner)).describe()
+        except RPCError as err:
+            if err.status is RPCStatusCode.NOT_FOUND:
+                return False
+            raise
+        return desc.status is WorkflowExecutionStatus.RUNNING
+
+    async def _act(self, mismatch: Mismatch, request: ReconcileRequest) -> str:
+        if mismatch.kind is MismatchKind.REGISTRATION:
+            assert mismatch.scope is not None and mismatch.github_runner_id is not None
+            answer = await self._github.remove_runner(
+                GitHubScope.parse(mismatch.scope), mismatch.github_runner_id
+            )
+            if not answer.done:
+                raise RuntimeError(f"GitHub answered {answer.message}")
+            return f"registration removed ({answer.message})"
+        if mismatch.kind is MismatchKind.INSTANCE:
+            assert mismatch.pool is not None and mismatch.provider_id is not None
+            answer = await self._provider.delete_instance(
+                mismatch.provider_id, mismatch.pool, timeout_s=request.provider_timeout_s
+            )
+            if not answer.gone:
+                raise RuntimeError(f"provider answered {answer.outcome}: {answer.message}")
+            await asyncio.to_thread(self._store.resolve_leak, mismatch.provider_id)
+            return f"instance deleted ({answer.outcome})"
+        handle = await request_deletion(
+            self._client,
+            mismatch.runner,
+            DeletionRequest(requested_by=Requester.RECONCILER, reason=mismatch.detail),
+            task_queue=request.task_queue,
+        )
+        return f"deletion requested ({handle.id})"

@@ -1,0 +1,42 @@
+"""RunnerReconciler: one pass over the store, GitHub and the provider, on a Schedule.
+
+Each pass counts mismatches in the store; the reconciler acts only on those that two
+consecutive passes saw, so it never races a runner that is being created.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from temporalio import workflow
+
+with workflow.unsafe.imports_passed_through():
+    from activities.reconciler import ReconcilerActivities
+    from domain.reconcile import ReconcileReport, ReconcileRequest
+    from workflows.activity_options import SWEEP_RETRY
+
+PASS_START_TO_CLOSE = timedelta(minutes=10)
+PASS_HEARTBEAT = timedelta(minutes=3)
+
+
+@workflow.defn(name="RunnerReconciler")
+class RunnerReconciler:
+    @workflow.run
+    async def run(self, request: ReconcileRequest) -> ReconcileReport:
+        # Deletions it requests run on its own task queue, with the workers that serve it.
+        request = request.model_copy(update={"task_queue": workflow.info().task_queue})
+        workflow.set_current_details("reconciling: listing the store, GitHub and the provider")
+        report: ReconcileReport = await workflow.execute_activity_method(
+            ReconcilerActivities.reconcile_pass,
+            request,
+            start_to_close_timeout=PASS_START_TO_CLOSE,
+            heartbeat_timeout=PASS_HEARTBEAT,
+            retry_policy=SWEEP_RETRY,
+            summary="one reconcile pass",
+        )
+        lines = [f"## runner reconciler\n\n{report.summary()}"]
+        lines += [f"- {line}" for line in report.acted[:20]]
+        if report.errors:
+            lines += ["", "**Errors** (the pass went on):"] + [f"- {e}" for e in report.errors[:20]]
+        workflow.set_current_details("\n".join(lines))
+        return report
