@@ -101,6 +101,7 @@ class EmulatorSettings(_Section):
     control_port: int = 8471
     ip_prefix: str = "127.20"
     vm_health_port: int = 8080
+    github_port: int = 8472
     scenario_file: Path | None = Path("emulators/scenarios/demo.yaml")
 
 

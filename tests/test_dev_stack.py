@@ -102,13 +102,14 @@ def _clean_env() -> dict[str, str]:
 
 
 def _write_config(root: Path, tpu_endpoint: str) -> tuple[Path, dict[str, int]]:
-    grpc, ui, emu_grpc, emu_control, vm_health = free_ports(5)
+    grpc, ui, emu_grpc, emu_control, vm_health, github = free_ports(6)
     ports = {
         "grpc": grpc,
         "ui": ui,
         "emu_grpc": emu_grpc,
         "emu_control": emu_control,
         "vm_health": vm_health,
+        "github": github,
     }
     config = {
         "temporal": {
@@ -126,7 +127,16 @@ def _write_config(root: Path, tpu_endpoint: str) -> tuple[Path, dict[str, int]]:
             # Apart from the suite's shared emulator (127.31) and a developer's (127.20).
             "ip_prefix": "127.33",
             "vm_health_port": vm_health,
+            "github_port": github,
             "scenario_file": None,
+        },
+        "runners": {
+            "store_url": f"sqlite:///{root / '.dev' / 'runners.db'}",
+            "github": {
+                "api_url": f"http://127.0.0.1:{github}",
+                "token_file": str(root / ".dev" / "github-token"),
+            },
+            "provider": {"config_file": str(root / ".dev" / "provider" / "config.json")},
         },
         "worker": {"log_dir": str(root / ".dev" / "logs")},
     }
@@ -197,7 +207,7 @@ def test_up_is_healthy_idempotent_recovers_a_dead_worker_and_down_stops_everythi
 
     # Idempotent: a second `up` starts nothing.
     again = keeper.ok("dev", "up")
-    assert again.stdout.count("already running") == 3, again.stdout
+    assert again.stdout.count("already running") == 4, again.stdout
     assert keeper.pids() == first
 
     # Only some running: a dead worker is noticed by status and restarted alone by `up`.

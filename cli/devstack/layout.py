@@ -5,14 +5,16 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from runtime.settings import Settings, TpuEndpoint
 from runtime.tools import find_tool
 
 TEMPORAL = "temporal"
 EMULATOR = "emulator"
+GITHUB = "github"
 WORKER = "worker"
-COMPONENTS = (TEMPORAL, EMULATOR, WORKER)
+COMPONENTS = (TEMPORAL, EMULATOR, GITHUB, WORKER)
 
 LOCAL_HOSTS = frozenset({"127.0.0.1", "localhost", "::1", "0.0.0.0", ""})
 
@@ -118,6 +120,21 @@ def plan(settings: Settings, config_file: str | None) -> dict[str, Component]:
     if emu.scenario_file is not None:
         emulator_argv += ("--scenario-file", str(emu.scenario_file))
 
+    gh_host, gh_port, gh_managed = github_emulator_address(settings)
+    github_argv: tuple[str, ...] = (
+        sys.executable,
+        "-m",
+        "emulators.github",
+        "--host",
+        gh_host,
+        "--port",
+        str(gh_port),
+        "--token-file",
+        str(github_token_file(settings)),
+        "--log-level",
+        "WARNING",
+    )
+
     worker_argv: tuple[str, ...] = (sys.executable, "-m", "cli.main")
     if config_file:
         worker_argv += ("--config", str(Path(config_file).resolve()))
@@ -148,6 +165,15 @@ def plan(settings: Settings, config_file: str | None) -> dict[str, Component]:
             log_file=logs / "emulator.log",
             pid_file=pids / "emulator.pid",
         ),
+        GITHUB: Component(
+            name=GITHUB,
+            mode="managed" if gh_managed else "disabled",
+            argv=github_argv,
+            ports=(Port(gh_host, gh_port, "HTTP", "emulator.github_port"),),
+            address=f"{gh_host}:{gh_port}",
+            log_file=logs / "github.log",
+            pid_file=pids / "github.pid",
+        ),
         WORKER: Component(
             name=WORKER,
             mode="managed",
@@ -158,6 +184,20 @@ def plan(settings: Settings, config_file: str | None) -> dict[str, Component]:
             pid_file=pids / "worker.pid",
         ),
     }
+
+
+def github_token_file(settings: Settings) -> Path:
+    return settings.runners.github.token_file or Path(".dev/github-token")
+
+
+def github_emulator_address(settings: Settings) -> tuple[str, int, bool]:
+    """Where the GitHub emulator serves, and whether runners.github.api_url points at it
+    (only then does the dev stack start it)."""
+    url = urlsplit(settings.runners.github.api_url)
+    host = settings.emulator.host
+    port = settings.emulator.github_port
+    managed = url.scheme == "http" and is_local(url.hostname or "") and (url.port or 80) == port
+    return host, port, managed
 
 
 def emulator_address_mismatch(settings: Settings) -> str | None:

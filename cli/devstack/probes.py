@@ -106,6 +106,10 @@ class Probes:
         emu = self.settings.emulator
         return await self.http_ok(f"http://{emu.host}:{emu.control_port}/healthz", want_200=True)
 
+    async def github_emulator(self) -> Health:
+        base = self.settings.runners.github.api_url.rstrip("/")
+        return await self.http_ok(f"{base}/_emulator/healthz", want_200=True)
+
     async def workflow_pollers(self) -> tuple[str | None, list[Poller]]:
         """The task queue's workflow pollers, or why they could not be listed."""
         temporal = self.settings.temporal

@@ -18,6 +18,7 @@ import click
 
 from cli.devstack.layout import (
     EMULATOR,
+    GITHUB,
     TEMPORAL,
     TEMPORAL_MISSING,
     WORKER,
@@ -43,6 +44,7 @@ from cli.devstack.procs import (
     tail,
     write_pid_file,
 )
+from cli.devstack.runner_files import prepare_runner_files
 from runtime.settings import Settings
 
 POLL_INTERVAL = 0.25
@@ -126,6 +128,8 @@ class Stack:
             return Health(True, f"{grpc.detail}, UI {self.settings.temporal.ui_base}")
         if comp.name == EMULATOR:
             return await probes.emulator()
+        if comp.name == GITHUB:
+            return await probes.github_emulator()
         if running is None:
             return Health(False, "not running")
         problem, pollers = await probes.workflow_pollers()
@@ -189,7 +193,8 @@ class Stack:
         if not temporal.managed:
             await self._check_external_temporal(probes, deadline)
 
-        for name in (TEMPORAL, EMULATOR):
+        prepare_runner_files(self.settings)
+        for name in (TEMPORAL, EMULATOR, GITHUB):
             comp = self.components[name]
             if comp in to_start:
                 running[name] = self._start(comp)
@@ -200,8 +205,9 @@ class Stack:
         worker = self.components[WORKER]
         if with_worker and worker in to_start:
             running[WORKER] = self._start(worker)
-        if EMULATOR in running:
-            await self._wait(running[EMULATOR], probes, deadline, budget)
+        for name in (EMULATOR, GITHUB):
+            if name in running:
+                await self._wait(running[name], probes, deadline, budget)
         if with_worker:
             await self._wait(running[WORKER], probes, deadline, budget)
         else:
@@ -369,7 +375,7 @@ class Stack:
             run_dir(self.settings).rmdir()  # only when empty
 
     def _down(self, grace: float, purge: bool) -> None:
-        for name in (WORKER, EMULATOR, TEMPORAL):
+        for name in (WORKER, GITHUB, EMULATOR, TEMPORAL):
             comp = self.components[name]
             record = PidRecord.load(comp.pid_file)
             if record is None:

@@ -1,4 +1,4 @@
-"""python -m emulators.github --port 8472 --token TOKEN"""
+"""python -m emulators.github --port 8472 --token-file .dev/github-token"""
 
 from __future__ import annotations
 
@@ -16,12 +16,19 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=DEFAULT_PORT)
     parser.add_argument("--token", default=DEFAULT_TOKEN, help="the Bearer token it accepts")
+    parser.add_argument(
+        "--token-file", help="read the token from this file instead (keeps it out of `ps`)"
+    )
     parser.add_argument("--log-level", default="INFO")
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    serve(args.host, args.port, args.token)
+    token = args.token
+    if args.token_file:
+        with open(args.token_file, encoding="utf-8") as fh:
+            token = fh.read().strip()
+    serve(args.host, args.port, token)
 
 
 if __name__ == "__main__":
