@@ -10,6 +10,7 @@ import click
 from cli.context import KeeperContext
 from cli.dev import dev
 from cli.emulator import emulator
+from cli.runner import runner
 from cli.tpu import tpu
 from cli.worker import worker
 
@@ -35,6 +36,7 @@ def cli(ctx: click.Context, config_file: str | None) -> None:
 
 cli.add_command(dev)
 cli.add_command(emulator)
+cli.add_command(runner)
 cli.add_command(tpu)
 cli.add_command(worker)
 
