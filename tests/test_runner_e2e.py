@@ -20,7 +20,7 @@ from domain.runner_models import DeletionOutcome, deletion_workflow_id
 from domain.runner_status import InstanceStatus
 from emulators.provider import state as provider_state
 from tests.e2e_support import REPO, dev_address, start_worker_process, temporal_cli
-from tests.runner_world import RunnerWorld, eventually, runner_world, runner_worker
+from tests.runner_world import RunnerWorld, eventually, runner_worker, runner_world
 from workflows.runner_deletion import RunnerDeletion
 
 S = InstanceStatus
@@ -108,8 +108,8 @@ async def test_bad_input_gets_a_clear_error_and_changes_nothing(
         done = await keeper(config, *args)
         assert done.returncode == 1, done
         assert (
-            expected in done.stderr
-            and "Nothing was started" in done.stderr
+            (expected in done.stderr
+            and "Nothing was started" in done.stderr)
             or (expected in done.stderr and "nothing was started" in done.stderr)
         ), done.stderr
     assert await no_deletion_started(dev_env, "ghost")
