@@ -1,0 +1,68 @@
+"""Support for bench/runner_deletion.py: the ceiling workload, a workflow that makes as many
+activity calls as one RunnerDeletion and does nothing else, and the no-op activity it calls.
+
+A module of its own because the workflow sandbox re-imports a workflow's module by name,
+which a script run as __main__ cannot offer. Importing it also puts the repository root on
+sys.path: `python bench/runner_deletion.py` puts only bench/ there, and the benchmark must
+import keeper's packages from this checkout whether or not they are installed.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from temporalio import activity, workflow
+from temporalio.common import SearchAttributeKey
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+CEILING_WORKFLOW = "BenchEmptyDeletion"
+# workflows.search_attributes.RUNNER_STEP, spelled out so the sandbox imports no keeper code.
+RUNNER_STEP = SearchAttributeKey.for_keyword("RunnerStep")
+NOOP_ACTIVITY = "bench.noop"
+
+
+@dataclass(frozen=True)
+class EmptyInput:
+    runner: str
+    activities: int
+    # Upsert a RunnerStep search attribute before each activity and once at the end, as
+    # many upserts as a RunnerDeletion makes on the happy path: isolates their cost.
+    upserts: bool = False
+
+
+@activity.defn(name=NOOP_ACTIVITY)
+async def noop(step: int) -> int:
+    return step
+
+
+@workflow.defn(name=CEILING_WORKFLOW)
+class EmptyDeletion:
+    """Started like a deletion (signal-with-start, the same id and conflict policies), then
+    `activities` no-op activities one after another; search-attribute upserts only when
+    asked for."""
+
+    def __init__(self) -> None:
+        self._requests = 0
+
+    @workflow.signal(name="request")
+    def request(self, _request: dict[str, Any]) -> None:
+        self._requests += 1
+
+    @workflow.run
+    async def run(self, inp: EmptyInput) -> str:
+        for step in range(inp.activities):
+            if inp.upserts:
+                workflow.upsert_search_attributes([RUNNER_STEP.value_set(f"step-{step}")])
+            await workflow.execute_activity(
+                noop, step, start_to_close_timeout=timedelta(seconds=60)
+            )
+        if inp.upserts:
+            workflow.upsert_search_attributes([RUNNER_STEP.value_set("done")])
+        return inp.runner
