@@ -11,6 +11,7 @@ from cli.context import KeeperContext
 from cli.dev import dev
 from cli.emulator import emulator
 from cli.runner import runner
+from cli.runner_demo import demo as _runner_demo  # noqa: F401 - registers `runner demo`
 from cli.tpu import tpu
 from cli.worker import worker
 

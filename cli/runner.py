@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 from typing import Any
 
 import click
@@ -68,6 +69,8 @@ def _require(store: RunnerStore, name: str) -> RunnerRecord:
 def _lane(status: InstanceStatus) -> str:
     if status in LIVE:
         return "live"
+    if status is S.DELETED:
+        return "tombstone"
     return "deletion lane" if on_lane(status) else "-"
 
 
@@ -96,7 +99,7 @@ async def _follow(handle: WorkflowHandle[Any, Any], as_json: bool) -> None:
         if view and not as_json:
             text = _view_text(view)
             if text != last:
-                console.print(text)
+                click.echo(text, err=True)
                 last = text
         await asyncio.wait({result}, timeout=0.5)
 
@@ -250,7 +253,8 @@ def list_runners(
             }
         )
         return
-    out = Console()
+    # Wide when piped, so rows stay one line each for grep and less.
+    out = Console() if sys.stdout.isatty() else Console(width=200)
     table = Table(show_edge=False)
     for column in ("runner", "scale set", "status", "lane", "agent", "version", "updated"):
         table.add_column(column)
