@@ -23,7 +23,7 @@ from domain.runner_calls import (
     RegistrationRef,
 )
 from domain.runner_lane import LaneMove, decide
-from domain.runner_models import RunnerRecord, deletion_workflow_id
+from domain.runner_models import deletion_workflow_id
 from domain.runner_status import InstanceStatus
 from runtime.garm_provider import ExternalProvider
 from runtime.github_client import GitHubClient
@@ -57,10 +57,6 @@ class RunnerStoreActivities:
     def __init__(self, store: RunnerStore) -> None:
         self._store = store
 
-    @activity.defn(name="runners.read")
-    async def read_runner(self, runner: str) -> RunnerRecord | None:
-        return await asyncio.to_thread(self._store.get, runner)
-
     @activity.defn(name="runners.advance_lane")
     async def advance_lane(self, write: LaneWrite) -> LaneResult:
         owner = _owner_of(write.runner)
@@ -71,7 +67,7 @@ class RunnerStoreActivities:
             record = self._store.get(write.runner)
             if record is None:
                 raise ApplicationError(
-                    f"runner {write.runner!r} vanished from the store mid-deletion",
+                    f"no runner named {write.runner!r} in the runner store",
                     type=UNKNOWN_RUNNER,
                     non_retryable=True,
                 )

@@ -117,6 +117,9 @@ class TracingSettings(_Section):
 class WorkerSettings(_Section):
     log_dir: Path = Path(".dev/logs")
     graceful_shutdown: HumanDuration = timedelta(seconds=30)
+    # Workflows kept in memory between tasks. Below the number in flight (a burst of runner
+    # deletions), every task of an evicted workflow replays its history first.
+    max_cached_workflows: int = Field(default=5000, ge=0)
 
 
 class GitHubSettings(_Section):

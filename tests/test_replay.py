@@ -1,4 +1,4 @@
-"""Replays recorded bootstrap histories against the current workflow code.
+"""Replays recorded bootstrap and runner-deletion histories against the current workflow code.
 
 A change that would break running workflows (a new command, a reordered activity) makes
 these fail. When a change is meant to be compatible, re-record with
@@ -72,7 +72,9 @@ def recorded() -> list[Path]:
 
 def test_histories_are_recorded():
     labels = {path.name.split(".")[0] for path in recorded()}
-    assert labels >= set(SCENARIOS), "re-record with KEEPER_RECORD_HISTORIES=1"
+    assert labels >= set(SCENARIOS) | set(RUNNER_SCENARIOS), (
+        "re-record with KEEPER_RECORD_HISTORIES=1"
+    )
 
 
 @pytest.mark.parametrize("path", recorded(), ids=lambda p: p.stem)
@@ -81,3 +83,44 @@ async def test_replay(path: Path):
     replayer = Replayer(workflows=WORKFLOWS, data_converter=pydantic_data_converter)
     result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
     assert result.replay_failure is None, f"{path.name}: {result.replay_failure}"
+
+
+# ---- runner deletions -----------------------------------------------------------------
+
+RUNNER_SCENARIOS = ["runner-deleted", "runner-escalated-forced", "runner-leak", "runner-recovered"]
+
+
+@pytest.mark.skipif(not env_flag("KEEPER_RECORD_HISTORIES"), reason="recording is on demand")
+@pytest.mark.parametrize("label", RUNNER_SCENARIOS)
+async def test_record_runner(dev_env, tmp_path: Path, label: str):
+    from domain.runner_status import InstanceStatus
+    from emulators.provider import state as provider_state
+    from tests.runner_world import eventually, force_write, runner_world, runner_worker
+
+    name = f"replay-{label}"
+    async with runner_world(tmp_path) as world, runner_worker(dev_env.client, world):
+        if label == "runner-escalated-forced":
+            world.add_runner(name, busy=True)
+        elif label == "runner-leak":
+            world.add_runner(name, mode="failing")
+        elif label == "runner-recovered":
+            world.add_runner(name, mode="slow", mode_seconds=1.0)
+        else:
+            world.add_runner(name)
+        handle = await world.request(dev_env.client, name)
+        if label == "runner-escalated-forced":
+            await asyncio.sleep(4.5)  # past FAST_POLICY's busy bound: escalated
+            await world.request(dev_env.client, name, force=True)
+        elif label == "runner-leak":
+            await eventually(
+                lambda: provider_state.attempts(world.provider_config, f"i-{name}") >= 2
+            )
+            await world.request(dev_env.client, name, force=True)
+        elif label == "runner-recovered":
+            await eventually(
+                lambda: provider_state.attempts(world.provider_config, f"i-{name}") >= 1
+            )
+            force_write(world.store, name, InstanceStatus.PENDING_DELETE)
+        await handle.result()
+        history = await handle.fetch_history()
+    (HISTORIES / f"{label}.json").write_text(history.to_json())

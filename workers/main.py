@@ -51,6 +51,7 @@ def build_worker(
         ),
         graceful_shutdown_timeout=settings.worker.graceful_shutdown,
         max_concurrent_activities=max(100, settings.runners.max_concurrent_deletions),
+        max_cached_workflows=settings.worker.max_cached_workflows,
     )
 
 

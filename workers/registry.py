@@ -57,7 +57,6 @@ def build_activities(
         tpu.delete_slice,
         health.check_health,
         sweeper.find_sweep_candidates,
-        store.read_runner,
         store.advance_lane,
         store.finish_deleted,
         store.record_leak,

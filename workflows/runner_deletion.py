@@ -46,6 +46,7 @@ with workflow.unsafe.imports_passed_through():
 
 S = InstanceStatus
 REQUEST_SIGNAL = "request"
+SEARCHABLE_STEPS = frozenset({DeletionStep.BUSY_WAIT, DeletionStep.ESCALATED, DeletionStep.DONE})
 UNKNOWN_RUNNER = "UnknownRunner"
 
 
@@ -55,6 +56,7 @@ class RunnerDeletion:
         self._view: DeletionView | None = None
         self._force = False
         self._requests: list[str] = []
+        self._sa_step: DeletionStep | None = None
 
     @workflow.query(description="Step, record status, GitHub and provider answers, attempts.")
     def status(self) -> DeletionView | None:
@@ -83,9 +85,9 @@ class RunnerDeletion:
         self._view = DeletionView(runner=inp.runner)
         if inp.request is not None:
             self._note_request(inp.request)
-        workflow.upsert_search_attributes(
-            [sa.RUNNER_NAME.value_set(inp.runner), sa.RUNNER_STEP.value_set(DeletionStep.READ)]
-        )
+        if workflow.info().typed_search_attributes.get(sa.RUNNER_NAME) is None:
+            # Started by hand (temporal workflow start) rather than by keeper's request.
+            workflow.upsert_search_attributes([sa.RUNNER_NAME.value_set(inp.runner)])
         self._publish()
         # Once started, the deletion finishes: a cancel is recorded and shown, not obeyed,
         # since stopping halfway is what strands records on the lane.
@@ -97,8 +99,13 @@ class RunnerDeletion:
 
     async def _delete(self, runner: str) -> DeletionResult:
         assert self._view is not None
-        record = await self._read(runner)
-        if record is None:
+        # 1. Onto the lane, reading the record in the same step. A record already on the
+        # lane counts as success; a tombstone means there is nothing left to do.
+        try:
+            record = await self._enter_lane(runner)
+        except ActivityError as err:
+            if not (isinstance(err.cause, ApplicationError) and err.cause.type == UNKNOWN_RUNNER):
+                raise
             self._view.error = f"no runner named {runner!r} in the runner store"
             self._publish()
             raise ApplicationError(
@@ -106,20 +113,26 @@ class RunnerDeletion:
                 "`keeper runner list` shows the known runners",
                 type=UNKNOWN_RUNNER,
                 non_retryable=True,
-            )
+            ) from None
         self._view.scale_set = record.scale_set
-        workflow.upsert_search_attributes([sa.SCALE_SET.value_set(record.scale_set)])
+        first = (
+            DeletionStep.DONE
+            if record.instance_status is S.DELETED
+            else DeletionStep.PENDING_DELETE
+        )
+        self._sa_step = first
+        workflow.upsert_search_attributes(
+            [sa.SCALE_SET.value_set(record.scale_set), sa.RUNNER_STEP.value_set(first.value)]
+        )
         if record.instance_status is S.DELETED:
             self._step(DeletionStep.DONE, record)
             return self._result(DeletionOutcome.ALREADY_DELETED)
-
-        # 1. Onto the lane. A record already on it counts as success.
         self._step(DeletionStep.PENDING_DELETE, record)
-        record = await self._enter_lane(runner)
 
         # 2. Registration before compute: a registered runner can still be handed a job.
         registration_left = await self._deregister(record)
-        await self._enter_lane(runner)  # a force request may have arrived meanwhile
+        if self._force and record.instance_status is S.PENDING_DELETE:
+            record = await self._enter_lane(runner)  # a force arrived meanwhile: say so
 
         # 3. deleting.
         self._step(DeletionStep.DELETING, record)
@@ -148,15 +161,6 @@ class RunnerDeletion:
         return self._result(DeletionOutcome.DELETED, leaked=leaked, recovered=finish.recovered)
 
     # ---- steps -------------------------------------------------------------------------
-
-    async def _read(self, runner: str) -> RunnerRecord | None:
-        return await workflow.execute_activity_method(
-            RunnerStoreActivities.read_runner,
-            runner,
-            start_to_close_timeout=opts.STORE_START_TO_CLOSE,
-            retry_policy=opts.STORE_RETRY,
-            summary="read the runner record",
-        )
 
     async def _lane(self, runner: str, target: InstanceStatus, reason: str) -> RunnerRecord:
         result: LaneResult = await workflow.execute_activity_method(
@@ -225,6 +229,7 @@ class RunnerDeletion:
                 await self._pause(self._policy.busy_poll)
                 continue
             failures += 1
+            self._step(DeletionStep.DEREGISTER, record, searchable=True)
             if self._force and failures >= self._policy.force_provider_attempts:
                 view.decision = (
                     f"force: GitHub kept failing ({answer.message}); "
@@ -290,6 +295,7 @@ class RunnerDeletion:
                 view.next_try_at = None
                 return None
             failures += 1
+            self._step(DeletionStep.PROVIDER_DELETE, record, searchable=True)
             if self._force and failures >= self._policy.force_provider_attempts:
                 reason = f"forced delete gave up after {failures} attempts: {view.provider}"
                 await workflow.execute_activity_method(
@@ -360,13 +366,18 @@ class RunnerDeletion:
             await workflow.wait_condition(lambda: self._force != force_before, timeout=wait)
         self._view.next_try_at = None
 
-    def _step(self, step: DeletionStep, record: RunnerRecord | None) -> None:
+    def _step(
+        self, step: DeletionStep, record: RunnerRecord | None, *, searchable: bool = False
+    ) -> None:
+        """Moves the current step. The RunnerStep search attribute follows only the steps an
+        operator searches for (waiting, escalated, retrying, done): each upsert is a history
+        event and a visibility write, and the happy path needs no more than two."""
         assert self._view is not None
-        changed = self._view.step is not step
         self._view.step = step
         if record is not None:
             self._view.status = record.instance_status.value
-        if changed:
+        if (searchable or step in SEARCHABLE_STEPS) and step is not self._sa_step:
+            self._sa_step = step
             workflow.upsert_search_attributes([sa.RUNNER_STEP.value_set(step.value)])
         self._publish()
 
