@@ -92,9 +92,10 @@ TOKEN = "ghp_keeper_bench_token"
 SCALE_SET = "bench"
 DEFAULT_RUNNERS = 2000
 QUICK_RUNNERS = 200
-# The SDK's own defaults, which keeper's worker (workers.main.build_worker) leaves alone.
+# The SDK's default workflow-task slots, which keeper's worker leaves alone, and the cache
+# size keeper's worker sets (worker.max_cached_workflows).
 SDK_WORKFLOW_TASK_SLOTS = 100
-SDK_CACHED_WORKFLOWS = 1000
+SDK_CACHED_WORKFLOWS = Settings().worker.max_cached_workflows
 PROGRESS_EVERY = 10.0
 # Completions whose client-side arrival is compared with the server's close time.
 LAG_SAMPLE = 50
@@ -231,7 +232,7 @@ class WorkerKnobs:
         return (
             f"max_concurrent_activities={self.activities}, "
             f"max_concurrent_workflow_tasks={self.workflow_tasks}, "
-            f"max_cached_workflows={SDK_CACHED_WORKFLOWS} (SDK default)"
+            f"max_cached_workflows={SDK_CACHED_WORKFLOWS} (worker.max_cached_workflows)"
         )
 
 
@@ -566,7 +567,7 @@ class CeilingPhase:
 
 
 async def ceiling_phase(
-    args: argparse.Namespace, knobs: WorkerKnobs, activities: int, tag: str, upserts: bool
+    args: argparse.Namespace, knobs: WorkerKnobs, activities: int, tag: str, upserts: int
 ) -> CeilingPhase:
     env = await start_dev_server()
     try:
@@ -595,7 +596,7 @@ async def ceiling_phase(
 
         label = f"ceiling: empty, {activities} no-op activities"
         if upserts:
-            label += f", {activities + 1} upserts"
+            label += f", {upserts} upserts"
         names = [f"bench-{tag}-{i:05d}" for i in range(args.runners)]
         worker = make_worker(env.client, queue, knobs, times, [EmptyDeletion], [noop])
         async with worker:
@@ -747,7 +748,10 @@ async def main(args: argparse.Namespace) -> tuple[str, bool]:
     )
     ceilings: list[CeilingPhase] = []
     variants = [] if args.skip_ceiling else [False, *([True] if args.upsert_ceiling else [])]
-    for upserts in variants:
+    for with_upserts in variants:
+        upserts = (
+            keeper.shape.by_type.get("UPSERT_WORKFLOW_SEARCH_ATTRIBUTES", 0) if with_upserts else 0
+        )
         ceiling = await ceiling_phase(args, knobs, keeper.shape.activities, tag, upserts)
         c = ceiling.batch
         progress(f"{ceiling.label}: {c.n} in {c.seconds:.1f} s ({c.per_minute:,.0f}/min)")

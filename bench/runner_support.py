@@ -32,9 +32,9 @@ NOOP_ACTIVITY = "bench.noop"
 class EmptyInput:
     runner: str
     activities: int
-    # Upsert a RunnerStep search attribute before each activity and once at the end, as
-    # many upserts as a RunnerDeletion makes on the happy path: isolates their cost.
-    upserts: bool = False
+    # RunnerStep upserts, as many as a sampled RunnerDeletion made: the first before the
+    # first activity, the last at the end, any others in between. Isolates their cost.
+    upserts: int = 0
 
 
 @activity.defn(name=NOOP_ACTIVITY)
@@ -57,8 +57,9 @@ class EmptyDeletion:
 
     @workflow.run
     async def run(self, inp: EmptyInput) -> str:
+        before = max(0, inp.upserts - 1)
         for step in range(inp.activities):
-            if inp.upserts:
+            if step < before:
                 workflow.upsert_search_attributes([RUNNER_STEP.value_set(f"step-{step}")])
             await workflow.execute_activity(
                 noop, step, start_to_close_timeout=timedelta(seconds=60)
