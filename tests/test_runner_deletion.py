@@ -12,7 +12,7 @@ from temporalio.testing import WorkflowEnvironment
 from domain.runner_models import DeletionOutcome, Requester, deletion_workflow_id
 from domain.runner_status import InstanceStatus
 from emulators.provider import state as provider_state
-from tests.runner_world import RunnerWorld, lane_history, runner_worker, runner_world
+from tests.runner_world import TOKEN, RunnerWorld, lane_history, runner_worker, runner_world
 
 S = InstanceStatus
 
@@ -50,6 +50,23 @@ async def test_deletes_registration_then_compute_then_record(
     assert attrs["RunnerName"] == "r-happy"
     assert attrs["ScaleSet"] == "set-a"
     assert attrs["RunnerStep"] == "done"
+    # The GitHub token stays in the worker's HTTP client: never in a payload or history.
+    history = (await handle.fetch_history()).to_json()
+    assert TOKEN not in history and "ghp_" not in history
+
+
+async def test_deletes_through_a_postgresql_store(
+    dev_env: WorkflowEnvironment, tmp_path: Path, store_url: str
+) -> None:
+    """The same deletion with the store on each back end (the workers of several hosts
+    would share the PostgreSQL one)."""
+    async with runner_world(tmp_path, store_url) as world:
+        world.add_runner("r-backend")
+        async with runner_worker(dev_env.client, world):
+            result = await (await world.request(dev_env.client, "r-backend")).result()
+        assert result.outcome is DeletionOutcome.DELETED
+        assert world.status("r-backend") is S.DELETED
+        assert world.store.backend in store_url.split(":")[0]
 
 
 async def test_unknown_runner_fails_naming_it_and_changes_nothing(

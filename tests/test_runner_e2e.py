@@ -107,10 +107,8 @@ async def test_bad_input_gets_a_clear_error_and_changes_nothing(
     ):
         done = await keeper(config, *args)
         assert done.returncode == 1, done
-        assert (
-            (expected in done.stderr
-            and "Nothing was started" in done.stderr)
-            or (expected in done.stderr and "nothing was started" in done.stderr)
+        assert (expected in done.stderr and "Nothing was started" in done.stderr) or (
+            expected in done.stderr and "nothing was started" in done.stderr
         ), done.stderr
     assert await no_deletion_started(dev_env, "ghost")
     assert world.store.require("keep-me") == before
@@ -239,4 +237,7 @@ async def test_worker_sigkilled_mid_delete_resumes_on_restart(
             worker.wait(15)
     assert result.outcome is DeletionOutcome.DELETED
     assert world.status("crash") is S.DELETED and not world.instance_exists("crash")
+    # The worker created the reconciler's schedule at start.
+    schedule = await dev_env.client.get_schedule_handle("runner-reconciler").describe()
+    assert schedule.schedule.action.workflow == "RunnerReconciler"
     assert provider_state.attempts(world.provider_config, "i-crash") >= 2
