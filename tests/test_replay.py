@@ -95,7 +95,7 @@ RUNNER_SCENARIOS = ["runner-deleted", "runner-escalated-forced", "runner-leak", 
 async def test_record_runner(dev_env, tmp_path: Path, label: str):
     from domain.runner_status import InstanceStatus
     from emulators.provider import state as provider_state
-    from tests.runner_world import eventually, force_write, runner_world, runner_worker
+    from tests.runner_world import eventually, force_write, runner_worker, runner_world
 
     name = f"replay-{label}"
     async with runner_world(tmp_path) as world, runner_worker(dev_env.client, world):
