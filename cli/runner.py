@@ -96,10 +96,10 @@ async def _follow(handle: WorkflowHandle[Any, Any], as_json: bool) -> None:
     last = ""
     while not result.done():
         view = await _query(handle)
-        if view and not as_json:
+        if view and view.status and not as_json:
             text = _view_text(view)
             if text != last:
-                click.echo(text, err=True)
+                click.echo(text)
                 last = text
         await asyncio.wait({result}, timeout=0.5)
 

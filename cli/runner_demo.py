@@ -45,7 +45,15 @@ def seed(settings: Settings, prefix: str, count: int) -> list[RunnerRecord]:
         with httpx.Client(base_url=settings.runners.github.api_url, timeout=10) as http:
             for i in range(1, count + 1):
                 name = f"{prefix}-{i}"
-                instance = add_instance(settings.runners.provider.config_file, name, DEMO_SCALE_SET)
+                # The one the demo deletes gets a slow provider delete (2 s), so the live
+                # view shows each step.
+                instance = add_instance(
+                    settings.runners.provider.config_file,
+                    name,
+                    DEMO_SCALE_SET,
+                    mode="slow" if i == 1 else None,
+                    mode_seconds=2.0 if i == 1 else 0.0,
+                )
                 answer = http.post(
                     "/_emulator/runners",
                     json={"scope": scope, "name": name, "labels": ["self-hosted", label]},
