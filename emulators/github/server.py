@@ -8,10 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import signal
 import sys
 from collections.abc import Sequence
-from types import TracebackType
 from typing import Any
 
 from aiohttp import web
@@ -26,6 +24,7 @@ from emulators.github.state import (
     RunnerBook,
     RunnerStatus,
 )
+from emulators.lifecycle import Served, until_stop_signal
 
 log = logging.getLogger("emulators.github")
 
@@ -33,7 +32,7 @@ DEFAULT_TOKEN = "keeper-emulator-token"
 DEFAULT_PORT = 8472
 
 
-class GitHubEmulator:
+class GitHubEmulator(Served):
     def __init__(self, token: str = DEFAULT_TOKEN) -> None:
         if not token:
             raise ValueError("token must not be empty")
@@ -82,18 +81,6 @@ class GitHubEmulator:
             await self._runner.cleanup()
             self._runner = None
             self._url = None
-
-    async def __aenter__(self) -> GitHubEmulator:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.stop()
 
     @property
     def url(self) -> str:
@@ -196,16 +183,10 @@ async def _serve_until_signal(host: str, port: int, token: str) -> None:
     url = await emulator.start(host, port)
     # A parent process that asked for port 0 reads the address from this line.
     print(f"GitHub emulator serving on {url}", flush=True)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
     try:
-        await stop.wait()
+        await until_stop_signal()
         log.info("GitHub emulator: stopping")
     finally:
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.remove_signal_handler(sig)
         await emulator.stop()
 
 

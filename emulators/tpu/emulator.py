@@ -8,12 +8,12 @@ import logging
 from collections import Counter
 from collections.abc import Iterable
 from datetime import datetime
-from types import TracebackType
 from typing import Any
 
 import grpc
 from aiohttp import web
 
+from emulators.lifecycle import Served
 from emulators.tpu.clock import Clock, iso
 from emulators.tpu.config import EmulatorConfig
 from emulators.tpu.control import make_app
@@ -26,7 +26,7 @@ from emulators.tpu.state import World
 log = logging.getLogger("emulators.tpu")
 
 
-class TpuEmulator:
+class TpuEmulator(Served):
     def __init__(self, config: EmulatorConfig | None = None) -> None:
         self.config = config or EmulatorConfig()
         default = self.config.default_scenario
@@ -90,18 +90,6 @@ class TpuEmulator:
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
-
-    async def __aenter__(self) -> TpuEmulator:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.stop()
 
     async def _tick(self) -> None:
         # Without this, VMs would only boot and phone home when somebody reads the API.

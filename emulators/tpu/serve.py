@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import signal
 
+from emulators.lifecycle import until_stop_signal
 from emulators.tpu.config import EmulatorConfig
 from emulators.tpu.emulator import TpuEmulator
 
@@ -15,14 +14,8 @@ log = logging.getLogger("emulators.tpu")
 async def serve(config: EmulatorConfig) -> None:
     emulator = TpuEmulator(config)
     await emulator.start()
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
     try:
-        await stop.wait()
+        await until_stop_signal()
         log.info("TPU emulator: stopping")
     finally:
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.remove_signal_handler(sig)
         await emulator.stop()
