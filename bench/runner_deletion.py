@@ -29,11 +29,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import faulthandler
-import logging
 import os
 import platform
-import signal
 import statistics
 import sys
 import tempfile
@@ -48,12 +45,12 @@ from typing import Any
 
 from pydantic import SecretStr
 from runner_support import EmptyDeletion, EmptyInput, noop  # first: puts the root on sys.path
+from script_runner import Interrupted, configure, run_for_figures
 from temporalio import activity
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.runtime import LoggingConfig, Runtime, TelemetryConfig, TelemetryFilter
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import (
     ActivityInboundInterceptor,
@@ -680,7 +677,10 @@ def render(
             f"History per {c.label}: {c.shape.events} events, "
             f"{c.shape.activities} ActivityTaskScheduled"
         )
-    out += ["", "Figures (first submit to last close; latency: submit call to the workflow closing):"]
+    out += [
+        "",
+        "Figures (first submit to last close; latency: submit call to the workflow closing):",
+    ]
     rows = [("keeper RunnerDeletion", k)] + [(c.label, c.batch) for c in ceilings]
     width = max(len(label) for label, _ in rows)
     out.append(
@@ -823,41 +823,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def run() -> int:
     args = parse_args()
-    faulthandler.register(signal.SIGUSR1)  # `kill -USR1 <pid>` prints where a run is stuck
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    if not args.verbose:
-        quiet = LoggingConfig(filter=TelemetryFilter(core_level="ERROR", other_level="ERROR"))
-        Runtime.set_default(Runtime(telemetry=TelemetryConfig(logging=quiet)))
-
-    interrupted = False
-
-    async def guarded() -> tuple[str, bool]:
-        # Ctrl-C and SIGTERM unwind the main task, so every server started here is shut down.
-        task = asyncio.current_task()
-        assert task is not None
-
-        def stop() -> None:
-            nonlocal interrupted
-            interrupted = True
-            task.cancel()
-
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop)
-        return await main(args)
-
-    # The Temporal server prints its banner on stdout; only the figures go there.
-    stdout = os.fdopen(os.dup(sys.stdout.fileno()), "w")
-    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
+    configure(args.verbose)
     try:
-        text, ok = asyncio.run(guarded())
-    except BaseException:
-        if not interrupted:
-            raise
+        (text, ok), figures = run_for_figures(lambda: main(args))
+    except Interrupted:
         progress("interrupted")
         return 130
-    print(text, file=stdout)
-    stdout.flush()
+    print(text, file=figures)
+    figures.flush()
     return 0 if ok else 1
 
 

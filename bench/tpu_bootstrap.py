@@ -17,13 +17,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import faulthandler
 import itertools
 import json
 import logging
 import os
 import platform
-import signal
 import socket
 import statistics
 import sys
@@ -38,13 +36,13 @@ from typing import Any
 
 import httpx
 from google.cloud import tpu_v2
+from script_runner import Interrupted, configure, run_for_figures
 from temporalio import activity
 from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import ApplicationError
-from temporalio.runtime import LoggingConfig, Runtime, TelemetryConfig, TelemetryFilter
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import (
     ActivityInboundInterceptor,
@@ -1034,48 +1032,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def run() -> int:
     args = parse_args()
-    faulthandler.register(signal.SIGUSR1)  # `kill -USR1 <pid>` prints where a run is stuck
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    configure(args.verbose)
     if not args.verbose:
         # The throttled case fails activity attempts on purpose; each would log a traceback.
         logging.getLogger("temporalio.activity").setLevel(logging.ERROR)
-        # The SDK core warns on every worker that the test server lacks a newer capability.
-        quiet = LoggingConfig(filter=TelemetryFilter(core_level="ERROR", other_level="ERROR"))
-        Runtime.set_default(Runtime(telemetry=TelemetryConfig(logging=quiet)))
-
-    interrupted = False
-
-    async def guarded() -> dict[str, Any]:
-        # Ctrl-C and SIGTERM unwind the main task, so every server started here is shut down.
-        task = asyncio.current_task()
-        assert task is not None
-
-        def stop() -> None:
-            nonlocal interrupted
-            interrupted = True
-            task.cancel()
-
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop)
-        return await main(args)
-
-    # The Temporal servers print their banners on stdout; only the figures go there.
-    stdout = os.fdopen(os.dup(sys.stdout.fileno()), "w")
-    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
     try:
-        figures = asyncio.run(guarded())
-    except BaseException:
-        if not interrupted:
-            raise
-        # A terminal's Ctrl-C reaches the server processes too, so shutting down may have
-        # failed on servers that were already gone; either way nothing is left running.
+        figures, out = run_for_figures(lambda: main(args))
+    except Interrupted:
         progress("interrupted")
         return 130
     if args.json_file is not None:
         args.json_file.write_text(json.dumps(figures, indent=2) + "\n")
-    print(json.dumps(figures, indent=2) if args.json else render(figures), file=stdout)
-    stdout.flush()
+    print(json.dumps(figures, indent=2) if args.json else render(figures), file=out)
+    out.flush()
     return 0
 
 

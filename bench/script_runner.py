@@ -1,0 +1,63 @@
+"""How a benchmark script runs: a quiet SDK, Ctrl-C and SIGTERM that shut every server down,
+and stdout kept for the figures alone (Temporal servers print their banners there)."""
+
+from __future__ import annotations
+
+import asyncio
+import faulthandler
+import logging
+import os
+import signal
+import sys
+from collections.abc import Awaitable, Callable
+from typing import TextIO, TypeVar
+
+from temporalio.runtime import LoggingConfig, Runtime, TelemetryConfig, TelemetryFilter
+
+T = TypeVar("T")
+
+
+class Interrupted(Exception):
+    """The run was stopped by Ctrl-C or SIGTERM; every server it started is shut down."""
+
+
+def configure(verbose: bool) -> None:
+    faulthandler.register(signal.SIGUSR1)  # `kill -USR1 <pid>` prints where a run is stuck
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    if not verbose:
+        # The SDK core warns on every worker about capabilities a test server lacks.
+        quiet = LoggingConfig(filter=TelemetryFilter(core_level="ERROR", other_level="ERROR"))
+        Runtime.set_default(Runtime(telemetry=TelemetryConfig(logging=quiet)))
+
+
+def run_for_figures(main: Callable[[], Awaitable[T]]) -> tuple[T, TextIO]:
+    """Runs `main` and returns its result with the stream the figures go to.
+
+    Raises Interrupted after Ctrl-C or SIGTERM, once `main` has unwound.
+    """
+    interrupted = False
+
+    async def guarded() -> T:
+        task = asyncio.current_task()
+        assert task is not None
+
+        def stop() -> None:
+            nonlocal interrupted
+            interrupted = True
+            task.cancel()
+
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop)
+        return await main()
+
+    figures = os.fdopen(os.dup(sys.stdout.fileno()), "w")
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
+    try:
+        return asyncio.run(guarded()), figures
+    except BaseException as err:
+        if not interrupted:
+            raise
+        # A terminal's Ctrl-C reaches the server processes too, so shutting down may have
+        # failed on servers that were already gone; either way nothing is left running.
+        raise Interrupted from err
