@@ -18,6 +18,7 @@ from emulators.tpu.testing import follow_clock
 from store import RunnerStore, open_store
 from tests.harness import env_flag, register_search_attributes, tool_path
 from tests.postgres_server import PostgresServer, postgres_server
+from tests.runner_world import RunnerWorld, runner_world
 from workflows import search_attributes as sa
 
 
@@ -116,3 +117,10 @@ def runner_store(store_url: str) -> Iterator[RunnerStore]:
         yield store
     finally:
         store.close()
+
+
+@pytest.fixture
+async def world(tmp_path: Path) -> AsyncIterator[RunnerWorld]:
+    """A runner world: SQLite store, GitHub emulator, emulated provider (tests/runner_world.py)."""
+    async with runner_world(tmp_path) as w:
+        yield w

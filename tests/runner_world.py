@@ -23,6 +23,7 @@ from domain.runner_models import (
     DeletionResult,
     Requester,
     RunnerRecord,
+    deletion_workflow_id,
 )
 from domain.runner_status import AgentStatus, InstanceStatus
 from emulators.github.server import GitHubEmulator
@@ -103,6 +104,19 @@ class RunnerWorld:
                 agent_status=AgentStatus.ACTIVE if busy else AgentStatus.IDLE,
             )
         )
+
+    def leave_in_deleting(self, name: str) -> RunnerRecord:
+        """A record a crashed owner left in `deleting`: written as its deletion workflow
+        would have, with no workflow running now."""
+        owner = deletion_workflow_id(name)
+        record = self.store.require(name)
+        for target in (InstanceStatus.PENDING_DELETE, InstanceStatus.DELETING):
+            result = self.store.advance_lane(
+                name, expect=record.instance_status, version=record.version, to=target, owner=owner
+            )
+            assert result.ok and result.record is not None
+            record = result.record
+        return record
 
     def instance_exists(self, name: str) -> bool:
         return f"i-{name}" in provider_state.instances(self.provider_config)

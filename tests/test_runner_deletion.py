@@ -17,12 +17,6 @@ from tests.runner_world import TOKEN, RunnerWorld, lane_history, runner_worker, 
 S = InstanceStatus
 
 
-@pytest.fixture
-async def world(tmp_path: Path):
-    async with runner_world(tmp_path) as w:
-        yield w
-
-
 async def test_deletes_registration_then_compute_then_record(
     dev_env: WorkflowEnvironment, world: RunnerWorld
 ) -> None:

@@ -20,17 +20,11 @@ from domain.runner_models import DeletionOutcome, deletion_workflow_id
 from domain.runner_status import InstanceStatus
 from emulators.provider import state as provider_state
 from tests.e2e_support import REPO, dev_address, start_worker_process, temporal_cli
-from tests.runner_world import RunnerWorld, eventually, runner_worker, runner_world
+from tests.runner_world import RunnerWorld, eventually, runner_worker
 from workflows.runner_deletion import RunnerDeletion
 
 S = InstanceStatus
 pytestmark = pytest.mark.e2e
-
-
-@pytest.fixture
-async def world(tmp_path: Path):
-    async with runner_world(tmp_path) as w:
-        yield w
 
 
 def runner_config(tmp_path: Path, env: WorkflowEnvironment, world: RunnerWorld) -> Path:

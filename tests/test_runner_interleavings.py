@@ -5,7 +5,6 @@ executable on the dev server."""
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 
 import pytest
 from temporalio.client import Client
@@ -32,17 +31,10 @@ from tests.runner_world import (
     force_write,
     lane_history,
     runner_worker,
-    runner_world,
 )
 from workflows.runner_deletion import RunnerDeletion
 
 S = InstanceStatus
-
-
-@pytest.fixture
-async def world(tmp_path: Path):
-    async with runner_world(tmp_path) as w:
-        yield w
 
 
 def provider_started(world: RunnerWorld, name: str) -> bool:
@@ -331,13 +323,7 @@ async def test_records_left_in_deleting_and_creating_resume(
 ) -> None:
     """Interleaving 4: a restart finds records in `deleting` and `creating`."""
     world.add_runner("was-deleting")
-    owner = deletion_workflow_id("was-deleting")
-    world.store.advance_lane(
-        "was-deleting", expect=S.RUNNING, version=1, to=S.PENDING_DELETE, owner=owner
-    )
-    world.store.advance_lane(
-        "was-deleting", expect=S.PENDING_DELETE, version=2, to=S.DELETING, owner=owner
-    )
+    world.leave_in_deleting("was-deleting")
     world.add_runner("was-creating", status=S.CREATING, registered=False)
     async with runner_worker(dev_env.client, world):
         results = await asyncio.gather(
@@ -372,10 +358,9 @@ async def test_final_step_is_idempotent_when_its_completion_is_lost(
     """Interleaving 5: the tombstone is written by the final step itself, so a retry of
     that step (its completion lost) finds the record finished and changes nothing."""
     world.add_runner("lost-final")
+    world.leave_in_deleting("lost-final")
     owner = deletion_workflow_id("lost-final")
     store = world.store
-    store.advance_lane("lost-final", expect=S.RUNNING, version=1, to=S.PENDING_DELETE, owner=owner)
-    store.advance_lane("lost-final", expect=S.PENDING_DELETE, version=2, to=S.DELETING, owner=owner)
     env = ActivityEnvironment()
     env.info = env.info.__class__(**{**env.info.__dict__, "workflow_id": owner})
     acts = RunnerStoreActivities(store)

@@ -4,18 +4,16 @@ on two passes, and a pass that survives a bad record."""
 from __future__ import annotations
 
 import uuid
-from pathlib import Path
 
-import pytest
 from temporalio.testing import WorkflowEnvironment
 
 from domain.github import GitHubRunner
 from domain.provider import ProviderInstance
 from domain.reconcile import MismatchKind, ReconcileReport, ReconcileRequest, find_mismatches
-from domain.runner_models import RunnerRecord, deletion_workflow_id
+from domain.runner_models import RunnerRecord
 from domain.runner_status import InstanceStatus
 from emulators.provider import state as provider_state
-from tests.runner_world import SCOPE, RunnerWorld, eventually, runner_worker, runner_world
+from tests.runner_world import SCOPE, RunnerWorld, eventually, runner_worker
 from workflows.runner_reconciler import RunnerReconciler
 
 S = InstanceStatus
@@ -87,12 +85,6 @@ async def reconcile(env: WorkflowEnvironment, world: RunnerWorld) -> ReconcileRe
     )
 
 
-@pytest.fixture
-async def world(tmp_path: Path):
-    async with runner_world(tmp_path) as w:
-        yield w
-
-
 async def test_acts_only_on_mismatches_seen_twice_and_survives_a_bad_one(
     dev_env: WorkflowEnvironment, world: RunnerWorld
 ) -> None:
@@ -100,13 +92,7 @@ async def test_acts_only_on_mismatches_seen_twice_and_survives_a_bad_one(
     world.add_runner("vanished")
     provider_state.remove_instance(world.provider_config, "i-vanished")
     world.add_runner("unowned")
-    owner = deletion_workflow_id("unowned")
-    world.store.advance_lane(
-        "unowned", expect=S.RUNNING, version=1, to=S.PENDING_DELETE, owner=owner
-    )
-    world.store.advance_lane(
-        "unowned", expect=S.PENDING_DELETE, version=2, to=S.DELETING, owner=owner
-    )
+    world.leave_in_deleting("unowned")
     ghost = world.github.add_runner(SCOPE, "ghost-reg", labels=[LABEL])
     stubborn = world.github.add_runner(SCOPE, "stubborn-reg", labels=[LABEL])
     foreign = world.github.add_runner(SCOPE, "someone-elses", labels=["self-hosted"])
