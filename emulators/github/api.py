@@ -156,30 +156,32 @@ async def list_runners(request: web.Request) -> web.Response:
     return web.json_response(body, headers={"Link": link} if link else None)
 
 
-async def get_runner(request: web.Request) -> web.Response:
+def _runner_or_answer(request: web.Request) -> Runner | web.Response:
+    """The runner a get or delete names, or the answer that ends the request first."""
     runner_id = _runner_id(request)
     denied = _check(request, runner_id)
     if denied is not None:
         return denied
-    emu = _emu(request)
-    runner = emu.runners.find(_scope_of(request), runner_id)
+    runner = _emu(request).runners.find(_scope_of(request), runner_id)
     if runner is None:
         return github_error(404, "Not Found")
-    return web.json_response(emu.runners.api_json(runner))
+    return runner
+
+
+async def get_runner(request: web.Request) -> web.Response:
+    runner = _runner_or_answer(request)
+    if isinstance(runner, web.Response):
+        return runner
+    return web.json_response(_emu(request).runners.api_json(runner))
 
 
 async def delete_runner(request: web.Request) -> web.Response:
-    runner_id = _runner_id(request)
-    denied = _check(request, runner_id)
-    if denied is not None:
-        return denied
-    emu = _emu(request)
-    runner = emu.runners.find(_scope_of(request), runner_id)
-    if runner is None:
-        return github_error(404, "Not Found")
+    runner = _runner_or_answer(request)
+    if isinstance(runner, web.Response):
+        return runner
     if runner.busy:
         return github_error(422, _busy_message(runner.name))
-    emu.runners.remove(runner_id)
+    _emu(request).runners.remove(runner.id)
     return web.Response(status=204)
 
 
