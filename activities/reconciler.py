@@ -53,6 +53,7 @@ class ReconcilerActivities:
 
         registrations: dict[str, list[GitHubRunner]] = {}
         for text in request.scopes:
+            activity.heartbeat(f"listing registrations in {text}")
             try:
                 scope = GitHubScope.parse(text)
                 registrations[str(scope)] = await self._github.list_runners(scope)
@@ -60,8 +61,13 @@ class ReconcilerActivities:
                 errors.append(f"list registrations in {text}: {err}")
 
         instances: dict[str, list[ProviderInstance]] = {}
-        pools = sorted({r.scale_set for r in records} | set(request.pools))
+        # Pools of leaks too: a leak outlives its runner's tombstone.
+        leaks = await asyncio.to_thread(self._store.leaks)
+        pools = sorted(
+            {r.scale_set for r in records} | {leak.scale_set for leak in leaks} | set(request.pools)
+        )
         for pool in pools:
+            activity.heartbeat(f"listing pool {pool}")
             try:
                 instances[pool] = await self._provider.list_instances(
                     pool, timeout_s=request.provider_timeout_s
@@ -99,6 +105,9 @@ class ReconcilerActivities:
                 if passes.get(mismatch.key, 0) < CONFIRMING_PASSES:
                     continue
                 confirmed[kind.value] += 1
+                if len(acted) + len(errors) >= request.max_actions:
+                    continue  # confirmed still; the next pass acts on it
+                activity.heartbeat(f"acting on {kind.value} {mismatch.key}")
                 try:
                     done = await self._act(mismatch, request)
                 except Exception as err:
@@ -146,7 +155,10 @@ class ReconcilerActivities:
         if mismatch.kind is MismatchKind.INSTANCE:
             assert mismatch.pool is not None and mismatch.provider_id is not None
             answer = await self._provider.delete_instance(
-                mismatch.provider_id, mismatch.pool, timeout_s=request.provider_timeout_s
+                mismatch.provider_id,
+                mismatch.pool,
+                timeout_s=request.provider_timeout_s,
+                on_tick=lambda elapsed: activity.heartbeat(f"provider delete {elapsed:.0f}s"),
             )
             if not answer.gone:
                 raise RuntimeError(f"provider answered {answer.outcome}: {answer.message}")
@@ -157,5 +169,6 @@ class ReconcilerActivities:
             mismatch.runner,
             DeletionRequest(requested_by=Requester.RECONCILER, reason=mismatch.detail),
             task_queue=request.task_queue,
+            policy=request.policy,
         )
         return f"deletion requested ({handle.id})"

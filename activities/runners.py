@@ -15,6 +15,7 @@ from temporalio.exceptions import ApplicationError
 from domain.github import DeregistrationAnswer, GitHubScope
 from domain.provider import ProviderAnswer
 from domain.runner_calls import (
+    FinishDeletion,
     FinishResult,
     LaneResult,
     LaneWrite,
@@ -89,15 +90,20 @@ class RunnerStoreActivities:
         )
 
     @activity.defn(name="runners.finish_deleted")
-    async def finish_deleted(self, runner: str) -> FinishResult:
+    async def finish_deleted(self, finish: FinishDeletion) -> FinishResult:
         """deleting -> deleted, the tombstone in the same write. Called only once the
         provider confirmed the compute gone."""
-        owner = _owner_of(runner)
-        return await asyncio.to_thread(self._finish, runner, owner)
+        owner = _owner_of(finish.runner)
+        return await asyncio.to_thread(self._finish, finish, owner)
 
-    def _finish(self, runner: str, owner: str) -> FinishResult:
+    def _finish(self, finish: FinishDeletion, owner: str) -> FinishResult:
+        runner = finish.runner
         for _ in range(MAX_CAS_ROUNDS):
             record = self._store.require(runner)
+            if record.created_at != finish.incarnation:
+                # An earlier attempt wrote the tombstone (its completion was lost) and a new
+                # runner has taken the name since: not this deletion's record.
+                return FinishResult(record=record, replaced=True)
             if record.instance_status is S.DELETED:
                 return FinishResult(record=record, found_status=S.DELETED)
             if record.instance_status is not S.DELETING:

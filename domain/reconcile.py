@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from domain.github import GitHubRunner
 from domain.provider import ProviderInstance
-from domain.runner_models import RunnerRecord
+from domain.runner_models import DeletionPolicy, RunnerRecord
 from domain.runner_status import InstanceStatus, on_lane
 
 S = InstanceStatus
@@ -144,8 +144,13 @@ class ReconcileRequest(BaseModel):
     pools: list[str] = Field(default_factory=list)
     # Where requested deletions run; the workflow sets its own task queue here.
     task_queue: str = "keeper"
-    provider_timeout_s: float = 120.0
+    # One provider call; kept well under the pass's heartbeat timeout.
+    provider_timeout_s: float = Field(default=60.0, gt=0, le=120.0)
     tombstone_retention_s: float = 7 * 86400.0
+    # Actions per pass; the rest wait for the next pass (they stay confirmed).
+    max_actions: int = Field(default=50, ge=1)
+    # The policy of the deletions the reconciler requests.
+    policy: DeletionPolicy = Field(default_factory=DeletionPolicy)
 
 
 class ReconcileReport(BaseModel):

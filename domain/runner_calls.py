@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from pydantic import BaseModel, ConfigDict
 
 from domain.runner_lane import LaneMove
@@ -24,12 +26,22 @@ class LaneResult(_Call):
     record: RunnerRecord | None  # as written, or as found when the move was not a write
 
 
+class FinishDeletion(_Call):
+    runner: str
+    # The record's created_at as the workflow found it: a new runner that reuses the name
+    # after this one's tombstone is another incarnation, never this deletion's to finish.
+    incarnation: datetime
+
+
 class FinishResult(_Call):
     record: RunnerRecord
     # True when the final compare-and-set was refused and the audited recovery path wrote
     # the tombstone instead.
     recovered: bool = False
     found_status: InstanceStatus | None = None
+    # The tombstone was written by an earlier attempt and a new runner has since taken
+    # the name; it was left alone.
+    replaced: bool = False
 
 
 class RegistrationRef(_Call):

@@ -80,6 +80,8 @@ class DeletionPolicy(BaseModel):
     busy_wait: PositiveDuration = timedelta(minutes=30)
     busy_poll: PositiveDuration = timedelta(seconds=30)
     on_busy_timeout: BusyTimeoutAction = BusyTimeoutAction.ESCALATE
+    # While escalated, GitHub is asked again this often (the job may end by itself).
+    escalation_recheck: PositiveDuration = timedelta(minutes=5)
     provider_timeout: PositiveDuration = timedelta(minutes=5)
     # How soon an attempt lost with a crashed worker is noticed and retried elsewhere.
     provider_heartbeat: PositiveDuration = timedelta(seconds=30)

@@ -32,6 +32,7 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import IntegrityError
 
 from domain.runner_models import RunnerRecord, deletion_workflow_id, utcnow
 from domain.runner_status import (
@@ -276,7 +277,11 @@ class RunnerStore:
                 updated_at=now,
                 deleted_at=None,
             )
-            conn.execute(insert(runners).values(**values))
+            try:
+                conn.execute(insert(runners).values(**values))
+            except IntegrityError as err:
+                # Another writer added the same name between the read and the insert.
+                raise RunnerExists(record.name, "just added by another writer") from err
             self._audit(
                 conn,
                 record.name,
@@ -376,35 +381,44 @@ class RunnerStore:
         if not reason:
             raise ValueError("recover_to_deleted needs a reason; it is the audited recovery path")
         now = utcnow()
-        with self._tx() as conn:
-            row = conn.execute(select(runners).where(runners.c.name == name)).first()
-            if row is None:
-                raise UnknownRunner(name)
-            current = _record(row)
-            if current.instance_status is S.DELETED:
-                return current
-            conn.execute(
-                update(runners)
-                .where(runners.c.name == name)
-                .values(
-                    instance_status=S.DELETED.value,
-                    version=current.version + 1,
-                    updated_at=now,
-                    deleted_at=now,
+        for _ in range(20):
+            with self._tx() as conn:
+                row = conn.execute(select(runners).where(runners.c.name == name)).first()
+                if row is None:
+                    raise UnknownRunner(name)
+                current = _record(row)
+                if current.instance_status is S.DELETED:
+                    return current
+                # Forced on the status, not on the version: a concurrent agent report
+                # makes this re-read rather than lose a version number.
+                result = conn.execute(
+                    update(runners)
+                    .where(runners.c.name == name)
+                    .where(runners.c.version == current.version)
+                    .values(
+                        instance_status=S.DELETED.value,
+                        version=current.version + 1,
+                        updated_at=now,
+                        deleted_at=now,
+                    )
                 )
-            )
-            self._audit(
-                conn,
-                name,
-                actor,
-                current.instance_status,
-                S.DELETED,
-                current.version,
-                current.version + 1,
-                reason=reason,
-                forced=True,
-            )
-            updated = _record(conn.execute(select(runners).where(runners.c.name == name)).one())
+                if result.rowcount != 1:
+                    continue
+                self._audit(
+                    conn,
+                    name,
+                    actor,
+                    current.instance_status,
+                    S.DELETED,
+                    current.version,
+                    current.version + 1,
+                    reason=reason,
+                    forced=True,
+                )
+                updated = _record(conn.execute(select(runners).where(runners.c.name == name)).one())
+            break
+        else:
+            raise RuntimeError(f"runner {name!r}: the row kept moving during recovery; retry")
         log.warning(
             "forced write: runner %s %s(v%d) -> deleted by %s: %s",
             name,

@@ -5,6 +5,7 @@ executable on the dev server."""
 from __future__ import annotations
 
 import asyncio
+from datetime import timedelta
 
 import pytest
 from temporalio.client import Client
@@ -12,6 +13,7 @@ from temporalio.testing import ActivityEnvironment, WorkflowEnvironment
 
 from activities.runners import RunnerStoreActivities
 from domain.deletion_view import DeletionView
+from domain.runner_calls import FinishDeletion
 from domain.runner_models import (
     BusyTimeoutAction,
     DeletionOutcome,
@@ -358,21 +360,21 @@ async def test_final_step_is_idempotent_when_its_completion_is_lost(
     """Interleaving 5: the tombstone is written by the final step itself, so a retry of
     that step (its completion lost) finds the record finished and changes nothing."""
     world.add_runner("lost-final")
-    world.leave_in_deleting("lost-final")
+    record = world.leave_in_deleting("lost-final")
     owner = deletion_workflow_id("lost-final")
-    store = world.store
+    call = FinishDeletion(runner="lost-final", incarnation=record.created_at)
     env = ActivityEnvironment()
     env.info = env.info.__class__(**{**env.info.__dict__, "workflow_id": owner})
-    acts = RunnerStoreActivities(store)
-    first = await env.run(acts.finish_deleted, "lost-final")
-    again = await env.run(acts.finish_deleted, "lost-final")
+    acts = RunnerStoreActivities(world.store)
+    first = await env.run(acts.finish_deleted, call)
+    again = await env.run(acts.finish_deleted, call)
     assert first.record.instance_status is S.DELETED and not first.recovered
     assert again.found_status is S.DELETED and again.record.version == first.record.version
     # Anyone but the runner's own deletion workflow is refused.
     other = ActivityEnvironment()
     other.info = other.info.__class__(**{**other.info.__dict__, "workflow_id": "someone-else"})
     with pytest.raises(Exception, match="only runner-delete-lost-final"):
-        await other.run(acts.finish_deleted, "lost-final")
+        await other.run(acts.finish_deleted, call)
 
 
 async def test_job_completed_after_deletion_changes_nothing(
@@ -424,3 +426,100 @@ async def test_a_burst_of_concurrent_deletions(
     assert world.store.list("set-a") == []
     assert provider_state.instances(world.provider_config) == {}
     assert world.github.state()["runners"] == {}
+
+
+# ---- review findings, each pinned ------------------------------------------------------
+
+
+async def test_escalated_deletion_finishes_by_itself_when_the_job_ends(
+    dev_env: WorkflowEnvironment, world: RunnerWorld
+) -> None:
+    record = world.add_runner("ends-later", busy=True)
+    policy = FAST_POLICY.model_copy(update={"escalation_recheck": timedelta(seconds=1)})
+    async with runner_worker(dev_env.client, world):
+        handle = await world.request(dev_env.client, "ends-later", policy=policy)
+        for _ in range(200):
+            view = await view_of(dev_env.client, "ends-later")
+            if view.step is DeletionStep.ESCALATED:
+                break
+            await asyncio.sleep(0.05)
+        assert view.step is DeletionStep.ESCALATED and view.error
+        await handle.cancel()  # shown while it runs, not obeyed
+        await asyncio.sleep(0.3)
+        assert (await view_of(dev_env.client, "ends-later")).cancel_requested
+        assert record.github_runner_id is not None
+        world.github.set_busy(record.github_runner_id, False)  # the job ends; no one forces
+        result = await handle.result()
+        desc = await handle.describe()
+    assert result.outcome is DeletionOutcome.DELETED and not result.forced
+    assert "resolved while escalated" in (result.busy_decision or "")
+    steps = [p.value for p in desc.typed_search_attributes if p.key.name == "RunnerStep"]
+    assert steps == ["done"]
+
+
+async def test_a_github_refusal_escalates_instead_of_looping(
+    dev_env: WorkflowEnvironment, world: RunnerWorld
+) -> None:
+    world.add_runner("refused")
+    world.github.inject(400, message="Validation Failed", times=2)
+    policy = FAST_POLICY.model_copy(update={"escalation_recheck": timedelta(seconds=1)})
+    async with runner_worker(dev_env.client, world):
+        handle = await world.request(dev_env.client, "refused", policy=policy)
+        await eventually(lambda: len(world.github.requests) >= 1, what="the first removal")
+        await asyncio.sleep(0.3)
+        view = await view_of(dev_env.client, "refused")
+        assert view.step is DeletionStep.ESCALATED and "Validation Failed" in (view.error or "")
+        assert world.instance_exists("refused")
+        result = await handle.result()  # the cause went away (faults used up): it finishes
+    assert result.outcome is DeletionOutcome.DELETED
+    assert [r["status"] for r in world.github.requests] == [400, 400, 204]
+
+
+async def test_a_forced_deletion_stays_forced_when_another_run_resumes_it(
+    dev_env: WorkflowEnvironment, world: RunnerWorld
+) -> None:
+    world.add_runner("was-forced", mode="hanging")
+    owner = deletion_workflow_id("was-forced")
+    world.store.advance_lane(
+        "was-forced", expect=S.RUNNING, version=1, to=S.PENDING_FORCE_DELETE, owner=owner
+    )
+    async with runner_worker(dev_env.client, world):
+        # The reconciler resumes it with a plain request; the record says it was forced.
+        handle = await world.request(dev_env.client, "was-forced", Requester.RECONCILER)
+        result = await handle.result()
+    assert result.forced and result.leaked_provider_id == "i-was-forced"
+    assert world.status("was-forced") is S.DELETED
+
+
+async def test_start_request_shows_in_the_view(
+    dev_env: WorkflowEnvironment, world: RunnerWorld
+) -> None:
+    world.add_runner("seen", mode="slow", mode_seconds=1.0)
+    async with runner_worker(dev_env.client, world):
+        handle = await world.request(dev_env.client, "seen", force=True, reason="why")
+        await eventually(lambda: provider_started(world, "seen"), what="provider delete")
+        view = await view_of(dev_env.client, "seen")
+        await handle.result()
+    assert view.force and view.requests == ["operator (force): why"]
+
+
+async def test_a_retried_final_step_leaves_a_new_runner_with_the_name_alone(
+    world: RunnerWorld,
+) -> None:
+    """The tombstone was written but the step's completion was lost; before the retry, a
+    new runner took the name. The retry must not tombstone the new runner."""
+    world.add_runner("reused", registered=False)
+    old = world.leave_in_deleting("reused")
+    owner = deletion_workflow_id("reused")
+    env = ActivityEnvironment()
+    env.info = env.info.__class__(**{**env.info.__dict__, "workflow_id": owner})
+    acts = RunnerStoreActivities(world.store)
+    call = FinishDeletion(runner="reused", incarnation=old.created_at)
+    first = await env.run(acts.finish_deleted, call)
+    assert first.record.instance_status is S.DELETED
+    provider_state.remove_instance(world.provider_config, "i-reused")
+    world.add_runner("reused", registered=False)  # a new incarnation
+    again = await env.run(acts.finish_deleted, call)
+    assert again.replaced and again.record.instance_status is S.RUNNING
+    assert world.status("reused") is S.RUNNING
+    assert not any(e.forced for e in world.store.audit("reused"))

@@ -85,7 +85,8 @@ def reconcile_request(settings: Settings) -> ReconcileRequest:
         scopes=runners.github.scopes,
         managed_label=runners.github.managed_label,
         task_queue=settings.temporal.task_queue,
-        provider_timeout_s=runners.deletion.provider_timeout.total_seconds(),
+        provider_timeout_s=min(120.0, runners.deletion.provider_timeout.total_seconds()),
+        policy=runners.deletion,
         tombstone_retention_s=runners.tombstone_retention.total_seconds(),
     )
 

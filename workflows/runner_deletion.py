@@ -23,6 +23,7 @@ with workflow.unsafe.imports_passed_through():
     from domain.github import DeregistrationAnswer
     from domain.provider import ProviderAnswer, ProviderOutcome
     from domain.runner_calls import (
+        FinishDeletion,
         LaneResult,
         LaneWrite,
         LeakReport,
@@ -82,7 +83,10 @@ class RunnerDeletion:
     async def run(self, inp: RunnerDeletionInput) -> DeletionResult:
         self._input = inp
         self._policy = inp.policy
-        self._view = DeletionView(runner=inp.runner)
+        # A request sent with the start (signal-with-start) was handled before `run`.
+        self._view = DeletionView(
+            runner=inp.runner, requests=list(self._requests), force=self._force
+        )
         if inp.request is not None:
             self._note_request(inp.request)
         if workflow.info().typed_search_attributes.get(sa.RUNNER_NAME) is None:
@@ -91,11 +95,13 @@ class RunnerDeletion:
         self._publish()
         # Once started, the deletion finishes: a cancel is recorded and shown, not obeyed,
         # since stopping halfway is what strands records on the lane.
-        result, cancelled = await run_to_completion(self._delete(inp.runner))
-        if cancelled:
-            self._view.cancel_requested = True
-            self._publish()
+        result, _ = await run_to_completion(self._delete(inp.runner), self._cancel_seen)
         return result
+
+    def _cancel_seen(self) -> None:
+        assert self._view is not None
+        self._view.cancel_requested = True
+        self._publish()
 
     async def _delete(self, runner: str) -> DeletionResult:
         assert self._view is not None
@@ -114,6 +120,11 @@ class RunnerDeletion:
                 type=UNKNOWN_RUNNER,
                 non_retryable=True,
             ) from None
+        if record.instance_status is S.PENDING_FORCE_DELETE and not self._force:
+            # A forced deletion whose run ended early (terminated) stays forced when
+            # another request resumes it.
+            self._force = True
+            self._view.force = True
         self._view.scale_set = record.scale_set
         first = (
             DeletionStep.DONE
@@ -145,7 +156,7 @@ class RunnerDeletion:
         self._step(DeletionStep.DELETED, record)
         finish = await workflow.execute_activity_method(
             RunnerStoreActivities.finish_deleted,
-            runner,
+            FinishDeletion(runner=runner, incarnation=record.created_at),
             start_to_close_timeout=opts.STORE_START_TO_CLOSE,
             retry_policy=opts.STORE_RETRY,
             summary="deleting -> deleted (tombstone)",
@@ -157,7 +168,7 @@ class RunnerDeletion:
             )
         if registration_left:
             await self._cleanup_registration(record)
-        self._step(DeletionStep.DONE, finish.record)
+        self._step(DeletionStep.DONE, None if finish.replaced else finish.record)
         return self._result(DeletionOutcome.DELETED, leaked=leaked, recovered=finish.recovered)
 
     # ---- steps -------------------------------------------------------------------------
@@ -200,12 +211,17 @@ class RunnerDeletion:
             runner=record.name, scope=record.github_scope, runner_id=record.github_runner_id
         )
         failures = 0
+        escalated = False
         while True:
             answer = await self._remove_registration(ref)
             if answer.done:
                 view.busy_since = None
                 view.next_try_at = None
-                self._step(DeletionStep.DEREGISTER, record)
+                if escalated:
+                    view.error = None
+                    view.decision = f"resolved while escalated: GitHub answered {answer.message}"
+                # After an escalation, RunnerStep moves off `escalated` too.
+                self._step(DeletionStep.DEREGISTER, record, searchable=escalated)
                 return False
             if answer.busy:
                 failures = 0
@@ -215,18 +231,37 @@ class RunnerDeletion:
                 now = workflow.now()
                 if view.busy_since is None:
                     view.busy_since = now
-                if now - view.busy_since >= self._policy.busy_wait:
-                    if self._policy.on_busy_timeout is BusyTimeoutAction.PROCEED:
+                if escalated or now - view.busy_since >= self._policy.busy_wait:
+                    if not escalated and self._policy.on_busy_timeout is BusyTimeoutAction.PROCEED:
                         view.decision = (
                             f"still busy after {self._policy.busy_wait}: proceeding "
                             "(policy on_busy_timeout=proceed); the job on it is lost"
                         )
                         self._publish()
                         return True
-                    await self._escalate(record)
+                    escalated = True
+                    await self._escalate(
+                        record,
+                        f"runner still busy after {self._policy.busy_wait}",
+                        f"runner {record.name} is still running a job. Let it finish (keeper "
+                        "checks again by itself), or run "
+                        f"`keeper runner delete {record.name} --force` to delete it anyway",
+                    )
                     continue
                 self._step(DeletionStep.BUSY_WAIT, record)
                 await self._pause(self._policy.busy_poll)
+                continue
+            if not answer.retryable and not self._force:
+                # A 4xx that is neither "busy" nor "gone": retrying the same call will not
+                # change it, so an operator decides.
+                escalated = True
+                await self._escalate(
+                    record,
+                    f"GitHub refused the removal ({answer.message})",
+                    f"GitHub refused to remove runner {record.name}: {answer.message}. Fix "
+                    "the cause (keeper checks again by itself), or run "
+                    f"`keeper runner delete {record.name} --force` to delete it anyway",
+                )
                 continue
             failures += 1
             self._step(DeletionStep.DEREGISTER, record, searchable=True)
@@ -255,23 +290,20 @@ class RunnerDeletion:
         self._publish()
         return answer
 
-    async def _escalate(self, record: RunnerRecord) -> None:
-        """Busy past the bound and the policy says ask: stop calling GitHub and wait for
-        an operator's force (or for the job to end, which the next force-less try sees)."""
+    async def _escalate(self, record: RunnerRecord, why: str, what_to_do: str) -> None:
+        """Stops the retries and waits for an operator's force. Every
+        `policy.escalation_recheck` it returns anyway, so the caller asks GitHub once more:
+        a job that ended, or a cause that was fixed, finishes the deletion by itself."""
         view = self._view
         assert view is not None
-        view.decision = (
-            f"runner still busy after {self._policy.busy_wait}; escalated to an operator"
-        )
-        view.error = (
-            f"runner {record.name} is still running a job. Let it finish, or run "
-            f"`keeper runner delete {record.name} --force` to delete it anyway"
-        )
+        view.decision = f"{why}; escalated to an operator"
+        view.error = what_to_do
         self._step(DeletionStep.ESCALATED, record)
-        await workflow.wait_condition(lambda: self._force)
-        view.error = None
-        view.decision = "escalation answered: force requested"
-        self._publish()
+        await self._pause(self._policy.escalation_recheck)
+        if self._force:
+            view.error = None
+            view.decision = f"{why}; escalation answered: force requested"
+            self._publish()
 
     async def _delete_instance(self, record: RunnerRecord) -> str | None:
         """Returns the provider id left behind by a forced delete, if any."""

@@ -13,9 +13,10 @@ from temporalio import workflow
 with workflow.unsafe.imports_passed_through():
     from activities.reconciler import ReconcilerActivities
     from domain.reconcile import ReconcileReport, ReconcileRequest
-    from workflows.activity_options import SWEEP_RETRY
+    from workflows.activity_options import ONE_ATTEMPT
 
-PASS_START_TO_CLOSE = timedelta(minutes=10)
+PASS_START_TO_CLOSE = timedelta(minutes=30)
+# Above the longest single call of a pass (a provider call is capped at 2 min).
 PASS_HEARTBEAT = timedelta(minutes=3)
 
 
@@ -31,7 +32,9 @@ class RunnerReconciler:
             request,
             start_to_close_timeout=PASS_START_TO_CLOSE,
             heartbeat_timeout=PASS_HEARTBEAT,
-            retry_policy=SWEEP_RETRY,
+            # Not retried: a retry would count as a second pass seconds after the first,
+            # and the schedule runs the next pass anyway.
+            retry_policy=ONE_ATTEMPT,
             summary="one reconcile pass",
         )
         lines = [f"## runner reconciler\n\n{report.summary()}"]

@@ -8,17 +8,20 @@ shielded task until it is done, then re-raising the cancel, keeps ownership.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 T = TypeVar("T")
 
 
-async def run_to_completion(coro: Coroutine[Any, Any, T]) -> tuple[T, bool]:
+async def run_to_completion(
+    coro: Coroutine[Any, Any, T], on_cancel: Callable[[], None] | None = None
+) -> tuple[T, bool]:
     """Awaits `coro` through any number of cancellations.
 
     Returns the result and whether a cancel arrived meanwhile, so the caller can honour it
-    once the cleanup is done.
+    once the cleanup is done. `on_cancel` runs at each cancel, while `coro` goes on, so the
+    caller can show that the cancel was seen.
     """
     task = asyncio.ensure_future(coro)
     cancelled = False
@@ -29,3 +32,5 @@ async def run_to_completion(coro: Coroutine[Any, Any, T]) -> tuple[T, bool]:
             if task.done():
                 raise
             cancelled = True
+            if on_cancel is not None:
+                on_cancel()
