@@ -280,7 +280,7 @@ async def test_busy_forever_escalates_then_an_operator_force_finishes_it(
     dev_env: WorkflowEnvironment, world: RunnerWorld
 ) -> None:
     """Interleaving 8: the VM died mid-job and GitHub says "still running" for ever."""
-    world.add_runner("stuck", busy=True)
+    world.add_runner("stuck", busy=True, mode="slow", mode_seconds=1.5)
     async with runner_worker(dev_env.client, world):
         handle = await world.request(dev_env.client, "stuck")
 
@@ -299,6 +299,10 @@ async def test_busy_forever_escalates_then_an_operator_force_finishes_it(
         steps = [p.value for p in desc.typed_search_attributes if p.key.name == "RunnerStep"]
         assert steps == ["escalated"]
         await world.request(dev_env.client, "stuck", force=True)
+        await eventually(lambda: provider_started(world, "stuck"), what="provider delete")
+        desc = await handle.describe()
+        steps = [p.value for p in desc.typed_search_attributes if p.key.name == "RunnerStep"]
+        assert steps == ["deregister"]  # answered: no longer found by RunnerStep=escalated
         result = await handle.result()
     assert result.forced and result.outcome is DeletionOutcome.DELETED
     assert world.status("stuck") is S.DELETED and not world.instance_exists("stuck")

@@ -303,7 +303,8 @@ class RunnerDeletion:
         if self._force:
             view.error = None
             view.decision = f"{why}; escalation answered: force requested"
-            self._publish()
+            # RunnerStep moves off `escalated`: nobody needs to find this one any more.
+            self._step(DeletionStep.DEREGISTER, record, searchable=True)
 
     async def _delete_instance(self, record: RunnerRecord) -> str | None:
         """Returns the provider id left behind by a forced delete, if any."""
