@@ -3,14 +3,16 @@ on two passes, and a pass that survives a bad record."""
 
 from __future__ import annotations
 
+import json
 import uuid
+from datetime import timedelta
 
 from temporalio.testing import WorkflowEnvironment
 
 from domain.github import GitHubRunner
 from domain.provider import ProviderInstance
 from domain.reconcile import MismatchKind, ReconcileReport, ReconcileRequest, find_mismatches
-from domain.runner_models import RunnerRecord
+from domain.runner_models import DeletionPolicy, RunnerRecord, deletion_workflow_id
 from domain.runner_status import InstanceStatus
 from emulators.provider import state as provider_state
 from tests.runner_world import SCOPE, RunnerWorld, eventually, runner_worker
@@ -129,3 +131,38 @@ async def test_acts_only_on_mismatches_seen_twice_and_survives_a_bad_one(
     assert foreign and "i-ghost" not in provider_state.instances(world.provider_config)
     assert world.status("fine") is S.RUNNING and world.instance_exists("fine")
     assert MismatchKind.RECORD.value == "record"
+
+
+async def test_leaks_outlive_their_pool_and_requests_carry_the_policy(
+    dev_env: WorkflowEnvironment, world: RunnerWorld
+) -> None:
+    """A leak in a pool no record names any more is still swept; the deletions the
+    reconciler requests use the configured policy."""
+    provider_state.add_instance(
+        world.provider_config, "old-vm", "retired-pool", provider_id="i-old"
+    )
+    world.store.record_leak(
+        provider_id="i-old", runner="old", scale_set="retired-pool", reason="forced delete"
+    )
+    world.add_runner("vm-gone")
+    provider_state.remove_instance(world.provider_config, "i-vm-gone")
+    policy = DeletionPolicy(busy_wait=timedelta(minutes=7))
+    request = ReconcileRequest(scopes=[SCOPE], managed_label=LABEL, policy=policy)
+    async with runner_worker(dev_env.client, world):
+        for _ in range(2):
+            report = await dev_env.client.execute_workflow(
+                RunnerReconciler.run,
+                request,
+                id=f"reconcile-{uuid.uuid4().hex[:6]}",
+                task_queue=world.task_queue,
+            )
+        assert "instance retired-pool#i-old" in "\n".join(report.acted)
+        await eventually(lambda: world.status("vm-gone") is S.DELETED, what="vm-gone deleted")
+        history = await dev_env.client.get_workflow_handle(
+            deletion_workflow_id("vm-gone")
+        ).fetch_history()
+    assert "i-old" not in provider_state.instances(world.provider_config)
+    assert world.store.leaks() == []
+    started = history.events[0].workflow_execution_started_event_attributes
+    sent = json.loads(started.input.payloads[0].data)
+    assert sent["policy"]["busy_wait"] == 420.0
