@@ -45,7 +45,13 @@ from typing import Any
 
 from pydantic import SecretStr
 from runner_support import EmptyDeletion, EmptyInput, noop  # first: puts the root on sys.path
-from script_runner import Interrupted, configure, progress, run_for_figures, tool_path
+from script_runner import (
+    Interrupted,
+    configure,
+    progress,
+    run_for_figures,
+    start_dev_server,
+)
 from temporalio import activity
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
@@ -79,6 +85,7 @@ from runtime.runner_requests import request_deletion
 from runtime.settings import Settings
 from runtime.tpu_client import emulator_client
 from store import RunnerStore, open_store
+from workers.main import activity_slots
 from workers.registry import WORKFLOWS, build_activities
 from workflows import search_attributes as sa
 from workflows.runner_deletion import REQUEST_SIGNAL
@@ -97,21 +104,6 @@ PROGRESS_EVERY = 10.0
 LAG_SAMPLE = 50
 # Result long polls in flight at once; the dev server refuses more per namespace.
 RESULT_WAITERS = 400
-
-
-def keeper_activity_slots() -> int:
-    # What workers.main.build_worker gives a deployment with default settings.
-    return max(100, Settings().runners.max_concurrent_deletions)
-
-
-async def start_dev_server() -> WorkflowEnvironment:
-    return await WorkflowEnvironment.start_local(
-        dev_server_existing_path=tool_path("temporal"),
-        data_converter=pydantic_data_converter,
-        search_attributes=list(sa.ALL),
-        ui=False,
-        dev_server_log_level="error",
-    )
 
 
 async def requester_client(env: WorkflowEnvironment) -> Client:
@@ -779,7 +771,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--max-activities",
         type=int,
-        default=keeper_activity_slots(),
+        default=activity_slots(Settings()),
         help="worker max_concurrent_activities (default: what keeper's worker uses)",
     )
     parser.add_argument(

@@ -13,9 +13,12 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TextIO, TypeVar
 
+from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.runtime import LoggingConfig, Runtime, TelemetryConfig, TelemetryFilter
+from temporalio.testing import WorkflowEnvironment
 
 from runtime.tools import find_tool
+from workflows import search_attributes as sa
 
 T = TypeVar("T")
 
@@ -30,6 +33,17 @@ def tool_path(name: str) -> str:
     if not found:
         raise SystemExit(f"{name} not found: install the dev extra (pip install -e '.[dev]')")
     return found
+
+
+async def start_dev_server() -> WorkflowEnvironment:
+    """A Temporal dev server in memory, keeper's search attributes registered, no UI."""
+    return await WorkflowEnvironment.start_local(
+        dev_server_existing_path=tool_path("temporal"),
+        data_converter=pydantic_data_converter,
+        search_attributes=list(sa.ALL),
+        ui=False,
+        dev_server_log_level="error",
+    )
 
 
 class Interrupted(Exception):

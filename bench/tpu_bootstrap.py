@@ -36,7 +36,14 @@ from typing import Any
 
 import httpx
 from google.cloud import tpu_v2
-from script_runner import Interrupted, configure, progress, run_for_figures, tool_path
+from script_runner import (
+    Interrupted,
+    configure,
+    progress,
+    run_for_figures,
+    start_dev_server,
+    tool_path,
+)
 from temporalio import activity
 from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest
@@ -488,16 +495,6 @@ def backoff_figures(log: CallLog, scale: float = 1.0) -> dict[str, Any]:
         "throttled_seconds": round(throttled),
         "calls_per_hour_throttled": round(len(refused) / (throttled / HOUR), 1),
     }
-
-
-async def start_dev_server() -> WorkflowEnvironment:
-    return await WorkflowEnvironment.start_local(
-        dev_server_existing_path=tool_path("temporal"),
-        data_converter=pydantic_data_converter,
-        search_attributes=list(sa.ALL),
-        ui=False,
-        dev_server_log_level="error",
-    )
 
 
 async def throttle_on_dev_server() -> dict[str, Any]:

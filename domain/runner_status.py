@@ -67,8 +67,6 @@ DELETION_LANE: tuple[InstanceStatus, ...] = (
 LIVE: frozenset[InstanceStatus] = frozenset(
     {S.PENDING_CREATE, S.CREATING, S.RUNNING, S.STOPPED, S.ERROR}
 )
-# Statuses only the runner's deletion workflow may write.
-LANE_WRITES: frozenset[InstanceStatus] = frozenset(DELETION_LANE)
 
 
 class InvalidTransition(ValueError):

@@ -36,11 +36,11 @@ from sqlalchemy.exc import IntegrityError
 
 from domain.runner_models import RunnerRecord, deletion_workflow_id, utcnow
 from domain.runner_status import (
-    LANE_WRITES,
     LIVE,
     AgentStatus,
     InstanceStatus,
     check_transition,
+    on_lane,
 )
 from store.schema import audit, leaks, metadata, reconcile_marks, runners
 
@@ -251,7 +251,7 @@ class RunnerStore:
     def add(self, record: RunnerRecord, *, actor: str = "scale-set") -> RunnerRecord:
         """Registers a new runner. A tombstone of the same name is replaced, keeping the
         version counting up so a stale writer from the old runner can never match."""
-        if record.instance_status in LANE_WRITES:
+        if on_lane(record.instance_status):
             raise LaneWriteRefused(
                 f"runner {record.name!r}: a new record cannot start on the deletion lane"
             )
@@ -310,7 +310,7 @@ class RunnerStore:
         Deletion-lane statuses go through `advance_lane`, which only a runner's deletion
         workflow calls; everyone else asks for a deletion instead.
         """
-        if to in LANE_WRITES:
+        if on_lane(to):
             raise LaneWriteRefused(
                 f"runner {name!r}: {to} is written only by the runner's deletion workflow "
                 f"({deletion_workflow_id(name)}); request a deletion instead"
@@ -333,7 +333,7 @@ class RunnerStore:
             raise LaneWriteRefused(
                 f"runner {name!r}: only {deletion_workflow_id(name)} writes its lane, not {owner}"
             )
-        if to not in LANE_WRITES:
+        if not on_lane(to):
             raise LaneWriteRefused(f"advance_lane writes lane statuses only, not {to}")
         return self._cas(name, expect, version, to, owner, reason)
 

@@ -109,25 +109,25 @@ async def test_bad_input_gets_a_clear_error_and_changes_nothing(
     assert provider_state.invocations(world.provider_config) == []
 
 
+async def start_with_temporal_cli(
+    env: WorkflowEnvironment, world: RunnerWorld, workflow_id: str, payload: dict[str, str]
+) -> subprocess.CompletedProcess[str]:
+    return await temporal_cli(
+        env,
+        "workflow", "start", "--type", "RunnerDeletion",
+        "--task-queue", world.task_queue,
+        "--workflow-id", workflow_id,
+        "--input", json.dumps(payload),
+    )  # fmt: skip
+
+
 async def test_temporal_workflow_start_with_bad_input_names_the_field(
     dev_env: WorkflowEnvironment, world: RunnerWorld
 ) -> None:
     async with runner_worker(dev_env.client, world):
         for payload, field in (({"runner": "bad name!"}, "runner"), ({"runnr": "x"}, "runnr")):
             workflow_id = f"bad-input-{field}"
-            done = await temporal_cli(
-                dev_env,
-                "workflow",
-                "start",
-                "--type",
-                "RunnerDeletion",
-                "--task-queue",
-                world.task_queue,
-                "--workflow-id",
-                workflow_id,
-                "--input",
-                json.dumps(payload),
-            )
+            done = await start_with_temporal_cli(dev_env, world, workflow_id, payload)
             assert done.returncode == 0, done.stderr
             handle = dev_env.client.get_workflow_handle(workflow_id)
             with pytest.raises(WorkflowFailureError) as info:
@@ -135,18 +135,8 @@ async def test_temporal_workflow_start_with_bad_input_names_the_field(
             assert field in str(info.value.cause)
         # A well-formed start by the plain temporal CLI works like keeper's own.
         world.add_runner("via-cli")
-        done = await temporal_cli(
-            dev_env,
-            "workflow",
-            "start",
-            "--type",
-            "RunnerDeletion",
-            "--task-queue",
-            world.task_queue,
-            "--workflow-id",
-            deletion_workflow_id("via-cli"),
-            "--input",
-            json.dumps({"runner": "via-cli"}),
+        done = await start_with_temporal_cli(
+            dev_env, world, deletion_workflow_id("via-cli"), {"runner": "via-cli"}
         )
         assert done.returncode == 0, done.stderr
         result = await dev_env.client.get_workflow_handle_for(

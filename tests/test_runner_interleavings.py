@@ -5,6 +5,7 @@ executable on the dev server."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from datetime import timedelta
 
 import pytest
@@ -37,6 +38,13 @@ from tests.runner_world import (
 from workflows.runner_deletion import RunnerDeletion
 
 S = InstanceStatus
+
+
+def activity_env(workflow_id: str) -> ActivityEnvironment:
+    """Runs an activity as if the workflow `workflow_id` had called it."""
+    env = ActivityEnvironment()
+    env.info = dataclasses.replace(env.info, workflow_id=workflow_id)
+    return env
 
 
 def provider_started(world: RunnerWorld, name: str) -> bool:
@@ -367,16 +375,14 @@ async def test_final_step_is_idempotent_when_its_completion_is_lost(
     record = world.leave_in_deleting("lost-final")
     owner = deletion_workflow_id("lost-final")
     call = FinishDeletion(runner="lost-final", incarnation=record.created_at)
-    env = ActivityEnvironment()
-    env.info = env.info.__class__(**{**env.info.__dict__, "workflow_id": owner})
+    env = activity_env(owner)
     acts = RunnerStoreActivities(world.store)
     first = await env.run(acts.finish_deleted, call)
     again = await env.run(acts.finish_deleted, call)
     assert first.record.instance_status is S.DELETED and not first.recovered
     assert again.found_status is S.DELETED and again.record.version == first.record.version
     # Anyone but the runner's own deletion workflow is refused.
-    other = ActivityEnvironment()
-    other.info = other.info.__class__(**{**other.info.__dict__, "workflow_id": "someone-else"})
+    other = activity_env("someone-else")
     with pytest.raises(Exception, match="only runner-delete-lost-final"):
         await other.run(acts.finish_deleted, call)
 
@@ -515,8 +521,7 @@ async def test_a_retried_final_step_leaves_a_new_runner_with_the_name_alone(
     world.add_runner("reused", registered=False)
     old = world.leave_in_deleting("reused")
     owner = deletion_workflow_id("reused")
-    env = ActivityEnvironment()
-    env.info = env.info.__class__(**{**env.info.__dict__, "workflow_id": owner})
+    env = activity_env(owner)
     acts = RunnerStoreActivities(world.store)
     call = FinishDeletion(runner="reused", incarnation=old.created_at)
     first = await env.run(acts.finish_deleted, call)

@@ -35,6 +35,11 @@ from workflows.tpu_sweeper import TpuSweeper
 log = logging.getLogger("keeper.worker")
 
 
+def activity_slots(settings: Settings) -> int:
+    # Each in-flight runner deletion may hold a slot for its provider process.
+    return max(100, settings.runners.max_concurrent_deletions)
+
+
 def build_worker(
     client: Client,
     settings: Settings,
@@ -50,7 +55,7 @@ def build_worker(
             settings, client, tpu_client, runners or open_runner_deps(settings.runners)
         ),
         graceful_shutdown_timeout=settings.worker.graceful_shutdown,
-        max_concurrent_activities=max(100, settings.runners.max_concurrent_deletions),
+        max_concurrent_activities=activity_slots(settings),
         max_cached_workflows=settings.worker.max_cached_workflows,
     )
 

@@ -81,7 +81,6 @@ class RunnerDeletion:
 
     @workflow.run
     async def run(self, inp: RunnerDeletionInput) -> DeletionResult:
-        self._input = inp
         self._policy = inp.policy
         # A request sent with the start (signal-with-start) was handled before `run`.
         self._view = DeletionView(
@@ -202,14 +201,12 @@ class RunnerDeletion:
         compute is gone (a busy runner the policy or a force said to delete anyway)."""
         view = self._view
         assert view is not None
-        if record.github_runner_id is None or record.github_scope is None:
+        ref = _registration(record)
+        if ref is None:
             view.github = "no registration recorded"
             self._publish()
             return False
         self._step(DeletionStep.DEREGISTER, record)
-        ref = RegistrationRef(
-            runner=record.name, scope=record.github_scope, runner_id=record.github_runner_id
-        )
         failures = 0
         escalated = False
         while True:
@@ -373,11 +370,9 @@ class RunnerDeletion:
         """After a busy runner's compute is gone it is offline, and GitHub lets the
         registration go. Bounded: GitHub itself removes offline runners eventually."""
         assert self._view is not None
-        if record.github_runner_id is None or record.github_scope is None:
+        ref = _registration(record)
+        if ref is None:
             return
-        ref = RegistrationRef(
-            runner=record.name, scope=record.github_scope, runner_id=record.github_runner_id
-        )
         for attempt in range(1, self._policy.registration_cleanup_attempts + 1):
             answer = await self._remove_registration(ref)
             if answer.done:
@@ -438,6 +433,14 @@ class RunnerDeletion:
             busy_decision=self._view.decision,
             requests=tuple(self._requests),
         )
+
+
+def _registration(record: RunnerRecord) -> RegistrationRef | None:
+    if record.github_runner_id is None or record.github_scope is None:
+        return None
+    return RegistrationRef(
+        runner=record.name, scope=record.github_scope, runner_id=record.github_runner_id
+    )
 
 
 def _describe_provider(answer: ProviderAnswer) -> str:

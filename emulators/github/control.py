@@ -6,17 +6,16 @@ Errors are {"error": "..."}; validation errors name the offending field and list
 
 from __future__ import annotations
 
-import json
-from typing import Any, TypeVar
+from typing import Any
 
 from aiohttp import web
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
+from emulators.control_json import BadRequest, error, parse
 from emulators.github.api import EMULATOR_KEY
 from emulators.github.state import DEFAULT_LABELS, Fault, RunnerStatus
 
 PREFIX = "/_emulator"
-M = TypeVar("M", bound=BaseModel)
 
 
 class NewRunner(BaseModel):
@@ -37,37 +36,12 @@ class RunnerPatch(BaseModel):
     status: RunnerStatus | None = None
 
 
-class _BadRequest(Exception):
-    def __init__(self, response: web.Response) -> None:
-        self.response = response
-
-
-def _error(status: int, message: str, **extra: Any) -> web.Response:
-    return web.json_response({"error": message, **extra}, status=status)
-
-
-async def _parse(request: web.Request, model: type[M]) -> M:
-    try:
-        body = await request.json() if request.can_read_body else {}
-    except json.JSONDecodeError:
-        raise _BadRequest(_error(400, "body is not valid JSON")) from None
-    try:
-        return model.model_validate(body)
-    except ValidationError as exc:
-        errors = exc.errors()
-        fields = [".".join(str(part) for part in err["loc"]) or "body" for err in errors]
-        detail = "; ".join(
-            f"{name}: {err['msg']}" for name, err in zip(fields, errors, strict=True)
-        )
-        raise _BadRequest(_error(400, f"invalid field {detail}", fields=fields)) from None
-
-
 def _runner_id(request: web.Request) -> int:
     raw = request.match_info["runner_id"]
     try:
         return int(raw)
     except ValueError:
-        raise _BadRequest(_error(400, f"invalid field runner_id: {raw!r}")) from None
+        raise BadRequest(error(400, f"invalid field runner_id: {raw!r}")) from None
 
 
 @web.middleware
@@ -76,12 +50,12 @@ async def control_errors(request: web.Request, handler: Any) -> web.StreamRespon
         return await handler(request)
     try:
         return await handler(request)
-    except _BadRequest as bad:
+    except BadRequest as bad:
         return bad.response
     except KeyError as exc:
-        return _error(404, str(exc.args[0]) if exc.args else "not found")
+        return error(404, str(exc.args[0]) if exc.args else "not found")
     except ValueError as exc:
-        return _error(400, str(exc))
+        return error(400, str(exc))
 
 
 async def healthz(request: web.Request) -> web.Response:
@@ -102,7 +76,7 @@ async def reset(request: web.Request) -> web.Response:
 
 
 async def add_runner(request: web.Request) -> web.Response:
-    body = await _parse(request, NewRunner)
+    body = await parse(request, NewRunner)
     emu = request.app[EMULATOR_KEY]
     runner_id = emu.add_runner(
         body.scope,
@@ -117,7 +91,7 @@ async def add_runner(request: web.Request) -> web.Response:
 
 async def patch_runner(request: web.Request) -> web.Response:
     runner_id = _runner_id(request)
-    body = await _parse(request, RunnerPatch)
+    body = await parse(request, RunnerPatch)
     emu = request.app[EMULATOR_KEY]
     emu.runner(runner_id)  # 404 before changing anything
     if body.busy is not None:
@@ -134,7 +108,7 @@ async def delete_runner(request: web.Request) -> web.Response:
 
 
 async def add_fault(request: web.Request) -> web.Response:
-    fault = await _parse(request, Fault)
+    fault = await parse(request, Fault)
     request.app[EMULATOR_KEY].faults.add(fault)
     return web.json_response({"fault": fault.model_dump()}, status=201)
 
@@ -145,7 +119,7 @@ async def clear_faults(request: web.Request) -> web.Response:
 
 
 async def control_not_found(request: web.Request) -> web.Response:
-    return _error(404, f"no control route {request.method} {request.path}")
+    return error(404, f"no control route {request.method} {request.path}")
 
 
 def routes() -> list[web.RouteDef]:

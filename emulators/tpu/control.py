@@ -6,13 +6,13 @@ also listed under "fields".
 
 from __future__ import annotations
 
-import json
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
+from emulators.control_json import BadRequest, error, parse
 from emulators.tpu.faults import Fault
 from emulators.tpu.scenario import Scenario
 
@@ -20,7 +20,6 @@ if TYPE_CHECKING:
     from emulators.tpu.emulator import TpuEmulator
 
 EMULATOR_KEY: web.AppKey[TpuEmulator] = web.AppKey("emulator")
-M = TypeVar("M", bound=BaseModel)
 
 
 class _Advance(BaseModel):
@@ -40,42 +39,18 @@ class _Registration(BaseModel):
     ip: str
 
 
-def _error(status: int, message: str, **extra: Any) -> web.Response:
-    return web.json_response({"error": message, **extra}, status=status)
-
-
-class _BadRequest(Exception):
-    def __init__(self, response: web.Response) -> None:
-        self.response = response
-
-
-async def _parse(request: web.Request, model: type[M]) -> M:
-    try:
-        body = await request.json() if request.can_read_body else {}
-    except json.JSONDecodeError:
-        raise _BadRequest(_error(400, "body is not valid JSON")) from None
-    try:
-        return model.model_validate(body)
-    except ValidationError as exc:
-        fields = [".".join(str(p) for p in err["loc"]) or "body" for err in exc.errors()]
-        detail = "; ".join(
-            f"{field}: {err['msg']}" for field, err in zip(fields, exc.errors(), strict=True)
-        )
-        raise _BadRequest(_error(400, f"invalid field {detail}", fields=fields)) from None
-
-
 @web.middleware
 async def _errors(request: web.Request, handler: Any) -> web.StreamResponse:
     try:
         return await handler(request)
-    except _BadRequest as bad:
+    except BadRequest as bad:
         return bad.response
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
-        return _error(exc.status, exc.reason)
+        return error(exc.status, exc.reason)
     except ValueError as exc:
-        return _error(400, str(exc))
+        return error(400, str(exc))
 
 
 def _emu(request: web.Request) -> TpuEmulator:
@@ -91,7 +66,7 @@ async def healthz(request: web.Request) -> web.Response:
 
 
 async def put_scenario(request: web.Request) -> web.Response:
-    scenario = await _parse(request, Scenario)
+    scenario = await parse(request, Scenario)
     key = request.match_info["id"]
     if key == "_default":
         _emu(request).set_default_scenario(scenario)
@@ -106,12 +81,12 @@ async def get_scenarios(request: web.Request) -> web.Response:
 
 async def delete_scenario(request: web.Request) -> web.Response:
     if not _emu(request).remove_scenario(request.match_info["id"]):
-        return _error(404, f"no scenario for {request.match_info['id']}")
+        return error(404, f"no scenario for {request.match_info['id']}")
     return web.json_response({"deleted": request.match_info["id"]})
 
 
 async def post_fault(request: web.Request) -> web.Response:
-    fault = await _parse(request, Fault)
+    fault = await parse(request, Fault)
     _emu(request).faults.add(fault)
     return web.json_response({"fault": fault.model_dump()}, status=201)
 
@@ -122,24 +97,24 @@ async def delete_faults(request: web.Request) -> web.Response:
 
 
 async def advance_clock(request: web.Request) -> web.Response:
-    body = await _parse(request, _Advance)
+    body = await parse(request, _Advance)
     now = _emu(request).advance(body.seconds)
     return web.json_response({"now": now.isoformat()})
 
 
 async def set_clock(request: web.Request) -> web.Response:
-    body = await _parse(request, _SetNow)
+    body = await parse(request, _SetNow)
     if body.now.tzinfo is None:
-        return _error(400, "invalid field now: needs a timezone", fields=["now"])
+        return error(400, "invalid field now: needs a timezone", fields=["now"])
     now = _emu(request).set_now(body.now)
     return web.json_response({"now": now.isoformat()})
 
 
 async def register(request: web.Request) -> web.Response:
-    body = await _parse(request, _Registration)
+    body = await parse(request, _Registration)
     status = _emu(request).record_registration(body.model_dump(), request.remote)
     if status != 200:
-        return _error(status, "this VM has been deleted")
+        return error(status, "this VM has been deleted")
     return web.json_response({"registered": True})
 
 
