@@ -9,8 +9,7 @@ from collections import Counter
 from datetime import timedelta
 
 from temporalio import activity
-from temporalio.client import Client, WorkflowExecutionStatus
-from temporalio.service import RPCError, RPCStatusCode
+from temporalio.client import Client
 
 from domain.github import GitHubRunner, GitHubScope
 from domain.provider import ProviderInstance
@@ -23,11 +22,12 @@ from domain.reconcile import (
     find_mismatches,
 )
 from domain.runner_models import DeletionRequest, Requester, deletion_workflow_id
-from domain.runner_status import on_lane
+from domain.runner_status import InstanceStatus, on_lane
 from runtime.garm_provider import ExternalProvider
 from runtime.github_client import GitHubClient
 from runtime.runner_requests import request_deletion
 from store import RunnerStore
+from workflows.runner_deletion import RunnerDeletion
 
 log = logging.getLogger("keeper.reconciler")
 MAX_ERRORS_REPORTED = 50
@@ -76,15 +76,16 @@ class ReconcilerActivities:
                 errors.append(f"list instances in pool {pool}: {err}")
         activity.heartbeat("listed")
 
-        owned = []
-        for record in records:
-            if on_lane(record.instance_status) and record.instance_status.value != "deleted":
-                try:
-                    if await self._deletion_running(record.name):
-                        owned.append(record.name)
-                except Exception as err:
-                    owned.append(record.name)  # unknown: leave it be this pass
-                    errors.append(f"describe deletion of {record.name}: {err}")
+        lane = [
+            r.name
+            for r in records
+            if on_lane(r.instance_status) and r.instance_status is not InstanceStatus.DELETED
+        ]
+        try:
+            owned = await self._running_deletions(lane)
+        except Exception as err:
+            owned = lane  # unknown: leave them be this pass
+            errors.append(f"list running deletions: {err}")
 
         mismatches = find_mismatches(
             records,
@@ -134,14 +135,19 @@ class ReconcilerActivities:
             purged_tombstones=purged,
         )
 
-    async def _deletion_running(self, runner: str) -> bool:
-        try:
-            desc = await self._client.get_workflow_handle(deletion_workflow_id(runner)).describe()
-        except RPCError as err:
-            if err.status is RPCStatusCode.NOT_FOUND:
-                return False
-            raise
-        return desc.status is WorkflowExecutionStatus.RUNNING
+    async def _running_deletions(self, lane: list[str]) -> list[str]:
+        """The lane records whose deletion workflow runs: one visibility query for the
+        pass rather than a describe per record. Visibility may lag a fresh start by a
+        moment, which the second confirming pass absorbs."""
+        if not lane:
+            return []
+        running = {
+            execution.id
+            async for execution in self._client.list_workflows(
+                f'WorkflowType = "{RunnerDeletion.__name__}" AND ExecutionStatus = "Running"'
+            )
+        }
+        return [name for name in lane if deletion_workflow_id(name) in running]
 
     async def _act(self, mismatch: Mismatch, request: ReconcileRequest) -> str:
         if mismatch.kind is MismatchKind.REGISTRATION:
