@@ -353,25 +353,6 @@ class RunnerStore:
             row = conn.execute(select(runners).where(runners.c.name == name)).first()
         return CasResult(ok=result.rowcount == 1, record=_record(row) if row else None)
 
-    def set_registration(
-        self, name: str, *, version: int, github_runner_id: int, github_scope: str
-    ) -> CasResult:
-        with self._tx() as conn:
-            result = conn.execute(
-                update(runners)
-                .where(runners.c.name == name)
-                .where(runners.c.version == version)
-                .where(runners.c.instance_status.in_([s.value for s in LIVE]))
-                .values(
-                    github_runner_id=github_runner_id,
-                    github_scope=github_scope,
-                    version=version + 1,
-                    updated_at=utcnow(),
-                )
-            )
-            row = conn.execute(select(runners).where(runners.c.name == name)).first()
-        return CasResult(ok=result.rowcount == 1, record=_record(row) if row else None)
-
     def recover_to_deleted(self, name: str, *, actor: str, reason: str) -> RunnerRecord:
         """The one forced write: a record whose compute is confirmed gone, but whose row
         was moved by another writer so the compare-and-set to deleted was refused.
