@@ -11,11 +11,12 @@ import os
 from collections.abc import Mapping
 from datetime import timedelta
 from enum import StrEnum
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
 from domain.durations import HumanDuration
 from domain.runner_models import DeletionPolicy
@@ -114,12 +115,34 @@ class TracingSettings(_Section):
     service_name: str = "keeper"
 
 
+def package_build_id() -> str:
+    """The build id when neither KEEPER_BUILD_ID nor the settings file sets one."""
+    return metadata.version("keeper")
+
+
 class WorkerSettings(_Section):
     log_dir: Path = Path(".dev/logs")
     graceful_shutdown: HumanDuration = timedelta(seconds=30)
     # Workflows kept in memory between tasks. Below the number in flight (a burst of runner
     # deletions), every task of an evicted workflow replays its history first.
     max_cached_workflows: int = Field(default=5000, ge=0)
+    # A Worker Deployment version (docs/operations.md#rollouts). Off only for the test
+    # suite and for clusters without Worker Deployments.
+    versioned: bool = True
+    deployment_name: str = Field(default="keeper", min_length=1, max_length=255)
+    # Each release needs a build id of its own, such as the image tag: workers of one build
+    # id must run one code.
+    build_id: str = Field(default_factory=package_build_id, min_length=1, max_length=255)
+
+    @field_validator("deployment_name")
+    @classmethod
+    def _no_dot(cls, value: str) -> str:
+        if "." in value:
+            raise ValueError(
+                "must not contain '.': Temporal writes a version as <deployment>.<build id>; "
+                "choose a name without dots"
+            )
+        return value
 
 
 class GitHubSettings(_Section):
@@ -190,6 +213,8 @@ ENV_OVERRIDES: dict[str, str] = {
     "KEEPER_GITHUB_TOKEN_FILE": "runners.github.token_file",
     "KEEPER_PROVIDER_EXECUTABLE": "runners.provider.executable",
     "KEEPER_PROVIDER_CONFIG_FILE": "runners.provider.config_file",
+    "KEEPER_BUILD_ID": "worker.build_id",
+    "KEEPER_WORKER_VERSIONED": "worker.versioned",
     "OTEL_EXPORTER_OTLP_ENDPOINT": "tracing.otlp_endpoint",
     "KEEPER_OTLP_ENDPOINT": "tracing.otlp_endpoint",
 }

@@ -71,7 +71,7 @@ def write_config(
             "call_timeout": "5s",
         },
         "health": {"timeout": "1s"},
-        "worker": {"log_dir": str(path.parent), "graceful_shutdown": "1s"},
+        "worker": {"log_dir": str(path.parent), "graceful_shutdown": "1s", "versioned": False},
         "sweeper": {"interval": "1h"},
     }
     path.write_text(yaml.safe_dump(config))

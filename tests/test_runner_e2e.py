@@ -36,7 +36,7 @@ def runner_config(tmp_path: Path, env: WorkflowEnvironment, world: RunnerWorld) 
             "namespace": "default",
             "task_queue": world.task_queue,
         },
-        "worker": {"log_dir": str(tmp_path), "graceful_shutdown": "1s"},
+        "worker": {"log_dir": str(tmp_path), "graceful_shutdown": "1s", "versioned": False},
         "sweeper": {"interval": "1h"},
         "runners": {
             "store_url": str(world.store.engine.url),

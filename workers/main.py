@@ -17,6 +17,7 @@ from temporalio.client import (
     SchedulePolicy,
     ScheduleSpec,
 )
+from temporalio.common import WorkerDeploymentVersion
 from temporalio.worker import Worker
 
 from domain.bootstrap_models import SweepRequest
@@ -28,7 +29,13 @@ from runtime.settings import Settings
 from runtime.temporal_client import connect
 from runtime.tpu_client import make_tpu_client
 from runtime.tracing import setup_tracing, shutdown_tracing
-from workers.registry import WORKFLOWS, build_activities
+from workers.registry import (
+    WORKFLOW_FAILURE_EXCEPTION_TYPES,
+    WORKFLOW_INTERCEPTORS,
+    WORKFLOWS,
+    build_activities,
+)
+from workers.versioning import deployment_config, worker_version, workflow_runner
 from workflows.runner_reconciler import RunnerReconciler
 from workflows.tpu_sweeper import TpuSweeper
 
@@ -46,11 +53,17 @@ def build_worker(
     tpu_client: tpu_v2.TpuAsyncClient,
     task_queue: str,
     runners: RunnerDeps | None = None,
+    version: WorkerDeploymentVersion | None = None,
 ) -> Worker:
+    """A worker of `version` of its Worker Deployment, or unversioned when it is None."""
     return Worker(
         client,
         task_queue=task_queue,
         workflows=WORKFLOWS,
+        interceptors=WORKFLOW_INTERCEPTORS,
+        workflow_failure_exception_types=WORKFLOW_FAILURE_EXCEPTION_TYPES,
+        deployment_config=deployment_config(version) if version else None,
+        workflow_runner=workflow_runner(version),
         activities=build_activities(
             settings, client, tpu_client, runners or open_runner_deps(settings.runners)
         ),
@@ -134,13 +147,19 @@ async def run_worker(settings: Settings) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    worker = build_worker(client, settings, tpu_client, settings.temporal.task_queue)
+    version = worker_version(settings.worker)
+    worker = build_worker(
+        client, settings, tpu_client, settings.temporal.task_queue, version=version
+    )
     log.info(
-        "worker polling %s on %s (namespace %s, TPU endpoint %s)",
+        "worker polling %s on %s (namespace %s, TPU endpoint %s) as %s",
         settings.temporal.task_queue,
         settings.temporal.address,
         settings.temporal.namespace,
         settings.tpu.endpoint.value,
+        f"build {version.build_id} of worker deployment {version.deployment_name}"
+        if version
+        else "an unversioned worker",
     )
     async with worker:
         await stop.wait()

@@ -15,6 +15,7 @@ from datetime import timedelta
 
 from pydantic import ValidationError
 from temporalio import workflow
+from temporalio.common import VersioningBehavior
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
@@ -51,7 +52,11 @@ SEARCHABLE_STEPS = frozenset({DeletionStep.BUSY_WAIT, DeletionStep.ESCALATED, De
 UNKNOWN_RUNNER = "UnknownRunner"
 
 
-@workflow.defn(name="RunnerDeletion", failure_exception_types=[ValidationError])
+@workflow.defn(
+    name="RunnerDeletion",
+    failure_exception_types=[ValidationError],
+    versioning_behavior=VersioningBehavior.AUTO_UPGRADE,
+)
 class RunnerDeletion:
     def __init__(self) -> None:
         self._view: DeletionView | None = None

@@ -9,6 +9,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from temporalio import workflow
+from temporalio.common import VersioningBehavior
 
 with workflow.unsafe.imports_passed_through():
     from activities.reconciler import ReconcilerActivities
@@ -20,7 +21,7 @@ PASS_START_TO_CLOSE = timedelta(minutes=30)
 PASS_HEARTBEAT = timedelta(minutes=3)
 
 
-@workflow.defn(name="RunnerReconciler")
+@workflow.defn(name="RunnerReconciler", versioning_behavior=VersioningBehavior.PINNED)
 class RunnerReconciler:
     @workflow.run
     async def run(self, request: ReconcileRequest) -> ReconcileReport:

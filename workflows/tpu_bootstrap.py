@@ -12,6 +12,7 @@ import asyncio
 
 from pydantic import ValidationError
 from temporalio import workflow
+from temporalio.common import VersioningBehavior
 from temporalio.exceptions import (
     ApplicationError,
     CancelledError,
@@ -41,7 +42,11 @@ with workflow.unsafe.imports_passed_through():
     from workflows.tpu_bootstrap_run import FAILURE_TYPE, PROGRESS_SIGNAL, TpuSliceBootstrapRun
 
 
-@workflow.defn(name="TpuSliceBootstrap", failure_exception_types=[ValidationError])
+@workflow.defn(
+    name="TpuSliceBootstrap",
+    failure_exception_types=[ValidationError],
+    versioning_behavior=VersioningBehavior.AUTO_UPGRADE,
+)
 class TpuSliceBootstrap:
     def __init__(self) -> None:
         self._status: BootstrapStatus | None = None

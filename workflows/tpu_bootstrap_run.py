@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 
 from pydantic import ValidationError
 from temporalio import workflow
-from temporalio.common import RetryPolicy
+from temporalio.common import RetryPolicy, VersioningBehavior
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, RetryState
 from temporalio.workflow import ActivityCancellationType
 
@@ -53,7 +53,11 @@ class PhaseFailed(Exception):
         self.failure = failure
 
 
-@workflow.defn(name="TpuSliceBootstrapRun", failure_exception_types=[ValidationError])
+@workflow.defn(
+    name="TpuSliceBootstrapRun",
+    failure_exception_types=[ValidationError],
+    versioning_behavior=VersioningBehavior.AUTO_UPGRADE,
+)
 class TpuSliceBootstrapRun:
     def __init__(self) -> None:
         self._status: BootstrapStatus | None = None

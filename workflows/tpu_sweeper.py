@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pydantic import ValidationError
 from temporalio import workflow
+from temporalio.common import VersioningBehavior
 
 with workflow.unsafe.imports_passed_through():
     from activities.sweeper import SweeperActivities
@@ -17,7 +18,11 @@ with workflow.unsafe.imports_passed_through():
     from workflows.compensation import delete_slice
 
 
-@workflow.defn(name="TpuSweeper", failure_exception_types=[ValidationError])
+@workflow.defn(
+    name="TpuSweeper",
+    failure_exception_types=[ValidationError],
+    versioning_behavior=VersioningBehavior.PINNED,
+)
 class TpuSweeper:
     @workflow.run
     async def run(self, req: SweepRequest) -> SweepReport:

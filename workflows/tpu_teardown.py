@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pydantic import ValidationError
 from temporalio import workflow
+from temporalio.common import VersioningBehavior
 
 with workflow.unsafe.imports_passed_through():
     from domain.bootstrap_models import DeletionReport, SliceRef, TeardownRequest
@@ -12,7 +13,11 @@ with workflow.unsafe.imports_passed_through():
     from workflows.compensation import delete_slice, describe
 
 
-@workflow.defn(name="TpuSliceTeardown", failure_exception_types=[ValidationError])
+@workflow.defn(
+    name="TpuSliceTeardown",
+    failure_exception_types=[ValidationError],
+    versioning_behavior=VersioningBehavior.AUTO_UPGRADE,
+)
 class TpuSliceTeardown:
     @workflow.run
     async def run(self, req: TeardownRequest) -> DeletionReport:
