@@ -6,7 +6,9 @@ from collections.abc import Callable
 from typing import Any
 
 from google.cloud import tpu_v2
+from pydantic import ValidationError
 from temporalio.client import Client
+from temporalio.worker import Interceptor
 
 from activities.health import HealthActivities, HealthProber
 from activities.reconciler import ReconcilerActivities
@@ -15,6 +17,7 @@ from activities.sweeper import SweeperActivities
 from activities.tpu import TpuActivities
 from runtime.runner_deps import RunnerDeps
 from runtime.settings import Settings
+from workers.input_guard import InputGuard, InputHelp
 from workflows.runner_deletion import RunnerDeletion
 from workflows.runner_reconciler import RunnerReconciler
 from workflows.tpu_bootstrap import TpuSliceBootstrap
@@ -30,6 +33,38 @@ WORKFLOWS: list[type] = [
     RunnerDeletion,
     RunnerReconciler,
 ]
+
+_PLACE = {"project": "my-project", "zone": "us-central2-b"}
+# What a workflow started with no input (or several) tells its caller, by workflow type.
+# Every entry of WORKFLOWS has one, and each example is a valid input (tests/test_inputs.py).
+INPUT_HELP: dict[str, InputHelp] = {
+    "TpuSliceBootstrap": InputHelp(
+        example={
+            "slice_name": "train-a",
+            **_PLACE,
+            "accelerator_type": "v4-32",
+            "runtime_version": "tpu-ubuntu2204-base",
+            "capacity": "on-demand",
+        }
+    ),
+    "TpuSliceBootstrapRun": InputHelp(
+        note="TpuSliceBootstrap starts this phase workflow itself; start TpuSliceBootstrap."
+    ),
+    "TpuSliceTeardown": InputHelp(
+        example={"slice_name": "train-a", **_PLACE, "reason": "job finished"}
+    ),
+    "TpuSweeper": InputHelp(example={**_PLACE, "dry_run": True}),
+    "RunnerDeletion": InputHelp(example={"runner": "r-1"}),
+    "RunnerReconciler": InputHelp(
+        note="The runner-reconciler schedule starts it with the worker's settings.",
+        example={"scopes": ["org:my-org"]},
+    ),
+}
+# The Replayer needs the same two as the worker, or a history it replays could diverge.
+WORKFLOW_INTERCEPTORS: list[Interceptor] = [InputGuard(INPUT_HELP)]
+# A run input that does not validate fails its workflow at once instead of its first task
+# (forever), for every workflow, including one whose definition forgets to say so.
+WORKFLOW_FAILURE_EXCEPTION_TYPES: list[type[BaseException]] = [ValidationError]
 
 
 def build_activities(
