@@ -66,3 +66,18 @@ def to_application_error(
     # Transient: retried by the RetryPolicy. Re-wrapped so the failure carries a clean
     # message and type instead of a gRPC error object the converter has to pick apart.
     return ApplicationError(f"{action}: {err.message}", type=type(err).__name__)
+
+
+def deletion_error(err: gexc.GoogleAPICallError, action: str) -> ApplicationError:
+    """A failed call during a deletion: always retryable, since giving up would leak.
+
+    The advice is the same as for a bootstrap, so the stuck status tells the operator what
+    to grant or fix while the deletion goes on retrying.
+    """
+    advice = next(
+        (text for kind, text in NON_RETRYABLE.items() if isinstance(err, kind)),
+        "transient; retried",
+    )
+    return ApplicationError(
+        f"{action}: {type(err).__name__}: {err.message} ({advice})", type=type(err).__name__
+    )

@@ -8,18 +8,21 @@ RetryPolicy turns into the next poll, which keeps history flat however long the 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from datetime import timedelta
+from typing import Any
 
 from google.api_core import exceptions as gexc
 from google.cloud import tpu_v2
 from temporalio import activity
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
-from activities.gcp_errors import RateLimitTracker, to_application_error
+from activities.gcp_errors import RateLimitTracker, deletion_error, to_application_error
 from domain import naming
 from domain.bootstrap_models import (
+    CompensationPolicy,
     CreateOutcome,
     CreateSliceInput,
     DeleteSliceInput,
@@ -37,11 +40,27 @@ NOT_YET = "NotYet"
 # A delete is confirmed by reading NotFound; we look quickly at first, then every few seconds.
 CONFIRM_FIRST_INTERVAL = 0.1
 CONFIRM_MAX_INTERVAL = 3.0
-# A resource still there this long after our delete gets the delete sent again: a delete
-# operation can fail on the cloud side without the resource ever leaving DELETING.
+# A resource still there this long after our delete ends the attempt with an error that
+# says so; the next attempt sends the delete again (a delete operation can fail on the
+# cloud side without the resource ever leaving DELETING).
 REDELETE_AFTER = 60.0
+STILL_EXISTS = "StillExists"
 HEALTH_PORT_METADATA = "keeper-health-port"
 HEALTH_PATH_METADATA = "keeper-health-path"
+
+
+def _delete_request_ids() -> Iterator[str]:
+    """Request ids for the deletes one attempt sends.
+
+    The API keeps a request id as an idempotency key and answers a repeat with the first
+    request's operation, long finished. So an id is never reused: it is derived from the
+    compensating run, the activity and its attempt, and a counter of sends in the attempt.
+    A new bootstrap of the same slice name, a new attempt and a second send all differ.
+    """
+    info = activity.info()
+    base = f"keeper:{info.workflow_run_id}/{info.activity_id}/{info.attempt}"
+    for send in itertools.count(1):
+        yield str(uuid.uuid5(uuid.NAMESPACE_URL, f"{base}/{send}"))
 
 
 def not_yet(message: str, *details: object) -> ApplicationError:
@@ -125,10 +144,12 @@ class TpuActivities:
         client: tpu_v2.TpuAsyncClient,
         call_timeout: timedelta = timedelta(seconds=30),
         max_backoff: timedelta = timedelta(minutes=5),
+        compensation_stuck_after: timedelta = timedelta(minutes=15),
     ) -> None:
         self._client = client
         self._timeout = call_timeout.total_seconds()
         self._rate_limits = RateLimitTracker(timedelta(seconds=5), max_backoff)
+        self._stuck_after = compensation_stuck_after
 
     # -- reads ---------------------------------------------------------------------------
 
@@ -186,7 +207,7 @@ class TpuActivities:
             action = f"reading slice {inp.slice.slice_name}"
             raise to_application_error(err, action, delay) from None
         self._rate_limits.clear(key)
-        if progress_key(obs) == inp.last_key:
+        if progress_key(obs) == inp.last_key and not inp.final:
             raise not_yet(
                 f"{inp.phase.value}: no progress yet (QR {obs.qr_state or '-'}, "
                 f"{obs.vms_with_ip}/{obs.expected_vms} VMs with IP)"
@@ -261,24 +282,35 @@ class TpuActivities:
     # -- delete --------------------------------------------------------------------------
 
     @activity.defn
+    async def compensation_policy(self) -> CompensationPolicy:
+        """The worker's compensation settings, read by a workflow as a local activity."""
+        return CompensationPolicy(stuck_after=self._stuck_after)
+
+    @activity.defn
     async def delete_slice(self, inp: DeleteSliceInput) -> DeletionReport:
         """Force-deletes what the owner created and returns only once NotFound is confirmed.
 
         Idempotent: anything already gone counts as deleted. Resources labelled with another
-        owner are never touched.
+        owner are never touched. An attempt that cannot finish fails with an error saying
+        why (a refused call, or a resource still there a minute after the delete), so the
+        workflow and the UI see it; every failure is retryable.
         """
         ref = inp.slice
         report = DeletionReport()
-        if ref.queued:
-            qr_name = naming.queued_resource_name(ref.project, ref.zone, ref.slice_name)
-            report = await self._delete_qr(qr_name, inp, report)
-        for node_id in ref.node_ids:
-            node_name = naming.node_name(ref.project, ref.zone, node_id)
-            report = await self._delete_node(node_name, inp, report)
+        request_ids = _delete_request_ids()
+        try:
+            if ref.queued:
+                qr_name = naming.queued_resource_name(ref.project, ref.zone, ref.slice_name)
+                report = await self._delete_qr(qr_name, inp, report, request_ids)
+            for node_id in ref.node_ids:
+                node_name = naming.node_name(ref.project, ref.zone, node_id)
+                report = await self._delete_node(node_name, inp, report)
+        except gexc.GoogleAPICallError as err:
+            raise deletion_error(err, f"deleting {ref.slice_name}") from None
         return report
 
     async def _delete_qr(
-        self, name: str, inp: DeleteSliceInput, report: DeletionReport
+        self, name: str, inp: DeleteSliceInput, report: DeletionReport, request_ids: Iterator[str]
     ) -> DeletionReport:
         qr = await self._get_qr(name)
         if qr is None:
@@ -288,9 +320,9 @@ class TpuActivities:
         # Sent even when the QR already shows DELETING: that may be someone else's delete
         # that failed, and a second force delete of a deleting QR is harmless.
         activity.logger.info("deleting %s (force): %s", name, inp.reason)
-        if not await self._send_qr_delete(name, inp.reason):
+        if not await self._send_qr_delete(name, next(request_ids)):
             return report.model_copy(update={"already_gone": [*report.already_gone, name]})
-        await self._until_gone(name, self._get_qr, lambda: self._send_qr_delete(name, inp.reason))
+        await self._until_gone(name, self._get_qr, lambda qr: qr.state.state.name)
         return report.model_copy(update={"deleted": [*report.deleted, name]})
 
     async def _delete_node(
@@ -307,10 +339,10 @@ class TpuActivities:
             activity.logger.info("deleting node %s: %s", name, inp.reason)
             if not await self._send_node_delete(name):
                 return report.model_copy(update={"already_gone": [*report.already_gone, name]})
-        await self._until_gone(name, self._get_node, lambda: self._send_node_delete(name))
+        await self._until_gone(name, self._get_node, lambda node: node.state.name)
         return report.model_copy(update={"deleted": [*report.deleted, name]})
 
-    async def _send_qr_delete(self, name: str, reason: str) -> bool:
+    async def _send_qr_delete(self, name: str, request_id: str) -> bool:
         """Sends a force delete; False when the QR is already gone."""
         try:
             with tracer().start_as_current_span(
@@ -318,9 +350,7 @@ class TpuActivities:
             ):
                 await self._client.delete_queued_resource(
                     request=tpu_v2.DeleteQueuedResourceRequest(
-                        name=name,
-                        force=True,
-                        request_id=str(uuid.uuid5(uuid.NAMESPACE_URL, f"{name}/{reason}")),
+                        name=name, force=True, request_id=request_id
                     ),
                     timeout=self._timeout,
                 )
@@ -341,22 +371,27 @@ class TpuActivities:
     async def _until_gone(
         self,
         name: str,
-        get: Callable[[str], Awaitable[object | None]],
-        redelete: Callable[[], Awaitable[bool]],
+        get: Callable[[str], Awaitable[Any | None]],
+        state_of: Callable[[Any], str],
     ) -> None:
         # Reading NotFound is the only proof that matters: an operation marked done says
         # nothing about a second resource a retried create may have left behind.
         interval = CONFIRM_FIRST_INTERVAL
         loop = asyncio.get_running_loop()
-        last_delete = loop.time()
+        sent_at = loop.time()
         while True:
             activity.heartbeat(f"waiting for {name} to disappear")
-            if await get(name) is None:
+            found = await get(name)
+            if found is None:
                 return
-            if loop.time() - last_delete > REDELETE_AFTER:
-                activity.logger.warning("%s still exists; sending the delete again", name)
-                await redelete()
-                last_delete = loop.time()
+            waited = loop.time() - sent_at
+            if waited > REDELETE_AFTER:
+                short = name.rsplit("/", 1)[-1]
+                raise ApplicationError(
+                    f"{short} still exists (state {state_of(found)}) {waited:.0f}s after the "
+                    "delete; the next attempt sends it again",
+                    type=STILL_EXISTS,
+                )
             await asyncio.sleep(interval)
             interval = min(interval * 2, CONFIRM_MAX_INTERVAL)
 

@@ -33,5 +33,21 @@ async def describe_or_none(handle: WorkflowHandle[Any, Any]) -> Any:
         raise
 
 
+async def describe_as(handle: WorkflowHandle[Any, Any], workflow_type: str) -> Any:
+    """The description of `handle` (None when there is none), refusing any other type.
+
+    Another type can sit at a keeper id: a child from before the '.run' suffix, or anything
+    started by hand. Acting on it (a cancel, a status) would touch the wrong workflow.
+    """
+    description = await describe_or_none(handle)
+    if description is not None and description.workflow_type != workflow_type:
+        raise click.ClickException(
+            f"workflow {handle.id} is a {description.workflow_type}, not a {workflow_type}; "
+            "nothing was done. Check the slice name: keeper tpu commands act only on the "
+            "workflow type their id belongs to"
+        )
+    return description
+
+
 def is_running(description: Any) -> bool:
     return description is not None and description.status is WorkflowExecutionStatus.RUNNING

@@ -21,7 +21,7 @@ from temporalio.exceptions import ApplicationError, CancelledError, WorkflowAlre
 
 from cli.context import KeeperContext, pass_keeper
 from cli.progress import follow, query_status
-from cli.temporal_ops import client_for, describe_or_none, is_running
+from cli.temporal_ops import client_for, describe_as, is_running
 from domain.bootstrap_models import (
     BootstrapFailure,
     BootstrapResult,
@@ -30,7 +30,14 @@ from domain.bootstrap_models import (
     SweepRequest,
     TeardownRequest,
 )
-from domain.naming import bootstrap_workflow_id, teardown_workflow_id
+from domain.naming import (
+    BOOTSTRAP_WORKFLOW_TYPE,
+    PROJECT_MEMO,
+    TEARDOWN_WORKFLOW_TYPE,
+    bootstrap_workflow_id,
+    manual_sweep_workflow_id,
+    teardown_workflow_id,
+)
 from domain.phases import DEFAULT_DEADLINES, Phase
 from domain.slice_request import Capacity, SliceRequest
 from domain.status_view import static_summary
@@ -114,6 +121,8 @@ async def start_bootstrap(
                 request.zone,
             ),
             search_attributes=sa.for_slice(request.slice_name, request.zone, Phase.SUBMIT.value),
+            # Findable by the sweeper even before the workflow's first task writes it.
+            memo={PROJECT_MEMO: request.project},
             result_type=BootstrapResult,
         )
     except WorkflowAlreadyStartedError:
@@ -204,12 +213,15 @@ async def wait_and_report(
 async def bootstrap_handle(
     settings: Settings, slice_name: str
 ) -> tuple[WorkflowHandle[Any, BootstrapResult], Any]:
-    """The bootstrap of `slice_name` and its description (None when there is none)."""
+    """The bootstrap of `slice_name` and its description (None when there is none).
+
+    Refuses (exit 1) when the id holds a workflow of another type.
+    """
     client = await client_for(settings)
     handle = client.get_workflow_handle(
         bootstrap_workflow_id(slice_name), result_type=BootstrapResult
     )
-    return handle, await describe_or_none(handle)
+    return handle, await describe_as(handle, BOOTSTRAP_WORKFLOW_TYPE)
 
 
 def _dump(model: Any) -> Any:
@@ -370,6 +382,11 @@ def status(keeper: KeeperContext, slice_name: str, as_json: bool, wait: bool) ->
         console.print(f"{handle.id}: [bold]{state}[/]")
         if progress:
             console.print(render(progress))
+            if progress.compensation_stuck:
+                console.print(
+                    f"[red]compensation stuck[/] since {progress.compensation_stuck_since}: "
+                    f"{progress.compensation}"
+                )
         console.print(f"History: {settings.temporal.workflow_url(handle.id)}")
         return 0
 
@@ -441,11 +458,15 @@ def delete(
     async def run() -> int:
         client = await client_for(settings)
         owner = client.get_workflow_handle(bootstrap_workflow_id(slice_name))
-        if is_running(await describe_or_none(owner)):
+        if is_running(await describe_as(owner, BOOTSTRAP_WORKFLOW_TYPE)):
             raise click.ClickException(
                 f"the bootstrap of {slice_name} is still running; stop it with "
                 f"`keeper tpu cancel {slice_name}` (that deletes the slice too)"
             )
+        # USE_EXISTING below would join whatever runs at the id, of any type.
+        await describe_as(
+            client.get_workflow_handle(teardown_workflow_id(slice_name)), TEARDOWN_WORKFLOW_TYPE
+        )
         handle = await client.start_workflow(
             TpuSliceTeardown.run,
             request,
@@ -486,7 +507,7 @@ def sweep(keeper: KeeperContext, dry_run: bool, as_json: bool) -> None:
         report: SweepReport = await client.execute_workflow(
             TpuSweeper.run,
             SweepRequest(project=settings.tpu.project, zone=settings.tpu.zone, dry_run=dry_run),
-            id=f"tpu-sweeper-manual-{datetime.now(UTC):%Y%m%dT%H%M%S}",
+            id=manual_sweep_workflow_id(f"{datetime.now(UTC):%Y%m%dT%H%M%S}"),
             task_queue=settings.temporal.task_queue,
             result_type=SweepReport,
         )
@@ -499,6 +520,10 @@ def sweep(keeper: KeeperContext, dry_run: bool, as_json: bool) -> None:
             console.print(f"  {verb}: {item}")
         for item in report.unknown_owner:
             console.print(f"  [yellow]unknown owner, left alone:[/] {item}")
+        for item in report.failed:
+            console.print(f"  [red]not deleted (the next sweep tries again):[/] {item}")
+        for item in report.errors:
+            console.print(f"  [red]error:[/] {item}")
         return 0
 
     raise SystemExit(asyncio.run(run()))

@@ -66,6 +66,8 @@ class ObserveInput(_Message):
     expected_vms: int
     last_key: str
     phase: Phase
+    # The last look at a phase's deadline: return whatever is seen, progress or not.
+    final: bool = False
 
 
 class HealthCheckInput(_Message):
@@ -99,6 +101,26 @@ class DeleteSliceInput(_Message):
     # None deletes whatever any run of the owner workflow created (teardown, sweeper).
     owner_run_id: str | None = None
     reason: str
+
+
+class CompensationPolicy(_Message):
+    """The worker's settings for compensation, read once per compensation."""
+
+    stuck_after: SecondsDuration
+
+
+class CompensationProgress(_Message):
+    """Where a compensation stands between its bounded windows of delete attempts."""
+
+    started_at: datetime
+    window: SecondsDuration  # the schedule-to-close of the next (or current) window
+    windows_ended: int = 0  # windows that ran out before the resources were gone
+    last_error: str | None = None
+    stuck_since: datetime | None = None
+
+    @property
+    def stuck(self) -> bool:
+        return self.stuck_since is not None
 
 
 class DeletionReport(_Message):
@@ -145,6 +167,11 @@ class BootstrapStatus(_Message):
     updated_at: datetime | None = None
     # Progress signals can arrive out of order; the receiver keeps the highest revision.
     revision: int = 0
+    # A compensation that has not finished within bootstrap.compensation_stuck_after.
+    compensation_started_at: datetime | None = None
+    compensation_stuck: bool = False
+    compensation_stuck_since: datetime | None = None
+    compensation_last_error: str | None = None
 
     @classmethod
     def initial(cls, request: SliceRequest) -> BootstrapStatus:
@@ -185,13 +212,27 @@ class BootstrapFailure(_Message):
     compensation: DeletionReport | None = None
 
 
+class SupervisorResume(_Message):
+    """What a supervisor carries across continue-as-new during a long compensation.
+
+    The owner is the run that created the resources: their labels name it, so every
+    later run checks ownership against it, not against its own run id.
+    """
+
+    owner: Owner
+    status: BootstrapStatus
+    failure: BootstrapFailure
+    cancelled: bool
+    progress: CompensationProgress
+
+
 class TeardownRequest(_Message):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     slice_name: str = Field(pattern=r"^[a-z]([a-z0-9-]{0,38}[a-z0-9])?$")
     project: str = Field(pattern=r"^[a-z][a-z0-9-]{4,28}[a-z0-9]$")
     zone: str = Field(pattern=r"^[a-z]+-[a-z]+[0-9]+-[a-z]$")
-    node_count: int = Field(default=1, ge=1, le=64)
+    node_count: int = Field(default=1, ge=1, le=64, strict=True)
     reason: str = "operator teardown"
 
 
@@ -207,14 +248,41 @@ class OwnedResource(_Message):
 class SweepRequest(_Message):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+    # The configured location; every other one keeper has bootstrapped in is found from
+    # its workflows' Zone search attribute and project memo.
     project: str = Field(pattern=r"^[a-z][a-z0-9-]{4,28}[a-z0-9]$")
     zone: str = Field(pattern=r"^[a-z]+-[a-z]+[0-9]+-[a-z]$")
-    dry_run: bool = False
+    dry_run: bool = Field(default=False, strict=True)
+
+
+class SweepLocation(_Message):
+    project: str
+    zone: str
+
+    def __str__(self) -> str:
+        return f"{self.project}/{self.zone}"
 
 
 class SweepCandidate(_Message):
     resource: OwnedResource
     owner_status: str  # a WorkflowExecutionStatus name, or NOT_FOUND
+    project: str | None = None
+    zone: str | None = None
+    owner_closed_at: datetime | None = None
+    # The latest tpu-teardown-<slice> run that started after the owner closed, if any.
+    teardown_status: str | None = None
+
+
+class SweepSurvey(_Message):
+    """One pass's view: every location, every labelled resource and its owner's state."""
+
+    locations: list[SweepLocation]
+    candidates: list[SweepCandidate]
+    errors: list[str] = []
+    # From the worker's sweeper settings, so schedules created before a setting existed
+    # still follow it.
+    delete_timeout: SecondsDuration
+    max_concurrent_deletes: int = Field(ge=1)
 
 
 class SweepReport(_Message):
@@ -223,3 +291,8 @@ class SweepReport(_Message):
     kept: list[str] = []
     unknown_owner: list[str] = []
     dry_run: bool = False
+    # Orphans whose deletion did not finish within sweeper.delete_timeout, with the error.
+    failed: list[str] = []
+    # Locations that could not be listed, or owners that could not be looked up.
+    errors: list[str] = []
+    locations: list[str] = []

@@ -8,10 +8,17 @@ from __future__ import annotations
 
 import re
 
+BOOTSTRAP_WORKFLOW_TYPE = "TpuSliceBootstrap"
+TEARDOWN_WORKFLOW_TYPE = "TpuSliceTeardown"
 BOOTSTRAP_PREFIX = "tpu-bootstrap-"
+# '.' never appears in a slice name, so no supervisor id can end like a child id. The old
+# suffix "-run" could: the child of slice X was also the supervisor id of slice "X-run".
+RUN_SUFFIX = ".run"
+LEGACY_RUN_SUFFIX = "-run"
 TEARDOWN_PREFIX = "tpu-teardown-"
 SWEEPER_WORKFLOW_ID = "tpu-sweeper"
 SWEEPER_SCHEDULE_ID = "tpu-sweeper"
+MANUAL_SWEEP_PREFIX = "tpu-sweeper-manual-"
 
 # GCP label keys/values: lowercase letters, digits, '-' and '_', at most 63 characters.
 LABEL_MANAGED = "keeper-managed"
@@ -28,11 +35,26 @@ def bootstrap_workflow_id(slice_name: str) -> str:
 
 def bootstrap_run_workflow_id(slice_name: str) -> str:
     """The child that does the phase work; the supervisor above it compensates."""
-    return f"{BOOTSTRAP_PREFIX}{slice_name}-run"
+    return f"{BOOTSTRAP_PREFIX}{slice_name}{RUN_SUFFIX}"
+
+
+def legacy_bootstrap_run_workflow_id(slice_name: str) -> str:
+    """The child id of bootstraps started before the '.run' suffix; they keep it on replay."""
+    return f"{BOOTSTRAP_PREFIX}{slice_name}{LEGACY_RUN_SUFFIX}"
+
+
+def bootstrap_run_workflow_ids(slice_name: str) -> tuple[str, str]:
+    """Every id the child of `slice_name` may have, newest form first."""
+    return bootstrap_run_workflow_id(slice_name), legacy_bootstrap_run_workflow_id(slice_name)
 
 
 def teardown_workflow_id(slice_name: str) -> str:
     return f"{TEARDOWN_PREFIX}{slice_name}"
+
+
+def manual_sweep_workflow_id(stamp: str) -> str:
+    """A sweep started from the CLI; `stamp` is a UTC time such as 20260101T120000."""
+    return f"{MANUAL_SWEEP_PREFIX}{stamp}"
 
 
 def parent(project: str, zone: str) -> str:
@@ -68,3 +90,19 @@ def slice_from_owner(owner_workflow_id: str) -> str | None:
     if owner_workflow_id.startswith(BOOTSTRAP_PREFIX):
         return owner_workflow_id[len(BOOTSTRAP_PREFIX) :]
     return None
+
+
+# The rule every slice workflow's id follows; keeper finds them by these ids alone.
+ID_RULE = "tpu-bootstrap-<slice>, tpu-bootstrap-<slice>.run, tpu-teardown-<slice>"
+
+
+def wrong_id_message(workflow_type: str, actual: str, expected: str) -> str:
+    return (
+        f"{workflow_type} refuses workflow id {actual!r}: keeper finds a slice's workflows by "
+        f"id ({ID_RULE}), so this one must be {expected!r}; nothing was created. Start it "
+        f"again with --workflow-id {expected}"
+    )
+
+
+# Memo key of a slice workflow's GCP project (the zone is the Zone search attribute).
+PROJECT_MEMO = "project"

@@ -94,6 +94,10 @@ class BootstrapSettings(_Section):
     health: HumanDuration = timedelta(minutes=10)
     poll_interval: HumanDuration = timedelta(seconds=30)
     max_backoff: HumanDuration = timedelta(minutes=5)
+    # A compensation still deleting after this long is reported as stuck (it goes on).
+    compensation_stuck_after: HumanDuration = Field(
+        default=timedelta(minutes=15), gt=timedelta(0)
+    )
 
 
 class EmulatorSettings(_Section):
@@ -108,6 +112,10 @@ class EmulatorSettings(_Section):
 
 class SweeperSettings(_Section):
     interval: HumanDuration = timedelta(minutes=10)
+    # Each orphan's deletion in a pass; one that does not finish is reported and retried
+    # by the next pass, so it cannot hold up the others.
+    delete_timeout: HumanDuration = Field(default=timedelta(minutes=10), gt=timedelta(0))
+    max_concurrent_deletes: int = Field(default=8, ge=1, le=100)
 
 
 class TracingSettings(_Section):

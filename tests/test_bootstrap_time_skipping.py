@@ -15,7 +15,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 
 from domain.bootstrap_models import BootstrapFailure, BootstrapResult
-from domain.naming import bootstrap_workflow_id
+from domain.naming import bootstrap_run_workflow_id, bootstrap_workflow_id
 from domain.slice_request import Capacity, SliceRequest
 from emulators.tpu import Scenario, TpuEmulator
 from tests.harness import assert_no_leaks, running_worker, slice_request
@@ -58,7 +58,7 @@ async def phase_work_duration(env: WorkflowEnvironment, request: SliceRequest) -
     Measured on the child's own history because the test server may skip time while a
     real-time activity (compensation) runs, which makes the client's clock useless here.
     """
-    child = env.client.get_workflow_handle(f"{bootstrap_workflow_id(request.slice_name)}-run")
+    child = env.client.get_workflow_handle(bootstrap_run_workflow_id(request.slice_name))
     events = (await child.fetch_history()).events
     return events[-1].event_time.ToDatetime() - events[0].event_time.ToDatetime()
 
@@ -268,7 +268,7 @@ async def test_history_does_not_grow_with_the_wait(time_env, clocked_emu: TpuEmu
         async with running_worker(time_env.client, clocked_emu) as worker:
             await bootstrap(time_env, worker.task_queue, request)
         parent = time_env.client.get_workflow_handle(bootstrap_workflow_id(request.slice_name))
-        child = time_env.client.get_workflow_handle(f"{parent.id}-run")
+        child = time_env.client.get_workflow_handle(bootstrap_run_workflow_id(request.slice_name))
         counts[label] = len((await parent.fetch_history()).events) + len(
             (await child.fetch_history()).events
         )

@@ -77,11 +77,17 @@ def build_activities(
         tpu_client,
         call_timeout=settings.tpu.call_timeout,
         max_backoff=settings.bootstrap.max_backoff,
+        compensation_stuck_after=settings.bootstrap.compensation_stuck_after,
     )
     health = HealthActivities(
         HealthProber(concurrency=settings.health.concurrency, timeout=settings.health.timeout)
     )
-    sweeper = SweeperActivities(tpu, client)
+    sweeper = SweeperActivities(
+        tpu,
+        client,
+        delete_timeout=settings.sweeper.delete_timeout,
+        max_concurrent_deletes=settings.sweeper.max_concurrent_deletes,
+    )
     store = RunnerStoreActivities(runners.store)
     github = GitHubActivities(runners.github)
     provider = ProviderActivities(runners.provider)
@@ -90,8 +96,10 @@ def build_activities(
         tpu.create_slice,
         tpu.observe_slice,
         tpu.delete_slice,
+        tpu.compensation_policy,
         health.check_health,
         sweeper.find_sweep_candidates,
+        sweeper.survey_owned_resources,
         store.advance_lane,
         store.finish_deleted,
         store.record_leak,

@@ -28,7 +28,8 @@ CREATE_RETRY = RetryPolicy(
 )
 
 # Compensation has no attempt limit and no overall budget: it runs until the resource is
-# confirmed gone. Failures show in the UI as attempts on the pending activity.
+# confirmed gone, in windows (schedule-to-close) that start at COMPENSATION_FIRST_WINDOW and
+# double up to COMPENSATION_MAX_WINDOW, so a stuck one reports its last error after each.
 COMPENSATION_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=2),
     backoff_coefficient=2.0,
@@ -36,6 +37,11 @@ COMPENSATION_RETRY = RetryPolicy(
 )
 COMPENSATION_START_TO_CLOSE = timedelta(minutes=20)
 COMPENSATION_HEARTBEAT = timedelta(minutes=1)
+COMPENSATION_FIRST_WINDOW = timedelta(minutes=5)
+COMPENSATION_MAX_WINDOW = timedelta(hours=1)
+POLICY_TIMEOUT = timedelta(seconds=10)
+# The sweeper's survey lists every location and looks up every owner in one attempt.
+SURVEY_START_TO_CLOSE = timedelta(minutes=5)
 
 SWEEP_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=5),

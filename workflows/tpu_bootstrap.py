@@ -9,6 +9,7 @@ cleanup cannot live in the same workflow as the work.
 from __future__ import annotations
 
 import asyncio
+from typing import NoReturn
 
 from pydantic import ValidationError
 from temporalio import workflow
@@ -28,18 +29,40 @@ with workflow.unsafe.imports_passed_through():
         BootstrapResult,
         BootstrapRunInput,
         BootstrapStatus,
+        CompensationProgress,
         DeletionReport,
         Owner,
         SliceRef,
+        SupervisorResume,
     )
-    from domain.naming import bootstrap_run_workflow_id
+    from domain.compensation import describe_retrying, describe_stuck
+    from domain.naming import (
+        PROJECT_MEMO,
+        bootstrap_run_workflow_id,
+        bootstrap_workflow_id,
+        legacy_bootstrap_run_workflow_id,
+        wrong_id_message,
+    )
     from domain.phases import Phase
     from domain.slice_request import SliceRequest
     from domain.status_view import render_details, static_summary
     from workflows import search_attributes as sa
     from workflows.compensation import delete_slice, describe
     from workflows.shielded import run_to_completion
-    from workflows.tpu_bootstrap_run import FAILURE_TYPE, PROGRESS_SIGNAL, TpuSliceBootstrapRun
+    from workflows.tpu_bootstrap_run import (
+        CANONICAL_ID_PATCH,
+        FAILURE_TYPE,
+        PROGRESS_SIGNAL,
+        WRONG_ID_TYPE,
+        TpuSliceBootstrapRun,
+    )
+
+# The child's id became tpu-bootstrap-<slice>.run: "-run" could be another slice's supervisor.
+CHILD_ID_PATCH = "bootstrap-child-id-dot-run"
+# The project rides in the memo so the sweeper can find every project keeper created in.
+PROJECT_MEMO_PATCH = "bootstrap-project-memo"
+# A long stuck compensation continues as new with this memo entry (a SupervisorResume).
+RESUME_MEMO = "keeper-compensation"
 
 
 @workflow.defn(
@@ -52,6 +75,7 @@ class TpuSliceBootstrap:
         self._status: BootstrapStatus | None = None
         # Set once the supervisor owns the final state; progress signals stop counting.
         self._owns_final_state = False
+        self._cancel_seen = False
 
     @workflow.query(description="Phase, deadline, QR state, VM counts and compensation.")
     def status(self) -> BootstrapStatus | None:
@@ -74,7 +98,24 @@ class TpuSliceBootstrap:
     @workflow.run
     async def run(self, request: SliceRequest) -> BootstrapResult:
         info = workflow.info()
+        self._request = request
         self._ref = SliceRef.of(request)
+        expected_id = bootstrap_workflow_id(request.slice_name)
+        if workflow.patched(CANONICAL_ID_PATCH) and info.workflow_id != expected_id:
+            raise ApplicationError(
+                wrong_id_message("TpuSliceBootstrap", info.workflow_id, expected_id),
+                type=WRONG_ID_TYPE,
+                non_retryable=True,
+            )
+        resume = workflow.memo_value(RESUME_MEMO, None, type_hint=SupervisorResume)
+        if resume is not None:
+            # A continued run of a long compensation: the owner is the run that created
+            # the resources, whose id their labels carry.
+            self._owner = resume.owner
+            self._status = resume.status
+            self._cancel_seen = resume.cancelled
+            workflow.set_current_details(render_details(self._status))
+            await self._compensate_and_close(resume.failure, resume.cancelled, resume.progress)
         self._owner = Owner(workflow_id=info.workflow_id, run_id=info.run_id)
         self._status = BootstrapStatus.initial(request)
         workflow.upsert_search_attributes(
@@ -84,7 +125,14 @@ class TpuSliceBootstrap:
                 sa.PHASE.value_set(Phase.SUBMIT.value),
             ]
         )
+        if workflow.patched(PROJECT_MEMO_PATCH):
+            workflow.upsert_memo({PROJECT_MEMO: request.project})
         workflow.set_current_details(render_details(self._status))
+        child_id = (
+            bootstrap_run_workflow_id(request.slice_name)
+            if workflow.patched(CHILD_ID_PATCH)
+            else legacy_bootstrap_run_workflow_id(request.slice_name)
+        )
         try:
             result = await workflow.execute_child_workflow(
                 TpuSliceBootstrapRun.run,
@@ -95,7 +143,7 @@ class TpuSliceBootstrap:
                     request_id=str(workflow.uuid4()),
                     parent_workflow_id=info.workflow_id,
                 ),
-                id=bootstrap_run_workflow_id(request.slice_name),
+                id=child_id,
                 parent_close_policy=ParentClosePolicy.REQUEST_CANCEL,
                 static_summary="phases of "
                 + static_summary(
@@ -108,27 +156,41 @@ class TpuSliceBootstrap:
             )
         except ChildWorkflowError as err:
             failure = _failure_of(err, self._status.phase)
-            report, cancelled = await run_to_completion(self._compensate(failure.message))
-            failure = failure.model_copy(update={"compensation": report})
-            cancelled = cancelled or isinstance(err.cause, CancelledError)
-            await self._close(Phase.CANCELLED if cancelled else Phase.FAILED, failure, report)
-            if cancelled:
-                raise asyncio.CancelledError(failure.message) from None
-            raise ApplicationError(
-                f"{failure.message}; compensation: {describe(report)}",
-                failure,
-                type=FAILURE_TYPE,
-                non_retryable=True,
-            ) from None
+            await self._compensate_and_close(failure, isinstance(err.cause, CancelledError))
         except asyncio.CancelledError:
             failure = BootstrapFailure(
                 phase=self._status.phase, kind="cancelled", message="bootstrap cancelled"
             )
-            report, _ = await run_to_completion(self._compensate("bootstrap cancelled"))
-            await self._close(Phase.CANCELLED, failure, report)
-            raise
+            await self._compensate_and_close(failure, True)
         self._finish(result)
         return result
+
+    async def _compensate_and_close(
+        self,
+        failure: BootstrapFailure,
+        cancelled: bool,
+        resume: CompensationProgress | None = None,
+    ) -> NoReturn:
+        """Deletes what the bootstrap created, then closes as cancelled or failed."""
+        self._failure = failure
+        self._cancelled = cancelled
+        report, cancel_seen = await run_to_completion(
+            self._compensate(failure.message, resume), on_cancel=self._note_cancel
+        )
+        failure = failure.model_copy(update={"compensation": report})
+        cancelled = cancelled or cancel_seen or self._cancel_seen
+        await self._close(Phase.CANCELLED if cancelled else Phase.FAILED, failure, report)
+        if cancelled:
+            raise asyncio.CancelledError(failure.message)
+        raise ApplicationError(
+            f"{failure.message}; compensation: {describe(report)}",
+            failure,
+            type=FAILURE_TYPE,
+            non_retryable=True,
+        )
+
+    def _note_cancel(self) -> None:
+        self._cancel_seen = True
 
     def _finish(self, result: BootstrapResult) -> None:
         # The child's last progress signal may still be in flight when it completes; the
@@ -153,20 +215,68 @@ class TpuSliceBootstrap:
         workflow.upsert_search_attributes([sa.PHASE.value_set(Phase.DONE.value)])
         workflow.set_current_details(render_details(self._status))
 
-    async def _compensate(self, reason: str) -> DeletionReport:
+    async def _compensate(
+        self, reason: str, resume: CompensationProgress | None = None
+    ) -> DeletionReport:
         assert self._status is not None
         self._owns_final_state = True
+        if resume is None:
+            self._status = self._status.model_copy(
+                update={
+                    "phase": Phase.COMPENSATE,
+                    "phase_deadline_at": None,
+                    "error": reason,
+                    "compensation": "running: force-delete, then confirm NotFound",
+                    "compensation_started_at": workflow.now(),
+                }
+            )
+            workflow.upsert_search_attributes([sa.PHASE.value_set(Phase.COMPENSATE.value)])
+            workflow.set_current_details(render_details(self._status))
+        return await delete_slice(
+            self._ref,
+            self._owner.workflow_id,
+            self._owner.run_id,
+            reason,
+            on_progress=self._compensation_progress,
+            resume=resume,
+        )
+
+    def _compensation_progress(self, progress: CompensationProgress) -> None:
+        assert self._status is not None
+        now = workflow.now()
         self._status = self._status.model_copy(
             update={
-                "phase": Phase.COMPENSATE,
-                "phase_deadline_at": None,
-                "error": reason,
-                "compensation": "running: force-delete, then confirm NotFound",
+                "compensation": describe_stuck(progress, now)
+                if progress.stuck
+                else describe_retrying(progress),
+                "compensation_stuck": progress.stuck,
+                "compensation_stuck_since": progress.stuck_since,
+                "compensation_last_error": progress.last_error,
+                "updated_at": now,
             }
         )
-        workflow.upsert_search_attributes([sa.PHASE.value_set(Phase.COMPENSATE.value)])
         workflow.set_current_details(render_details(self._status))
-        return await delete_slice(self._ref, self._owner.workflow_id, self._owner.run_id, reason)
+        if workflow.info().is_continue_as_new_suggested():
+            self._continue_as_new(progress)
+
+    def _continue_as_new(self, progress: CompensationProgress) -> NoReturn:
+        """Carries a long compensation into a fresh history; the owner stays the same."""
+        assert self._status is not None
+        workflow.logger.warning(
+            "compensation of %s still running after %d windows; continuing as new",
+            self._ref.slice_name,
+            progress.windows_ended,
+        )
+        resume = SupervisorResume(
+            owner=self._owner,
+            status=self._status,
+            failure=self._failure,
+            cancelled=self._cancelled or self._cancel_seen,
+            progress=progress,
+        )
+        workflow.continue_as_new(
+            self._request, memo={PROJECT_MEMO: self._request.project, RESUME_MEMO: resume}
+        )
 
     async def _close(self, phase: Phase, failure: BootstrapFailure, report: DeletionReport) -> None:
         assert self._status is not None
@@ -176,6 +286,7 @@ class TpuSliceBootstrap:
                 "error": failure.message,
                 "failing_vms": failure.failing_vms or self._status.failing_vms,
                 "compensation": describe(report),
+                "compensation_stuck": False,
                 "phase_deadline_at": None,
             }
         )

@@ -26,6 +26,7 @@ with workflow.unsafe.imports_passed_through():
         BootstrapResult,
         BootstrapRunInput,
         BootstrapStatus,
+        CompensationProgress,
         CreateSliceInput,
         HealthCheckInput,
         HealthReport,
@@ -33,8 +34,14 @@ with workflow.unsafe.imports_passed_through():
         PhaseTiming,
         SliceRef,
     )
+    from domain.compensation import describe_retrying, describe_stuck
     from domain.durations import format_duration
-    from domain.naming import queued_resource_name
+    from domain.naming import (
+        bootstrap_run_workflow_ids,
+        bootstrap_workflow_id,
+        queued_resource_name,
+        wrong_id_message,
+    )
     from domain.observation import SliceObservation, bucket, progress_key
     from domain.phases import Phase, backstop, deadlines
     from domain.qr_state import QrStage
@@ -45,6 +52,15 @@ with workflow.unsafe.imports_passed_through():
 
 FAILURE_TYPE = "SliceBootstrapFailed"
 PROGRESS_SIGNAL = "progress"
+WRONG_ID_TYPE = "NotCanonicalWorkflowId"
+NOT_A_CHILD_TYPE = "NotStartedByTpuSliceBootstrap"
+# Slice workflows refuse ids keeper could not find them by (and the child, any parent but
+# its supervisor); histories recorded before the rule replay without the check.
+CANONICAL_ID_PATCH = "slice-workflow-canonical-id"
+# A poll or health round whose next retry would land past the phase budget made the server
+# fail it early; now the phase sleeps to its deadline and looks once more before failing.
+DEADLINE_LAST_LOOK_PATCH = "phase-deadline-last-look"
+LAST_LOOK = RetryPolicy(maximum_attempts=1)
 
 
 class PhaseFailed(Exception):
@@ -71,6 +87,8 @@ class TpuSliceBootstrapRun:
     async def run(self, inp: BootstrapRunInput) -> BootstrapResult:
         self._inp = inp
         req = inp.request
+        if workflow.patched(CANONICAL_ID_PATCH):
+            _require_supervisor(inp)
         self._ref = SliceRef.of(req)
         self._budgets = deadlines(req)
         self._status = BootstrapStatus.initial(req)
@@ -179,12 +197,53 @@ class TpuSliceBootstrapRun:
                 )
             except ActivityError as err:
                 _reraise_cancellation(err)
-                if err.retry_state is RetryState.TIMEOUT:
+                if err.retry_state is not RetryState.TIMEOUT:
+                    raise PhaseFailed(self._failure(phase, "error", err)) from None
+                final = await self._observe_at_deadline(phase, deadline_at, obs)
+                if final is not None:
+                    obs = final
+                    await self._observed(obs)
+                if final is None or not done(obs):
+                    self._raise_if_terminal(phase, obs)
                     raise PhaseFailed(self._deadline_failure(phase, budget, obs)) from None
-                raise PhaseFailed(self._failure(phase, "error", err)) from None
+                continue
             await self._observed(obs)
         self._raise_if_terminal(phase, obs)
         return obs
+
+    async def _wait_for_deadline(self, phase: Phase, deadline_at: datetime) -> bool:
+        """Sleeps to a deadline the server gave up on early; False on histories before that."""
+        left = deadline_at - workflow.now()
+        if left <= timedelta(0) or not workflow.patched(DEADLINE_LAST_LOOK_PATCH):
+            return False
+        await workflow.sleep(
+            left, summary=f"{phase.value}: wait for the deadline, then look once more"
+        )
+        return True
+
+    async def _observe_at_deadline(
+        self, phase: Phase, deadline_at: datetime, obs: SliceObservation
+    ) -> SliceObservation | None:
+        """The last observation of a phase, at its deadline; None when there is none."""
+        if not await self._wait_for_deadline(phase, deadline_at):
+            return None
+        try:
+            return await workflow.execute_activity_method(
+                TpuActivities.observe_slice,
+                ObserveInput(
+                    slice=self._ref,
+                    expected_vms=self._inp.request.expected_vms,
+                    last_key=progress_key(obs),
+                    phase=phase,
+                    final=True,
+                ),
+                start_to_close_timeout=opts.POLL_START_TO_CLOSE,
+                retry_policy=LAST_LOOK,
+                summary=f"{phase.value}: last look at the deadline",
+            )
+        except ActivityError as err:
+            _reraise_cancellation(err)
+            return None
 
     async def _health(self, obs: SliceObservation) -> HealthReport:
         req = self._inp.request
@@ -219,8 +278,11 @@ class TpuSliceBootstrapRun:
                 )
             except ActivityError as err:
                 _reraise_cancellation(err)
-                last = _last_health_report(err)
-                if err.retry_state is RetryState.TIMEOUT:
+                if err.retry_state is not RetryState.TIMEOUT:
+                    raise PhaseFailed(self._failure(Phase.HEALTH, "error", err)) from None
+                final = await self._health_at_deadline(deadline_at, obs)
+                if final is None or not final.all_healthy:
+                    last = final or _last_health_report(err)
                     failing = last.failing if last else []
                     names = ", ".join(f"{f.node}/{f.index} {f.ip}" for f in failing[:10])
                     more = f" and {len(failing) - 10} more" if len(failing) > 10 else ""
@@ -234,11 +296,30 @@ class TpuSliceBootstrapRun:
                             failing_vms=failing,
                         )
                     ) from None
-                raise PhaseFailed(self._failure(Phase.HEALTH, "error", err)) from None
+                report = final
             last_bucket = bucket(report.healthy, report.total)
             self._status = self._status_copy(vms_healthy=report.healthy, failing_vms=report.failing)
             await self._publish()
         return report
+
+    async def _health_at_deadline(
+        self, deadline_at: datetime, obs: SliceObservation
+    ) -> HealthReport | None:
+        """One last health round at the deadline, reporting whatever it sees."""
+        if not await self._wait_for_deadline(Phase.HEALTH, deadline_at):
+            return None
+        req = self._inp.request
+        try:
+            return await workflow.execute_activity_method(
+                HealthActivities.check_health,
+                HealthCheckInput(targets=obs.endpoints, port=req.health_port, path=req.health_path),
+                start_to_close_timeout=opts.HEALTH_START_TO_CLOSE,
+                retry_policy=LAST_LOOK,
+                summary="health: last round at the deadline",
+            )
+        except ActivityError as err:
+            _reraise_cancellation(err)
+            return _last_health_report(err)
 
     # -- failure and compensation ---------------------------------------------------------
 
@@ -282,8 +363,26 @@ class TpuSliceBootstrapRun:
     async def _compensate(self) -> None:
         await self._enter(Phase.COMPENSATE, None)
         await delete_slice(
-            self._ref, self._inp.owner.workflow_id, self._inp.owner.run_id, "bootstrap cancelled"
+            self._ref,
+            self._inp.owner.workflow_id,
+            self._inp.owner.run_id,
+            "bootstrap cancelled",
+            on_progress=self._compensation_progress,
         )
+
+    def _compensation_progress(self, progress: CompensationProgress) -> None:
+        # Its supervisor is gone, so this child's own status and details are what show.
+        now = workflow.now()
+        self._status = self._status_copy(
+            compensation=describe_stuck(progress, now)
+            if progress.stuck
+            else describe_retrying(progress),
+            compensation_stuck=progress.stuck,
+            compensation_stuck_since=progress.stuck_since,
+            compensation_last_error=progress.last_error,
+        )
+        assert self._status is not None
+        workflow.set_current_details(render_details(self._status))
 
     # -- status --------------------------------------------------------------------------
 
@@ -371,6 +470,37 @@ class TpuSliceBootstrapRun:
             vms=obs.endpoints,
             phase_seconds=seconds,
             total_seconds=total,
+        )
+
+
+def _require_supervisor(inp: BootstrapRunInput) -> None:
+    """The phase child runs only under its slice's supervisor, which compensates for it."""
+    info = workflow.info()
+    slice_name = inp.request.slice_name
+    if info.workflow_id not in bootstrap_run_workflow_ids(slice_name):
+        raise ApplicationError(
+            wrong_id_message(
+                "TpuSliceBootstrapRun", info.workflow_id, bootstrap_run_workflow_ids(slice_name)[0]
+            ),
+            type=WRONG_ID_TYPE,
+            non_retryable=True,
+        )
+    supervisor = bootstrap_workflow_id(slice_name)
+    parent = info.parent
+    if (
+        parent is None
+        or parent.workflow_id != supervisor
+        or inp.parent_workflow_id != supervisor
+        or inp.owner.workflow_id != supervisor
+        or inp.owner.run_id != parent.run_id
+    ):
+        started_by = f"workflow {parent.workflow_id}" if parent else "no parent workflow"
+        raise ApplicationError(
+            f"TpuSliceBootstrapRun runs only as the child of TpuSliceBootstrap {supervisor}, "
+            f"which deletes the slice if the phases fail; it was started by {started_by}. "
+            f"Nothing was created: start TpuSliceBootstrap with --workflow-id {supervisor}",
+            type=NOT_A_CHILD_TYPE,
+            non_retryable=True,
         )
 
 

@@ -1,16 +1,40 @@
-"""TpuSliceTeardown: releases a slice that a bootstrap handed over."""
+"""TpuSliceTeardown: releases a slice that a bootstrap handed over.
+
+Once started, the delete runs to the end: a cancel is recorded and shown, and the teardown
+closes as cancelled only after the slice is confirmed gone. A teardown that is terminated
+mid-delete leaves the slice to the sweeper, which deletes what a closed teardown released.
+"""
 
 from __future__ import annotations
+
+import asyncio
 
 from pydantic import ValidationError
 from temporalio import workflow
 from temporalio.common import VersioningBehavior
+from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from domain.bootstrap_models import DeletionReport, SliceRef, TeardownRequest
-    from domain.naming import bootstrap_workflow_id, node_ids
+    from domain.bootstrap_models import (
+        CompensationProgress,
+        DeletionReport,
+        SliceRef,
+        TeardownRequest,
+    )
+    from domain.compensation import describe_retrying, describe_stuck
+    from domain.naming import (
+        bootstrap_workflow_id,
+        node_ids,
+        teardown_workflow_id,
+        wrong_id_message,
+    )
     from workflows import search_attributes as sa
     from workflows.compensation import delete_slice, describe
+    from workflows.shielded import run_to_completion
+    from workflows.tpu_bootstrap_run import CANONICAL_ID_PATCH, WRONG_ID_TYPE
+
+# Histories recorded before it let a cancel stop the delete midway.
+SHIELDED_DELETE_PATCH = "teardown-shielded-delete"
 
 
 @workflow.defn(
@@ -19,8 +43,21 @@ with workflow.unsafe.imports_passed_through():
     versioning_behavior=VersioningBehavior.AUTO_UPGRADE,
 )
 class TpuSliceTeardown:
+    def __init__(self) -> None:
+        self._cancel_note: str | None = None
+        self._deletion_note: str | None = None
+
     @workflow.run
     async def run(self, req: TeardownRequest) -> DeletionReport:
+        expected_id = teardown_workflow_id(req.slice_name)
+        workflow_id = workflow.info().workflow_id
+        if workflow.patched(CANONICAL_ID_PATCH) and workflow_id != expected_id:
+            raise ApplicationError(
+                wrong_id_message("TpuSliceTeardown", workflow_id, expected_id),
+                type=WRONG_ID_TYPE,
+                non_retryable=True,
+            )
+        self._req = req
         workflow.upsert_search_attributes(
             [
                 sa.SLICE_NAME.value_set(req.slice_name),
@@ -28,7 +65,7 @@ class TpuSliceTeardown:
                 sa.PHASE.value_set("teardown"),
             ]
         )
-        workflow.set_current_details(f"## {req.slice_name}: **teardown**\n\n{req.reason}")
+        self._show("teardown")
         # Both kinds are looked for: the request does not say whether the slice was queued,
         # and deleting something already gone costs one read.
         ref = SliceRef(
@@ -38,7 +75,42 @@ class TpuSliceTeardown:
             queued=True,
             node_ids=node_ids(req.slice_name, req.node_count),
         )
-        report = await delete_slice(ref, bootstrap_workflow_id(req.slice_name), None, req.reason)
+        deletion = delete_slice(
+            ref,
+            bootstrap_workflow_id(req.slice_name),
+            None,
+            req.reason,
+            on_progress=self._progress,
+        )
+        cancelled = False
+        if workflow.patched(SHIELDED_DELETE_PATCH):
+            report, cancelled = await run_to_completion(deletion, on_cancel=self._cancel_seen)
+        else:
+            report = await deletion
         workflow.upsert_search_attributes([sa.PHASE.value_set("released")])
-        workflow.set_current_details(f"## {req.slice_name}: **released**\n\n{describe(report)}")
+        self._deletion_note = describe(report)
+        self._show("released")
+        if cancelled:
+            raise asyncio.CancelledError(f"teardown cancelled; {describe(report)} first")
         return report
+
+    def _cancel_seen(self) -> None:
+        self._cancel_note = (
+            "cancel requested: the delete goes on until the slice is confirmed gone, then the "
+            "teardown closes as cancelled"
+        )
+        self._show("teardown")
+
+    def _progress(self, progress: CompensationProgress) -> None:
+        now = workflow.now()
+        self._deletion_note = (
+            describe_stuck(progress, now) if progress.stuck else describe_retrying(progress)
+        )
+        self._show("teardown")
+
+    def _show(self, phase: str) -> None:
+        lines = [f"## {self._req.slice_name}: **{phase}**", "", self._req.reason]
+        for note in (self._cancel_note, self._deletion_note):
+            if note:
+                lines += ["", note]
+        workflow.set_current_details("\n".join(lines))
