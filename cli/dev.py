@@ -65,7 +65,11 @@ def up(keeper: KeeperContext, timeout: float, no_worker: bool) -> None:
                 checks that the server is reachable.
       emulator  `python -m emulators.tpu` on emulator.host/grpc_port/control_port,
                 only when tpu.endpoint is `emulator`.
-      worker    `keeper worker`, healthy once it polls temporal.task_queue.
+      worker    `keeper worker`, healthy once it polls temporal.task_queue and, as a
+                Worker Deployment version (worker.versioned), once its build is the
+                current version of worker.deployment_name: `up` makes it current, so
+                new workflows, AUTO_UPGRADE ones and ones that an unversioned worker
+                started run on it.
 
     Idempotent: components that an earlier `up` started and that are still running are
     left alone and reported as already running; stale pid files are removed. Before
@@ -159,7 +163,9 @@ def status(keeper: KeeperContext, as_json: bool) -> None:
     """Show each component: running or stopped, pid, address, health, log file.
 
     Also prints the Temporal UI URL. Exit code 0 when every component the settings need is
-    healthy, 3 otherwise (the emulator is not needed when tpu.endpoint is `gcp`).
+    healthy, 3 otherwise (the emulator is not needed when tpu.endpoint is `gcp`). A
+    versioned worker whose build is not the current version gets no tasks and is reported
+    unhealthy; `keeper dev up` makes it current.
 
     \b
     --json prints one object:

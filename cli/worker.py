@@ -25,6 +25,14 @@ def worker(keeper: KeeperContext, log_level: str) -> None:
     TEMPORAL_TLS_* override the file), polls its task queue, and creates the sweeper
     schedule if it does not exist. SIGTERM or Ctrl-C stops polling and lets running
     activities finish.
+
+    \b
+    It polls as build worker.build_id (KEEPER_BUILD_ID, default keeper's package version)
+    of the Worker Deployment worker.deployment_name (default keeper), and receives tasks
+    once that version is current or ramping:
+      temporal worker deployment set-current-version --deployment-name keeper --build-id B
+    Give each release a new build id, such as its image tag. worker.versioned: false
+    (KEEPER_WORKER_VERSIONED=false) runs unversioned. Rollouts: docs/operations.md.
     """
     from workers.main import run_worker
 

@@ -12,20 +12,27 @@ from temporalio.api.enums.v1 import TaskQueueType
 from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client
+from temporalio.common import WorkerDeploymentVersion
 from temporalio.runtime import Runtime, TelemetryConfig
 
 from runtime.settings import Settings
 from runtime.temporal_client import tls_config
+from workers.versioning import current_build_id, make_current
 
 CONNECT_TIMEOUT = 3.0
 RPC_TIMEOUT = 3.0
 HTTP_TIMEOUT = 2.0
 
 
+MAKE_CURRENT_IDENTITY = "keeper dev up"
+
+
 @dataclass(frozen=True)
 class Poller:
     identity: str
     last_access: datetime | None
+    # The Worker Deployment version it polls as; None for an unversioned worker.
+    version: WorkerDeploymentVersion | None = None
 
 
 @dataclass(frozen=True)
@@ -134,20 +141,55 @@ class Probes:
                     if p.HasField("last_access_time")
                     else None
                 ),
+                version=WorkerDeploymentVersion(
+                    p.deployment_options.deployment_name, p.deployment_options.build_id
+                )
+                if p.deployment_options.build_id
+                else None,
             )
             for p in response.pollers
         ]
         return None, pollers
 
+    async def current_build(self, deployment_name: str) -> tuple[str | None, str | None]:
+        """The build id current in the deployment (None: unversioned), or why it is unknown."""
+        try:
+            client = await self.client()
+            current = await current_build_id(
+                client, deployment_name, rpc_timeout=timedelta(seconds=RPC_TIMEOUT)
+            )
+        except Exception as err:
+            self._client = None
+            return f"worker deployment {deployment_name}: {_first_line(err)}", None
+        return None, current
 
-def worker_health(
-    task_queue: str, pid: int, started_at: datetime | None, pollers: list[Poller]
-) -> Health:
-    """Healthy when a poller is this worker process: its default identity is `PID@host`, and
-    failing that, a poller seen since the process started (entries of dead workers linger)."""
+    async def make_current(self, version: WorkerDeploymentVersion) -> str | None:
+        """Makes the version current; None on success, else why not (yet)."""
+        try:
+            client = await self.client()
+            await make_current(
+                client,
+                version,
+                MAKE_CURRENT_IDENTITY,
+                rpc_timeout=timedelta(seconds=RPC_TIMEOUT),
+            )
+        except Exception as err:
+            self._client = None
+            return _first_line(err)
+        return None
+
+
+def own_pollers(pid: int, started_at: datetime | None, pollers: list[Poller]) -> list[Poller]:
+    """The pollers of this worker process: its default identity is `PID@host`, and failing
+    that, a poller seen since the process started (entries of dead workers linger)."""
     mine = [p for p in pollers if p.identity.startswith(f"{pid}@")]
     if not mine and started_at is not None:
         mine = [p for p in pollers if p.last_access is not None and p.last_access >= started_at]
+    return mine
+
+
+def worker_health(task_queue: str, mine: list[Poller], pollers: list[Poller]) -> Health:
+    """Healthy when one of the task queue's pollers is this worker (`own_pollers`)."""
     if mine:
         return Health(True, f"polling task queue {task_queue} as {mine[0].identity}")
     if pollers:

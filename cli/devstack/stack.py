@@ -30,7 +30,7 @@ from cli.devstack.layout import (
     split_address,
     temporal_binary,
 )
-from cli.devstack.probes import Health, Probes, worker_health
+from cli.devstack.probes import Health, Poller, Probes, own_pollers, worker_health
 from cli.devstack.procs import (
     PidRecord,
     exclusive,
@@ -117,7 +117,10 @@ class Stack:
 
     # -- health ---------------------------------------------------------------------------
 
-    async def check(self, comp: Component, probes: Probes, running: _Running | None) -> Health:
+    async def check(
+        self, comp: Component, probes: Probes, running: _Running | None, promote: bool = False
+    ) -> Health:
+        """With `promote`, a worker whose version is not current is made current."""
         if comp.name == TEMPORAL:
             grpc = await probes.temporal_grpc()
             if not grpc.ok or not comp.managed:
@@ -135,12 +138,37 @@ class Stack:
         problem, pollers = await probes.workflow_pollers()
         if problem:
             return Health(False, problem)
-        return worker_health(
-            self.settings.temporal.task_queue,
-            running.record.pid,
-            _started_at(running.record),
-            pollers,
-        )
+        mine = own_pollers(running.record.pid, _started_at(running.record), pollers)
+        polling = worker_health(self.settings.temporal.task_queue, mine, pollers)
+        if not polling.ok:
+            return polling
+        return await self._routed(probes, mine[0], polling, promote)
+
+    async def _routed(
+        self, probes: Probes, poller: Poller, polling: Health, promote: bool
+    ) -> Health:
+        """A versioned worker gets tasks only while its version is current in its deployment."""
+        version = poller.version
+        if version is None:
+            return polling
+        name, build = version.deployment_name, version.build_id
+        problem, current = await probes.current_build(name)
+        if problem:
+            return Health(False, f"{polling.detail}, build {build}; {problem}")
+        if current == build:
+            return Health(True, f"{polling.detail}, build {build} (current)")
+        if not promote:
+            return Health(
+                False,
+                f"{polling.detail}, build {build}, but worker deployment {name} has "
+                f"{f'build {current}' if current else 'no version'} current, so no tasks "
+                "reach it: `keeper dev up` makes it current",
+            )
+        problem = await probes.make_current(version)
+        if problem:
+            return Health(False, f"{polling.detail}, build {build} not current yet: {problem}")
+        was = f", was build {current}" if current else ""
+        return Health(True, f"{polling.detail}, build {build} (made current{was})")
 
     # -- up -------------------------------------------------------------------------------
 
@@ -212,6 +240,15 @@ class Stack:
             await self._wait(running[WORKER], probes, deadline, budget)
         else:
             say(WORKER, "not started (--no-worker): run `keeper worker` yourself")
+            worker = self.settings.worker
+            if worker.versioned:
+                say(
+                    WORKER,
+                    "then make its build current: temporal worker deployment "
+                    f"set-current-version --deployment-name {worker.deployment_name} "
+                    f"--build-id {worker.build_id} --address {self.settings.temporal.address} "
+                    "--yes",
+                )
 
         elapsed = time.monotonic() - began
         click.echo(f"\nThe dev stack is up ({elapsed:.1f}s).")
@@ -328,7 +365,7 @@ class Stack:
                 code = running.proc.returncode if running.proc else None
                 how = f"exited with code {code}" if code is not None else "is no longer running"
                 self._fail(running, f"{how} while starting")
-            health = await self.check(comp, probes, running)
+            health = await self.check(comp, probes, running, promote=True)
             if health.ok:
                 break
             if time.monotonic() >= deadline:
