@@ -17,6 +17,7 @@ from domain.bootstrap_models import BootstrapStatus
 from domain.durations import format_duration
 from domain.phases import Phase
 from domain.status_view import format_duration_seconds
+from domain.untrusted import terminal_text
 
 PHASE_ORDER = [Phase.SUBMIT, Phase.ASSIGN, Phase.PROVISION, Phase.READY, Phase.HEALTH]
 
@@ -32,7 +33,9 @@ def _countdown(deadline: datetime | None, now: datetime) -> str:
 
 def render(status: BootstrapStatus, now: datetime | None = None) -> Group:
     now = now or datetime.now(UTC)
-    table = Table(title=f"TPU slice {status.slice_name} ({status.capacity}, {status.zone})")
+    # The status is a query answer: any of its strings may have come from outside keeper.
+    where = ", ".join(terminal_text(v, markup=True) for v in (status.capacity, status.zone))
+    table = Table(title=f"TPU slice {terminal_text(status.slice_name, markup=True)} ({where})")
     for column in ("phase", "state", "took / deadline"):
         table.add_column(column)
     timings = {t.phase: t for t in status.timings}
@@ -49,16 +52,17 @@ def render(status: BootstrapStatus, now: datetime | None = None) -> Group:
                 Text("running", style="yellow"),
                 _countdown(timing.deadline_at, now),
             )
+    qr = terminal_text(status.qr_state or "-")
     counts = Text(
-        f"QR {status.qr_state or '-'} | nodes ready {status.nodes_ready}/{status.nodes_expected}"
+        f"QR {qr} | nodes ready {status.nodes_ready}/{status.nodes_expected}"
         f" | VMs with IP {status.vms_with_ip}/{status.vms_expected}"
         f" | healthy {status.vms_healthy}/{status.vms_expected}"
     )
     parts: list[Any] = [table, counts]
     if status.compensation:
-        parts.append(Text(f"compensation: {status.compensation}", style="magenta"))
+        parts.append(Text(f"compensation: {terminal_text(status.compensation)}", style="magenta"))
     if status.error:
-        parts.append(Text(f"error: {status.error}", style="red"))
+        parts.append(Text(f"error: {terminal_text(status.error)}", style="red"))
     return Group(*parts)
 
 
@@ -67,7 +71,8 @@ def line(status: BootstrapStatus) -> str:
     if status.phase_deadline_at:
         deadline = f" ({_countdown(status.phase_deadline_at, datetime.now(UTC))})"
     return (
-        f"{status.slice_name}: {status.phase.value}{deadline} QR={status.qr_state or '-'} "
+        f"{terminal_text(status.slice_name)}: {status.phase.value}{deadline} "
+        f"QR={terminal_text(status.qr_state or '-')} "
         f"ip={status.vms_with_ip}/{status.vms_expected} "
         f"healthy={status.vms_healthy}/{status.vms_expected}"
     )

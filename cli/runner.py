@@ -25,6 +25,7 @@ from domain.runner_models import (
     deletion_workflow_id,
 )
 from domain.runner_status import LIVE, AgentStatus, InstanceStatus, on_lane
+from domain.untrusted import terminal_text
 from runtime.runner_requests import request_deletion
 from runtime.settings import Settings
 from store import RunnerStore, open_store
@@ -75,12 +76,14 @@ def _lane(status: InstanceStatus) -> str:
 
 
 def _view_text(view: DeletionView) -> str:
-    text = f"{view.step.value:<16} record {view.status or '-':<20} GitHub: {view.github}"
-    text += f" ({view.github_attempts})  provider: {view.provider} ({view.provider_attempts})"
+    # GitHub and provider answers, decisions and errors carry outside text: one line each.
+    t = terminal_text
+    text = f"{view.step.value:<16} record {t(view.status or '-'):<20} GitHub: {t(view.github)}"
+    text += f" ({view.github_attempts})  provider: {t(view.provider)} ({view.provider_attempts})"
     if view.decision:
-        text += f"\n{'':16} decision: {view.decision}"
+        text += f"\n{'':16} decision: {t(view.decision)}"
     if view.error:
-        text += f"\n{'':16} needs attention: {view.error}"
+        text += f"\n{'':16} needs attention: {t(view.error)}"
     return text
 
 
@@ -105,22 +108,22 @@ async def _follow(handle: WorkflowHandle[Any, Any], as_json: bool) -> None:
 
 
 def _result_text(result: DeletionResult) -> str:
-    lines = [
-        f"runner {result.runner}: {result.outcome.value}" + (" (forced)" if result.forced else "")
-    ]
+    t = terminal_text
+    forced = " (forced)" if result.forced else ""
+    lines = [f"runner {t(result.runner)}: {result.outcome.value}{forced}"]
     if result.registration:
-        lines.append(f"  GitHub:   {result.registration}")
+        lines.append(f"  GitHub:   {t(result.registration)}")
     if result.provider:
-        lines.append(f"  provider: {result.provider}")
+        lines.append(f"  provider: {t(result.provider)}")
     if result.busy_decision:
-        lines.append(f"  decision: {result.busy_decision}")
+        lines.append(f"  decision: {t(result.busy_decision)}")
     if result.recovered:
         lines.append(
             "  the final write went through the audited recovery path (see `runner status`)"
         )
     if result.leaked_provider_id:
         lines.append(
-            f"  LEAK: instance {result.leaked_provider_id} may still exist; it is recorded for "
+            f"  LEAK: instance {t(result.leaked_provider_id)} may still exist; it is recorded for "
             "the orphan sweep (`keeper runner status` lists it)"
         )
     return "\n".join(lines)
@@ -204,7 +207,7 @@ def delete(
             if as_json:
                 _emit_json({"runner": name, "workflow_id": workflow_id, "error": message})
             else:
-                click.echo(f"runner {name}: deletion failed: {message}", err=True)
+                click.echo(f"runner {name}: deletion failed: {terminal_text(message)}", err=True)
             return 1
         if as_json:
             _emit_json({"workflow_id": workflow_id, "ui": url, **result.model_dump(mode="json")})
@@ -277,7 +280,10 @@ def list_runners(
     if leaks:
         out.print(f"[red]{len(leaks)} leaked instance(s) awaiting the orphan sweep:[/]")
         for leak in leaks:
-            out.print(f"  {leak.provider_id} (runner {leak.runner}): {leak.reason}")
+            leaked, owner, why = (
+                terminal_text(v, markup=True) for v in (leak.provider_id, leak.runner, leak.reason)
+            )
+            out.print(f"  {leaked} (runner {owner}): {why}")
 
 
 @runner.command()
@@ -331,18 +337,20 @@ def status(keeper: KeeperContext, name: str, as_json: bool) -> None:
         f"[{_lane(record.instance_status)}], agent {record.agent_status.value}, v{record.version}"
     )
     click.echo(
-        f"  provider id {record.provider_id or '-'}, GitHub runner "
-        f"{record.github_runner_id or '-'} in {record.github_scope or '-'}"
+        f"  provider id {terminal_text(record.provider_id or '-')}, GitHub runner "
+        f"{record.github_runner_id or '-'} in {terminal_text(record.github_scope or '-')}"
     )
     click.echo("  history:")
     for a in audit[-10:]:
         forced = " FORCED" if a.forced else ""
+        why = f": {terminal_text(a.reason)}" if a.reason else ""
         click.echo(
             f"    {a.at:%Y-%m-%d %H:%M:%S} {a.from_status or '(new)'} -> {a.to_status}"
-            f" by {a.actor}{forced}{': ' + a.reason if a.reason else ''}"
+            f" by {terminal_text(a.actor)}{forced}{why}"
         )
     for leak in leaks:
-        click.echo(f"  leaked instance {leak.provider_id}: {leak.reason}")
+        leaked, why = terminal_text(leak.provider_id), terminal_text(leak.reason)
+        click.echo(f"  leaked instance {leaked}: {why}")
     if state is None:
         click.echo("  deletion: none requested")
     else:

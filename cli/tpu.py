@@ -41,6 +41,7 @@ from domain.naming import (
 from domain.phases import DEFAULT_DEADLINES, Phase
 from domain.slice_request import Capacity, SliceRequest
 from domain.status_view import static_summary
+from domain.untrusted import terminal_text
 from runtime.settings import Settings
 from workflows import search_attributes as sa
 from workflows.tpu_bootstrap import TpuSliceBootstrap
@@ -55,6 +56,20 @@ console = Console(stderr=True)
 
 def _emit_json(payload: Any) -> None:
     click.echo(json.dumps(payload, indent=2, default=str))
+
+
+def _shown(value: object) -> str:
+    """Outside text (GCP errors, resource and VM names, labels) as inert rich markup."""
+    return terminal_text(value, markup=True)
+
+
+def print_failure(message: str, url: str) -> None:
+    console.print(f"[red]bootstrap failed:[/] {_shown(message)}")
+    console.print(
+        "Nothing is left running: compensation deleted the slice. Fix the cause "
+        "(capacity, quota, the VMs' health endpoint) and run the bootstrap again."
+    )
+    console.print(f"History: {url}")
 
 
 def validation_message(err: ValidationError) -> str:
@@ -164,9 +179,8 @@ async def wait_and_report(
                     }
                 )
             else:
-                console.print(
-                    f"[yellow]cancelled[/]; compensation: {final.compensation if final else '?'}"
-                )
+                compensation = _shown(final.compensation) if final else "?"
+                console.print(f"[yellow]cancelled[/]; compensation: {compensation}")
                 console.print(f"History: {url}")
             return EXIT_CANCELLED
         message, failure = failure_of(err)
@@ -181,12 +195,7 @@ async def wait_and_report(
                 }
             )
         else:
-            console.print(f"[red]bootstrap failed:[/] {message}")
-            console.print(
-                "Nothing is left running: compensation deleted the slice. Fix the cause "
-                "(capacity, quota, the VMs' health endpoint) and run the bootstrap again."
-            )
-            console.print(f"History: {url}")
+            print_failure(message, url)
         return EXIT_FAILED
     if as_json:
         _emit_json(
@@ -200,10 +209,11 @@ async def wait_and_report(
     else:
         took = ", ".join(f"{k} {v:.0f}s" for k, v in result.phase_seconds.items())
         console.print(
-            f"[green]slice {result.slice_name} is ready[/]: {len(result.vms)} VMs healthy ({took})"
+            f"[green]slice {_shown(result.slice_name)} is ready[/]: {len(result.vms)} VMs healthy "
+            f"({took})"
         )
         for vm in result.vms[:8]:
-            console.print(f"  {vm.node}/{vm.index} {vm.ip}")
+            console.print(f"  {_shown(vm.node)}/{vm.index} {_shown(vm.ip)}")
         if len(result.vms) > 8:
             console.print(f"  ... {len(result.vms) - 8} more (keeper tpu status --json)")
         console.print(f"History: {url}")
@@ -385,7 +395,7 @@ def status(keeper: KeeperContext, slice_name: str, as_json: bool, wait: bool) ->
             if progress.compensation_stuck:
                 console.print(
                     f"[red]compensation stuck[/] since {progress.compensation_stuck_since}: "
-                    f"{progress.compensation}"
+                    f"{_shown(progress.compensation)}"
                 )
         console.print(f"History: {settings.temporal.workflow_url(handle.id)}")
         return 0
@@ -485,7 +495,7 @@ def delete(
         else:
             from workflows.compensation import describe
 
-            console.print(f"{slice_name}: {describe(report)}")
+            console.print(f"{_shown(slice_name)}: {_shown(describe(report))}")
         return 0
 
     raise SystemExit(asyncio.run(run()))
@@ -516,14 +526,15 @@ def sweep(keeper: KeeperContext, dry_run: bool, as_json: bool) -> None:
             return 0
         verb = "would delete" if dry_run else "deleted"
         console.print(f"examined {report.examined}; {verb} {len(report.deleted)}")
+        # Items name cloud resources and owners read from their labels: outside text.
         for item in report.deleted:
-            console.print(f"  {verb}: {item}")
+            console.print(f"  {verb}: {_shown(item)}")
         for item in report.unknown_owner:
-            console.print(f"  [yellow]unknown owner, left alone:[/] {item}")
+            console.print(f"  [yellow]unknown owner, left alone:[/] {_shown(item)}")
         for item in report.failed:
-            console.print(f"  [red]not deleted (the next sweep tries again):[/] {item}")
+            console.print(f"  [red]not deleted (the next sweep tries again):[/] {_shown(item)}")
         for item in report.errors:
-            console.print(f"  [red]error:[/] {item}")
+            console.print(f"  [red]error:[/] {_shown(item)}")
         return 0
 
     raise SystemExit(asyncio.run(run()))

@@ -8,8 +8,11 @@ from datetime import datetime, timedelta
 from pydantic import BaseModel, ConfigDict, Field
 
 from domain.runner_models import DeletionStep
+from domain.untrusted import md_text
 
 MAX_REQUESTS_SHOWN = 8
+REQUEST_LIMIT = 120  # eight of them fit in one table cell
+ERROR_LIMIT = 600
 
 
 class DeletionView(BaseModel):
@@ -39,8 +42,8 @@ def backoff(attempt: int, initial: timedelta, maximum: timedelta) -> timedelta:
 
 
 def summary(runner: str, scale_set: str | None, force: bool) -> str:
-    where = f" in {scale_set}" if scale_set else ""
-    return f"{'force-' if force else ''}delete runner {runner}{where}"
+    where = f" in {md_text(scale_set)}" if scale_set else ""
+    return f"{'force-' if force else ''}delete runner {md_text(runner)}{where}"
 
 
 def _when(at: datetime | None) -> str:
@@ -48,30 +51,33 @@ def _when(at: datetime | None) -> str:
 
 
 def render_details(view: DeletionView) -> str:
+    """Markdown for the UI. Only the template is markdown: every value from outside keeper
+    (names, GitHub and provider answers, request reasons) goes through md_text."""
     lines = [
-        f"## runner {view.runner}: **{view.step.value}**",
+        f"## runner {md_text(view.runner)}: **{view.step.value}**",
         "",
         "| | |",
         "|---|---|",
         f"| step | `{view.step.value}` |",
-        f"| record | `{view.status or '-'}` |",
-        f"| scale set | {view.scale_set or '-'} |",
+        f"| record | {md_text(view.status or '-')} |",
+        f"| scale set | {md_text(view.scale_set or '-')} |",
         f"| mode | {'force' if view.force else 'normal'} |",
-        f"| GitHub | {view.github} (attempts: {view.github_attempts}) |",
-        f"| provider | {view.provider} (attempts: {view.provider_attempts}) |",
+        f"| GitHub | {md_text(view.github)} (attempts: {view.github_attempts}) |",
+        f"| provider | {md_text(view.provider)} (attempts: {view.provider_attempts}) |",
     ]
     if view.busy_since:
         lines.append(f"| busy since | {_when(view.busy_since)} |")
     if view.next_try_at:
         lines.append(f"| next try | {_when(view.next_try_at)} |")
     if view.decision:
-        lines.append(f"| decision | {view.decision} |")
+        lines.append(f"| decision | {md_text(view.decision)} |")
     if view.cancel_requested:
         lines.append("| cancel | requested; the lane is forward-only, so the deletion finishes |")
     shown = view.requests[-MAX_REQUESTS_SHOWN:]
     if shown:
         more = len(view.requests) - len(shown)
-        lines.append(f"| requests | {'; '.join(shown)}{f' (+{more} earlier)' if more else ''} |")
+        listed = "; ".join(md_text(r, REQUEST_LIMIT) for r in shown)
+        lines.append(f"| requests | {listed}{f' (+{more} earlier)' if more else ''} |")
     if view.error:
-        lines += ["", f"**Needs attention:** {view.error}"]
+        lines += ["", f"**Needs attention:** {md_text(view.error, ERROR_LIMIT)}"]
     return "\n".join(lines)

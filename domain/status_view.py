@@ -6,8 +6,10 @@ from datetime import datetime
 
 from domain.bootstrap_models import BootstrapStatus
 from domain.durations import format_duration
+from domain.untrusted import md_text
 
 MAX_FAILING_SHOWN = 10
+ERROR_LIMIT = 600
 
 
 def _when(at: datetime | None) -> str:
@@ -15,14 +17,16 @@ def _when(at: datetime | None) -> str:
 
 
 def render_details(status: BootstrapStatus) -> str:
+    """Markdown for the UI. Only the template is markdown: names, QR states, GCP errors and
+    health answers come from outside keeper and go through md_text."""
     lines = [
-        f"## {status.slice_name}: **{status.phase.value}**",
+        f"## {md_text(status.slice_name)}: **{status.phase.value}**",
         "",
         "| | |",
         "|---|---|",
         f"| phase | `{status.phase.value}` |",
         f"| deadline | {_when(status.phase_deadline_at)} |",
-        f"| queued resource | `{status.qr_state or 'n/a'}` |",
+        f"| queued resource | {md_text(status.qr_state or 'n/a')} |",
         f"| nodes ready | {status.nodes_ready}/{status.nodes_expected} |",
         f"| VMs with IP | {status.vms_with_ip}/{status.vms_expected} |",
         f"| VMs healthy | {status.vms_healthy}/{status.vms_expected} |",
@@ -34,13 +38,13 @@ def render_details(status: BootstrapStatus) -> str:
         )
         lines.append(f"| phases done | {took} |")
     if status.compensation:
-        lines.append(f"| compensation | {status.compensation} |")
+        lines.append(f"| compensation | {md_text(status.compensation)} |")
     if status.error:
-        lines += ["", f"**Error:** {status.error}"]
+        lines += ["", f"**Error:** {md_text(status.error, ERROR_LIMIT)}"]
     if status.failing_vms:
         lines += ["", "**Failing VMs:**"]
         for vm in status.failing_vms[:MAX_FAILING_SHOWN]:
-            lines.append(f"- `{vm.node}`/{vm.index} {vm.ip}: {vm.reason}")
+            lines.append(f"- {md_text(vm.node)}/{vm.index} {md_text(vm.ip)}: {md_text(vm.reason)}")
         hidden = len(status.failing_vms) - MAX_FAILING_SHOWN
         if hidden > 0:
             lines.append(f"- ... and {hidden} more (see the `status` query)")
@@ -54,4 +58,5 @@ def format_duration_seconds(seconds: float) -> str:
 
 
 def static_summary(slice_name: str, accelerator: str, capacity: str, zone: str) -> str:
-    return f"TPU {accelerator} slice {slice_name} ({capacity}, {zone})"
+    parts = [md_text(p) for p in (accelerator, slice_name, capacity, zone)]
+    return "TPU {} slice {} ({}, {})".format(*parts)
