@@ -113,7 +113,8 @@ class CompensationProgress(_Message):
     """Where a compensation stands between its bounded windows of delete attempts."""
 
     started_at: datetime
-    window: SecondsDuration  # the schedule-to-close of the next (or current) window
+    window: SecondsDuration  # what the next window's length doubles from, up to a cap
+    window_ends_at: datetime  # its planned end (domain/compensation.py)
     windows_ended: int = 0  # windows that ran out before the resources were gone
     last_error: str | None = None
     stuck_since: datetime | None = None

@@ -3,13 +3,17 @@
 Compensation runs in bounded windows: each window is one activity call whose retries stop
 at the window's schedule-to-close. A window that runs out hands its last error back to the
 workflow, which reports it and opens the next one. Windows double up to a cap, so however
-long a deletion stays stuck, the history grows by a few events per window; one window ends
-exactly at the stuck threshold, so "stuck" shows on time.
+long a deletion stays stuck, the history grows by a few events per window.
 
-| elapsed since compensation began | next window |
+The server ends a window early when its next retry would not fit, by up to one retry
+interval (`margin`). So windows are planned as boundaries counted from the start, and the
+window that crosses `stuck_after` is planned to end `margin` past it: it runs out at or
+after the threshold, never before, and that is when the status turns stuck.
+
+| the window that ran out | the next one ends |
 |---|---|
-| below `stuck_after` | double the last, cut to end at `stuck_after` (never below the floor) |
-| `stuck_after` or more (stuck) | double the last, up to the cap |
+| before `stuck_after` | at `stuck_after` + `margin`, or one doubled window on if two fit first |
+| at or after `stuck_after` (stuck) | one doubled window on, the window at most `cap` |
 """
 
 from __future__ import annotations
@@ -23,12 +27,16 @@ from domain.durations import format_duration
 MIN_WINDOW = timedelta(minutes=1)
 
 
-def first_window(policy: CompensationPolicy, first: timedelta) -> timedelta:
-    return max(min(first, policy.stuck_after), MIN_WINDOW)
+def start(
+    now: datetime, policy: CompensationPolicy, first: timedelta, margin: timedelta
+) -> CompensationProgress:
+    window = min(first, policy.stuck_after + margin)
+    return CompensationProgress(started_at=now, window=window, window_ends_at=now + window)
 
 
-def start(now: datetime, policy: CompensationPolicy, first: timedelta) -> CompensationProgress:
-    return CompensationProgress(started_at=now, window=first_window(policy, first))
+def schedule_to_close(progress: CompensationProgress, now: datetime) -> timedelta:
+    """What is left of the current window, and never less than the floor."""
+    return max(progress.window_ends_at - now, MIN_WINDOW)
 
 
 def after_window(
@@ -37,20 +45,25 @@ def after_window(
     last_error: str,
     policy: CompensationPolicy,
     cap: timedelta,
+    margin: timedelta,
 ) -> CompensationProgress:
     """The progress once a window ran out at `now` with `last_error`."""
-    elapsed = now - progress.started_at
     stuck_since = progress.stuck_since
-    if stuck_since is None and elapsed >= policy.stuck_after:
+    if stuck_since is None and now - progress.started_at >= policy.stuck_after:
         stuck_since = now
-    doubled = progress.window * 2
+    boundary = max(progress.window_ends_at, now)
+    window = min(progress.window * 2, cap)
+    ends_at = boundary + window
     if stuck_since is None:
-        window = max(min(doubled, policy.stuck_after - elapsed), MIN_WINDOW)
-    else:
-        window = min(doubled, cap)
+        threshold_end = progress.started_at + policy.stuck_after + margin
+        # No sliver of a window just before the threshold: this one reaches it.
+        if threshold_end - ends_at < window:
+            ends_at = threshold_end
+        ends_at = max(ends_at, boundary + MIN_WINDOW)
     return progress.model_copy(
         update={
             "window": window,
+            "window_ends_at": ends_at,
             "windows_ended": progress.windows_ended + 1,
             "last_error": last_error,
             "stuck_since": stuck_since,

@@ -62,14 +62,22 @@ async def delete_slice(
     if resume is None and not workflow.patched(WINDOWS_PATCH):
         return await _attempts(inp, None)
     policy = await _policy()
-    progress = resume or windows.start(workflow.now(), policy, opts.COMPENSATION_FIRST_WINDOW)
+    margin = opts.COMPENSATION_RETRY.maximum_interval or windows.MIN_WINDOW
+    progress = resume or windows.start(
+        workflow.now(), policy, opts.COMPENSATION_FIRST_WINDOW, margin
+    )
     while True:
         try:
-            return await _attempts(inp, progress.window)
+            return await _attempts(inp, windows.schedule_to_close(progress, workflow.now()))
         except ActivityError as err:
             _reraise_cancellation(err)
             progress = windows.after_window(
-                progress, workflow.now(), last_error(err), policy, opts.COMPENSATION_MAX_WINDOW
+                progress,
+                workflow.now(),
+                last_error(err),
+                policy,
+                opts.COMPENSATION_MAX_WINDOW,
+                margin,
             )
             log = workflow.logger.warning if progress.stuck else workflow.logger.info
             log(
