@@ -145,10 +145,10 @@ class ReconcileRequest(BaseModel):
     # Where requested deletions run; the workflow sets its own task queue here.
     task_queue: str = "keeper"
     # One provider call; kept well under the pass's heartbeat timeout.
-    provider_timeout_s: float = Field(default=60.0, gt=0, le=120.0)
-    tombstone_retention_s: float = 7 * 86400.0
+    provider_timeout_s: float = Field(default=60.0, gt=0, le=120.0, strict=True)
+    tombstone_retention_s: float = Field(default=7 * 86400.0, strict=True)
     # Actions per pass; the rest wait for the next pass (they stay confirmed).
-    max_actions: int = Field(default=50, ge=1)
+    max_actions: int = Field(default=50, ge=1, strict=True)
     # The policy of the deletions the reconciler requests.
     policy: DeletionPolicy = Field(default_factory=DeletionPolicy)
 

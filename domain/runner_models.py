@@ -88,9 +88,9 @@ class DeletionPolicy(BaseModel):
     retry_initial: PositiveDuration = timedelta(seconds=5)
     retry_max: PositiveDuration = timedelta(minutes=5)
     # A forced delete tries the provider this many times, then records the leak and goes on.
-    force_provider_attempts: int = Field(default=3, ge=1, le=100)
+    force_provider_attempts: int = Field(default=3, ge=1, le=100, strict=True)
     # After a "proceed" decision the registration is removed once the runner is offline.
-    registration_cleanup_attempts: int = Field(default=10, ge=1, le=1000)
+    registration_cleanup_attempts: int = Field(default=10, ge=1, le=1000, strict=True)
 
 
 class DeletionRequest(BaseModel):
@@ -99,7 +99,8 @@ class DeletionRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     requested_by: Requester = Requester.OPERATOR
-    force: bool = False
+    # Strict: from outside, "yes" or 1 is a mistake to report, not a forced deletion.
+    force: bool = Field(default=False, strict=True)
     reason: str = Field(default="", max_length=500)
 
 

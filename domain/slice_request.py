@@ -59,11 +59,14 @@ class SliceRequest(BaseModel):
         description="Reservation id in the slice's project and zone; required for reserved.",
     )
     guaranteed_min_duration: Duration | None = None
-    node_count: int = Field(default=1, ge=1, le=64, description=">1 asks for a multislice.")
-    vms_per_node: int | None = Field(
-        default=None, ge=1, le=4096, description="Overrides the accelerator-type rule."
+    # Counts and ports are strict: a quoted "2" from outside is reported, not taken as 2.
+    node_count: int = Field(
+        default=1, ge=1, le=64, strict=True, description=">1 asks for a multislice."
     )
-    health_port: int = Field(default=8080, ge=1, le=65535)
+    vms_per_node: int | None = Field(
+        default=None, ge=1, le=4096, strict=True, description="Overrides the accelerator-type rule."
+    )
+    health_port: int = Field(default=8080, ge=1, le=65535, strict=True)
     health_path: str = Field(default="/health", pattern=r"^/[\x21-\x7e]*$")
     labels: dict[str, str] = Field(default_factory=dict, max_length=48)
     deadlines: DeadlineOverrides = Field(default_factory=DeadlineOverrides)
