@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 import re
 from datetime import UTC, datetime
@@ -10,6 +11,7 @@ import pytest
 from markdown_it import MarkdownIt
 from rich.console import Console
 from rich.text import Text
+from temporalio.testing import WorkflowEnvironment
 
 from cli import progress
 from cli import runner as runner_cli
@@ -21,6 +23,8 @@ from domain.runner_models import DeletionOutcome, DeletionResult, DeletionStep
 from domain.status_view import render_details as render_status
 from domain.status_view import static_summary
 from domain.untrusted import MD_LIMIT, md_text, terminal_text
+from tests.e2e_support import temporal_cli
+from tests.runner_world import RunnerWorld, runner_worker
 
 # Renders like the UI's CommonMark with GFM tables and strikethrough.
 MARKDOWN = MarkdownIt("commonmark").enable("table").enable("strikethrough")
@@ -277,3 +281,21 @@ def test_tpu_cli_prints_a_failure_inert(monkeypatch: pytest.MonkeyPatch) -> None
     assert "[red]x" in printed  # shown, not applied
     assert "\x1b[2J" not in printed and "\x1b]8" not in printed and "\x9b" not in printed
     assert "scale down ⏎ **Needs attention:**" in printed.splitlines()[0]
+
+
+# ---- end to end: a reason given to keeper runner delete --------------------------------
+
+
+async def test_a_forged_reason_stays_text_in_the_deletion_details(
+    dev_env: WorkflowEnvironment, world: RunnerWorld
+) -> None:
+    world.add_runner("forged-reason")
+    async with runner_worker(dev_env.client, world):
+        handle = await world.request(dev_env.client, "forged-reason", reason=FORGED_LINE)
+        await asyncio.wait_for(handle.result(), 60)
+        shown = await temporal_cli(dev_env, "workflow", "metadata", "-w", handle.id)
+    assert shown.returncode == 0, shown.stderr
+    assert "\\*\\*Needs attention:\\*\\*" in shown.stdout  # the reason, as text
+    assert not any(
+        line.lstrip().startswith("**Needs attention:**") for line in shown.stdout.splitlines()
+    )
