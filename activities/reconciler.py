@@ -22,6 +22,7 @@ from domain.reconcile import (
     find_mismatches,
 )
 from domain.runner_models import DeletionRequest, Requester, deletion_workflow_id
+from domain.runner_record_check import shown, what_to_do
 from domain.runner_status import InstanceStatus, on_lane
 from runtime.garm_provider import ExternalProvider
 from runtime.github_client import GitHubClient
@@ -49,7 +50,14 @@ class ReconcilerActivities:
     @activity.defn(name="runners.reconcile_pass")
     async def reconcile_pass(self, request: ReconcileRequest) -> ReconcileReport:
         errors: list[str] = []
-        records = await asyncio.to_thread(self._store.list, include_deleted=True)
+        found = await asyncio.to_thread(self._store.scan, include_deleted=True)
+        records = found.records
+        # Reported, not counted against max_actions: a bad row must not starve the others.
+        skipped = [
+            f"record {shown(bad.name)} skipped: {'; '.join(bad.problems)}; {what_to_do(bad.name)}"
+            for bad in found.bad
+        ]
+
 
         registrations: dict[str, list[GitHubRunner]] = {}
         for text in request.scopes:
@@ -94,6 +102,12 @@ class ReconcilerActivities:
             managed_label=request.managed_label,
             lane_owned=owned,
         )
+        # A bad row is still somebody's runner: its registration and instance are no orphans.
+        bad_names = {bad.name for bad in found.bad}
+        bad_ids = {bad.provider_id for bad in found.bad if bad.provider_id}
+        mismatches = [
+            m for m in mismatches if m.runner not in bad_names and m.provider_id not in bad_ids
+        ]
         seen = Counter(m.kind.value for m in mismatches)
         confirmed: Counter[str] = Counter()
         acted: list[str] = []
@@ -131,7 +145,7 @@ class ReconcilerActivities:
             seen=dict(seen),
             confirmed=dict(confirmed),
             acted=acted,
-            errors=errors[:MAX_ERRORS_REPORTED],
+            errors=[*errors, *skipped][:MAX_ERRORS_REPORTED],
             purged_tombstones=purged,
         )
 

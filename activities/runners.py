@@ -7,13 +7,15 @@ thread; none of them holds a transaction across anything but its own SQL.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from datetime import timedelta
 from typing import TypeVar
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from domain.github import DeregistrationAnswer, GitHubScope
-from domain.provider import ProviderAnswer
+from domain.provider import ProviderAnswer, ProviderOutcome
 from domain.runner_calls import (
     FinishDeletion,
     FinishResult,
@@ -28,6 +30,7 @@ from domain.runner_models import deletion_workflow_id
 from domain.runner_status import InstanceStatus
 from runtime.garm_provider import ExternalProvider
 from runtime.github_client import GitHubClient
+from runtime.instance_lease import InstanceLeases, LeaseHeld
 from store import RunnerStore
 
 T = TypeVar("T")
@@ -156,20 +159,37 @@ class GitHubActivities:
 
 
 class ProviderActivities:
-    def __init__(self, provider: ExternalProvider) -> None:
+    def __init__(self, provider: ExternalProvider, leases: InstanceLeases | None = None) -> None:
         self._provider = provider
+        self._leases = leases
 
     @activity.defn(name="runners.delete_instance")
     async def delete_instance(self, call: ProviderDelete) -> ProviderAnswer:
         def tick(elapsed: float) -> None:
             activity.heartbeat(f"provider delete running for {elapsed:.0f}s")
 
-        heartbeat = activity.info().heartbeat_timeout
+        info = activity.info()
+        heartbeat = info.heartbeat_timeout
         every = min(5.0, heartbeat.total_seconds() / 3) if heartbeat else 5.0
-        return await self._provider.delete_instance(
-            call.instance_id,
-            call.pool_id,
-            timeout_s=call.timeout_s,
-            on_tick=tick,
-            tick_every_s=every,
+        # An earlier attempt whose worker was lost may still be running on another host:
+        # its lease on the instance says until when, and no second process starts before.
+        lease = (
+            self._leases.hold(
+                call.instance_id,
+                runs_for=timedelta(seconds=call.timeout_s),
+                what=f"{info.workflow_id} attempt {info.attempt}",
+            )
+            if self._leases is not None
+            else contextlib.nullcontext()
         )
+        try:
+            async with lease:
+                return await self._provider.delete_instance(
+                    call.instance_id,
+                    call.pool_id,
+                    timeout_s=call.timeout_s,
+                    on_tick=tick,
+                    tick_every_s=every,
+                )
+        except LeaseHeld as held:
+            return ProviderAnswer(outcome=ProviderOutcome.FAILED, message=str(held), duration_s=0.0)

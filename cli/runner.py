@@ -24,11 +24,12 @@ from domain.runner_models import (
     RunnerRecord,
     deletion_workflow_id,
 )
+from domain.runner_record_check import shown, what_to_do
 from domain.runner_status import LIVE, AgentStatus, InstanceStatus, on_lane
 from domain.untrusted import terminal_text
 from runtime.runner_requests import request_deletion
 from runtime.settings import Settings
-from store import RunnerStore, open_store
+from store import RunnerStore, StoreUnavailable, open_store
 
 console = Console(stderr=True)
 S = InstanceStatus
@@ -50,11 +51,11 @@ def _check_name(name: str) -> str:
 def _store(settings: Settings) -> RunnerStore:
     try:
         return open_store(settings.runners.store_url)
-    except Exception as err:
+    except StoreUnavailable as err:
+        # The message names the URL with its password hidden; the URL itself is not shown.
         raise click.ClickException(
-            f"cannot open the runner store {settings.runners.store_url}: {err}\n"
-            "Check runners.store_url (or KEEPER_RUNNER_STORE_URL)."
-        ) from err
+            f"{err}\nCheck runners.store_url (or KEEPER_RUNNER_STORE_URL)."
+        ) from None
 
 
 def _require(store: RunnerStore, name: str) -> RunnerRecord:
@@ -231,7 +232,9 @@ def list_runners(
     deletion lane (never counted)."""
     store = _store(keeper.settings)
     try:
-        records = store.list(scale_set, include_deleted=include_deleted)
+        # A row that fails the record check is reported below, never a reason to stop.
+        found = store.scan(scale_set, include_deleted=include_deleted)
+        records = found.records
         counts = store.status_counts()
         sets = sorted({scale_set} if scale_set else set(counts))
         summary = {
@@ -247,10 +250,19 @@ def list_runners(
         leaks = store.leaks()
     finally:
         store.close()
+    for bad in found.bad:
+        click.echo(
+            f"warning: runner {shown(bad.name)} skipped: {'; '.join(bad.problems)}; "
+            f"{what_to_do(bad.name)}",
+            err=True,
+        )
     if as_json:
         _emit_json(
             {
                 "runners": [r.model_dump(mode="json") for r in records],
+                "bad_records": [
+                    {**bad.__dict__, "what_to_do": what_to_do(bad.name)} for bad in found.bad
+                ],
                 "scale_sets": summary,
                 "leaks": [leak.__dict__ for leak in leaks],
             }
@@ -340,6 +352,8 @@ def status(keeper: KeeperContext, name: str, as_json: bool) -> None:
         f"  provider id {terminal_text(record.provider_id or '-')}, GitHub runner "
         f"{record.github_runner_id or '-'} in {terminal_text(record.github_scope or '-')}"
     )
+    for problem in record.problems:
+        click.echo(f"  problem: {problem}; {what_to_do(record.name)}")
     click.echo("  history:")
     for a in audit[-10:]:
         forced = " FORCED" if a.forced else ""

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from enum import StrEnum
 from typing import Any
@@ -147,8 +148,11 @@ class DeregistrationAnswer(BaseModel):
     # None when no HTTP response arrived (TRANSPORT).
     status_code: int | None
     message: str
-    # Seconds the server asked us to wait before the next attempt, when it said so.
+    # Seconds to wait before the next attempt: what the server asked for (or GitHub's
+    # default for a rate limit that named no time), capped at the client's max_retry_after.
     retry_after_s: float | None = None
+    # What the server itself asked for, before the cap; None when it named no time.
+    asked_retry_after_s: float | None = None
 
     @property
     def done(self) -> bool:
@@ -164,10 +168,38 @@ class DeregistrationAnswer(BaseModel):
         # a CLIENT_ERROR is a request GitHub will reject the same way every time.
         return self.outcome in _RETRYABLE
 
+    @property
+    def retry_capped(self) -> bool:
+        """The server asked for a longer wait than keeper allows."""
+        return (
+            self.asked_retry_after_s is not None
+            and self.retry_after_s is not None
+            and self.asked_retry_after_s > self.retry_after_s
+        )
+
+    def wait_text(self, next_try_at: datetime) -> str:
+        """For the details: "GitHub asked for 27.8h; next try at 2026-12-01T10:00:00Z (capped)"."""
+        at = next_try_at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        if self.asked_retry_after_s is None:
+            return f"next try at {at}"
+        text = f"GitHub asked for {_human_seconds(self.asked_retry_after_s)}; next try at {at}"
+        return text + (" (capped)" if self.retry_capped else "")
+
 
 MESSAGE_LIMIT = 200
 # GitHub's advice when a rate-limited answer carries neither retry-after nor a reset time.
 DEFAULT_RATE_LIMIT_WAIT_S = 60.0
+# The longest wait a server may impose before the next attempt (runners.github.
+# max_retry_after): a proxy's `retry-after: 100000` must not park a deletion for a day.
+DEFAULT_MAX_RETRY_AFTER_S = 600.0
+
+
+def _human_seconds(seconds: float) -> str:
+    if seconds >= 3600:
+        return f"{seconds / 3600:.1f}h"
+    if seconds >= 60:
+        return f"{seconds / 60:.1f}m"
+    return f"{seconds:g}s"
 
 
 def _lower_keys(headers: Mapping[str, str]) -> dict[str, str]:
@@ -215,12 +247,18 @@ def _short(status_code: int, message: str) -> str:
 
 
 def classify_deregistration(
-    status_code: int, message: str, headers: Mapping[str, str], now_epoch: float
+    status_code: int,
+    message: str,
+    headers: Mapping[str, str],
+    now_epoch: float,
+    *,
+    max_retry_after_s: float = DEFAULT_MAX_RETRY_AFTER_S,
 ) -> DeregistrationAnswer:
     """What a response to DELETE .../actions/runners/{id} means for the caller.
 
     `message` is the error body's message (the scale-set API's typeKey may be included);
-    header names are matched case-insensitively.
+    header names are matched case-insensitively. The wait the server asks for is kept in
+    `asked_retry_after_s`; `retry_after_s` is at most `max_retry_after_s`.
     """
     lowered = _lower_keys(headers)
     outcome: DeregistrationOutcome
@@ -250,13 +288,15 @@ def classify_deregistration(
     else:
         outcome = DeregistrationOutcome.CLIENT_ERROR
 
+    asked: float | None = None
     retry_after_s: float | None = None
-    if outcome is DeregistrationOutcome.RATE_LIMITED:
-        retry_after_s = _retry_after(lowered, now_epoch)
-        if retry_after_s is None:
+    if outcome in (DeregistrationOutcome.RATE_LIMITED, DeregistrationOutcome.SERVER_ERROR):
+        asked = _retry_after(lowered, now_epoch)
+        retry_after_s = asked
+        if retry_after_s is None and outcome is DeregistrationOutcome.RATE_LIMITED:
             retry_after_s = DEFAULT_RATE_LIMIT_WAIT_S
-    elif outcome is DeregistrationOutcome.SERVER_ERROR:
-        retry_after_s = _retry_after(lowered, now_epoch)
+        if retry_after_s is not None:
+            retry_after_s = min(retry_after_s, max_retry_after_s)
 
     if outcome is DeregistrationOutcome.REMOVED:
         text = f"{status_code}: runner removed"
@@ -265,7 +305,11 @@ def classify_deregistration(
     else:
         text = _short(status_code, message)
     return DeregistrationAnswer(
-        outcome=outcome, status_code=status_code, message=text, retry_after_s=retry_after_s
+        outcome=outcome,
+        status_code=status_code,
+        message=text,
+        retry_after_s=retry_after_s,
+        asked_retry_after_s=asked,
     )
 
 

@@ -45,7 +45,9 @@ class RunnerRecord(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     name: RunnerName
-    scale_set: str = Field(pattern=SCALE_SET_PATTERN)
+    # SCALE_SET_PATTERN, like every other rule on a row, is checked by the store
+    # (domain.runner_record_check), so a bad row already stored can still be read.
+    scale_set: str
     provider_id: str | None = None
     github_runner_id: int | None = None
     # "repo:owner/name", "org:name" or "enterprise:slug" (domain.github.GitHubScope).
@@ -56,6 +58,10 @@ class RunnerRecord(BaseModel):
     created_at: datetime = Field(default_factory=utcnow)
     updated_at: datetime = Field(default_factory=utcnow)
     deleted_at: datetime | None = None
+    # What is wrong with the stored row ("field: problem"), from
+    # domain.runner_record_check; empty for a valid record. A record with problems is
+    # still returned for its own deletion, with the invalid values as they are stored.
+    problems: tuple[str, ...] = ()
 
 
 class Requester(StrEnum):

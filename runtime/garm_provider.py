@@ -8,8 +8,10 @@ unchanged; see docs/provider.md.
 
 Each call runs in a session of its own, so on a deadline, a cancellation or any error the
 whole process group is killed: a provider's helpers (cloud CLIs, ssh) die with it instead of
-finishing a delete nobody is waiting for. The child's environment is built from nothing,
-never copied from keeper's, so keeper's own credentials never reach third-party code.
+finishing a delete nobody is waiting for. On Linux the provider also dies with its worker
+(the parent-death signal), so a SIGKILLed worker leaves no provider running beside the
+retry that Temporal starts elsewhere. The child's environment is built from nothing, never
+copied from keeper's, so keeper's own credentials never reach third-party code.
 """
 
 from __future__ import annotations
@@ -17,9 +19,11 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import ctypes
 import json
 import os
 import signal
+import sys
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -49,12 +53,56 @@ _REAP_GRACE_S = 5.0
 # A provider's stderr can be endless; only its tail reaches an answer.
 _STDERR_KEPT = 64 * 1024
 
+# prctl(2): the signal the kernel sends the child when the thread that spawned it ends.
+_PR_SET_PDEATHSIG = 1
+
 _INSTANCES = TypeAdapter(list[ProviderInstance] | None)
 _T = TypeVar("_T")
 
 # Drain-and-reap tasks of killed providers still closing their pipes; referenced here so
 # they are not garbage-collected mid-flight.
 _reaping: set[asyncio.Future[None]] = set()
+
+
+def _load_prctl() -> Callable[..., int] | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+    prctl.restype = ctypes.c_int
+    return prctl
+
+
+# Resolved once here: the hook below runs between fork and exec, where nothing may be
+# imported or looked up.
+_PRCTL = _load_prctl()
+
+
+def _dies_with_parent() -> Callable[[], None] | None:
+    """A preexec_fn that SIGKILLs the child when the spawning thread ends (Linux only).
+
+    The kernel ties the signal to the thread that forked, not to the process, so the child
+    must be spawned from a thread that lives as long as the worker. asyncio's
+    create_subprocess_exec forks in the event loop's own thread, which runs the worker
+    until it exits; never spawn a provider from asyncio.to_thread or an executor, whose
+    threads come and go.
+    """
+    prctl = _PRCTL
+    if prctl is None:
+        return None
+    parent = os.getpid()
+    kill = int(signal.SIGKILL)
+
+    def die_with_parent() -> None:
+        prctl(_PR_SET_PDEATHSIG, kill, 0, 0, 0)
+        # The worker may have died between the fork and the line above.
+        if os.getppid() != parent:
+            os.kill(os.getpid(), kill)
+
+    return die_with_parent
 
 
 class ProviderError(Exception):
@@ -272,6 +320,7 @@ class ExternalProvider:
             env=self._env(command, instance_id, pool_id),
             # Its own session and process group, so one killpg reaches everything it started.
             start_new_session=True,
+            preexec_fn=_dies_with_parent(),
         )
         out = bytearray()
         err = bytearray()

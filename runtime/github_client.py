@@ -17,6 +17,7 @@ import httpx
 from pydantic import SecretStr, ValidationError
 
 from domain.github import (
+    DEFAULT_MAX_RETRY_AFTER_S,
     MESSAGE_LIMIT,
     DeregistrationAnswer,
     DeregistrationOutcome,
@@ -24,20 +25,21 @@ from domain.github import (
     GitHubScope,
     classify_deregistration,
 )
+from domain.secret_text import header_secret_problem, scrub
 
 TOKEN_ENV = "KEEPER_GITHUB_TOKEN"
 API_VERSION = "2022-11-28"
 PER_PAGE = 100  # GitHub's maximum page size for runner lists
 # 1000 pages of 100 runners is far past any real scope; the cap stops a Link loop.
 MAX_PAGES = 1000
-_REDACTED = "***"
 
 
 class GitHubError(Exception):
-    """A non-2xx answer (other than the ones a method documents as a result)."""
+    """A non-2xx answer (other than the ones a method documents as a result), or no
+    answer at all (status_code None: the request never completed)."""
 
-    def __init__(self, status_code: int, message: str) -> None:
-        super().__init__(f"{status_code}: {message}")
+    def __init__(self, status_code: int | None, message: str) -> None:
+        super().__init__(message if status_code is None else f"{status_code}: {message}")
         self.status_code = status_code
         self.message = message
 
@@ -70,6 +72,7 @@ class GitHubClient:
         token: SecretStr,
         *,
         timeout: float = 10.0,
+        max_retry_after: float = DEFAULT_MAX_RETRY_AFTER_S,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         url = httpx.URL(base_url)
@@ -77,9 +80,16 @@ class GitHubClient:
             raise ValueError(f"base_url {base_url!r} must be an http(s) URL")
         if timeout <= 0:
             raise ValueError(f"timeout must be positive, got {timeout}")
+        if max_retry_after <= 0:
+            raise ValueError(f"max_retry_after must be positive, got {max_retry_after}")
         self._base_url = str(url).rstrip("/")
         self._timeout = timeout
+        self._max_retry_after = max_retry_after
         self._token = SecretStr(token.get_secret_value().strip())
+        secret = self._token.get_secret_value()
+        problem = header_secret_problem(secret) if secret else None
+        if problem:
+            raise ValueError(f"the GitHub token {problem}; load it with load_github_token")
         self._http = httpx.AsyncClient(
             base_url=self._base_url,
             auth=_BearerAuth(self._token),
@@ -128,17 +138,21 @@ class GitHubClient:
             return DeregistrationAnswer(
                 outcome=DeregistrationOutcome.TRANSPORT,
                 status_code=None,
-                message=self._scrub(f"{type(exc).__name__}: {exc}")[:MESSAGE_LIMIT],
+                message=self._transport_text(exc)[:MESSAGE_LIMIT],
             )
         message = "" if response.is_success else self._error_text(response)
         return classify_deregistration(
-            response.status_code, message, response.headers, now_epoch=time.time()
+            response.status_code,
+            message,
+            response.headers,
+            now_epoch=time.time(),
+            max_retry_after_s=self._max_retry_after,
         )
 
     async def list_runners(self, scope: GitHubScope) -> list[GitHubRunner]:
         """Every runner registered in the scope, following the Link header's pages.
 
-        Raises GitHubError on a non-2xx answer; transport failures raise httpx.HTTPError.
+        Raises GitHubError on a non-2xx answer or a transport failure (status_code None).
         """
         runners: list[GitHubRunner] = []
         async for page in self._pages(scope.runners_path):
@@ -147,7 +161,7 @@ class GitHubClient:
 
     async def get_runner(self, scope: GitHubScope, runner_id: int) -> GitHubRunner | None:
         """The runner, or None when the scope has no runner with that id (404)."""
-        response = await self._http.get(scope.runner_path(runner_id))
+        response = await self._get(scope.runner_path(runner_id))
         if response.status_code == 404:
             return None
         self._raise_for_status(response)
@@ -158,8 +172,15 @@ class GitHubClient:
 
     # ------------------------------------------------------------- helpers
 
+    async def _get(self, url: str | httpx.URL, **kwargs: Any) -> httpx.Response:
+        try:
+            return await self._http.get(url, **kwargs)
+        except httpx.HTTPError as exc:
+            # httpx puts the request's header values in some of its errors.
+            raise GitHubError(None, self._transport_text(exc)) from None
+
     async def _pages(self, path: str) -> AsyncGenerator[httpx.Response, None]:
-        response = await self._http.get(path, params={"per_page": PER_PAGE, "page": 1})
+        response = await self._get(path, params={"per_page": PER_PAGE, "page": 1})
         base = _origin(httpx.URL(self._base_url))
         seen: set[str] = set()
         for _ in range(MAX_PAGES):
@@ -171,11 +192,15 @@ class GitHubClient:
             target = response.url.join(next_url)
             # The Authorization header goes with every page, so only follow our own origin.
             if _origin(target) != base:
-                raise GitHubError(response.status_code, f"next page {target} leaves {base[1]}")
+                raise GitHubError(
+                    response.status_code, self._scrub(f"next page {target} leaves {base[1]}")
+                )
             if str(target) in seen:
-                raise GitHubError(response.status_code, f"pagination loops at {target}")
+                raise GitHubError(
+                    response.status_code, self._scrub(f"pagination loops at {target}")
+                )
             seen.add(str(target))
-            response = await self._http.get(target)
+            response = await self._get(target)
         raise GitHubError(response.status_code, f"more than {MAX_PAGES} pages of runners")
 
     def _runners_of(self, response: httpx.Response) -> list[GitHubRunner]:
@@ -212,22 +237,34 @@ class GitHubClient:
         text = ": ".join(parts) if parts else response.text.strip()
         return self._scrub(text[: MESSAGE_LIMIT * 2] or response.reason_phrase)
 
+    def _transport_text(self, exc: httpx.HTTPError) -> str:
+        return self._scrub(f"{type(exc).__name__}: {exc}")
+
     def _scrub(self, text: str) -> str:
-        # Servers and proxies have been known to echo request headers in error pages.
-        secret = self._token.get_secret_value()
-        return text.replace(secret, _REDACTED) if secret else text
+        # Servers and proxies have been known to echo request headers in error pages, and
+        # httpx quotes a header value it refuses; either may be escaped or cut short.
+        return scrub(text, [self._token.get_secret_value()])
 
 
 def load_github_token(env: Mapping[str, str], token_file: Path | None) -> SecretStr | None:
     """KEEPER_GITHUB_TOKEN when set and non-empty, else the token file's stripped content,
-    else None. A token file that was named but cannot be used is an error, not None."""
+    else None. A token file that was named but cannot be used is an error, not None, and
+    so is a token that cannot go into an Authorization header (two lines, a control
+    character): the error names the source and the problem, never the token."""
     from_env = env.get(TOKEN_ENV, "").strip()
     if from_env:
+        problem = header_secret_problem(from_env)
+        if problem:
+            raise ValueError(
+                f"{TOKEN_ENV} {problem}; set it to the token alone (one line, no spaces or "
+                "control characters)"
+            )
         return SecretStr(from_env)
     if token_file is None:
         return None
     try:
-        content = token_file.read_text(encoding="utf-8").strip()
+        # Bytes, so a stray CR is reported as what it is rather than read as a line break.
+        content = token_file.read_bytes().decode("utf-8").strip()
     except FileNotFoundError:
         raise ValueError(
             f"GitHub token file {token_file} does not exist; write the token to it "
@@ -242,5 +279,11 @@ def load_github_token(env: Mapping[str, str], token_file: Path | None) -> Secret
     if not content:
         raise ValueError(
             f"GitHub token file {token_file} is empty; write the token to it or set {TOKEN_ENV}"
+        )
+    problem = header_secret_problem(content)
+    if problem:
+        raise ValueError(
+            f"GitHub token file {token_file} {problem}; write the token alone on one line "
+            f"(no spaces or control characters), or set {TOKEN_ENV}"
         )
     return SecretStr(content)

@@ -5,11 +5,13 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass
+from datetime import timedelta
 
 from pydantic import SecretStr
 
 from runtime.garm_provider import ExternalProvider
 from runtime.github_client import GitHubClient, load_github_token
+from runtime.instance_lease import DEFAULT_LEASE_MARGIN, InstanceLeases
 from runtime.settings import RunnerSettings
 from store import RunnerStore, open_store
 
@@ -21,6 +23,12 @@ class RunnerDeps:
     store: RunnerStore
     github: GitHubClient
     provider: ExternalProvider
+    lease_margin: timedelta = DEFAULT_LEASE_MARGIN
+
+    @property
+    def leases(self) -> InstanceLeases:
+        """The provider's instance leases, in the runner store every worker host shares."""
+        return InstanceLeases(self.store, margin=self.lease_margin)
 
     async def aclose(self) -> None:
         await self.github.aclose()
@@ -29,7 +37,8 @@ class RunnerDeps:
 
 def github_token(settings: RunnerSettings) -> SecretStr:
     """KEEPER_GITHUB_TOKEN, else the token file. With neither, calls go out unauthenticated
-    and GitHub's 401 shows in each deletion's details, which says what to fix."""
+    and GitHub's 401 shows in each deletion's details, which says what to fix. A token that
+    cannot be sent (two lines, a control character) is refused here, naming its source."""
     token_file = settings.github.token_file
     if token_file is not None and not token_file.exists():
         log.warning(
@@ -40,14 +49,17 @@ def github_token(settings: RunnerSettings) -> SecretStr:
 
 
 def open_runner_deps(settings: RunnerSettings) -> RunnerDeps:
+    token = github_token(settings)
     return RunnerDeps(
         store=open_store(settings.store_url),
         github=GitHubClient(
             settings.github.api_url,
-            github_token(settings),
+            token,
             timeout=settings.github.timeout.total_seconds(),
+            max_retry_after=settings.github.max_retry_after.total_seconds(),
         ),
         provider=make_provider(settings),
+        lease_margin=settings.provider.lease_margin,
     )
 
 

@@ -19,7 +19,10 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
 from domain.durations import HumanDuration
+from domain.github import DEFAULT_MAX_RETRY_AFTER_S
 from domain.runner_models import DeletionPolicy
+from domain.secret_text import header_secret_problem
+from runtime.instance_lease import DEFAULT_LEASE_MARGIN
 
 DEFAULT_CONFIG_FILE = "temporal-dev.yaml"
 CONFIG_ENV = "KEEPER_CONFIG"
@@ -57,6 +60,15 @@ class TemporalSettings(_Section):
     tls: TlsSettings = Field(default_factory=TlsSettings)
     # Never written to the file by keeper; it comes from TEMPORAL_API_KEY.
     api_key: SecretStr | None = None
+
+    @field_validator("api_key")
+    @classmethod
+    def _sendable_key(cls, value: SecretStr | None) -> SecretStr | None:
+        # gRPC would refuse it on every call, quoting it; say so once, without it.
+        problem = header_secret_problem(value.get_secret_value()) if value else None
+        if problem:
+            raise ValueError(f"TEMPORAL_API_KEY {problem}; set it to the API key alone")
+        return value
 
     @property
     def ui_base(self) -> str:
@@ -159,7 +171,11 @@ class GitHubSettings(_Section):
     # The token comes from KEEPER_GITHUB_TOKEN or this file, never from a workflow payload.
     token_file: Path | None = Path(".dev/github-token")
     timeout: HumanDuration = timedelta(seconds=10)
-    # The reconciler removes only registrations that carry this label and have no record.
+    # The longest wait GitHub's retry-after (or a rate-limit reset) may impose on a retry.
+    max_retry_after: HumanDuration = Field(
+        default=timedelta(seconds=DEFAULT_MAX_RETRY_AFTER_S), gt=timedelta(0)
+    )
+    # The reconciler removes only  registrations that carry this label and have no record.
     managed_label: str = "keeper-managed"
     # Scopes the reconciler lists: "repo:owner/name", "org:name" or "enterprise:slug".
     scopes: list[str] = Field(default_factory=list)
@@ -172,6 +188,9 @@ class ProviderSettings(_Section):
     executable: Path | None = None
     config_file: Path = Path(".dev/provider/config.json")
     controller_id: str = "keeper"
+    # How long an instance's lease outlives its provider call's timeout, so a retry on
+    # another host never runs beside a straggler (runtime/instance_lease.py).
+    lease_margin: HumanDuration = Field(default=DEFAULT_LEASE_MARGIN, ge=timedelta(0))
 
 
 class RunnerSettings(_Section):
@@ -270,4 +289,5 @@ def load_settings(path: str | Path | None = None, env: Mapping[str, str] | None 
         problems = "; ".join(
             f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in err.errors()
         )
-        raise SettingsError(f"{file}: {problems}") from err
+        # Not chained: pydantic quotes each input, and one may be a secret.
+        raise SettingsError(f"{file}: {problems}") from None

@@ -2,22 +2,34 @@
 
 from store.runner_store import (
     AuditEntry,
+    BadRow,
     CasResult,
+    InvalidRecord,
     LaneWriteRefused,
     Leak,
+    LeaseResult,
+    RecordScan,
     RunnerExists,
     RunnerStore,
+    StoreUnavailable,
     UnknownRunner,
     open_store,
+    redacted_url,
 )
 
 __all__ = [
     "AuditEntry",
+    "BadRow",
     "CasResult",
+    "InvalidRecord",
     "LaneWriteRefused",
     "Leak",
+    "LeaseResult",
+    "RecordScan",
     "RunnerExists",
     "RunnerStore",
+    "StoreUnavailable",
     "UnknownRunner",
     "open_store",
+    "redacted_url",
 ]

@@ -4,7 +4,10 @@ Rules the store enforces, whoever calls it:
 - every status write is a compare-and-set on (status, version) and must be a valid
   transition in `domain.runner_status.TRANSITIONS`;
 - deletion-lane statuses are written only by the runner's own deletion workflow;
-- the one forced write, `recover_to_deleted`, is audited and logged with its reason.
+- the one forced write, `recover_to_deleted`, is audited and logged with its reason;
+- every record it adds passes `domain.runner_record_check`, the same on both back ends,
+  and a row that fails it (written before the check, or by another tool) is read with
+  its problems attached, never a reason for a read of other rows to fail.
 
 The API is synchronous (SQLAlchemy Core); async callers run it in a thread. No method holds
 a transaction across anything but its own SQL.
@@ -12,29 +15,37 @@ a transaction across anything but its own SQL.
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Iterable, Iterator
+import re
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote, unquote
 
 from sqlalchemy import (
     Connection,
     Engine,
+    Select,
+    String,
     create_engine,
     delete,
     event,
     func,
     insert,
+    or_,
     select,
+    type_coerce,
     update,
 )
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import IntegrityError
 
-from domain.runner_models import RunnerRecord, deletion_workflow_id, utcnow
+from domain.runner_models import RUNNER_NAME_RE, RunnerRecord, deletion_workflow_id, utcnow
+from domain.runner_record_check import provider_id_problem, record_problems
 from domain.runner_status import (
     LIVE,
     AgentStatus,
@@ -42,11 +53,14 @@ from domain.runner_status import (
     check_transition,
     on_lane,
 )
-from store.schema import audit, leaks, metadata, reconcile_marks, runners
+from domain.secret_text import scrub
+from store.schema import audit, instance_leases, leaks, metadata, reconcile_marks, runners
 
 log = logging.getLogger("keeper.store")
 
 S = InstanceStatus
+# Reads and writes of one lease before acquire_lease gives up on a key changing hands.
+MAX_LEASE_ROUNDS = 10
 
 
 class UnknownRunner(LookupError):
@@ -62,6 +76,52 @@ class RunnerExists(ValueError):
 
 class LaneWriteRefused(PermissionError):
     """A deletion-lane status written by anyone but the runner's deletion workflow."""
+
+
+class InvalidRecord(ValueError):
+    """A record the store refuses to add or write; the message names every bad field."""
+
+    def __init__(self, name: str, problems: Iterable[str]) -> None:
+        self.problems = tuple(problems)
+        super().__init__(
+            f"runner {name!r} refused: {'; '.join(self.problems)}; nothing was written"
+        )
+
+
+class StoreUnavailable(RuntimeError):
+    """The runner store could not be opened. The message shows the URL with its password
+    replaced by ***, and never the password itself."""
+
+
+@dataclass(frozen=True)
+class BadRow:
+    """A stored row that fails domain.runner_record_check, as far as it can be read."""
+
+    name: str
+    problems: tuple[str, ...]
+    # As stored, so a reconciler never takes this runner's instance for an orphan.
+    scale_set: str | None
+    provider_id: str | None
+
+
+@dataclass(frozen=True)
+class RecordScan:
+    """Every row a listing matched: the valid records, and the rows that failed the check."""
+
+    records: list[RunnerRecord]
+    bad: list[BadRow]
+
+
+@dataclass(frozen=True)
+class LeaseResult:
+    """The answer to acquire_lease: taken (by `holder`), or held by someone else."""
+
+    acquired: bool
+    key: str
+    holder: str  # who holds it now: the caller when acquired
+    expires_at: datetime
+    # When an expired lease was taken over: whose it was.
+    taken_over_from: str | None = None
 
 
 @dataclass(frozen=True)
@@ -102,26 +162,114 @@ def _aware(value: datetime | None) -> datetime | None:
     return value.replace(tzinfo=UTC)
 
 
-def _record(row: Any) -> RunnerRecord:
-    m = row._mapping
-    return RunnerRecord(
-        name=m["name"],
-        scale_set=m["scale_set"],
-        provider_id=m["provider_id"],
-        github_runner_id=m["github_runner_id"],
-        github_scope=m["github_scope"],
-        instance_status=InstanceStatus(m["instance_status"]),
-        agent_status=AgentStatus(m["agent_status"]),
-        version=m["version"],
-        created_at=_aware(m["created_at"]),
-        updated_at=_aware(m["updated_at"]),
-        deleted_at=_aware(m["deleted_at"]),
+_TIME_COLUMNS = ("created_at", "updated_at", "deleted_at")
+# Stand-ins for values a RunnerRecord cannot carry. The row's problems say what is really
+# stored; an unreadable status reads as unknown, and a write expecting unknown matches it
+# (see _cas), so the deletion lane can still move the row on.
+_UNREADABLE_TIME = datetime(1970, 1, 1, tzinfo=UTC)
+_STAND_INS: dict[str, Any] = {
+    "instance_status": InstanceStatus.UNKNOWN,
+    "agent_status": AgentStatus.PENDING,
+    "version": 0,
+    "created_at": _UNREADABLE_TIME,
+    "updated_at": _UNREADABLE_TIME,
+    "deleted_at": None,
+}
+
+
+def _runner_columns() -> Select[Any]:
+    # Timestamps are read as the driver hands them over: SQLite keeps whatever text
+    # another tool wrote, and SQLAlchemy's own parsing would fail the whole result.
+    return select(
+        *(
+            type_coerce(column, String).label(column.name)
+            if column.name in _TIME_COLUMNS
+            else column
+            for column in runners.columns
+        )
     )
+
+
+def _time(value: Any) -> Any:
+    if isinstance(value, str):
+        try:
+            value = datetime.fromisoformat(value)
+        except ValueError:
+            return value
+    return _aware(value) if isinstance(value, datetime) else value
+
+
+def _values(row: Any) -> dict[str, Any]:
+    m = row._mapping
+    values = {column.name: m[column.name] for column in runners.columns}
+    for column in _TIME_COLUMNS:
+        values[column] = _time(values[column])
+    return values
+
+
+def _record(row: Any) -> RunnerRecord:
+    """The row as a record, with problems attached when it fails the check."""
+    values = _values(row)
+    problems = record_problems(values)
+    for problem in problems:
+        if problem.field in _STAND_INS:
+            values[problem.field] = _STAND_INS[problem.field]
+    return RunnerRecord.model_validate({**values, "problems": tuple(map(str, problems))})
+
+
+def _bad_row(values: Mapping[str, Any], problems: Iterable[object]) -> BadRow:
+    def text(value: Any) -> str | None:
+        return None if value is None else str(value)
+
+    return BadRow(
+        name=str(values["name"]),
+        problems=tuple(map(str, problems)),
+        scale_set=text(values["scale_set"]),
+        provider_id=text(values["provider_id"]),
+    )
+
+
+# user:password@ in a URL SQLAlchemy cannot parse; greedy, since a password may hold '@'.
+_USERINFO = re.compile(r"(//[^/:@]*:)(.*)@")
+
+
+def _url_passwords(url: str) -> list[str]:
+    """The password as SQLAlchemy reads it, and as the widest user:...@ match reads it: a
+    password with an unescaped '/' or '@' is split differently by the two."""
+    found = [unquote(m.group(2)) for m in [_USERINFO.search(url)] if m]
+    with contextlib.suppress(Exception):
+        found.append(make_url(url).password or "")
+    return [p for p in found if p]
+
+
+def redacted_url(url: str) -> str:
+    """The URL as it may be printed or logged: its password replaced by ***."""
+    widest = _USERINFO.search(url)
+    try:
+        parsed = make_url(url)
+    except Exception:
+        parsed = None
+    if parsed is not None and (widest is None or unquote(widest.group(2)) == parsed.password):
+        return parsed.render_as_string(hide_password=True)
+    # SQLAlchemy cannot read it, or reads less of it as the password than is there.
+    return _USERINFO.sub(r"\1***@", url) if widest else url
+
+
+def _without_password(url: str, text: str) -> str:
+    passwords = _url_passwords(url)
+    return scrub(text, [*passwords, *(quote(p, safe="") for p in passwords)])
 
 
 def normalise_url(url: str) -> str:
     """Accepts plain `postgresql://` and `sqlite:///` URLs; picks the drivers keeper ships."""
-    parsed = make_url(url)
+    try:
+        parsed = make_url(url)
+    except Exception as err:
+        raise ValueError(
+            f"runner store url {redacted_url(url)!r} cannot be read "
+            f"({_without_password(url, str(err))}); "
+            "use sqlite:///path/to/runners.db or postgresql://user@host:5432/db"
+        ) from None
     if parsed.drivername in ("postgresql", "postgres"):
         parsed = parsed.set(drivername="postgresql+psycopg")
     elif not parsed.drivername.startswith(("postgresql", "sqlite")):
@@ -143,6 +291,18 @@ def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
 
 
 def open_store(url: str, *, create: bool = True) -> RunnerStore:
+    """Raises StoreUnavailable, whose message names the URL without its password."""
+    try:
+        return _open(url, create=create)
+    except Exception as err:
+        # Drivers are free to quote their connection string in an error.
+        detail = _without_password(url, str(err))
+        raise StoreUnavailable(
+            f"cannot open the runner store {redacted_url(url)}: {detail}"
+        ) from None
+
+
+def _open(url: str, *, create: bool) -> RunnerStore:
     url = normalise_url(url)
     parsed = make_url(url)
     kwargs: dict[str, Any] = {"future": True}
@@ -157,7 +317,11 @@ def open_store(url: str, *, create: bool = True) -> RunnerStore:
         event.listen(engine, "connect", _sqlite_pragmas)
     store = RunnerStore(engine)
     if create:
-        store.create_schema()
+        try:
+            store.create_schema()
+        except Exception:
+            engine.dispose()
+            raise
     return store
 
 
@@ -186,8 +350,13 @@ class RunnerStore:
     # ---- reads -------------------------------------------------------------------------
 
     def get(self, name: str) -> RunnerRecord | None:
+        """The record, with its problems attached if the row fails the check: a bad row
+        is still returned for its own deletion. None when there is no such runner; a row
+        keyed by something that is not a runner name is never a runner (scan reports it)."""
+        if not RUNNER_NAME_RE.match(name):
+            return None
         with self.engine.connect() as conn:
-            row = conn.execute(select(runners).where(runners.c.name == name)).first()
+            row = conn.execute(_runner_columns().where(runners.c.name == name)).first()
         return _record(row) if row else None
 
     def require(self, name: str) -> RunnerRecord:
@@ -199,13 +368,32 @@ class RunnerStore:
     def list(
         self, scale_set: str | None = None, *, include_deleted: bool = False
     ) -> list[RunnerRecord]:
-        query = select(runners).order_by(runners.c.scale_set, runners.c.name)
+        """The valid records; a row that fails the check is logged and left out (`scan`
+        returns it too)."""
+        found = self.scan(scale_set, include_deleted=include_deleted)
+        for bad in found.bad:
+            log.warning("runner %s skipped: %s", bad.name, "; ".join(bad.problems))
+        return found.records
+
+    def scan(self, scale_set: str | None = None, *, include_deleted: bool = False) -> RecordScan:
+        """Every matching row: the valid records, and apart from them the rows that fail
+        the check, so one bad row never stops a listing."""
+        query = _runner_columns().order_by(runners.c.scale_set, runners.c.name)
         if scale_set is not None:
             query = query.where(runners.c.scale_set == scale_set)
         if not include_deleted:
             query = query.where(runners.c.instance_status != S.DELETED.value)
+        records: list[RunnerRecord] = []
+        bad: list[BadRow] = []
         with self.engine.connect() as conn:
-            return [_record(row) for row in conn.execute(query)]
+            for row in conn.execute(query):
+                values = _values(row)
+                problems = record_problems(values)
+                if problems:
+                    bad.append(_bad_row(values, problems))
+                else:
+                    records.append(RunnerRecord.model_validate(values))
+        return RecordScan(records=records, bad=bad)
 
     def live_runner_count(self, scale_set: str) -> int:
         """Runners that can take jobs. The deletion lane is never capacity."""
@@ -225,7 +413,8 @@ class RunnerStore:
         counts: dict[str, dict[InstanceStatus, int]] = {}
         with self.engine.connect() as conn:
             for scale_set, status, n in conn.execute(query):
-                counts.setdefault(scale_set, {})[InstanceStatus(status)] = int(n)
+                if status in InstanceStatus._value2member_map_:  # a bad row is scan's to report
+                    counts.setdefault(scale_set, {})[InstanceStatus(status)] = int(n)
         return counts
 
     def audit(self, name: str) -> list[AuditEntry]:
@@ -255,6 +444,9 @@ class RunnerStore:
             raise LaneWriteRefused(
                 f"runner {record.name!r}: a new record cannot start on the deletion lane"
             )
+        problems = record_problems(record.model_dump())
+        if problems:
+            raise InvalidRecord(record.name, map(str, problems))
         now = utcnow()
         with self._tx() as conn:
             existing = conn.execute(
@@ -268,7 +460,7 @@ class RunnerStore:
                     raise RunnerExists(record.name, existing.instance_status)
                 version = existing.version + 1
                 conn.execute(delete(runners).where(runners.c.name == record.name))
-            values = record.model_dump(exclude={"version", "created_at", "updated_at"})
+            values = record.model_dump(exclude={"version", "created_at", "updated_at", "problems"})
             values.update(
                 instance_status=record.instance_status.value,
                 agent_status=record.agent_status.value,
@@ -292,7 +484,9 @@ class RunnerStore:
                 version,
                 reason="created",
             )
-            return _record(conn.execute(select(runners).where(runners.c.name == record.name)).one())
+            return _record(
+                conn.execute(_runner_columns().where(runners.c.name == record.name)).one()
+            )
 
     def compare_and_set(
         self,
@@ -350,7 +544,7 @@ class RunnerStore:
                 .where(runners.c.instance_status != S.DELETED.value)
                 .values(agent_status=status.value, version=version + 1, updated_at=utcnow())
             )
-            row = conn.execute(select(runners).where(runners.c.name == name)).first()
+            row = conn.execute(_runner_columns().where(runners.c.name == name)).first()
         return CasResult(ok=result.rowcount == 1, record=_record(row) if row else None)
 
     def recover_to_deleted(self, name: str, *, actor: str, reason: str) -> RunnerRecord:
@@ -364,7 +558,7 @@ class RunnerStore:
         now = utcnow()
         for _ in range(20):
             with self._tx() as conn:
-                row = conn.execute(select(runners).where(runners.c.name == name)).first()
+                row = conn.execute(_runner_columns().where(runners.c.name == name)).first()
                 if row is None:
                     raise UnknownRunner(name)
                 current = _record(row)
@@ -396,7 +590,9 @@ class RunnerStore:
                     reason=reason,
                     forced=True,
                 )
-                updated = _record(conn.execute(select(runners).where(runners.c.name == name)).one())
+                updated = _record(
+                    conn.execute(_runner_columns().where(runners.c.name == name)).one()
+                )
             break
         else:
             raise RuntimeError(f"runner {name!r}: the row kept moving during recovery; retry")
@@ -422,6 +618,10 @@ class RunnerStore:
         provider_id: str | None = None,
     ) -> CasResult:
         check_transition(expect, to)
+        if provider_id is not None:
+            problem = provider_id_problem(provider_id)
+            if problem:
+                raise InvalidRecord(name, [f"provider_id: {problem}"])
         now = utcnow()
         values: dict[str, Any] = {
             "instance_status": to.value,
@@ -435,16 +635,23 @@ class RunnerStore:
         if provider_id is not None:
             values["provider_id"] = provider_id
         with self._tx() as conn:
+            status_matches = runners.c.instance_status == expect.value
+            if expect is S.UNKNOWN:
+                # A status keeper cannot read is read as unknown (_record); a write that
+                # expects unknown must match it, or the row could never leave it.
+                status_matches = or_(
+                    status_matches, runners.c.instance_status.not_in([s.value for s in S])
+                )
             result = conn.execute(
                 update(runners)
                 .where(runners.c.name == name)
-                .where(runners.c.instance_status == expect.value)
+                .where(status_matches)
                 .where(runners.c.version == version)
                 .values(**values)
             )
             if result.rowcount == 1:
                 self._audit(conn, name, actor, expect, to, version, version + 1, reason=reason)
-            row = conn.execute(select(runners).where(runners.c.name == name)).first()
+            row = conn.execute(_runner_columns().where(runners.c.name == name)).first()
         return CasResult(ok=result.rowcount == 1, record=_record(row) if row else None)
 
     @staticmethod
@@ -531,6 +738,84 @@ class RunnerStore:
             conn.execute(
                 update(leaks).where(leaks.c.provider_id == provider_id).values(resolved_at=utcnow())
             )
+
+    # ---- instance leases ---------------------------------------------------------------
+
+    def acquire_lease(self, key: str, *, holder: str, ttl: timedelta) -> LeaseResult:
+        """Takes the lease on `key` for `ttl` unless another holder has it unexpired. An
+        expired lease is taken over (logged). Not re-entrant: `holder` names one call."""
+        if not 0 < len(holder) <= 255:
+            raise ValueError(f"lease holder must be 1-255 characters, not {len(holder)}")
+        for _ in range(MAX_LEASE_ROUNDS):
+            now = utcnow()
+            expires = now + ttl
+            with self.engine.connect() as conn:
+                row = conn.execute(
+                    select(instance_leases).where(instance_leases.c.key == key)
+                ).first()
+            if row is None:
+                try:
+                    with self._tx() as conn:
+                        conn.execute(
+                            insert(instance_leases).values(
+                                key=key, holder=holder, acquired_at=now, expires_at=expires
+                            )
+                        )
+                except IntegrityError:
+                    continue  # taken between the read and the insert: read it again
+                return LeaseResult(acquired=True, key=key, holder=holder, expires_at=expires)
+            held_until = _aware(row.expires_at) or now
+            if held_until > now:
+                return LeaseResult(
+                    acquired=False, key=key, holder=row.holder, expires_at=held_until
+                )
+            # Holders name one call each, so matching the old holder is the compare-and-set.
+            with self._tx() as conn:
+                taken = conn.execute(
+                    update(instance_leases)
+                    .where(instance_leases.c.key == key)
+                    .where(instance_leases.c.holder == row.holder)
+                    .values(holder=holder, acquired_at=now, expires_at=expires)
+                ).rowcount
+            if taken == 1:
+                log.warning(
+                    "lease %s: took over the lease %s let expire at %s",
+                    key,
+                    row.holder,
+                    held_until.isoformat(),
+                )
+                return LeaseResult(
+                    acquired=True,
+                    key=key,
+                    holder=holder,
+                    expires_at=expires,
+                    taken_over_from=row.holder,
+                )
+        raise RuntimeError(f"lease {key!r} kept changing hands; retry")
+
+    def release_lease(self, key: str, *, holder: str) -> bool:
+        """Gives the lease back; False when `holder` no longer has it (it expired and was
+        taken over, which the new holder's log line shows)."""
+        with self._tx() as conn:
+            gone = conn.execute(
+                delete(instance_leases)
+                .where(instance_leases.c.key == key)
+                .where(instance_leases.c.holder == holder)
+            ).rowcount
+        return gone == 1
+
+    def lease(self, key: str) -> LeaseResult | None:
+        """The lease on `key` as stored, expired or not; None when nobody holds one."""
+        with self.engine.connect() as conn:
+            row = conn.execute(select(instance_leases).where(instance_leases.c.key == key)).first()
+        if row is None:
+            return None
+        return LeaseResult(
+            acquired=False,
+            key=key,
+            holder=row.holder,
+            expires_at=_aware(row.expires_at) or utcnow(),
+        )
 
     # ---- reconciler marks --------------------------------------------------------------
 

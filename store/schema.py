@@ -71,3 +71,14 @@ reconcile_marks = Table(
     Column("first_seen", DateTime(timezone=True), nullable=False),
     Column("passes", Integer, nullable=False),
 )
+
+# Who runs a provider process for an instance, and until when at the latest: a retry on
+# another host waits for the lease instead of running beside a straggler.
+instance_leases = Table(
+    "instance_leases",
+    metadata,
+    Column("key", String(255), primary_key=True),
+    Column("holder", String(255), nullable=False),
+    Column("acquired_at", DateTime(timezone=True), nullable=False),
+    Column("expires_at", DateTime(timezone=True), nullable=False),
+)

@@ -8,6 +8,7 @@ import socket
 import sys
 import time
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx
@@ -202,6 +203,23 @@ async def test_429_honours_retry_after(github: GitHubEmulator, client: GitHubCli
     assert answer.outcome is Out.RATE_LIMITED
     assert answer.status_code == 429
     assert answer.retry_after_s == 7.0
+
+
+async def test_a_day_long_retry_after_is_capped_and_both_are_kept(
+    github: GitHubEmulator,
+) -> None:
+    runner_id = github.add_runner("repo:acme/api", "r")
+    github.inject(429, retry_after=100000)
+    async with GitHubClient(github.url, SecretStr(TOKEN), max_retry_after=90) as gh:
+        answer = await gh.remove_runner(REPO_SCOPE, runner_id)
+    assert answer.outcome is Out.RATE_LIMITED
+    assert (answer.retry_after_s, answer.asked_retry_after_s) == (90.0, 100000.0)
+    assert answer.retry_capped
+
+
+def test_max_retry_after_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="max_retry_after"):
+        GitHubClient("https://api.github.com", SecretStr(TOKEN), max_retry_after=0)
 
 
 async def test_502_is_a_retryable_server_error_then_removal_succeeds(
@@ -580,6 +598,70 @@ def test_classify_http_date_retry_after() -> None:
     assert past.retry_after_s == 0.0
     garbage = classify_deregistration(429, "", {"retry-after": "soon"}, NOW)
     assert garbage.retry_after_s == 60.0
+
+
+HOUR = 3600.0
+
+
+@pytest.mark.parametrize(
+    ("status", "headers", "cap", "retry_after", "asked", "capped"),
+    [
+        (429, {"retry-after": "100000"}, 600.0, 600.0, 100000.0, True),
+        (429, {"retry-after": "30"}, 600.0, 30.0, 30.0, False),
+        (429, {"retry-after": "600"}, 600.0, 600.0, 600.0, False),
+        (429, {}, 600.0, 60.0, None, False),  # GitHub's advice, not the server's ask
+        (429, {}, 30.0, 30.0, None, False),
+        (
+            403,
+            {"x-ratelimit-remaining": "0", "x-ratelimit-reset": str(int(NOW + 2 * HOUR))},
+            600.0,
+            600.0,
+            2 * HOUR,
+            True,
+        ),
+        (429, {"retry-after": "Thu, 16 Nov 2023 22:13:20 GMT"}, 600.0, 600.0, 48 * HOUR, True),
+        (503, {"retry-after": "5000"}, 120.0, 120.0, 5000.0, True),
+        (503, {}, 120.0, None, None, False),
+        (404, {"retry-after": "100000"}, 600.0, None, None, False),
+    ],
+    ids=[
+        "429-day",
+        "429-short",
+        "429-at-cap",
+        "429-none",
+        "429-none-low-cap",
+        "403-reset-2h",
+        "429-date-2d",
+        "503-capped",
+        "503-none",
+        "404-ignores",
+    ],
+)
+def test_retry_after_is_capped_and_the_ask_is_kept(
+    status: int,
+    headers: dict[str, str],
+    cap: float,
+    retry_after: float | None,
+    asked: float | None,
+    capped: bool,
+) -> None:
+    answer = classify_deregistration(status, "", headers, NOW, max_retry_after_s=cap)
+    assert answer.retry_after_s == retry_after
+    assert answer.asked_retry_after_s == asked
+    assert answer.retry_capped is capped
+
+
+def test_wait_text_shows_the_ask_the_next_try_and_the_cap() -> None:
+    answer = classify_deregistration(429, "", {"retry-after": "100000"}, NOW)
+    at = datetime.fromtimestamp(NOW, UTC) + timedelta(seconds=answer.retry_after_s or 0)
+    assert (
+        answer.wait_text(at) == "GitHub asked for 27.8h; next try at 2023-11-14T22:23:20Z (capped)"
+    )
+    short = classify_deregistration(429, "", {"retry-after": "90"}, NOW)
+    assert short.wait_text(at) == "GitHub asked for 1.5m; next try at 2023-11-14T22:23:20Z"
+    assert classify_deregistration(502, "", {}, NOW).wait_text(at) == (
+        "next try at 2023-11-14T22:23:20Z"
+    )
 
 
 def test_classify_messages_are_short_and_human() -> None:

@@ -2,7 +2,8 @@
 
 Every call below spawns a real executable: the emulated provider through its wrapper
 script, or a few-line shell provider where a test needs to see exactly what a provider
-receives or how it dies. Nothing is mocked.
+receives or how it dies. Nothing is mocked. A provider dies with its worker, and a lease on
+the instance keeps a retry from running beside an earlier attempt.
 """
 
 from __future__ import annotations
@@ -10,15 +11,23 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import logging
 import os
+import signal
+import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+import yaml
 from pydantic import ValidationError
+from temporalio.testing import ActivityEnvironment, WorkflowEnvironment
 
+from activities.runners import ProviderActivities
 from domain.provider import (
     MESSAGE_LIMIT,
     NOT_FOUND_EXIT_CODE,
@@ -30,6 +39,7 @@ from domain.provider import (
     stderr_tail,
     timed_out,
 )
+from domain.runner_calls import ProviderDelete
 from emulators.provider import WRAPPER, launcher_env
 from emulators.provider.state import (
     add_instance,
@@ -41,6 +51,11 @@ from emulators.provider.state import (
     write_config,
 )
 from runtime.garm_provider import ExternalProvider, ProviderError
+from runtime.instance_lease import InstanceLeases
+from store import LeaseResult, open_store
+from tests.e2e_support import dev_address, start_worker_process
+from tests.runner_world import TOKEN as WORLD_TOKEN
+from tests.runner_world import RunnerWorld
 
 POOL = "pool-a"
 CONTROLLER = "controller-1"
@@ -297,6 +312,141 @@ async def test_an_on_tick_error_kills_the_provider_and_propagates(
             "i-1", POOL, timeout_s=30, on_tick=heartbeat, tick_every_s=0.1
         )
     await wait_dead(invocations(config)[0]["pid"])
+
+
+# --- tied to the worker's life ----------------------------------------------------------
+
+
+def worker_config(tmp_path: Path, env: WorkflowEnvironment, world: RunnerWorld) -> Path:
+    token_file = tmp_path / "github-token"
+    token_file.write_text(WORLD_TOKEN + "\n")
+    config = {
+        "temporal": {"address": dev_address(env), "task_queue": world.task_queue},
+        "worker": {"log_dir": str(tmp_path), "graceful_shutdown": "1s"},
+        "sweeper": {"interval": "1h"},
+        "runners": {
+            "store_url": world.store.engine.url.render_as_string(hide_password=False),
+            "github": {"api_url": world.github.url, "token_file": str(token_file)},
+            "provider": {"config_file": str(world.provider_config)},
+            "deletion": {"provider_timeout": "2m", "provider_heartbeat": "5s"},
+            "reconcile_interval": "1h",
+        },
+    }
+    path = tmp_path / "keeper.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+async def test_a_sigkilled_worker_leaves_no_provider_behind(
+    dev_env: WorkflowEnvironment,
+    world: RunnerWorld,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+):
+    world.add_runner("doomed", mode="hanging")
+    monkeypatch.setenv("KEEPER_WORKER_VERSIONED", "false")  # the dev server has no deployment
+    worker = start_worker_process(worker_config(tmp_path, dev_env, world), tmp_path / "w.log")
+    try:
+        handle = await world.request(dev_env.client, "doomed")
+        pid = await started_pid(world.provider_config, "i-doomed", within_s=60)
+        assert not dead(pid)
+        os.kill(worker.pid, signal.SIGKILL)  # the worker alone: its group would be no test
+        worker.wait(10)
+        await wait_dead(pid, within_s=10)
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait(10)
+    await handle.terminate("the test is over")
+
+
+# --- one provider process per instance (leases) -------------------------------------------
+
+
+@pytest.fixture
+def leases(tmp_path: Path) -> Iterator[InstanceLeases]:
+    store = open_store(f"sqlite:///{tmp_path / 'runners.db'}")
+    try:
+        yield InstanceLeases(store, margin=timedelta(seconds=5))
+    finally:
+        store.close()
+
+
+def delete_call(instance_id: str, timeout_s: float = 20.0) -> ProviderDelete:
+    return ProviderDelete(runner="r", instance_id=instance_id, pool_id=POOL, timeout_s=timeout_s)
+
+
+async def test_a_second_call_while_the_lease_is_held_starts_no_process(
+    config: Path, provider: ExternalProvider, leases: InstanceLeases
+):
+    add_instance(config, "runner-1", POOL, provider_id="i-1", mode="slow", mode_seconds=3)
+    activities = ProviderActivities(provider, leases)
+    first = asyncio.create_task(
+        ActivityEnvironment().run(activities.delete_instance, delete_call("i-1"))
+    )
+    await started_pid(config, "i-1")
+
+    second = await ActivityEnvironment().run(activities.delete_instance, delete_call("i-1"))
+    assert second.outcome is ProviderOutcome.FAILED
+    held = leases.store.lease("i-1")
+    assert held is not None
+    until = held.expires_at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    assert second.message.startswith(f"an earlier attempt may still be running until {until}")
+    assert attempts(config, "i-1") == 1  # no second process
+
+    assert (await first).outcome is ProviderOutcome.DELETED
+    assert leases.store.lease("i-1") is None  # given back once the process ended
+    again = await ActivityEnvironment().run(activities.delete_instance, delete_call("i-1"))
+    assert again.outcome is ProviderOutcome.NOT_FOUND and attempts(config, "i-1") == 2
+
+
+async def test_a_lease_held_by_a_lost_attempt_blocks_until_it_expires(
+    config: Path, provider: ExternalProvider, leases: InstanceLeases
+):
+    add_instance(config, "runner-1", POOL, provider_id="i-1")
+    # What a worker SIGKILLed mid-call leaves behind: its lease, never released.
+    leases.store.acquire_lease("i-1", holder="host-b pid 7 (lost)", ttl=timedelta(seconds=60))
+    activities = ProviderActivities(provider, leases)
+    answer = await ActivityEnvironment().run(activities.delete_instance, delete_call("i-1"))
+    assert answer.outcome is ProviderOutcome.FAILED
+    assert "host-b pid 7 (lost)" in answer.message
+    assert attempts(config, "i-1") == 0 and "i-1" in instances(config)
+
+
+async def test_an_expired_lease_is_taken_over(
+    config: Path,
+    provider: ExternalProvider,
+    leases: InstanceLeases,
+    caplog: pytest.LogCaptureFixture,
+):
+    add_instance(config, "runner-1", POOL, provider_id="i-1")
+    leases.store.acquire_lease("i-1", holder="host-b pid 7 (lost)", ttl=timedelta(0))
+    activities = ProviderActivities(provider, leases)
+    with caplog.at_level(logging.WARNING, logger="keeper.store"):
+        answer = await ActivityEnvironment().run(activities.delete_instance, delete_call("i-1"))
+    assert answer.outcome is ProviderOutcome.DELETED
+    assert "took over the lease host-b pid 7 (lost)" in caplog.text
+    assert leases.store.lease("i-1") is None and "i-1" not in instances(config)
+
+
+async def test_the_lease_outlives_the_call_by_its_timeout_and_margin(
+    config: Path, provider: ExternalProvider, leases: InstanceLeases
+):
+    add_instance(config, "runner-1", POOL, provider_id="i-1", mode="hanging")
+    seen: list[LeaseResult] = []
+
+    async def body() -> None:
+        async with leases.hold("i-1", runs_for=timedelta(seconds=40), what="wf attempt 1") as got:
+            seen.append(got)
+            raise RuntimeError("the provider call failed")
+
+    before = datetime.now(UTC)
+    with pytest.raises(RuntimeError):
+        await body()
+    [got] = seen
+    assert "wf attempt 1" in got.holder and got.holder.startswith(socket.gethostname())
+    assert timedelta(seconds=44) < got.expires_at - before < timedelta(seconds=47)
+    assert leases.store.lease("i-1") is None  # released on an error too
 
 
 # --- list, get, create -------------------------------------------------------------------

@@ -1,16 +1,24 @@
 """The runner store on both back ends: compare-and-set, the lane's one owner, the audited
-recovery path, live counts, leaks and reconciler marks."""
+recovery path, live counts, leaks, reconciler marks and instance leases."""
 
 from __future__ import annotations
 
 import concurrent.futures
 import logging
+from datetime import timedelta
 
 import pytest
 
 from domain.runner_models import RunnerRecord, deletion_workflow_id
 from domain.runner_status import AgentStatus, InstanceStatus, InvalidTransition
-from store import LaneWriteRefused, RunnerExists, RunnerStore, UnknownRunner, open_store
+from store import (
+    LaneWriteRefused,
+    RunnerExists,
+    RunnerStore,
+    StoreUnavailable,
+    UnknownRunner,
+    open_store,
+)
 
 S = InstanceStatus
 
@@ -178,7 +186,7 @@ def test_leaks_and_marks(runner_store: RunnerStore) -> None:
 
 
 def test_bad_urls_name_the_fix(tmp_path) -> None:
-    with pytest.raises(ValueError, match="sqlite:///"):
+    with pytest.raises(StoreUnavailable, match="sqlite:///"):
         open_store("mysql://x@y/z")
 
 
@@ -187,3 +195,39 @@ def test_sqlite_runs_in_wal_mode(tmp_path) -> None:
     with store.engine.connect() as conn:
         assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
     store.close()
+
+
+def test_instance_leases_on_both_back_ends(runner_store: RunnerStore) -> None:
+    minute = timedelta(minutes=1)
+    first = runner_store.acquire_lease("i-1", holder="host-a #1", ttl=minute)
+    assert first.acquired and first.holder == "host-a #1"
+    held = runner_store.acquire_lease("i-1", holder="host-b #2", ttl=minute)
+    assert not held.acquired and held.holder == "host-a #1"
+    assert abs((held.expires_at - first.expires_at).total_seconds()) < 0.01
+    # Not re-entrant: a holder name stands for one call, never for a host.
+    assert not runner_store.acquire_lease("i-1", holder="host-a #1", ttl=minute).acquired
+    assert runner_store.acquire_lease("i-2", holder="host-b #2", ttl=minute).acquired
+    assert not runner_store.release_lease("i-1", holder="host-b #2")
+    assert runner_store.release_lease("i-1", holder="host-a #1")
+    assert runner_store.lease("i-1") is None
+
+
+def test_an_expired_lease_is_taken_over_and_its_late_release_changes_nothing(
+    runner_store: RunnerStore,
+) -> None:
+    runner_store.acquire_lease("i-1", holder="lost #1", ttl=timedelta(0))
+    taken = runner_store.acquire_lease("i-1", holder="retry #2", ttl=timedelta(minutes=1))
+    assert taken.acquired and taken.taken_over_from == "lost #1"
+    assert not runner_store.release_lease("i-1", holder="lost #1")  # the straggler ends late
+    assert runner_store.lease("i-1").holder == "retry #2"  # type: ignore[union-attr]
+
+
+def test_concurrent_lease_takers_have_exactly_one_winner(runner_store: RunnerStore) -> None:
+    runner_store.acquire_lease("i-1", holder="lost", ttl=timedelta(0))
+
+    def attempt(n: int) -> bool:
+        return runner_store.acquire_lease("i-1", holder=f"t{n}", ttl=timedelta(minutes=1)).acquired
+
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        wins = list(pool.map(attempt, range(16)))
+    assert wins.count(True) == 1

@@ -90,7 +90,7 @@ def build_activities(
     )
     store = RunnerStoreActivities(runners.store)
     github = GitHubActivities(runners.github)
-    provider = ProviderActivities(runners.provider)
+    provider = ProviderActivities(runners.provider, runners.leases)
     reconciler = ReconcilerActivities(runners.store, runners.github, runners.provider, client)
     return [
         tpu.create_slice,
