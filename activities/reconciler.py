@@ -58,7 +58,6 @@ class ReconcilerActivities:
             for bad in found.bad
         ]
 
-
         registrations: dict[str, list[GitHubRunner]] = {}
         for text in request.scopes:
             activity.heartbeat(f"listing registrations in {text}")
