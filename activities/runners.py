@@ -12,17 +12,21 @@ from datetime import timedelta
 from typing import TypeVar
 
 from temporalio import activity
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
-from domain.github import DeregistrationAnswer, GitHubScope
-from domain.provider import ProviderAnswer, ProviderOutcome
+from domain.deregistration import DeregisterMode, retry_of
+from domain.github import DeregistrationAnswer, DeregistrationOutcome, GitHubScope
+from domain.provider import ProviderAnswer, ProviderOutcome, describe_provider
 from domain.runner_calls import (
+    DeregisterCall,
+    DeregisterResult,
     FinishDeletion,
     FinishResult,
     LaneResult,
     LaneWrite,
     LeakReport,
     ProviderDelete,
+    ProviderResult,
     RegistrationRef,
 )
 from domain.runner_lane import LaneMove, decide
@@ -41,6 +45,8 @@ S = InstanceStatus
 MAX_CAS_ROUNDS = 20
 UNKNOWN_RUNNER = "UnknownRunner"
 NOT_THE_OWNER = "NotTheLaneOwner"
+GITHUB_RETRY = "GitHubAskAgain"
+PROVIDER_RETRY = "ProviderAskAgain"
 
 
 def _owner_of(runner: str) -> str:
@@ -153,9 +159,40 @@ class GitHubActivities:
 
     @activity.defn(name="runners.remove_registration")
     async def remove_registration(self, ref: RegistrationRef) -> DeregistrationAnswer:
-        # Every answer is returned, not raised: the workflow decides (busy wait, backoff)
-        # and shows the answer in its details.
+        # One answer per call, for deletions started before `deletion-v2`: their workflow
+        # code does its own busy wait and backoff.
         return await self._github.remove_runner(GitHubScope.parse(ref.scope), ref.runner_id)
+
+    @activity.defn(name="runners.deregister")
+    async def deregister(self, call: DeregisterCall) -> DeregisterResult:
+        """Asks GitHub to remove the registration. An answer that only means "ask again
+        later" (domain.deregistration.retry_of) raises, so Temporal's retry asks again
+        without a history event; any other answer is returned for the workflow to decide."""
+        info = activity.info()
+        mode = DeregisterMode(call.mode)
+        try:
+            scope = GitHubScope.parse(call.ref.scope)
+        except ValueError as err:
+            # A record whose scope cannot be a GitHub scope: asking again will not fix it.
+            answer = DeregistrationAnswer(
+                outcome=DeregistrationOutcome.CLIENT_ERROR,
+                status_code=None,
+                message=f"the runner record's GitHub scope is invalid: {err}",
+            )
+        else:
+            answer = await self._github.remove_runner(scope, call.ref.runner_id)
+        now = info.current_attempt_scheduled_time
+        busy_left = call.busy_until - now if call.busy_until is not None else None
+        retry = retry_of(answer, mode, call.policy, attempt=info.attempt, busy_left=busy_left)
+        if retry is None:
+            return DeregisterResult(answer=answer, attempts=info.attempt)
+        raise ApplicationError(
+            f"{retry.reason}; attempt {info.attempt}, {answer.wait_text(now + retry.delay)}",
+            answer,
+            type=GITHUB_RETRY,
+            next_retry_delay=retry.delay,
+            category=ApplicationErrorCategory.BENIGN if retry.benign else None,
+        )
 
 
 class ProviderActivities:
@@ -193,3 +230,18 @@ class ProviderActivities:
                 )
         except LeaseHeld as held:
             return ProviderAnswer(outcome=ProviderOutcome.FAILED, message=str(held), duration_s=0.0)
+
+    @activity.defn(name="runners.provider_delete")
+    async def provider_delete(self, call: ProviderDelete) -> ProviderResult:
+        """Deletes the instance; returns once the provider says it is gone. A failed
+        attempt raises, so the retry policy (not workflow code) tries again."""
+        info = activity.info()
+        answer = await self.delete_instance(call)
+        if answer.gone:
+            return ProviderResult(answer=answer, attempts=info.attempt)
+        raise ApplicationError(
+            f"provider delete of {call.instance_id}: {describe_provider(answer)}; "
+            f"attempt {info.attempt}",
+            answer,
+            type=PROVIDER_RETRY,
+        )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+from datetime import UTC
 from typing import Any
 
 import click
@@ -88,6 +89,37 @@ def _view_text(view: DeletionView) -> str:
     return text
 
 
+def _retrying(desc: Any) -> list[dict[str, Any]]:
+    """Calls Temporal is retrying for the deletion: each attempt is a retry, not a history
+    event, so the attempt count, last answer and next try live on the pending activity."""
+    calls: list[dict[str, Any]] = []
+    for pending in desc.raw_description.pending_activities if desc else []:
+        next_try = None
+        if pending.HasField("next_attempt_schedule_time"):
+            next_try = pending.next_attempt_schedule_time.ToDatetime(tzinfo=UTC)
+        calls.append(
+            {
+                "activity": pending.activity_type.name,
+                "attempt": pending.attempt,
+                "last_failure": pending.last_failure.message or None,
+                "next_try_at": next_try.strftime("%Y-%m-%dT%H:%M:%SZ") if next_try else None,
+            }
+        )
+    return calls
+
+
+def _retrying_text(calls: list[dict[str, Any]]) -> str:
+    lines = []
+    for call in calls:
+        line = f"{call['activity']}: attempt {call['attempt']}"
+        if call["last_failure"]:
+            line += f", last: {terminal_text(call['last_failure'])}"
+        if call["next_try_at"]:
+            line += f", next try at {call['next_try_at']}"
+        lines.append(line)
+    return "\n".join(lines)
+
+
 async def _query(handle: WorkflowHandle[Any, Any]) -> DeletionView | None:
     try:
         return await handle.query("status", result_type=DeletionView)
@@ -102,6 +134,11 @@ async def _follow(handle: WorkflowHandle[Any, Any], as_json: bool) -> None:
         view = await _query(handle)
         if view and view.status and not as_json:
             text = _view_text(view)
+            if view.waiting:
+                # Attempts are Temporal's retries now: the pending call holds the last answer.
+                calls = _retrying(await describe_or_none(handle))
+                if calls:
+                    text += f"\n{'':16} retrying " + _retrying_text(calls)
             if text != last:
                 click.echo(text)
                 last = text
@@ -314,19 +351,19 @@ def status(keeper: KeeperContext, name: str, as_json: bool) -> None:
     finally:
         store.close()
 
-    async def deletion() -> tuple[str | None, DeletionView | None, Any]:
+    async def deletion() -> tuple[str | None, DeletionView | None, Any, list[dict[str, Any]]]:
         client: Client = await client_for(settings)
         handle = client.get_workflow_handle(deletion_workflow_id(name), result_type=DeletionResult)
         desc = await describe_or_none(handle)
         if desc is None:
-            return None, None, None
+            return None, None, None, []
         view = await _query(handle)
         result = None
         if desc.status and desc.status.name == "COMPLETED":
             result = await handle.result()
-        return desc.status.name if desc.status else None, view, result
+        return desc.status.name if desc.status else None, view, result, _retrying(desc)
 
-    state, view, result = asyncio.run(deletion())
+    state, view, result, retrying = asyncio.run(deletion())
     if as_json:
         _emit_json(
             {
@@ -339,6 +376,7 @@ def status(keeper: KeeperContext, name: str, as_json: bool) -> None:
                     "status": state,
                     "view": view.model_dump(mode="json") if view else None,
                     "result": result.model_dump(mode="json") if result else None,
+                    "retrying": retrying,
                     "ui": settings.temporal.workflow_url(deletion_workflow_id(name)),
                 },
             }
@@ -371,6 +409,8 @@ def status(keeper: KeeperContext, name: str, as_json: bool) -> None:
         click.echo(f"  deletion {deletion_workflow_id(name)}: {state}")
         if view:
             click.echo("    " + _view_text(view).replace("\n", "\n    "))
+        if retrying:
+            click.echo("    retrying " + _retrying_text(retrying).replace("\n", "\n    retrying "))
         click.echo(f"  History: {settings.temporal.workflow_url(deletion_workflow_id(name))}")
 
 

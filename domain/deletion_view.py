@@ -33,6 +33,13 @@ class DeletionView(BaseModel):
     requests: list[str] = Field(default_factory=list)
     cancel_requested: bool = False
     error: str | None = None
+    escalated: bool = False
+    # What the deletion waits on while Temporal retries a call for it (no history event per
+    # attempt); the pending activity has the attempt count, last answer and next try.
+    waiting: str | None = None
+    # Requests whose payload was not a DeletionRequest: shown, never acted on.
+    rejected: list[str] = Field(default_factory=list)
+    run: int = 1  # which run of this deletion (continue-as-new rolls the history over)
 
 
 def backoff(attempt: int, initial: timedelta, maximum: timedelta) -> timedelta:
@@ -71,6 +78,13 @@ def render_details(view: DeletionView) -> str:
         lines.append(f"| next try | {_when(view.next_try_at)} |")
     if view.decision:
         lines.append(f"| decision | {md_text(view.decision)} |")
+    if view.waiting:
+        lines.append(f"| waiting on | {md_text(view.waiting)} |")
+    if view.run > 1:
+        lines.append(f"| run | {view.run} (the history rolled over) |")
+    if view.rejected:
+        rejected = "; ".join(md_text(r, REQUEST_LIMIT) for r in view.rejected[-MAX_REQUESTS_SHOWN:])
+        lines.append(f"| rejected requests | {rejected} |")
     if view.cancel_requested:
         lines.append("| cancel | requested; the lane is forward-only, so the deletion finishes |")
     shown = view.requests[-MAX_REQUESTS_SHOWN:]

@@ -137,3 +137,13 @@ def timed_out(timeout_s: float, stderr: str, duration_s: float) -> ProviderAnswe
         message=f"{message}: {said}" if said else message,
         duration_s=duration_s,
     )
+
+
+def describe_provider(answer: ProviderAnswer) -> str:
+    """One line for the UI: how the call ended, its exit code and the provider's words."""
+    text = answer.outcome.value
+    if answer.exit_code is not None:
+        text += f" (exit {answer.exit_code})"
+    if answer.message and not answer.gone:
+        text += f": {answer.message[:200]}"
+    return text + f" in {answer.duration_s:.1f}s"

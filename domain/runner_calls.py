@@ -6,8 +6,10 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict
 
+from domain.github import DeregistrationAnswer
+from domain.provider import ProviderAnswer
 from domain.runner_lane import LaneMove
-from domain.runner_models import RunnerRecord
+from domain.runner_models import DeletionPolicy, RunnerRecord
 from domain.runner_status import InstanceStatus
 
 
@@ -50,6 +52,15 @@ class RegistrationRef(_Call):
     runner_id: int
 
 
+def registration_ref(record: RunnerRecord) -> RegistrationRef | None:
+    """The registration a record points at, or None when the runner never registered."""
+    if record.github_runner_id is None or record.github_scope is None:
+        return None
+    return RegistrationRef(
+        runner=record.name, scope=record.github_scope, runner_id=record.github_runner_id
+    )
+
+
 class ProviderDelete(_Call):
     runner: str
     instance_id: str  # provider id, or the runner name when the create never reported one
@@ -62,3 +73,25 @@ class LeakReport(_Call):
     provider_id: str
     scale_set: str
     reason: str
+
+
+class DeregisterCall(_Call):
+    """One deregistration: GitHub is asked until the mode's table (domain.deregistration)
+    says the answer is the workflow's to decide."""
+
+    ref: RegistrationRef
+    mode: str  # a domain.deregistration.DeregisterMode
+    policy: DeletionPolicy
+    # WAIT mode: until when a busy runner is waited for, on the server's clock (the activity
+    # compares it with its attempt's scheduled time, which time-skipping tests move too).
+    busy_until: datetime | None = None
+
+
+class DeregisterResult(_Call):
+    answer: DeregistrationAnswer
+    attempts: int  # this call's attempts, the last one included
+
+
+class ProviderResult(_Call):
+    answer: ProviderAnswer
+    attempts: int

@@ -97,6 +97,9 @@ class DeletionPolicy(BaseModel):
     force_provider_attempts: int = Field(default=3, ge=1, le=100, strict=True)
     # After a "proceed" decision the registration is removed once the runner is offline.
     registration_cleanup_attempts: int = Field(default=10, ge=1, le=1000, strict=True)
+    # A deletion that waits long (escalated, or a provider that keeps failing) continues as
+    # a new run past this many history events, or when the server suggests it sooner.
+    history_events_limit: int = Field(default=2000, ge=100, le=40000, strict=True)
 
 
 class DeletionRequest(BaseModel):
@@ -110,6 +113,32 @@ class DeletionRequest(BaseModel):
     reason: str = Field(default="", max_length=500)
 
 
+class DeletionCarry(BaseModel):
+    """What a deletion hands to its next run when its history rolls over (continue-as-new).
+
+    The record itself is read again from the store; this is only what the store does not
+    hold: who asked, whether a force came, and how far the registration step got.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    run: int = Field(default=2, ge=2)  # this deletion's run number: 2 after the first roll-over
+    force: bool = False
+    requests: tuple[str, ...] = ()
+    rejected: tuple[str, ...] = ()
+    # None while the registration step is still going; afterwards whether the registration
+    # was left for after the compute is gone.
+    registration_left: bool | None = None
+    escalated: bool = False
+    busy_since: datetime | None = None
+    decision: str | None = None
+    error: str | None = None
+    github: str = "-"
+    github_attempts: int = 0
+    provider: str = "-"
+    provider_attempts: int = 0
+
+
 class RunnerDeletionInput(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -118,6 +147,8 @@ class RunnerDeletionInput(BaseModel):
     # joins a running deletion is recorded the same way) and leave this unset.
     request: DeletionRequest | None = Field(default_factory=DeletionRequest)
     policy: DeletionPolicy = Field(default_factory=DeletionPolicy)
+    # Set only by the deletion itself when it continues as new.
+    carried: DeletionCarry | None = None
 
     @field_validator("runner", mode="before")
     @classmethod

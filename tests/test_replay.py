@@ -1,32 +1,67 @@
-"""Replays recorded bootstrap and runner-deletion histories against the current workflow code.
+"""Replays every recorded workflow history against the current workflow code.
 
-A change that would break running workflows (a new command, a reordered activity) makes
-these fail. When a change is meant to be compatible, re-record with
+A recorded history stands for a workflow that may be running on a cluster right now, so a
+change that would break it (a new command, a reordered activity, a changed child id) must
+fail here. Recordings are never edited or deleted: each recording run writes a new folder,
 
-    KEEPER_RECORD_HISTORIES=1 pytest tests/test_replay.py
+    KEEPER_RECORD_HISTORIES=1 pytest tests/test_replay.py -k record
 
-and keep the old files next to the new ones when the change needs `workflow.patched`.
+goes to tests/histories/<today>/ (KEEPER_HISTORY_DIR names another folder), refuses to
+overwrite a file, and `test_recorded_histories_are_never_edited_or_removed` fails CI when a
+committed recording changes. A recording stops replaying only when the patch it depends on
+is retired, and then it is listed in tests/histories/RETIRED.md (docs/operations.md, Rollouts).
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
+import json
+import os
+import re
+import shutil
+import subprocess
+from collections.abc import Callable
+from datetime import date
 from pathlib import Path
+from typing import Any
 
 import pytest
 from temporalio.client import WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
-from domain.naming import bootstrap_run_workflow_id, bootstrap_workflow_id
+from domain.naming import bootstrap_run_workflow_id, bootstrap_workflow_id, teardown_workflow_id
+from domain.runner_models import deletion_workflow_id
 from domain.slice_request import Capacity
 from emulators.tpu import Scenario, TpuEmulator
 from tests.harness import env_flag, running_worker, slice_request
-from workers.registry import WORKFLOWS
+from workers.registry import WORKFLOW_FAILURE_EXCEPTION_TYPES, WORKFLOW_INTERCEPTORS, WORKFLOWS
 from workflows.tpu_bootstrap import TpuSliceBootstrap
 
 HISTORIES = Path(__file__).parent / "histories"
+RETIRED = HISTORIES / "RETIRED.md"
+REPO = Path(__file__).resolve().parent.parent
+# The last commit that rewrote recordings in place. From here on they only ever get added.
+FROZEN_SINCE = "a81f37ac1110f7fd0171d29fd9955b51f71a05b6"
+
+
+def recording_dir() -> Path:
+    folder = HISTORIES / os.environ.get("KEEPER_HISTORY_DIR", date.today().isoformat())
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def write_recording(name: str, text: str) -> None:
+    target = recording_dir() / name
+    if target.exists():
+        raise FileExistsError(
+            f"{target.relative_to(REPO)} is already recorded and is never overwritten; "
+            "record into a new folder with KEEPER_HISTORY_DIR"
+        )
+    target.write_text(text)
+
 
 SCENARIOS = {
     "reserved-ready": (slice_request("replay-ready"), Scenario(assign_after=600)),
@@ -57,17 +92,28 @@ async def test_record(time_env, clocked_emu: TpuEmulator, label: str):
         # Failed bootstraps are histories worth keeping too.
         with contextlib.suppress(Exception):
             await handle.result()
-    HISTORIES.mkdir(exist_ok=True)
     for suffix, workflow_id in (
         ("supervisor", handle.id),
         ("child", bootstrap_run_workflow_id(request.slice_name)),
     ):
         history = await time_env.client.get_workflow_handle(workflow_id).fetch_history()
-        (HISTORIES / f"{label}.{suffix}.json").write_text(history.to_json())
+        write_recording(f"{label}.{suffix}.json", history.to_json())
 
 
 def recorded() -> list[Path]:
-    return sorted(HISTORIES.glob("*.json"))
+    return sorted(HISTORIES.rglob("*.json"))
+
+
+def retired() -> dict[str, str]:
+    """Recordings whose patch was retired: `| path | release | reason |` rows of RETIRED.md."""
+    if not RETIRED.exists():
+        return {}
+    rows: dict[str, str] = {}
+    for line in RETIRED.read_text().splitlines():
+        cells = [cell.strip().strip("`") for cell in line.strip().strip("|").split("|")]
+        if len(cells) == 3 and cells[0].endswith(".json"):
+            rows[cells[0]] = f"retired in {cells[1]}: {cells[2]}"
+    return rows
 
 
 def test_histories_are_recorded():
@@ -77,12 +123,83 @@ def test_histories_are_recorded():
     )
 
 
-@pytest.mark.parametrize("path", recorded(), ids=lambda p: p.stem)
+def test_every_retired_recording_exists():
+    missing = [name for name in retired() if not (HISTORIES / name).exists()]
+    assert missing == [], f"RETIRED.md lists recordings that are not there: {missing}"
+
+
+# Workflow type -> its canonical id from its input: the workflows refuse to run under any
+# other id, and a history file does not hold the id it ran under.
+CANONICAL_IDS: dict[str, Callable[[dict[str, Any]], str]] = {
+    "TpuSliceBootstrap": lambda inp: bootstrap_workflow_id(inp["slice_name"]),
+    "TpuSliceTeardown": lambda inp: teardown_workflow_id(inp["slice_name"]),
+    "RunnerDeletion": lambda inp: deletion_workflow_id(inp["runner"]),
+}
+
+
+def workflow_id_of(path: Path, text: str) -> str:
+    started = json.loads(text)["events"][0]["workflowExecutionStartedEventAttributes"]
+    canonical = CANONICAL_IDS.get(started["workflowType"]["name"])
+    payloads = started.get("input", {}).get("payloads", [])
+    if canonical is None or not payloads:
+        return path.stem
+    return canonical(json.loads(base64.b64decode(payloads[0]["data"])))
+
+
+@pytest.mark.parametrize("path", recorded(), ids=lambda p: str(p.relative_to(HISTORIES)))
 async def test_replay(path: Path):
-    history = WorkflowHistory.from_json(path.stem, await asyncio.to_thread(path.read_text))
-    replayer = Replayer(workflows=WORKFLOWS, data_converter=pydantic_data_converter)
+    why = retired().get(str(path.relative_to(HISTORIES)))
+    if why:
+        pytest.skip(why)
+    text = await asyncio.to_thread(path.read_text)
+    history = WorkflowHistory.from_json(workflow_id_of(path, text), text)
+    # The worker's own interceptors and failure types: a replay runs what a worker would.
+    replayer = Replayer(
+        workflows=WORKFLOWS,
+        data_converter=pydantic_data_converter,
+        interceptors=WORKFLOW_INTERCEPTORS,
+        workflow_failure_exception_types=WORKFLOW_FAILURE_EXCEPTION_TYPES,
+    )
     result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
     assert result.replay_failure is None, f"{path.name}: {result.replay_failure}"
+
+
+def _git(*args: str) -> subprocess.CompletedProcess[str]:
+    git = shutil.which("git")
+    assert git, "git is needed to check that recorded histories are never edited"
+    return subprocess.run([git, *args], cwd=REPO, capture_output=True, text=True, check=False)
+
+
+def test_recorded_histories_are_never_edited_or_removed():
+    if _git("cat-file", "-e", f"{FROZEN_SINCE}^{{commit}}").returncode != 0:
+        shallow = _git("rev-parse", "--is-shallow-repository").stdout.strip() == "true"
+        if shallow:
+            pytest.skip("a shallow clone has no history to compare; CI uses a full clone")
+        pytest.fail(f"commit {FROZEN_SINCE[:7]} is not in this repository's history")
+    committed = _git(
+        "log",
+        "--format=%h",
+        "--name-status",
+        "--diff-filter=MDR",
+        f"{FROZEN_SINCE}..HEAD",
+        "--",
+        "tests/histories/*.json",
+        "tests/histories/**/*.json",
+    )
+    assert committed.returncode == 0, committed.stderr
+    uncommitted = _git("status", "--porcelain", "--", "tests/histories")
+    assert uncommitted.returncode == 0, uncommitted.stderr
+    changed = [
+        line
+        for line in uncommitted.stdout.splitlines()
+        if re.match(r"^( ?[MDR]|[MDR].)", line) and line.endswith(".json")
+    ]
+    assert committed.stdout.strip() == "" and changed == [], (
+        "recorded histories were edited, moved or removed; restore them and add new recordings "
+        "in a new folder instead (use workflow.patched for the change):\n"
+        + committed.stdout
+        + "\n".join(changed)
+    )
 
 
 # ---- runner deletions -----------------------------------------------------------------
@@ -123,4 +240,4 @@ async def test_record_runner(dev_env, tmp_path: Path, label: str):
             force_write(world.store, name, InstanceStatus.PENDING_DELETE)
         await handle.result()
         history = await handle.fetch_history()
-    (HISTORIES / f"{label}.json").write_text(history.to_json())
+    write_recording(f"{label}.json", history.to_json())

@@ -172,7 +172,7 @@ async def test_failing_provider_is_retried_and_never_marked_deleted_meanwhile(
     dev_env: WorkflowEnvironment, world: RunnerWorld
 ) -> None:
     """Interleaving 3: the provider fails (and there is no revert to lose)."""
-    world.add_runner("flaky", mode="failing", fail_times=3)
+    world.add_runner("flaky", mode="failing", fail_times=5)
     async with runner_worker(dev_env.client, world):
         handle = await world.request(dev_env.client, "flaky")
         await eventually(
@@ -181,12 +181,16 @@ async def test_failing_provider_is_retried_and_never_marked_deleted_meanwhile(
         )
         assert world.status("flaky") is S.DELETING and world.instance_exists("flaky")
         view = await view_of(dev_env.client, "flaky")
-        assert view.step is DeletionStep.PROVIDER_DELETE and "failed" in view.provider
+        assert view.step is DeletionStep.PROVIDER_DELETE and view.waiting
+        # The retries are Temporal's: the pending activity carries the attempt and the error.
+        pending = (await handle.describe()).raw_description.pending_activities
+        assert [p.activity_type.name for p in pending] == ["runners.provider_delete"]
+        assert pending[0].attempt >= 2 and "failed" in pending[0].last_failure.message
         result = await handle.result()
         view = await view_of(dev_env.client, "flaky")
     assert result.outcome is DeletionOutcome.DELETED and result.leaked_provider_id is None
-    assert provider_state.attempts(world.provider_config, "i-flaky") == 4
-    assert view.provider_attempts == 4
+    assert provider_state.attempts(world.provider_config, "i-flaky") == 6
+    assert view.provider_attempts == 6
 
 
 @pytest.mark.parametrize("mode", ["not-found", "slow"])

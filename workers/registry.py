@@ -104,6 +104,8 @@ def build_activities(
         store.finish_deleted,
         store.record_leak,
         github.remove_registration,
+        github.deregister,
         provider.delete_instance,
+        provider.provider_delete,
         reconciler.reconcile_pass,
     ]

@@ -11,6 +11,8 @@ from datetime import timedelta
 
 from temporalio.common import RetryPolicy
 
+from domain.runner_models import DeletionPolicy
+
 CALL_TIMEOUT = timedelta(minutes=2)
 # A poll makes a few reads in parallel, each bounded by tpu.call_timeout (30 s by default).
 # Kept short because it is also how long an attempt lost with a crashed worker stalls the
@@ -83,3 +85,24 @@ GITHUB_RETRY = RetryPolicy(
 # let a crashed worker's attempt be noticed well before the provider timeout.
 PROVIDER_MARGIN = timedelta(seconds=30)
 ONE_ATTEMPT = RetryPolicy(maximum_attempts=1)
+
+
+def github_retry(policy: DeletionPolicy, attempts: int = 0) -> RetryPolicy:
+    """Deregistration calls raise with their own next_retry_delay (busy poll, recheck,
+    backoff, retry-after); the interval here only covers crashes and timeouts."""
+    return RetryPolicy(
+        initial_interval=policy.retry_initial,
+        backoff_coefficient=2.0,
+        maximum_interval=max(policy.retry_max, policy.escalation_recheck, policy.busy_poll),
+        maximum_attempts=attempts,
+    )
+
+
+def provider_retry(policy: DeletionPolicy, attempts: int = 0) -> RetryPolicy:
+    """Provider deletes back off from retry_initial to retry_max; a force caps the attempts."""
+    return RetryPolicy(
+        initial_interval=policy.retry_initial,
+        backoff_coefficient=2.0,
+        maximum_interval=policy.retry_max,
+        maximum_attempts=attempts,
+    )

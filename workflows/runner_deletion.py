@@ -6,50 +6,83 @@ joins the running one; none of them writes a deletion-lane status. Each step re-
 record and acts on what the store holds, so every intermediate status resumes after a
 crash. The lane is forward-only: a cancel request does not abandon a deletion that
 has started, because a half-deleted runner is exactly the leak keeper exists to prevent.
+
+Waiting costs no history. GitHub and the provider are asked again by activity retry
+policies (each answer that only means "later" is a retry, not an event), so the workflow
+records only decisions: busy, escalated, forced, gone. A run that still waits after
+`policy.history_events_limit` events, or when the server suggests it, continues as new.
+Runs started before the `deletion-v2` patch replay through workflows/runner_deletion_v1.py.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-from datetime import timedelta
+import json
+from datetime import datetime, timedelta
+from typing import Any, NoReturn, TypeVar
 
 from pydantic import ValidationError
 from temporalio import workflow
 from temporalio.common import VersioningBehavior
-from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, RetryState
 
 with workflow.unsafe.imports_passed_through():
     from activities.runners import GitHubActivities, ProviderActivities, RunnerStoreActivities
-    from domain.deletion_view import DeletionView, backoff, render_details
-    from domain.github import DeregistrationAnswer
-    from domain.provider import ProviderAnswer, ProviderOutcome
+    from domain.deletion_view import DeletionView, render_details
+    from domain.deregistration import DeregisterMode, Next, next_step
+    from domain.provider import describe_provider
     from domain.runner_calls import (
+        DeregisterCall,
+        DeregisterResult,
         FinishDeletion,
         LaneResult,
         LaneWrite,
         LeakReport,
         ProviderDelete,
+        ProviderResult,
         RegistrationRef,
+        registration_ref,
     )
     from domain.runner_lane import LaneMove, entry_target
     from domain.runner_models import (
-        BusyTimeoutAction,
+        DeletionCarry,
         DeletionOutcome,
         DeletionRequest,
         DeletionResult,
         DeletionStep,
         RunnerDeletionInput,
         RunnerRecord,
+        deletion_workflow_id,
     )
     from domain.runner_status import InstanceStatus
+    from domain.untrusted import md_text
     from workflows import activity_options as opts
     from workflows import search_attributes as sa
+    from workflows.runner_deletion_v1 import LegacyDeletion
     from workflows.shielded import run_to_completion
 
+T = TypeVar("T")
 S = InstanceStatus
 REQUEST_SIGNAL = "request"
+DELETION_V2 = "deletion-v2"
 SEARCHABLE_STEPS = frozenset({DeletionStep.BUSY_WAIT, DeletionStep.ESCALATED, DeletionStep.DONE})
 UNKNOWN_RUNNER = "UnknownRunner"
+WRONG_WORKFLOW_ID = "WrongWorkflowId"
+# Requests kept across a roll-over: enough to tell who asked, bounded however many ask.
+CARRIED_REQUESTS = 20
+GITHUB_WAIT = (
+    "GitHub: Temporal asks again by itself; the pending activity shows the attempt, "
+    "the last answer and the next try"
+)
+PROVIDER_WAIT = (
+    "provider: Temporal retries the delete; the pending activity shows the attempt, "
+    "the last error and the next try"
+)
+
+
+class _RollOver(Exception):
+    """The history is long enough: hand over to a new run at the next safe point."""
 
 
 @workflow.defn(
@@ -62,6 +95,7 @@ class RunnerDeletion:
         self._view: DeletionView | None = None
         self._force = False
         self._requests: list[str] = []
+        self._rejected: list[str] = []
         self._sa_step: DeletionStep | None = None
 
     @workflow.query(description="Step, record status, GitHub and provider answers, attempts.")
@@ -69,7 +103,21 @@ class RunnerDeletion:
         return self._view
 
     @workflow.signal(name=REQUEST_SIGNAL, description="Another actor asks for this deletion.")
-    def request(self, request: DeletionRequest) -> None:
+    def request(self, *payload: Any) -> None:
+        # Decoded by hand: a payload that is not a DeletionRequest is shown as rejected
+        # instead of being dropped by the SDK (or failing the workflow task) unseen.
+        try:
+            if len(payload) != 1:
+                raise ValueError(f"expected one DeletionRequest, got {len(payload)} values")
+            request = DeletionRequest.model_validate_json(json.dumps(payload[0]))
+        except (ValueError, TypeError) as err:
+            problem = _problem(err)
+            workflow.logger.warning("rejected a deletion request: %s", problem)
+            self._rejected.append(problem)
+            if self._view is not None:
+                self._view.rejected = list(self._rejected)
+            self._publish()
+            return
         self._note_request(request)
         self._publish()
 
@@ -79,27 +127,70 @@ class RunnerDeletion:
             label += f": {request.reason}"
         self._requests.append(label)
         if request.force:
-            self._force = True
+            self._force_now()
         if self._view is not None:
             self._view.requests = list(self._requests)
-            self._view.force = self._force
+
+    def _force_now(self) -> None:
+        self._force = True
+        if self._view is not None:
+            self._view.force = True
 
     @workflow.run
     async def run(self, inp: RunnerDeletionInput) -> DeletionResult:
+        expected = deletion_workflow_id(inp.runner)
+        if workflow.info().workflow_id != expected:
+            # keeper finds a runner's deletion by this id; one started under another id could
+            # be neither found nor joined, and a second one could race it.
+            raise ApplicationError(
+                f"a RunnerDeletion of runner {inp.runner!r} must run as workflow id "
+                f"{expected!r}, not {workflow.info().workflow_id!r}; start it with "
+                f"`keeper runner delete {inp.runner}` or --workflow-id {expected}",
+                type=WRONG_WORKFLOW_ID,
+                non_retryable=True,
+            )
         self._policy = inp.policy
+        carry = inp.carried
+        if carry is not None:
+            self._requests = [*carry.requests, *self._requests]
+            self._rejected = [*carry.rejected, *self._rejected]
+            self._force = self._force or carry.force
         # A request sent with the start (signal-with-start) was handled before `run`.
         self._view = DeletionView(
-            runner=inp.runner, requests=list(self._requests), force=self._force
+            runner=inp.runner,
+            requests=list(self._requests),
+            rejected=list(self._rejected),
+            force=self._force,
         )
         if inp.request is not None:
             self._note_request(inp.request)
-        if workflow.info().typed_search_attributes.get(sa.RUNNER_NAME) is None:
+        if not workflow.patched(DELETION_V2):
+            return await self._run_v1(inp)
+        if carry is not None:
+            self._resume_view(carry)
+        elif workflow.info().typed_search_attributes.get(sa.RUNNER_NAME) is None:
             # Started by hand (temporal workflow start) rather than by keeper's request.
             workflow.upsert_search_attributes([sa.RUNNER_NAME.value_set(inp.runner)])
         self._publish()
         # Once started, the deletion finishes: a cancel is recorded and shown, not obeyed,
         # since stopping halfway is what strands records on the lane.
-        result, _ = await run_to_completion(self._delete(inp.runner), self._cancel_seen)
+        result, _ = await run_to_completion(self._delete(inp, carry), self._cancel_seen)
+        return result
+
+    async def _run_v1(self, inp: RunnerDeletionInput) -> DeletionResult:
+        assert self._view is not None
+        if workflow.info().typed_search_attributes.get(sa.RUNNER_NAME) is None:
+            workflow.upsert_search_attributes([sa.RUNNER_NAME.value_set(inp.runner)])
+        self._publish()
+        legacy = LegacyDeletion(
+            self._view,
+            inp.policy,
+            self._requests,
+            lambda: self._force,
+            self._force_now,
+            self._publish,
+        )
+        result, _ = await run_to_completion(legacy.delete(inp.runner), self._cancel_seen)
         return result
 
     def _cancel_seen(self) -> None:
@@ -107,54 +198,51 @@ class RunnerDeletion:
         self._view.cancel_requested = True
         self._publish()
 
-    async def _delete(self, runner: str) -> DeletionResult:
-        assert self._view is not None
+    # ---- the steps -----------------------------------------------------------------------
+
+    async def _delete(
+        self, inp: RunnerDeletionInput, carry: DeletionCarry | None
+    ) -> DeletionResult:
+        view = self._view
+        assert view is not None
+        runner = inp.runner
         # 1. Onto the lane, reading the record in the same step. A record already on the
         # lane counts as success; a tombstone means there is nothing left to do.
-        try:
-            record = await self._enter_lane(runner)
-        except ActivityError as err:
-            if not (isinstance(err.cause, ApplicationError) and err.cause.type == UNKNOWN_RUNNER):
-                raise
-            self._view.error = f"no runner named {runner!r} in the runner store"
-            self._publish()
-            raise ApplicationError(
-                f"runner: no runner named {runner!r} in the runner store; "
-                "`keeper runner list` shows the known runners",
-                type=UNKNOWN_RUNNER,
-                non_retryable=True,
-            ) from None
+        record = await self._enter_lane(runner)
         if record.instance_status is S.PENDING_FORCE_DELETE and not self._force:
             # A forced deletion whose run ended early (terminated) stays forced when
             # another request resumes it.
-            self._force = True
-            self._view.force = True
-        self._view.scale_set = record.scale_set
-        first = (
-            DeletionStep.DONE
-            if record.instance_status is S.DELETED
-            else DeletionStep.PENDING_DELETE
-        )
-        self._sa_step = first
-        workflow.upsert_search_attributes(
-            [sa.SCALE_SET.value_set(record.scale_set), sa.RUNNER_STEP.value_set(first.value)]
-        )
+            self._force_now()
+        view.scale_set = record.scale_set
+        if carry is None:
+            first = (
+                DeletionStep.DONE
+                if record.instance_status is S.DELETED
+                else DeletionStep.PENDING_DELETE
+            )
+            self._sa_step = first
+            workflow.upsert_search_attributes(
+                [sa.SCALE_SET.value_set(record.scale_set), sa.RUNNER_STEP.value_set(first.value)]
+            )
         if record.instance_status is S.DELETED:
             self._step(DeletionStep.DONE, record)
             return self._result(DeletionOutcome.ALREADY_DELETED)
-        self._step(DeletionStep.PENDING_DELETE, record)
 
         # 2. Registration before compute: a registered runner can still be handed a job.
-        registration_left = await self._deregister(record)
-        if self._force and record.instance_status is S.PENDING_DELETE:
-            record = await self._enter_lane(runner)  # a force arrived meanwhile: say so
+        if carry is not None and carry.registration_left is not None:
+            registration_left = carry.registration_left
+        else:
+            self._step(DeletionStep.PENDING_DELETE, record)
+            registration_left = await self._deregister(record, self._first_mode(record, carry))
+            if self._force and record.instance_status is S.PENDING_DELETE:
+                record = await self._enter_lane(runner)  # a force arrived meanwhile: say so
 
         # 3. deleting.
         self._step(DeletionStep.DELETING, record)
         record = await self._lane(runner, S.DELETING, "registration removed")
 
         # 4. The compute, until the provider confirms it gone (or a force gives up).
-        leaked = await self._delete_instance(record)
+        leaked = await self._delete_instance(record, registration_left)
 
         # 5. deleted, with the tombstone in the same write.
         self._step(DeletionStep.DELETED, record)
@@ -166,7 +254,7 @@ class RunnerDeletion:
             summary="deleting -> deleted (tombstone)",
         )
         if finish.recovered:
-            self._view.decision = (
+            view.decision = (
                 f"final write refused (row was {finish.found_status}); "
                 "finished through the audited recovery path"
             )
@@ -175,7 +263,16 @@ class RunnerDeletion:
         self._step(DeletionStep.DONE, None if finish.replaced else finish.record)
         return self._result(DeletionOutcome.DELETED, leaked=leaked, recovered=finish.recovered)
 
-    # ---- steps -------------------------------------------------------------------------
+    def _first_mode(self, record: RunnerRecord, carry: DeletionCarry | None) -> DeregisterMode:
+        if self._force or record.instance_status is S.DELETING:
+            # Once the record says `deleting`, the compute's deletion was decided: one answer,
+            # and a registration that cannot go yet is cleaned up after the compute.
+            return DeregisterMode.FORCE
+        if carry is not None and carry.escalated:
+            return DeregisterMode.RECHECK
+        if carry is not None and carry.busy_since is not None:
+            return DeregisterMode.BUSY
+        return DeregisterMode.WAIT
 
     async def _lane(self, runner: str, target: InstanceStatus, reason: str) -> RunnerRecord:
         result: LaneResult = await workflow.execute_activity_method(
@@ -199,116 +296,130 @@ class RunnerDeletion:
 
     async def _enter_lane(self, runner: str) -> RunnerRecord:
         requested = self._requests[-1] if self._requests else "deletion requested"
-        return await self._lane(runner, entry_target(self._force), requested)
+        try:
+            return await self._lane(runner, entry_target(self._force), requested)
+        except ActivityError as err:
+            if not (isinstance(err.cause, ApplicationError) and err.cause.type == UNKNOWN_RUNNER):
+                raise
+        assert self._view is not None
+        self._view.error = f"no runner named {runner!r} in the runner store"
+        self._publish()
+        raise ApplicationError(
+            f"runner: no runner named {runner!r} in the runner store; "
+            "`keeper runner list` shows the known runners",
+            type=UNKNOWN_RUNNER,
+            non_retryable=True,
+        )
 
-    async def _deregister(self, record: RunnerRecord) -> bool:
+    async def _deregister(self, record: RunnerRecord, mode: DeregisterMode) -> bool:
         """Removes the GitHub registration. Returns True if it is left for after the
         compute is gone (a busy runner the policy or a force said to delete anyway)."""
         view = self._view
         assert view is not None
-        ref = _registration(record)
+        ref = registration_ref(record)
         if ref is None:
             view.github = "no registration recorded"
             self._publish()
             return False
         self._step(DeletionStep.DEREGISTER, record)
-        failures = 0
-        escalated = False
+        busy_until = view.busy_since + self._policy.busy_wait if view.busy_since else None
         while True:
-            answer = await self._remove_registration(ref)
-            if answer.done:
+            try:
+                result = await self._interruptible(
+                    self._ask_github(ref, mode, busy_until),
+                    carry=lambda mode=mode: self._carry(registration_left=None, mode=mode),
+                )
+            except ActivityError as err:
+                if mode is DeregisterMode.FORCE and err.retry_state in _GAVE_UP:
+                    view.waiting = None
+                    view.decision = (
+                        f"force: GitHub kept failing ({_cause(err)}); registration left "
+                        "for after the compute is gone"
+                    )
+                    self._publish()
+                    return True
+                raise
+            if result is None:  # a force arrived while GitHub was being asked
+                if view.escalated:
+                    view.error = None
+                    view.decision = f"{view.decision or 'escalated'}; answered: force requested"
+                    # RunnerStep moves off `escalated`: nobody needs to find this one any more.
+                    self._step(DeletionStep.DEREGISTER, record, searchable=True)
+                mode = DeregisterMode.FORCE
+                continue
+            answer = result.answer
+            view.waiting = None
+            view.github = answer.message
+            view.github_attempts += result.attempts
+            step = next_step(answer, mode, self._policy)
+            if step is Next.DONE:
                 view.busy_since = None
-                view.next_try_at = None
-                if escalated:
+                if view.escalated:
+                    view.escalated = False
                     view.error = None
                     view.decision = f"resolved while escalated: GitHub answered {answer.message}"
-                # After an escalation, RunnerStep moves off `escalated` too.
-                self._step(DeletionStep.DEREGISTER, record, searchable=escalated)
+                # After a busy wait or an escalation, RunnerStep moves off it too.
+                self._step(DeletionStep.DEREGISTER, record, searchable=self._sa_step in _WAITING)
                 return False
-            if answer.busy:
-                failures = 0
-                if self._force:
-                    view.decision = "runner busy; force: deleting the compute anyway"
-                    return True
-                now = workflow.now()
-                if view.busy_since is None:
-                    view.busy_since = now
-                if escalated or now - view.busy_since >= self._policy.busy_wait:
-                    if not escalated and self._policy.on_busy_timeout is BusyTimeoutAction.PROCEED:
-                        view.decision = (
-                            f"still busy after {self._policy.busy_wait}: proceeding "
-                            "(policy on_busy_timeout=proceed); the job on it is lost"
-                        )
-                        self._publish()
-                        return True
-                    escalated = True
-                    await self._escalate(
-                        record,
-                        f"runner still busy after {self._policy.busy_wait}",
-                        f"runner {record.name} is still running a job. Let it finish (keeper "
-                        "checks again by itself), or run "
-                        f"`keeper runner delete {record.name} --force` to delete it anyway",
-                    )
-                    continue
+            if step is Next.WAIT_BUSY:
+                view.busy_since = workflow.now()
+                busy_until = view.busy_since + self._policy.busy_wait
                 self._step(DeletionStep.BUSY_WAIT, record)
-                await self._pause(self._policy.busy_poll)
+                mode = DeregisterMode.BUSY
                 continue
-            if not answer.retryable and not self._force:
-                # A 4xx that is neither "busy" nor "gone": retrying the same call will not
-                # change it, so an operator decides.
-                escalated = True
-                await self._escalate(
-                    record,
-                    f"GitHub refused the removal ({answer.message})",
-                    f"GitHub refused to remove runner {record.name}: {answer.message}. Fix "
-                    "the cause (keeper checks again by itself), or run "
-                    f"`keeper runner delete {record.name} --force` to delete it anyway",
-                )
-                continue
-            failures += 1
-            self._step(DeletionStep.DEREGISTER, record, searchable=True)
-            if self._force and failures >= self._policy.force_provider_attempts:
-                view.decision = (
-                    f"force: GitHub kept failing ({answer.message}); "
-                    "registration left for GitHub's offline-runner cleanup"
-                )
+            if step is Next.PROCEED:
+                if mode is not DeregisterMode.FORCE:
+                    view.decision = (
+                        f"still busy after {self._policy.busy_wait}: proceeding (policy "
+                        "on_busy_timeout=proceed); the job on it is lost"
+                    )
+                elif self._force:
+                    view.decision = (
+                        f"GitHub answered {answer.message}; force: deleting the compute anyway"
+                    )
+                else:
+                    view.decision = (
+                        f"GitHub answered {answer.message}; the record is already deleting, so "
+                        "the compute goes first and the registration after it"
+                    )
+                self._publish()
                 return True
-            wait = backoff(failures, self._policy.retry_initial, self._policy.retry_max)
-            if answer.retry_after_s:
-                wait = max(wait, timedelta(seconds=answer.retry_after_s))
-            await self._pause(wait)
+            # Next.ESCALATE: stop and ask an operator; GitHub is still asked every
+            # escalation_recheck, so a job that ends or a cause that is fixed finishes it.
+            why = (
+                f"runner still busy after {self._policy.busy_wait}"
+                if answer.busy
+                else f"GitHub refused the removal ({answer.message})"
+            )
+            view.escalated = True
+            view.decision = f"{why}; escalated to an operator"
+            view.error = (
+                f"{why}. Let it finish or fix the cause (keeper asks GitHub again every "
+                f"{self._policy.escalation_recheck} by itself), or run "
+                f"`keeper runner delete {record.name} --force` to delete it anyway"
+            )
+            self._step(DeletionStep.ESCALATED, record)
+            mode = DeregisterMode.RECHECK
 
-    async def _remove_registration(self, ref: RegistrationRef) -> DeregistrationAnswer:
+    def _ask_github(
+        self, ref: RegistrationRef, mode: DeregisterMode, busy_until: datetime | None
+    ) -> asyncio.Task[DeregisterResult]:
         assert self._view is not None
-        answer: DeregistrationAnswer = await workflow.execute_activity_method(
-            GitHubActivities.remove_registration,
-            ref,
-            start_to_close_timeout=opts.GITHUB_START_TO_CLOSE,
-            retry_policy=opts.GITHUB_RETRY,
-            summary=f"remove GitHub registration {ref.runner_id} ({ref.scope})",
-        )
-        self._view.github = answer.message
-        self._view.github_attempts += 1
+        self._view.waiting = GITHUB_WAIT
         self._publish()
-        return answer
+        attempts = self._policy.force_provider_attempts if mode is DeregisterMode.FORCE else 0
+        if mode is DeregisterMode.CLEANUP:
+            attempts = self._policy.registration_cleanup_attempts
+        return workflow.start_activity_method(
+            GitHubActivities.deregister,
+            DeregisterCall(ref=ref, mode=mode.value, policy=self._policy, busy_until=busy_until),
+            start_to_close_timeout=opts.GITHUB_START_TO_CLOSE,
+            retry_policy=opts.github_retry(self._policy, attempts),
+            summary=f"{mode.value}: remove GitHub registration {ref.runner_id} "
+            f"({md_text(ref.scope)})",
+        )
 
-    async def _escalate(self, record: RunnerRecord, why: str, what_to_do: str) -> None:
-        """Stops the retries and waits for an operator's force. Every
-        `policy.escalation_recheck` it returns anyway, so the caller asks GitHub once more:
-        a job that ended, or a cause that was fixed, finishes the deletion by itself."""
-        view = self._view
-        assert view is not None
-        view.decision = f"{why}; escalated to an operator"
-        view.error = what_to_do
-        self._step(DeletionStep.ESCALATED, record)
-        await self._pause(self._policy.escalation_recheck)
-        if self._force:
-            view.error = None
-            view.decision = f"{why}; escalation answered: force requested"
-            # RunnerStep moves off `escalated`: nobody needs to find this one any more.
-            self._step(DeletionStep.DEREGISTER, record, searchable=True)
-
-    async def _delete_instance(self, record: RunnerRecord) -> str | None:
+    async def _delete_instance(self, record: RunnerRecord, registration_left: bool) -> str | None:
         """Returns the provider id left behind by a forced delete, if any."""
         view = self._view
         assert view is not None
@@ -320,84 +431,178 @@ class RunnerDeletion:
             pool_id=record.scale_set,
             timeout_s=self._policy.provider_timeout.total_seconds(),
         )
-        failures = 0
         while True:
-            answer = await self._provider_attempt(call)
-            view.provider = _describe_provider(answer)
-            view.provider_attempts += 1
+            forced = self._force
+            view.waiting = PROVIDER_WAIT
             self._publish()
-            if answer.gone:
-                view.next_try_at = None
-                return None
-            failures += 1
-            self._step(DeletionStep.PROVIDER_DELETE, record, searchable=True)
-            if self._force and failures >= self._policy.force_provider_attempts:
-                reason = f"forced delete gave up after {failures} attempts: {view.provider}"
-                await workflow.execute_activity_method(
-                    RunnerStoreActivities.record_leak,
-                    LeakReport(
-                        runner=record.name,
-                        provider_id=instance_id,
-                        scale_set=record.scale_set,
-                        reason=reason,
-                    ),
-                    start_to_close_timeout=opts.STORE_START_TO_CLOSE,
-                    retry_policy=opts.STORE_RETRY,
-                    summary=f"record leaked instance {instance_id} for the orphan sweep",
-                )
-                view.decision = f"leak recorded: {instance_id} ({reason})"
-                self._publish()
-                return instance_id
-            await self._pause(backoff(failures, self._policy.retry_initial, self._policy.retry_max))
-
-    async def _provider_attempt(self, call: ProviderDelete) -> ProviderAnswer:
-        started = workflow.now()
-        try:
-            return await workflow.execute_activity_method(
-                ProviderActivities.delete_instance,
+            task = workflow.start_activity_method(
+                ProviderActivities.provider_delete,
                 call,
                 start_to_close_timeout=timedelta(seconds=call.timeout_s) + opts.PROVIDER_MARGIN,
                 heartbeat_timeout=self._policy.provider_heartbeat,
-                retry_policy=opts.ONE_ATTEMPT,
-                summary=f"provider delete {call.instance_id} (pool {call.pool_id})",
+                retry_policy=opts.provider_retry(
+                    self._policy, self._policy.force_provider_attempts if forced else 0
+                ),
+                summary=f"{'force ' if forced else ''}provider delete "
+                f"{md_text(call.instance_id)} (pool {md_text(call.pool_id)})",
             )
-        except ActivityError as err:
-            # A lost worker (heartbeat timeout) or an adapter crash: one failed attempt.
-            cause = err.cause or err
-            return ProviderAnswer(
-                outcome=ProviderOutcome.FAILED,
-                exit_code=None,
-                message=f"attempt lost: {cause}",
-                duration_s=(workflow.now() - started).total_seconds(),
-            )
+            try:
+                result: ProviderResult | None = await self._interruptible(
+                    task,
+                    carry=lambda: self._carry(registration_left=registration_left),
+                    on_force=not forced,
+                )
+            except ActivityError as err:
+                if not forced:
+                    raise
+                return await self._give_up_instance(record, instance_id, err)
+            if result is None:  # a force arrived: the attempts are capped from here on
+                continue
+            view.waiting = None
+            view.provider = describe_provider(result.answer)
+            view.provider_attempts += result.attempts
+            self._publish()
+            return None
+
+    async def _give_up_instance(
+        self, record: RunnerRecord, instance_id: str, err: ActivityError
+    ) -> str:
+        view = self._view
+        assert view is not None
+        view.waiting = None
+        view.provider = _cause(err)
+        view.provider_attempts += self._policy.force_provider_attempts
+        reason = (
+            f"forced delete gave up after {self._policy.force_provider_attempts} attempts: "
+            f"{view.provider}"
+        )
+        self._step(DeletionStep.PROVIDER_DELETE, record, searchable=True)
+        await workflow.execute_activity_method(
+            RunnerStoreActivities.record_leak,
+            LeakReport(
+                runner=record.name,
+                provider_id=instance_id,
+                scale_set=record.scale_set,
+                reason=reason,
+            ),
+            start_to_close_timeout=opts.STORE_START_TO_CLOSE,
+            retry_policy=opts.STORE_RETRY,
+            summary=f"record leaked instance {md_text(instance_id)} for the orphan sweep",
+        )
+        view.decision = f"leak recorded: {instance_id} ({reason})"
+        self._publish()
+        return instance_id
 
     async def _cleanup_registration(self, record: RunnerRecord) -> None:
         """After a busy runner's compute is gone it is offline, and GitHub lets the
         registration go. Bounded: GitHub itself removes offline runners eventually."""
-        assert self._view is not None
-        ref = _registration(record)
+        view = self._view
+        assert view is not None
+        ref = registration_ref(record)
         if ref is None:
             return
-        for attempt in range(1, self._policy.registration_cleanup_attempts + 1):
-            answer = await self._remove_registration(ref)
-            if answer.done:
-                return
-            await self._pause(backoff(attempt, self._policy.retry_initial, self._policy.retry_max))
-        self._view.decision = (
-            self._view.decision or ""
-        ) + "; registration still present: GitHub removes offline runners after 14 days"
+        view.step = DeletionStep.DONE
+        view.status = S.DELETED.value
+        try:
+            result = await self._ask_github(ref, DeregisterMode.CLEANUP, None)
+        except ActivityError as err:
+            view.decision = (
+                f"{view.decision or ''}; registration still present ({_cause(err)}): GitHub "
+                "removes offline runners after 14 days"
+            ).lstrip("; ")
+        else:
+            view.github = result.answer.message
+            view.github_attempts += result.attempts
+        view.waiting = None
+
+    # ---- waiting without history -------------------------------------------------------
+
+    async def _interruptible(
+        self,
+        task: asyncio.Task[T],
+        *,
+        carry: Any,
+        on_force: bool = True,
+    ) -> T | None:
+        """Awaits an activity that Temporal retries for as long as it takes. Returns None
+        when a force request arrives first (the call is cancelled so the caller can ask
+        again with a force's patience), and continues as new when the history is long."""
+        forced_before = self._force
+        waiter = asyncio.ensure_future(
+            workflow.wait_condition(
+                lambda: (on_force and self._force != forced_before) or self._history_is_long()
+            )
+        )
+        await workflow.wait([task, waiter], return_when=asyncio.FIRST_COMPLETED)
+        if task.done():
+            waiter.cancel()
+            return task.result()
+        task.cancel()
+        with contextlib.suppress(ActivityError, CancelledError, asyncio.CancelledError):
+            await task
+        if self._history_is_long():
+            await self._continue_as_new(carry())
+        return None
+
+    def _history_is_long(self) -> bool:
+        info = workflow.info()
+        return (
+            info.is_continue_as_new_suggested()
+            or info.get_current_history_length() >= self._policy.history_events_limit
+        )
+
+    def _carry(
+        self, *, registration_left: bool | None, mode: DeregisterMode | None = None
+    ) -> DeletionCarry:
+        view = self._view
+        assert view is not None
+        return DeletionCarry(
+            run=view.run + 1,
+            force=self._force,
+            requests=tuple(self._requests[-CARRIED_REQUESTS:]),
+            rejected=tuple(self._rejected[-CARRIED_REQUESTS:]),
+            registration_left=registration_left,
+            escalated=view.escalated or mode is DeregisterMode.RECHECK,
+            busy_since=view.busy_since,
+            decision=view.decision,
+            error=view.error,
+            github=view.github,
+            github_attempts=view.github_attempts,
+            provider=view.provider,
+            provider_attempts=view.provider_attempts,
+        )
+
+    async def _continue_as_new(self, carry: DeletionCarry) -> NoReturn:
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        workflow.logger.info(
+            "history at %d events: continuing as run %d",
+            workflow.info().get_current_history_length(),
+            carry.run,
+        )
+        assert self._view is not None
+        workflow.continue_as_new(
+            RunnerDeletionInput(
+                runner=self._view.runner, request=None, policy=self._policy, carried=carry
+            )
+        )
+
+    def _resume_view(self, carry: DeletionCarry) -> None:
+        view = self._view
+        assert view is not None
+        # Search attributes come along with a continue-as-new; so must what they say.
+        step = workflow.info().typed_search_attributes.get(sa.RUNNER_STEP)
+        self._sa_step = DeletionStep(step) if step in DeletionStep._value2member_map_ else None
+        view.run = carry.run
+        view.escalated = carry.escalated
+        view.busy_since = carry.busy_since
+        view.decision = carry.decision
+        view.error = carry.error
+        view.github = carry.github
+        view.github_attempts = carry.github_attempts
+        view.provider = carry.provider
+        view.provider_attempts = carry.provider_attempts
 
     # ---- plumbing ----------------------------------------------------------------------
-
-    async def _pause(self, wait: timedelta) -> None:
-        """Sleeps between attempts; a force request cuts the wait short."""
-        assert self._view is not None
-        self._view.next_try_at = workflow.now() + wait
-        self._publish()
-        force_before = self._force
-        with contextlib.suppress(TimeoutError):
-            await workflow.wait_condition(lambda: self._force != force_before, timeout=wait)
-        self._view.next_try_at = None
 
     def _step(
         self, step: DeletionStep, record: RunnerRecord | None, *, searchable: bool = False
@@ -440,18 +645,20 @@ class RunnerDeletion:
         )
 
 
-def _registration(record: RunnerRecord) -> RegistrationRef | None:
-    if record.github_runner_id is None or record.github_scope is None:
-        return None
-    return RegistrationRef(
-        runner=record.name, scope=record.github_scope, runner_id=record.github_runner_id
-    )
+_WAITING = frozenset({DeletionStep.BUSY_WAIT, DeletionStep.ESCALATED})
+# Retry states that mean "the attempts a force allows are used up".
+_GAVE_UP = frozenset({RetryState.MAXIMUM_ATTEMPTS_REACHED, RetryState.TIMEOUT})
 
 
-def _describe_provider(answer: ProviderAnswer) -> str:
-    text = answer.outcome.value
-    if answer.exit_code is not None:
-        text += f" (exit {answer.exit_code})"
-    if answer.message and not answer.gone:
-        text += f": {answer.message[:200]}"
-    return text + f" in {answer.duration_s:.1f}s"
+def _cause(err: ActivityError) -> str:
+    cause = err.cause
+    text = str(cause) if cause is not None else str(err)
+    return text[:300]
+
+
+def _problem(err: Exception) -> str:
+    if isinstance(err, ValidationError):
+        return "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or 'request'}: {e['msg']}" for e in err.errors()
+        )[:300]
+    return str(err)[:300]

@@ -14,6 +14,7 @@ from temporalio.common import VersioningBehavior
 with workflow.unsafe.imports_passed_through():
     from activities.reconciler import ReconcilerActivities
     from domain.reconcile import ReconcileReport, ReconcileRequest
+    from domain.untrusted import md_text
     from workflows.activity_options import ONE_ATTEMPT
 
 PASS_START_TO_CLOSE = timedelta(minutes=30)
@@ -39,8 +40,10 @@ class RunnerReconciler:
             summary="one reconcile pass",
         )
         lines = [f"## runner reconciler\n\n{report.summary()}"]
-        lines += [f"- {line}" for line in report.acted[:20]]
+        # Runner names, GitHub and provider messages: outside text, shown as text.
+        lines += [f"- {md_text(line)}" for line in report.acted[:20]]
         if report.errors:
-            lines += ["", "**Errors** (the pass went on):"] + [f"- {e}" for e in report.errors[:20]]
+            lines += ["", "**Errors** (the pass went on):"]
+            lines += [f"- {md_text(e)}" for e in report.errors[:20]]
         workflow.set_current_details("\n".join(lines))
         return report

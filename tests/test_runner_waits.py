@@ -1,0 +1,147 @@
+"""How a deletion waits: Temporal retries the calls, the workflow records decisions, and
+whatever it waits on (a rate limit, an escalation, a bad record) shows and can be forced."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from sqlalchemy import update
+from temporalio.api.sdk.v1 import WorkflowMetadata
+from temporalio.client import WorkflowFailureError, WorkflowHandle
+from temporalio.testing import WorkflowEnvironment
+
+from domain.runner_models import (
+    DeletionOutcome,
+    DeletionResult,
+    DeletionStep,
+    RunnerDeletionInput,
+)
+from domain.runner_status import InstanceStatus
+from store.schema import runners
+from tests.runner_world import FAST_POLICY, RunnerWorld, runner_worker
+from workflows.runner_deletion import REQUEST_SIGNAL, RunnerDeletion
+
+S = InstanceStatus
+
+
+async def until(check: Any, within: float = 30.0, what: str = "it") -> Any:
+    deadline = asyncio.get_running_loop().time() + within
+    while True:
+        value = await check()
+        if value:
+            return value
+        assert asyncio.get_running_loop().time() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.1)
+
+
+async def pending_call(handle: WorkflowHandle[Any, Any], activity: str) -> Any:
+    for pending in (await handle.describe()).raw_description.pending_activities:
+        if pending.activity_type.name == activity and pending.HasField("last_failure"):
+            return pending
+    return None
+
+
+async def step_of(handle: WorkflowHandle[Any, Any]) -> str | None:
+    view = await handle.query("status")
+    return view["step"] if view else None
+
+
+async def test_a_malformed_request_is_shown_as_rejected_and_never_acted_on(
+    dev_env: WorkflowEnvironment, world: RunnerWorld
+) -> None:
+    world.add_runner("r-bad-request", busy=True)
+    async with runner_worker(dev_env.client, world):
+        handle = await world.request(dev_env.client, "r-bad-request")
+        # What `temporal workflow signal --name request --input '{"force": "yes"}'` sends.
+        await handle.signal(REQUEST_SIGNAL, {"force": "yes"})
+        await handle.signal(REQUEST_SIGNAL, args=[{"requested_by": "agent"}, "extra"])
+
+        async def rejected() -> list[str]:
+            view = await handle.query("status")
+            return view["rejected"] if view and len(view["rejected"]) == 2 else []
+
+        problems = await until(rejected, what="two rejected requests")
+        assert "force" in problems[0] and "expected one DeletionRequest, got 2" in problems[1]
+        view = await handle.query("status")
+        assert view["force"] is False and "rejected requests" in (await details(handle))
+        record = world.store.require("r-bad-request")
+        world.github.set_busy(record.github_runner_id, False)
+        result = await handle.result()
+    assert result.outcome is DeletionOutcome.DELETED and not result.forced
+
+
+async def details(handle: WorkflowHandle[Any, Any]) -> str:
+    """The current details, as the UI reads them (the built-in metadata query)."""
+    metadata = await handle.query("__temporal_workflow_metadata", result_type=WorkflowMetadata)
+    return metadata.current_details
+
+
+async def test_a_deletion_refuses_a_workflow_id_keeper_cannot_find(
+    dev_env: WorkflowEnvironment, world: RunnerWorld
+) -> None:
+    world.add_runner("r-own-id")
+    async with runner_worker(dev_env.client, world):
+        handle = await dev_env.client.start_workflow(
+            RunnerDeletion.run,
+            RunnerDeletionInput(runner="r-own-id", policy=FAST_POLICY),
+            id="my-own-id",
+            task_queue=world.task_queue,
+        )
+        with pytest.raises(WorkflowFailureError) as failure:
+            await handle.result()
+    message = str(failure.value.cause)
+    assert "runner-delete-r-own-id" in message and "my-own-id" in message
+    # Nothing was touched: the record is where it was.
+    assert world.status("r-own-id") is S.RUNNING and world.instance_exists("r-own-id")
+
+
+async def test_a_day_long_retry_after_is_capped_shown_with_its_date_and_a_force_cuts_it(
+    dev_env: WorkflowEnvironment, world: RunnerWorld
+) -> None:
+    record = world.add_runner("r-rate")
+    world.github.inject(429, runner_id=record.github_runner_id, retry_after=100000, times=50)
+    async with runner_worker(dev_env.client, world):
+        handle = await world.request(dev_env.client, "r-rate")
+        pending = await until(
+            lambda: pending_call(handle, "runners.deregister"), what="a rate-limited retry"
+        )
+        next_try = pending.next_attempt_schedule_time.ToDatetime(tzinfo=UTC)
+        message = pending.last_failure.message
+        assert "GitHub asked for 27.8h" in message and "(capped)" in message
+        assert next_try - datetime.now(UTC) <= timedelta(minutes=10, seconds=5)
+        assert next_try.strftime("%Y-%m-%dT%H:%M") in message
+        world.github.clear_faults()
+        await world.request(dev_env.client, "r-rate", force=True)
+        result = await handle.result()
+    assert result.outcome is DeletionOutcome.DELETED and result.forced
+    assert not world.registration_exists(record)
+
+
+async def test_a_record_with_an_invalid_scope_escalates_naming_it_and_a_force_finishes_it(
+    dev_env: WorkflowEnvironment, world: RunnerWorld
+) -> None:
+    world.add_runner("r-bad-scope")
+    with world.store.engine.begin() as conn:  # a row written before the store checked scopes
+        conn.execute(
+            update(runners)
+            .where(runners.c.name == "r-bad-scope")
+            .values(github_scope="org:not a scope!")
+        )
+    async with runner_worker(dev_env.client, world):
+        handle = await world.request(dev_env.client, "r-bad-scope")
+        await until(
+            lambda: _is(handle, DeletionStep.ESCALATED), what="the escalation of a bad scope"
+        )
+        view = await handle.query("status")
+        assert "scope is invalid" in view["decision"] and "--force" in view["error"]
+        await world.request(dev_env.client, "r-bad-scope", force=True)
+        result: DeletionResult = await handle.result()
+    assert result.outcome is DeletionOutcome.DELETED and result.forced
+    assert world.status("r-bad-scope") is S.DELETED and not world.instance_exists("r-bad-scope")
+
+
+async def _is(handle: WorkflowHandle[Any, Any], step: DeletionStep) -> bool:
+    return await step_of(handle) == step.value
