@@ -39,6 +39,12 @@ def render_details(status: BootstrapStatus) -> str:
         lines.append(f"| phases done | {took} |")
     if status.compensation:
         lines.append(f"| compensation | {md_text(status.compensation)} |")
+    if status.compensation_stuck:
+        lines += [
+            "",
+            f"**Compensation stuck** since {_when(status.compensation_stuck_since)}: "
+            f"{md_text(status.compensation or '', ERROR_LIMIT)}",
+        ]
     if status.error:
         lines += ["", f"**Error:** {md_text(status.error, ERROR_LIMIT)}"]
     if status.failing_vms:

@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from pydantic import TypeAdapter, ValidationError
 
-from domain.bootstrap_models import OwnedResource, SweepCandidate
+from domain import compensation
+from domain.bootstrap_models import CompensationPolicy, OwnedResource, SweepCandidate
 from domain.durations import HumanDuration, format_duration, parse_duration
 from domain.naming import bootstrap_workflow_id, node_ids, owner_labels
 from domain.observation import NodeView, SliceObservation, bucket, progress_key
 from domain.phases import Phase, backstop, deadline_for, phase_plan
 from domain.qr_state import QrStage, qr_stage
-from domain.sweep import SweepAction, sweep_action
+from domain.sweep import SweepAction, counts_as_release, sweep_action
 from domain.topology import vms_per_node
 from tests.harness import slice_request
 
@@ -199,18 +200,28 @@ def test_progress_key_moves_in_steps_not_per_vm():
 
 
 @pytest.mark.parametrize(
-    ("status", "action"),
+    ("status", "teardown", "action"),
     [
-        ("FAILED", SweepAction.DELETE),
-        ("CANCELED", SweepAction.DELETE),
-        ("TERMINATED", SweepAction.DELETE),
-        ("TIMED_OUT", SweepAction.DELETE),
-        ("RUNNING", SweepAction.KEEP),
-        ("COMPLETED", SweepAction.KEEP),
-        ("NOT_FOUND", SweepAction.UNKNOWN_OWNER),
+        ("FAILED", None, SweepAction.DELETE),
+        ("CANCELED", None, SweepAction.DELETE),
+        ("TERMINATED", None, SweepAction.DELETE),
+        ("TIMED_OUT", None, SweepAction.DELETE),
+        ("TERMINATED", "RUNNING", SweepAction.DELETE),
+        ("RUNNING", None, SweepAction.KEEP),
+        ("RUNNING", "TERMINATED", SweepAction.KEEP),
+        ("CONTINUED_AS_NEW", None, SweepAction.KEEP),
+        ("COMPLETED", None, SweepAction.KEEP),
+        ("COMPLETED", "RUNNING", SweepAction.KEEP),
+        ("COMPLETED", "CANCELED", SweepAction.DELETE),
+        ("COMPLETED", "TERMINATED", SweepAction.DELETE),
+        ("COMPLETED", "FAILED", SweepAction.DELETE),
+        ("COMPLETED", "TIMED_OUT", SweepAction.DELETE),
+        ("COMPLETED", "COMPLETED", SweepAction.DELETE),
+        ("NOT_FOUND", None, SweepAction.UNKNOWN_OWNER),
+        ("NOT_FOUND", "TERMINATED", SweepAction.UNKNOWN_OWNER),
     ],
 )
-def test_sweep_action(status: str, action: SweepAction):
+def test_sweep_action(status: str, teardown: str | None, action: SweepAction):
     resource = OwnedResource(
         kind="queued_resource",
         id="s",
@@ -219,7 +230,102 @@ def test_sweep_action(status: str, action: SweepAction):
         owner_workflow_id=bootstrap_workflow_id("s"),
         owner_run_id="r",
     )
-    assert sweep_action(SweepCandidate(resource=resource, owner_status=status)) is action
+    candidate = SweepCandidate(resource=resource, owner_status=status, teardown_status=teardown)
+    assert sweep_action(candidate) is action
+
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    ("owner_closed", "teardown_started", "counts"),
+    [
+        (T0, T0 + timedelta(minutes=5), True),  # released the slice the owner handed over
+        (T0, T0, True),
+        (T0, T0 - timedelta(days=1), False),  # released an earlier slice of the same name
+        (None, T0, False),  # the owner has not closed: nothing handed over yet
+        (T0, None, False),
+    ],
+)
+def test_a_teardown_releases_only_what_was_handed_over_before_it_started(
+    owner_closed, teardown_started, counts
+):
+    assert counts_as_release(owner_closed, teardown_started) is counts
+
+
+STUCK_AFTER = timedelta(minutes=15)
+MARGIN = timedelta(minutes=1)
+CAP = timedelta(hours=1)
+POLICY = CompensationPolicy(stuck_after=STUCK_AFTER)
+
+
+def minutes(m: float) -> timedelta:
+    return timedelta(minutes=m)
+
+
+@pytest.mark.parametrize(
+    ("ended_at", "stuck_at", "next_end", "next_window"),
+    [
+        # Each window runs out up to a retry interval early, at `ended_at` minutes; the plan
+        # keeps its own boundaries: 5, then 16 (the threshold plus the margin), then
+        # doubling windows of 20, 40 and at most 60 minutes.
+        ([4.0], None, 16.0, 10.0),
+        ([4.0, 15.1], 15.1, 36.0, 20.0),
+        ([5.0, 16.0, 35.2], 16.0, 76.0, 40.0),
+        ([5.0, 16.0, 36.0, 75.5], 16.0, 136.0, 60.0),
+        ([5.0, 16.0, 36.0, 76.0, 135.0], 16.0, 196.0, 60.0),
+        # A window that ran out long after its boundary (no worker) starts the next from now.
+        ([30.0], 30.0, 40.0, 10.0),
+    ],
+)
+def test_compensation_windows(ended_at, stuck_at, next_end, next_window):
+    progress = compensation.start(T0, POLICY, minutes(5), MARGIN)
+    assert (progress.window, progress.window_ends_at) == (minutes(5), T0 + minutes(5))
+    for at in ended_at:
+        progress = compensation.after_window(
+            progress, T0 + minutes(at), "PermissionDenied", POLICY, CAP, MARGIN
+        )
+    assert progress.windows_ended == len(ended_at)
+    assert progress.stuck_since == (None if stuck_at is None else T0 + minutes(stuck_at))
+    assert progress.window_ends_at == T0 + minutes(next_end)
+    assert progress.window == minutes(next_window)
+    assert progress.last_error == "PermissionDenied"
+
+
+def test_the_stuck_window_never_ends_before_the_threshold():
+    # However early the server ends a window (up to a retry interval), the one that turns
+    # the status stuck has run for at least `stuck_after`.
+    progress = compensation.start(T0, POLICY, minutes(5), MARGIN)
+    while not progress.stuck:
+        ended = progress.window_ends_at - MARGIN
+        progress = compensation.after_window(progress, ended, "e", POLICY, CAP, MARGIN)
+    assert progress.stuck_since is not None
+    assert progress.stuck_since - T0 >= STUCK_AFTER
+
+
+def test_a_first_window_longer_than_the_threshold_is_cut_to_it():
+    progress = compensation.start(T0, POLICY, timedelta(hours=2), MARGIN)
+    assert progress.window_ends_at == T0 + STUCK_AFTER + MARGIN
+    assert compensation.schedule_to_close(progress, T0 + STUCK_AFTER + MARGIN) == (
+        compensation.MIN_WINDOW
+    )
+
+
+@pytest.mark.parametrize(
+    ("error", "advice"),
+    [
+        ("deleting s: PermissionDenied: no (grant roles/tpu.admin ...)", "grant roles/tpu.admin"),
+        ("deleting s: Unauthenticated: expired", "Application Default Credentials"),
+        ("s still exists (state DELETING) 61s after the delete", "delete the resource by hand"),
+    ],
+)
+def test_stuck_compensation_says_what_to_do(error: str, advice: str):
+    progress = compensation.start(T0, POLICY, minutes(5), MARGIN).model_copy(
+        update={"last_error": error, "stuck_since": T0 + minutes(16)}
+    )
+    text = compensation.describe_stuck(progress, T0 + minutes(20))
+    assert text.startswith("stuck for 20m: ")
+    assert error in text and advice in text
 
 
 def test_names_and_labels_fit_gcp_limits():

@@ -29,6 +29,7 @@ with workflow.unsafe.imports_passed_through():
         SweepSurvey,
     )
     from domain.sweep import SweepAction, sweep_action
+    from domain.untrusted import md_text
     from workflows import activity_options as opts
     from workflows.compensation import DeletionUnfinished, delete_slice, delete_slice_within
 
@@ -150,11 +151,12 @@ class TpuSweeper:
             f"{len(report.kept)}, unknown owner {len(report.unknown_owner)}, failed "
             f"{len(report.failed)}" + (" (dry run)" if req.dry_run else ""),
             "",
-            "locations: " + ", ".join(report.locations),
+            "locations: " + ", ".join(md_text(location) for location in report.locations),
         ]
+        # Items carry resource names, owner labels and GCP errors: outside text.
         for title, items in (("Not deleted", report.failed), ("Errors", report.errors)):
             if items:
-                lines += ["", f"**{title}:**", *(f"- {item}" for item in items[:MAX_SHOWN])]
+                lines += ["", f"**{title}:**", *(f"- {md_text(i)}" for i in items[:MAX_SHOWN])]
                 if len(items) > MAX_SHOWN:
                     lines.append(f"- ... and {len(items) - MAX_SHOWN} more (see the result)")
         workflow.set_current_details("\n".join(lines))

@@ -28,6 +28,8 @@ with workflow.unsafe.imports_passed_through():
         teardown_workflow_id,
         wrong_id_message,
     )
+    from domain.status_view import ERROR_LIMIT
+    from domain.untrusted import md_text
     from workflows import search_attributes as sa
     from workflows.compensation import delete_slice, describe
     from workflows.shielded import run_to_completion
@@ -109,8 +111,9 @@ class TpuSliceTeardown:
         self._show("teardown")
 
     def _show(self, phase: str) -> None:
-        lines = [f"## {self._req.slice_name}: **{phase}**", "", self._req.reason]
+        # The reason and the deletion's errors are outside text: shown, never rendered.
+        lines = [f"## {md_text(self._req.slice_name)}: **{phase}**", "", md_text(self._req.reason)]
         for note in (self._cancel_note, self._deletion_note):
             if note:
-                lines += ["", note]
+                lines += ["", md_text(note, ERROR_LIMIT)]
         workflow.set_current_details("\n".join(lines))
