@@ -4,8 +4,13 @@ it cannot finish: bounded windows, a stuck status with the last error, bounded h
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 import logging
+import os
+import sys
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 from temporalio.client import WorkflowFailureError, WorkflowHandle
@@ -16,6 +21,7 @@ from domain.bootstrap_models import BootstrapFailure, BootstrapResult, Bootstrap
 from domain.naming import bootstrap_workflow_id
 from domain.slice_request import SliceRequest
 from emulators.tpu import Scenario, TpuEmulator
+from tests.e2e_support import REPO, write_config
 from tests.harness import assert_no_leaks, running_worker, slice_request
 from workflows.tpu_bootstrap import TpuSliceBootstrap
 
@@ -69,7 +75,7 @@ async def test_a_slice_name_reused_after_a_failure_is_compensated_again(
 
 
 async def test_a_stuck_compensation_is_reported_keeps_history_bounded_and_finishes(
-    time_env, clocked_emu: TpuEmulator, caplog: pytest.LogCaptureFixture
+    time_env, clocked_emu: TpuEmulator, caplog: pytest.LogCaptureFixture, tmp_path: Path
 ):
     request = slice_request()
     clocked_emu.set_scenario(request.slice_name, STOCKOUT)
@@ -96,7 +102,23 @@ async def test_a_stuck_compensation_is_reported_keeps_history_bounded_and_finish
             for r in caplog.records
             if r.levelno == logging.WARNING
         )
+        # Time stands still (skipping off) while the CLI reads the stuck status.
+        result.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await result
+        config = write_config(tmp_path / "keeper.yaml", time_env, clocked_emu, worker.task_queue)
+        code, out, err = await keeper(config, "tpu", "status", request.slice_name, "--json")
+        assert code == 0, err
+        shown = json.loads(out)
+        assert {"workflow_id", "run_id", "status", "progress", "ui"} <= set(shown)
+        assert shown["status"] == "RUNNING"
+        assert shown["progress"]["compensation_stuck"] is True
+        assert "PermissionDenied" in shown["progress"]["compensation_last_error"]
+        code, out, err = await keeper(config, "tpu", "status", request.slice_name)
+        assert code == 0, err
+        assert "compensation stuck" in err and "grant roles/tpu.admin" in err, err
 
+        result = asyncio.create_task(failure_of(handle))
         two_hours_on = stuck.compensation_started_at + timedelta(hours=2)
         while await time_env.get_current_time() < two_hours_on:
             assert not result.done(), "compensation gave up while deletes were refused"
@@ -111,6 +133,17 @@ async def test_a_stuck_compensation_is_reported_keeps_history_bounded_and_finish
     # Windows double up to an hour: a few events each, however long it stays stuck.
     assert len(history.events) < 100, len(history.events)
     assert_no_leaks(clocked_emu)
+
+
+async def keeper(config: Path, *args: str) -> tuple[int, str, str]:
+    """The keeper CLI in a process of its own, with lines wide enough not to wrap."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "cli.main", "--config", str(config), *args,
+        cwd=REPO, env={**os.environ, "COLUMNS": "400"},
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out, err = await asyncio.wait_for(process.communicate(), 120)
+    return process.returncode or 0, out.decode(), err.decode()
 
 
 async def wait_for_status(
@@ -130,3 +163,38 @@ async def wait_for_status(
             return seen
         await asyncio.sleep(0.05)
     raise AssertionError(f"{handle.id}: condition not met; last seen {seen}")
+
+
+async def test_a_long_stuck_compensation_continues_as_new_and_keeps_its_owner(
+    time_env, clocked_emu: TpuEmulator, monkeypatch: pytest.MonkeyPatch
+):
+    from temporalio import workflow
+
+    # The server suggests continue-as-new only past thousands of events; here, at once.
+    monkeypatch.setattr(workflow.Info, "is_continue_as_new_suggested", lambda self: True)
+    request = slice_request()
+    clocked_emu.set_scenario(request.slice_name, STOCKOUT)
+    clocked_emu.inject_fault(
+        "DeleteQueuedResource", "PERMISSION_DENIED", count=1_000_000, slice=request.slice_name
+    )
+    async with running_worker(time_env.client, clocked_emu) as worker:
+        handle = await start(time_env, worker.task_queue, request)
+        first_run = handle.result_run_id
+        result = asyncio.create_task(failure_of(handle))
+        latest = time_env.client.get_workflow_handle(handle.id)
+        loop = asyncio.get_running_loop()
+        end = loop.time() + 60
+        while (await latest.describe()).run_id == first_run:
+            assert loop.time() < end, "the supervisor never continued as new"
+            await asyncio.sleep(0.05)
+        carried = await wait_for_status(latest, lambda s: s.compensation_started_at is not None)
+        clocked_emu.clear_faults()
+        failure = await asyncio.wait_for(result, 120)
+    assert carried.phase.value == "compensate"
+    assert carried.compensation_last_error and "PermissionDenied" in carried.compensation_last_error
+    # The QR's labels name the first run: the later run deleted it as its owner.
+    qr = f"projects/keeper-test/locations/us-central2-b/queuedResources/{request.slice_name}"
+    assert failure.compensation is not None
+    assert (failure.compensation.deleted, failure.compensation.not_ours) == ([qr], [])
+    assert failure.kind == "terminal"
+    assert_no_leaks(clocked_emu)
