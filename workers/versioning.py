@@ -136,8 +136,8 @@ async def make_current(
     rpc_timeout: timedelta | None = None,
 ) -> str | None:
     """Makes `version` current; returns the build id that was current before (None:
-    unversioned). Idempotent. Fails with NOT_FOUND until a worker of that version has
-    polled, so callers retry for a while after starting one."""
+    unversioned). Idempotent. Refused until a worker of that version has polled, so callers
+    retry for a while after starting one."""
     response = await client.workflow_service.set_worker_deployment_current_version(
         SetWorkerDeploymentCurrentVersionRequest(
             namespace=client.namespace,
