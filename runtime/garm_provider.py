@@ -41,6 +41,7 @@ from domain.provider import (
     stderr_tail,
     timed_out,
 )
+from domain.runner_record_check import provider_id_problem, shown
 
 # GARM's newest interface; v0.1.1 adds GARM_POOL_ID and GARM_POOL_EXTRASPECS to
 # per-instance calls, and providers built on it refuse a delete without the pool.
@@ -194,6 +195,14 @@ class ExternalProvider:
         is where a Temporal activity heartbeats. Cancelling the awaiting task kills the
         provider's process group and re-raises.
         """
+        problem = provider_id_problem(instance_id)
+        if problem:
+            # GARM_INSTANCE_ID could not even be set: a bad record, not a failing provider.
+            return ProviderAnswer(
+                outcome=ProviderOutcome.FAILED,
+                message=f"instance id {shown(instance_id)} {problem}; fix the runner record",
+                duration_s=0.0,
+            )
         try:
             done = await self._call(
                 "DeleteInstance",

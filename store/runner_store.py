@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, unquote
 
+from pydantic import ValidationError
 from sqlalchemy import (
     Connection,
     Engine,
@@ -163,17 +164,21 @@ def _aware(value: datetime | None) -> datetime | None:
 
 
 _TIME_COLUMNS = ("created_at", "updated_at", "deleted_at")
-# Stand-ins for values a RunnerRecord cannot carry. The row's problems say what is really
-# stored; an unreadable status reads as unknown, and a write expecting unknown matches it
-# (see _cas), so the deletion lane can still move the row on.
 _UNREADABLE_TIME = datetime(1970, 1, 1, tzinfo=UTC)
-_STAND_INS: dict[str, Any] = {
-    "instance_status": InstanceStatus.UNKNOWN,
-    "agent_status": AgentStatus.PENDING,
-    "version": 0,
-    "created_at": _UNREADABLE_TIME,
-    "updated_at": _UNREADABLE_TIME,
-    "deleted_at": None,
+# Stand-ins for bad values a RunnerRecord cannot carry as they are; the record's problems
+# say what is really stored. Text stays text. An unreadable status reads as unknown, and a
+# write expecting unknown matches it (see _cas), so the deletion lane can move the row on.
+_STAND_INS: dict[str, Callable[[Any], Any]] = {
+    "scale_set": str,
+    "provider_id": str,
+    "github_scope": str,
+    "github_runner_id": lambda _: None,
+    "instance_status": lambda _: InstanceStatus.UNKNOWN,
+    "agent_status": lambda _: AgentStatus.PENDING,
+    "version": lambda _: 0,
+    "created_at": lambda _: _UNREADABLE_TIME,
+    "updated_at": lambda _: _UNREADABLE_TIME,
+    "deleted_at": lambda _: None,
 }
 
 
@@ -208,13 +213,18 @@ def _values(row: Any) -> dict[str, Any]:
 
 
 def _record(row: Any) -> RunnerRecord:
-    """The row as a record, with problems attached when it fails the check."""
+    """The row as a record, with problems attached when it fails the check; bad values are
+    kept as stored wherever the record can carry them."""
     values = _values(row)
     problems = record_problems(values)
-    for problem in problems:
-        if problem.field in _STAND_INS:
-            values[problem.field] = _STAND_INS[problem.field]
-    return RunnerRecord.model_validate({**values, "problems": tuple(map(str, problems))})
+    values["problems"] = tuple(map(str, problems))
+    try:
+        return RunnerRecord.model_validate(values)
+    except ValidationError:
+        for problem in problems:
+            if problem.field in _STAND_INS:
+                values[problem.field] = _STAND_INS[problem.field](values[problem.field])
+        return RunnerRecord.model_validate(values)
 
 
 def _bad_row(values: Mapping[str, Any], problems: Iterable[object]) -> BadRow:

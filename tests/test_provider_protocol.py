@@ -615,6 +615,24 @@ def test_the_executable_is_checked_up_front(tmp_path: Path):
         ExternalProvider(WRAPPER, tmp_path / "cfg", CONTROLLER, extra_env={"GARM_COMMAND": "x"})
 
 
+@pytest.mark.parametrize(
+    ("instance_id", "problem"),
+    [
+        ("i-\x00-1", "contains a control character (U+0000) at position 3"),
+        ("i" * 256, "has 256 characters; at most 255"),
+        ("", "is empty"),
+    ],
+    ids=["nul", "256", "empty"],
+)
+async def test_an_instance_id_no_provider_can_take_is_a_failed_delete_without_a_process(
+    config: Path, provider: ExternalProvider, instance_id: str, problem: str
+):
+    answer = await provider.delete_instance(instance_id, POOL, timeout_s=10)
+    assert answer.outcome is ProviderOutcome.FAILED
+    assert problem in answer.message and "fix the runner record" in answer.message
+    assert "\x00" not in answer.message and invocations(config) == []
+
+
 async def test_a_provider_that_cannot_start_is_a_failed_delete(tmp_path: Path):
     broken = tmp_path / "broken"
     broken.write_text("no interpreter line\n")

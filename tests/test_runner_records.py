@@ -213,8 +213,8 @@ def test_the_lane_can_move_a_row_whose_status_cannot_be_read(runner_store: Runne
     assert moved.record.instance_status is S.PENDING_DELETE and moved.record.problems == ()
 
 
-def test_a_row_with_an_unreadable_timestamp_never_stops_a_listing(tmp_path: Path) -> None:
-    # Only SQLite lets another tool put text in a timestamp column.
+def test_rows_sqlite_lets_hold_anything_never_stop_a_listing(tmp_path: Path) -> None:
+    # Only SQLite lets another tool put text in a timestamp or number column.
     from store import open_store
 
     store = open_store(f"sqlite:///{tmp_path / 'r.db'}")
@@ -228,10 +228,24 @@ def test_a_row_with_an_unreadable_timestamp_never_stops_a_listing(tmp_path: Path
                     "'idle', 1, 'garbage', '2026-11-30 12:00:00.000000')"
                 )
             )
+            conn.execute(
+                text(
+                    "INSERT INTO runners (name, scale_set, provider_id, github_runner_id, "
+                    "instance_status, agent_status, version, created_at, updated_at) VALUES "
+                    "('bad-id', 'set-a', 5, 'abc', 'running', 'idle', 1, "
+                    "'2026-11-30 12:00:00.000000', '2026-11-30 12:00:00.000000')"
+                )
+            )
         assert [r.name for r in store.list()] == ["good"]
-        [bad] = store.scan().bad
-        assert bad.problems == ("created_at: 'garbage' is not a timestamp",)
-        assert store.require("bad-time").problems == bad.problems
+        bad = {b.name: b for b in store.scan().bad}
+        assert bad["bad-time"].problems == ("created_at: 'garbage' is not a timestamp",)
+        assert store.require("bad-time").problems == bad["bad-time"].problems
+        assert bad["bad-id"].problems == (
+            "github_runner_id: 'abc' is not a GitHub runner id (a whole number from 1)",
+        )
+        record = store.require("bad-id")
+        assert (record.provider_id, record.github_runner_id) == ("5", None)
+        assert record.problems == bad["bad-id"].problems
     finally:
         store.close()
 
