@@ -89,7 +89,10 @@ class GitHubClient:
         secret = self._token.get_secret_value()
         problem = header_secret_problem(secret) if secret else None
         if problem:
-            raise ValueError(f"the GitHub token {problem}; load it with load_github_token")
+            raise ValueError(
+                f"the GitHub token {problem}; pass the token alone (one line, no spaces or "
+                "control characters)"
+            )
         self._http = httpx.AsyncClient(
             base_url=self._base_url,
             auth=_BearerAuth(self._token),
