@@ -109,8 +109,10 @@ async def test_health_phase_fails_at_its_deadline_not_at_its_last_round(
 async def test_health_phase_passes_when_the_vms_answer_between_the_last_round_and_the_deadline(
     dev_env, emu: TpuEmulator
 ):
-    # In real time: under time skipping the jump to the deadline can reach the VMs after the
-    # last round does. Rounds every 10 s, so the last that fits in 15 s is at 10 s.
+    # In real time: under time skipping the jump to the deadline can reach the emulated VMs
+    # after the last round does. Rounds every 10 s, so the last that fits in 15 s is at 10 s;
+    # whether the server then fails the round at once or retries it at the deadline, the
+    # phase must pass.
     request = slice_request(poll_interval=timedelta(seconds=10), deadlines={"health": "15s"})
     # Every VM starts answering 12.5 s after its IP: after the 10 s round, before 15 s.
     emu.set_scenario(
