@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import TypeVar
 
 from temporalio import activity
@@ -202,6 +202,14 @@ class ProviderActivities:
 
     @activity.defn(name="runners.delete_instance")
     async def delete_instance(self, call: ProviderDelete) -> ProviderAnswer:
+        try:
+            return await self._delete(call)
+        except LeaseHeld as held:
+            return ProviderAnswer(outcome=ProviderOutcome.FAILED, message=str(held), duration_s=0.0)
+
+    async def _delete(self, call: ProviderDelete) -> ProviderAnswer:
+        """One provider call. Raises LeaseHeld when an earlier attempt may still run."""
+
         def tick(elapsed: float) -> None:
             activity.heartbeat(f"provider delete running for {elapsed:.0f}s")
 
@@ -219,24 +227,31 @@ class ProviderActivities:
             if self._leases is not None
             else contextlib.nullcontext()
         )
-        try:
-            async with lease:
-                return await self._provider.delete_instance(
-                    call.instance_id,
-                    call.pool_id,
-                    timeout_s=call.timeout_s,
-                    on_tick=tick,
-                    tick_every_s=every,
-                )
-        except LeaseHeld as held:
-            return ProviderAnswer(outcome=ProviderOutcome.FAILED, message=str(held), duration_s=0.0)
+        async with lease:
+            return await self._provider.delete_instance(
+                call.instance_id,
+                call.pool_id,
+                timeout_s=call.timeout_s,
+                on_tick=tick,
+                tick_every_s=every,
+            )
 
     @activity.defn(name="runners.provider_delete")
     async def provider_delete(self, call: ProviderDelete) -> ProviderResult:
         """Deletes the instance; returns once the provider says it is gone. A failed
         attempt raises, so the retry policy (not workflow code) tries again."""
         info = activity.info()
-        answer = await self.delete_instance(call)
+        try:
+            answer = await self._delete(call)
+        except LeaseHeld as held:
+            # Asked again once the earlier attempt's process must be gone, not sooner.
+            # The lease is kept on the hosts' own clocks, so it is compared with this one.
+            wait = held.expires_at - datetime.now(UTC)
+            raise ApplicationError(
+                f"provider delete of {call.instance_id}: {held}; attempt {info.attempt}",
+                type=PROVIDER_RETRY,
+                next_retry_delay=max(wait, timedelta(seconds=1)),
+            ) from None
         if answer.gone:
             return ProviderResult(answer=answer, attempts=info.attempt)
         raise ApplicationError(

@@ -205,34 +205,79 @@ def test_recorded_histories_are_never_edited_or_removed():
 # ---- runner deletions -----------------------------------------------------------------
 
 RUNNER_SCENARIOS = ["runner-deleted", "runner-escalated-forced", "runner-leak", "runner-recovered"]
+# Paths that exist since `deletion-v2`: a busy runner that finishes its job while escalated,
+# a rejected request, and a deletion whose history rolls over (both runs are recorded).
+RUNNER_V2_SCENARIOS = ["runner-escalated-resolved", "runner-rejected-request", "runner-rolled-over"]
+
+
+async def _until_step(handle: Any, step: str, within: float = 30.0) -> None:
+    deadline = asyncio.get_running_loop().time() + within
+    while True:
+        view = await handle.query("status")
+        if view and view["step"] == step:
+            return
+        assert asyncio.get_running_loop().time() < deadline, f"{handle.id} never reached {step}"
+        await asyncio.sleep(0.1)
+
+
+async def _until_rolled_over(handle: Any, first_run: str | None, within: float = 60.0) -> None:
+    deadline = asyncio.get_running_loop().time() + within
+    while (await handle.describe()).run_id == first_run:
+        assert asyncio.get_running_loop().time() < deadline, f"{handle.id} never rolled over"
+        await asyncio.sleep(0.1)
 
 
 @pytest.mark.skipif(not env_flag("KEEPER_RECORD_HISTORIES"), reason="recording is on demand")
-@pytest.mark.parametrize("label", RUNNER_SCENARIOS)
+@pytest.mark.parametrize("label", RUNNER_SCENARIOS + RUNNER_V2_SCENARIOS)
 async def test_record_runner(dev_env, tmp_path: Path, label: str):
     from domain.runner_status import InstanceStatus
     from emulators.provider import state as provider_state
-    from tests.runner_world import eventually, force_write, runner_worker, runner_world
+    from tests.runner_world import FAST_POLICY, eventually, force_write, runner_worker, runner_world
 
     name = f"replay-{label}"
+    policy = FAST_POLICY
+    if label == "runner-rolled-over":
+        policy = FAST_POLICY.model_copy(update={"history_events_limit": 100})
     async with runner_world(tmp_path) as world, runner_worker(dev_env.client, world):
-        if label == "runner-escalated-forced":
-            world.add_runner(name, busy=True)
-        elif label == "runner-leak":
+        busy = label in (
+            "runner-escalated-forced",
+            "runner-escalated-resolved",
+            "runner-rolled-over",
+        )
+        if label == "runner-leak":
             world.add_runner(name, mode="failing")
         elif label == "runner-recovered":
             world.add_runner(name, mode="slow", mode_seconds=1.0)
         else:
-            world.add_runner(name)
-        handle = await world.request(dev_env.client, name)
+            world.add_runner(name, busy=busy or label == "runner-rejected-request")
+        handle = await world.request(dev_env.client, name, policy=policy)
+        runner_id = world.store.require(name).github_runner_id
         if label == "runner-escalated-forced":
-            await asyncio.sleep(4.5)  # past FAST_POLICY's busy bound: escalated
-            await world.request(dev_env.client, name, force=True)
+            await _until_step(handle, "escalated")
+            await world.request(dev_env.client, name, force=True, policy=policy)
+        elif label == "runner-escalated-resolved":
+            await _until_step(handle, "escalated")
+            world.github.set_busy(runner_id, False)
+        elif label == "runner-rejected-request":
+            await _until_step(handle, "busy_wait")
+            await handle.signal("request", {"force": "yes"})
+            world.github.set_busy(runner_id, False)
+        elif label == "runner-rolled-over":
+            await _until_step(handle, "escalated")
+            for i in range(40):
+                await world.request(dev_env.client, name, reason=f"again {i}", policy=policy)
+            first_run = handle.result_run_id
+            latest = dev_env.client.get_workflow_handle(handle.id)
+            await _until_rolled_over(latest, first_run)
+            first = dev_env.client.get_workflow_handle(handle.id, run_id=first_run)
+            write_recording(f"{label}.first.json", (await first.fetch_history()).to_json())
+            world.github.set_busy(runner_id, False)
+            handle = latest
         elif label == "runner-leak":
             await eventually(
                 lambda: provider_state.attempts(world.provider_config, f"i-{name}") >= 2
             )
-            await world.request(dev_env.client, name, force=True)
+            await world.request(dev_env.client, name, force=True, policy=policy)
         elif label == "runner-recovered":
             await eventually(
                 lambda: provider_state.attempts(world.provider_config, f"i-{name}") >= 1
@@ -240,4 +285,5 @@ async def test_record_runner(dev_env, tmp_path: Path, label: str):
             force_write(world.store, name, InstanceStatus.PENDING_DELETE)
         await handle.result()
         history = await handle.fetch_history()
-    write_recording(f"{label}.json", history.to_json())
+    suffix = ".last" if label == "runner-rolled-over" else ""
+    write_recording(f"{label}{suffix}.json", history.to_json())

@@ -145,3 +145,24 @@ async def test_a_record_with_an_invalid_scope_escalates_naming_it_and_a_force_fi
 
 async def _is(handle: WorkflowHandle[Any, Any], step: DeletionStep) -> bool:
     return await step_of(handle) == step.value
+
+
+async def test_a_record_whose_provider_id_no_provider_takes_escalates_and_a_force_records_a_leak(
+    dev_env: WorkflowEnvironment, world: RunnerWorld
+) -> None:
+    world.add_runner("r-bad-id", registered=False)
+    with world.store.engine.begin() as conn:  # SQLite took NUL before the store checked
+        conn.execute(
+            update(runners).where(runners.c.name == "r-bad-id").values(provider_id="i-\x00bad")
+        )
+    async with runner_worker(dev_env.client, world):
+        handle = await world.request(dev_env.client, "r-bad-id")
+        await until(lambda: _is(handle, DeletionStep.ESCALATED), what="the escalation")
+        view = await handle.query("status")
+        assert "provider id is invalid" in view["decision"]
+        assert world.status("r-bad-id") is S.DELETING
+        await world.request(dev_env.client, "r-bad-id", force=True)
+        result: DeletionResult = await handle.result()
+    assert result.outcome is DeletionOutcome.DELETED and result.forced
+    assert result.leaked_provider_id == "i-\x00bad"
+    assert [leak.provider_id for leak in world.store.leaks()] == ["i-\x00bad"]

@@ -73,16 +73,17 @@ STORE_RETRY = RetryPolicy(
     backoff_coefficient=2.0,
     maximum_interval=timedelta(seconds=30),
 )
-# One call to GitHub; its answers come back as results, so only crashes are retried here.
+# One call to GitHub per attempt. GITHUB_RETRY and ONE_ATTEMPT are the policies of deletions
+# started before `deletion-v2`, whose workflow code retries; later ones use github_retry and
+# provider_retry below.
 GITHUB_START_TO_CLOSE = timedelta(minutes=1)
 GITHUB_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=2),
     backoff_coefficient=2.0,
     maximum_interval=timedelta(minutes=1),
 )
-# The provider call is one attempt per activity: the workflow owns the retries, so each
-# answer and the attempt count show in its details. Heartbeats (policy.provider_heartbeat)
-# let a crashed worker's attempt be noticed well before the provider timeout.
+# Heartbeats (policy.provider_heartbeat) let a crashed worker's provider attempt be noticed
+# well before the provider timeout.
 PROVIDER_MARGIN = timedelta(seconds=30)
 ONE_ATTEMPT = RetryPolicy(maximum_attempts=1)
 

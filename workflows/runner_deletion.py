@@ -425,6 +425,15 @@ class RunnerDeletion:
         assert view is not None
         self._step(DeletionStep.PROVIDER_DELETE, record)
         instance_id = record.provider_id or record.name
+        bad_id = [p for p in record.problems if p.startswith("provider_id")]
+        if bad_id and not self._force:
+            # No provider can take this id (the store refuses such rows now; this one is
+            # older): asking again will not help, so an operator decides.
+            await self._escalate_until_forced(
+                record,
+                f"the record's provider id is invalid ({bad_id[0]})",
+                lambda: self._carry(registration_left=registration_left),
+            )
         call = ProviderDelete(
             runner=record.name,
             instance_id=instance_id,
@@ -463,6 +472,24 @@ class RunnerDeletion:
             view.provider_attempts += result.attempts
             self._publish()
             return None
+
+    async def _escalate_until_forced(self, record: RunnerRecord, why: str, carry: Any) -> None:
+        view = self._view
+        assert view is not None
+        view.escalated = True
+        view.decision = f"{why}; escalated to an operator"
+        view.error = (
+            f"{why}. Fix the record, or run `keeper runner delete {record.name} --force`: "
+            "keeper then tries the provider a few times and records the instance as a leak"
+        )
+        self._step(DeletionStep.ESCALATED, record)
+        await workflow.wait_condition(lambda: self._force or self._history_is_long())
+        if not self._force:
+            await self._continue_as_new(carry())
+        view.escalated = False
+        view.error = None
+        view.decision = f"{why}; answered: force requested"
+        self._step(DeletionStep.PROVIDER_DELETE, record, searchable=True)
 
     async def _give_up_instance(
         self, record: RunnerRecord, instance_id: str, err: ActivityError
