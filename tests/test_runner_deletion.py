@@ -35,9 +35,12 @@ async def test_deletes_registration_then_compute_then_record(
         ("pending_delete", "deleting", False),
         ("deleting", "deleted", False),
     ]
-    # Registration before compute: GitHub's DELETE precedes the provider's first call.
+    # Registration before compute: GitHub had answered the DELETE before the provider's
+    # first call started (both logs carry wall-clock times of this one machine).
     deletes = [r for r in world.github.requests if r["method"] == "DELETE"]
     assert deletes and deletes[0]["status"] == 204
+    calls = provider_state.invocations(world.provider_config, command="DeleteInstance")
+    assert calls and deletes[0]["at"] < calls[0]["started"]
     assert handle.id == deletion_workflow_id("r-happy")
     desc = await handle.describe()
     attrs = {k.name: v for k, v in ((p.key, p.value) for p in desc.typed_search_attributes)}

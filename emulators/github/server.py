@@ -165,7 +165,7 @@ class GitHubEmulator(Served):
 
     @property
     def requests(self) -> list[dict[str, Any]]:
-        """GitHub API requests so far: method, path, query, status."""
+        """GitHub API requests so far: method, path, query, status, at (epoch seconds)."""
         return [dict(entry) for entry in self.log.entries]
 
     def state(self) -> dict[str, Any]:

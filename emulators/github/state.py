@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -191,7 +192,11 @@ class RequestLog:
     entries: list[dict[str, Any]] = field(default_factory=list)
 
     def record(self, method: str, path: str, query: str, status: int) -> None:
-        self.entries.append({"method": method, "path": path, "query": query, "status": status})
+        # `at` (epoch seconds, when the answer was sent) lets a test order these requests
+        # against other processes' clocks, such as the provider's invocation log.
+        self.entries.append(
+            {"method": method, "path": path, "query": query, "status": status, "at": time.time()}
+        )
 
     def clear(self) -> None:
         self.entries.clear()
