@@ -23,7 +23,7 @@ import re
 import shutil
 import subprocess
 from collections.abc import Callable
-from datetime import date
+from datetime import date, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +63,10 @@ def write_recording(name: str, text: str) -> None:
     target.write_text(text)
 
 
+STOCKOUT = Scenario(
+    assign_after=None,
+    terminal={"state": "FAILED", "after": 8, "message": "no more capacity in zone"},
+)
 SCENARIOS = {
     "reserved-ready": (slice_request("replay-ready"), Scenario(assign_after=600)),
     "assign-deadline": (slice_request("replay-assign"), Scenario(assign_after=None)),
@@ -74,7 +78,18 @@ SCENARIOS = {
         slice_request("replay-node", capacity=Capacity.ON_DEMAND),
         Scenario(active_after=30),
     ),
+    # Since `phase-deadline-last-look`: ready only at the last look, at the deadline.
+    "ready-last-look": (
+        slice_request("replay-last-look", poll_interval=timedelta(minutes=10)),
+        Scenario(assign_after=0, active_after=0, ips_after=60),
+    ),
+    # Since `compensation-bounded-windows`: a QR that fails while queued is compensated, and
+    # one whose deletes are refused for 20 minutes turns stuck, then finishes.
+    "stockout": (slice_request("replay-stockout"), STOCKOUT),
+    "compensation-stuck": (slice_request("replay-stuck"), STOCKOUT),
 }
+# Scenario -> emulator faults before the bootstrap starts: (method, code, count).
+SCENARIO_FAULTS = {"compensation-stuck": ("DeleteQueuedResource", "PERMISSION_DENIED", 30)}
 
 
 @pytest.mark.skipif(not env_flag("KEEPER_RECORD_HISTORIES"), reason="recording is on demand")
@@ -82,6 +97,9 @@ SCENARIOS = {
 async def test_record(time_env, clocked_emu: TpuEmulator, label: str):
     request, scenario = SCENARIOS[label]
     clocked_emu.set_scenario(request.slice_name, scenario)
+    if label in SCENARIO_FAULTS:
+        method, code, count = SCENARIO_FAULTS[label]
+        clocked_emu.inject_fault(method, code, count=count, slice=request.slice_name)
     async with running_worker(time_env.client, clocked_emu) as worker:
         handle = await time_env.client.start_workflow(
             TpuSliceBootstrap.run,
@@ -98,6 +116,52 @@ async def test_record(time_env, clocked_emu: TpuEmulator, label: str):
     ):
         history = await time_env.client.get_workflow_handle(workflow_id).fetch_history()
         write_recording(f"{label}.{suffix}.json", history.to_json())
+
+
+@pytest.mark.skipif(not env_flag("KEEPER_RECORD_HISTORIES"), reason="recording is on demand")
+async def test_record_teardown_cancelled_mid_delete(dev_env, emu: TpuEmulator):
+    """Since `teardown-shielded-delete`: a cancel waits for the delete it interrupted."""
+    from tests.test_tpu_teardown import handed_over, start_teardown, until_delete_attempt
+
+    async with running_worker(dev_env.client, emu) as worker:
+        request = await handed_over(dev_env.client, worker.task_queue, emu)
+        emu.inject_fault("DeleteQueuedResource", "UNAVAILABLE", count=2, slice=request.slice_name)
+        handle = await start_teardown(dev_env.client, worker.task_queue, request)
+        await until_delete_attempt(handle, 2)
+        await handle.cancel()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(handle.result(), 60)
+        history = await handle.fetch_history()
+    write_recording("teardown-cancelled.json", history.to_json())
+
+
+@pytest.mark.skipif(not env_flag("KEEPER_RECORD_HISTORIES"), reason="recording is on demand")
+async def test_record_sweep_with_an_undeletable_orphan(dev_env, emu: TpuEmulator):
+    """Since `sweeper-survey-bounded-deletes`: one orphan is deleted, one is reported."""
+    from domain.bootstrap_models import SweepRequest
+    from tests.test_tpu_sweeper import dead_owner_qr, sweeping_worker, until_listed
+    from workflows.tpu_sweeper import TpuSweeper
+
+    stuck, ordinary = slice_request(), slice_request()
+    for request in (stuck, ordinary):
+        await dead_owner_qr(dev_env.client, emu, request)
+    emu.inject_fault(
+        "DeleteQueuedResource", "PERMISSION_DENIED", count=1_000_000, slice=stuck.slice_name
+    )
+    ids = " OR ".join(
+        f'WorkflowId = "{bootstrap_workflow_id(r.slice_name)}"' for r in (stuck, ordinary)
+    )
+    await until_listed(dev_env.client, f'({ids}) AND ExecutionStatus = "Terminated"', 2)
+    async with sweeping_worker(dev_env.client, emu, delete_timeout=timedelta(seconds=3)) as w:
+        handle = await dev_env.client.start_workflow(
+            TpuSweeper.run,
+            SweepRequest(project="keeper-test", zone="us-central2-b"),
+            id=f"tpu-sweeper-manual-replay-{stuck.slice_name}",
+            task_queue=w.task_queue,
+        )
+        await asyncio.wait_for(handle.result(), 90)
+        history = await handle.fetch_history()
+    write_recording("sweep-undeletable-orphan.json", history.to_json())
 
 
 def recorded() -> list[Path]:
@@ -132,6 +196,7 @@ def test_every_retired_recording_exists():
 # other id, and a history file does not hold the id it ran under.
 CANONICAL_IDS: dict[str, Callable[[dict[str, Any]], str]] = {
     "TpuSliceBootstrap": lambda inp: bootstrap_workflow_id(inp["slice_name"]),
+    "TpuSliceBootstrapRun": lambda inp: bootstrap_run_workflow_id(inp["request"]["slice_name"]),
     "TpuSliceTeardown": lambda inp: teardown_workflow_id(inp["slice_name"]),
     "RunnerDeletion": lambda inp: deletion_workflow_id(inp["runner"]),
 }
