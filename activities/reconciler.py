@@ -4,6 +4,7 @@ passes, and act on those seen twice. One bad record, scope or pool never aborts 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections import Counter
 from datetime import timedelta
@@ -26,6 +27,7 @@ from domain.runner_record_check import shown, what_to_do
 from domain.runner_status import InstanceStatus, on_lane
 from runtime.garm_provider import ExternalProvider
 from runtime.github_client import GitHubClient
+from runtime.instance_lease import InstanceLeases, LeaseHeld
 from runtime.runner_requests import request_deletion
 from store import RunnerStore
 from workflows.runner_deletion import RunnerDeletion
@@ -41,11 +43,13 @@ class ReconcilerActivities:
         github: GitHubClient,
         provider: ExternalProvider,
         client: Client,
+        leases: InstanceLeases | None = None,
     ) -> None:
         self._store = store
         self._github = github
         self._provider = provider
         self._client = client
+        self._leases = leases
 
     @activity.defn(name="runners.reconcile_pass")
     async def reconcile_pass(self, request: ReconcileRequest) -> ReconcileReport:
@@ -173,12 +177,29 @@ class ReconcilerActivities:
             return f"registration removed ({answer.message})"
         if mismatch.kind is MismatchKind.INSTANCE:
             assert mismatch.pool is not None and mismatch.provider_id is not None
-            answer = await self._provider.delete_instance(
-                mismatch.provider_id,
-                mismatch.pool,
-                timeout_s=request.provider_timeout_s,
-                on_tick=lambda elapsed: activity.heartbeat(f"provider delete {elapsed:.0f}s"),
+            # A leak is often what a forced deletion gave up on, whose last attempt may still
+            # run on a host that was lost: never a second process beside it.
+            lease = (
+                self._leases.hold(
+                    mismatch.provider_id,
+                    runs_for=timedelta(seconds=request.provider_timeout_s),
+                    what=f"{activity.info().workflow_id} reconcile pass",
+                )
+                if self._leases is not None
+                else contextlib.nullcontext()
             )
+            try:
+                async with lease:
+                    answer = await self._provider.delete_instance(
+                        mismatch.provider_id,
+                        mismatch.pool,
+                        timeout_s=request.provider_timeout_s,
+                        on_tick=lambda elapsed: activity.heartbeat(
+                            f"provider delete {elapsed:.0f}s"
+                        ),
+                    )
+            except LeaseHeld as held:
+                raise RuntimeError(f"{held}; the next pass tries again") from None
             if not answer.gone:
                 raise RuntimeError(f"provider answered {answer.outcome}: {answer.message}")
             await asyncio.to_thread(self._store.resolve_leak, mismatch.provider_id)

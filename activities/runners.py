@@ -46,6 +46,9 @@ MAX_CAS_ROUNDS = 20
 UNKNOWN_RUNNER = "UnknownRunner"
 NOT_THE_OWNER = "NotTheLaneOwner"
 GITHUB_RETRY = "GitHubAskAgain"
+# How often an attempt that found the instance's lease held looks again.
+LEASE_POLL_MIN_S = 0.2
+LEASE_POLL_MAX_S = 2.0
 PROVIDER_RETRY = "ProviderAskAgain"
 
 
@@ -241,17 +244,17 @@ class ProviderActivities:
         """Deletes the instance; returns once the provider says it is gone. A failed
         attempt raises, so the retry policy (not workflow code) tries again."""
         info = activity.info()
-        try:
-            answer = await self._delete(call)
-        except LeaseHeld as held:
-            # Asked again once the earlier attempt's process must be gone, not sooner.
-            # The lease is kept on the hosts' own clocks, so it is compared with this one.
-            wait = held.expires_at - datetime.now(UTC)
-            raise ApplicationError(
-                f"provider delete of {call.instance_id}: {held}; attempt {info.attempt}",
-                type=PROVIDER_RETRY,
-                next_retry_delay=max(wait, timedelta(seconds=1)),
-            ) from None
+        while True:
+            try:
+                answer = await self._delete(call)
+                break
+            except LeaseHeld as held:
+                # An earlier attempt's process may still run: wait inside this attempt
+                # (heartbeating, so a cancel still lands) rather than spend a retry, since a
+                # forced delete has only a few. The lease is on the hosts' own clocks.
+                left = (held.expires_at - datetime.now(UTC)).total_seconds()
+                activity.heartbeat(f"waiting for the instance's lease: {held}")
+                await asyncio.sleep(min(max(left, LEASE_POLL_MIN_S), LEASE_POLL_MAX_S))
         if answer.gone:
             return ProviderResult(answer=answer, attempts=info.attempt)
         raise ApplicationError(

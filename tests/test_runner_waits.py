@@ -4,6 +4,7 @@ whatever it waits on (a rate limit, an escalation, a bad record) shows and can b
 from __future__ import annotations
 
 import asyncio
+import itertools
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -20,6 +21,7 @@ from domain.runner_models import (
     RunnerDeletionInput,
 )
 from domain.runner_status import InstanceStatus
+from emulators.provider import state as provider_state
 from store.schema import runners
 from tests.runner_world import FAST_POLICY, RunnerWorld, runner_worker
 from workflows.runner_deletion import REQUEST_SIGNAL, RunnerDeletion
@@ -102,7 +104,8 @@ async def test_a_day_long_retry_after_is_capped_shown_with_its_date_and_a_force_
     dev_env: WorkflowEnvironment, world: RunnerWorld
 ) -> None:
     record = world.add_runner("r-rate")
-    world.github.inject(429, runner_id=record.github_runner_id, retry_after=100000, times=50)
+    # One answer asks for 27.8 hours; the next try, capped, is 10 minutes out.
+    world.github.inject(429, runner_id=record.github_runner_id, retry_after=100000, times=1)
     async with runner_worker(dev_env.client, world):
         handle = await world.request(dev_env.client, "r-rate")
         pending = await until(
@@ -113,9 +116,9 @@ async def test_a_day_long_retry_after_is_capped_shown_with_its_date_and_a_force_
         assert "GitHub asked for 27.8h" in message and "(capped)" in message
         assert next_try - datetime.now(UTC) <= timedelta(minutes=10, seconds=5)
         assert next_try.strftime("%Y-%m-%dT%H:%M") in message
-        world.github.clear_faults()
         await world.request(dev_env.client, "r-rate", force=True)
-        result = await handle.result()
+        # Only the force can end it this soon: it cancels the call waiting out the 10 minutes.
+        result = await asyncio.wait_for(handle.result(), 30)
     assert result.outcome is DeletionOutcome.DELETED and result.forced
     assert not world.registration_exists(record)
 
@@ -166,3 +169,44 @@ async def test_a_record_whose_provider_id_no_provider_takes_escalates_and_a_forc
     assert result.outcome is DeletionOutcome.DELETED and result.forced
     assert result.leaked_provider_id == "i-\x00bad"
     assert [leak.provider_id for leak in world.store.leaks()] == ["i-\x00bad"]
+
+
+async def test_a_stored_scale_set_no_search_attribute_can_hold_is_still_deleted_by_force(
+    dev_env: WorkflowEnvironment, world: RunnerWorld
+) -> None:
+    world.add_runner("r-long-set", registered=False)
+    with world.store.engine.begin() as conn:  # SQLite takes any length; a keyword does not
+        conn.execute(
+            update(runners).where(runners.c.name == "r-long-set").values(scale_set="s" * 3000)
+        )
+    async with runner_worker(dev_env.client, world):
+        handle = await world.request(dev_env.client, "r-long-set", force=True)
+        result: DeletionResult = await asyncio.wait_for(handle.result(), 60)
+    assert result.outcome is DeletionOutcome.DELETED
+    assert world.status("r-long-set") is S.DELETED
+
+
+async def test_a_force_during_a_provider_attempt_waits_for_it_and_records_no_false_leak(
+    dev_env: WorkflowEnvironment, world: RunnerWorld
+) -> None:
+    world.add_runner("r-slow", registered=False, mode="slow", mode_seconds=2.5)
+    policy = FAST_POLICY.model_copy(
+        update={"provider_timeout": timedelta(seconds=10), "force_provider_attempts": 1}
+    )
+    async with runner_worker(dev_env.client, world):
+        handle = await world.request(dev_env.client, "r-slow", policy=policy)
+        await until(
+            lambda: asyncio.to_thread(
+                lambda: provider_state.attempts(world.provider_config, "i-r-slow") >= 1
+            ),
+            what="the provider call to start",
+        )
+        await world.request(dev_env.client, "r-slow", force=True, policy=policy)
+        result: DeletionResult = await asyncio.wait_for(handle.result(), 60)
+    assert result.outcome is DeletionOutcome.DELETED and result.forced
+    assert result.leaked_provider_id is None and world.store.leaks() == []
+    assert not world.instance_exists("r-slow")
+    calls = provider_state.invocations(world.provider_config, command="DeleteInstance")
+    # One provider process at a time: each call started after the one before it ended.
+    for before, after in itertools.pairwise(calls):
+        assert before["ended"] is not None and before["ended"] <= after["started"], calls

@@ -91,7 +91,9 @@ def build_activities(
     store = RunnerStoreActivities(runners.store)
     github = GitHubActivities(runners.github)
     provider = ProviderActivities(runners.provider, runners.leases)
-    reconciler = ReconcilerActivities(runners.store, runners.github, runners.provider, client)
+    reconciler = ReconcilerActivities(
+        runners.store, runners.github, runners.provider, client, runners.leases
+    )
     return [
         tpu.create_slice,
         tpu.observe_slice,

@@ -26,6 +26,7 @@ from pydantic import ValidationError
 from temporalio import workflow
 from temporalio.common import VersioningBehavior
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, RetryState
+from temporalio.workflow import ActivityCancellationType
 
 with workflow.unsafe.imports_passed_through():
     from activities.runners import GitHubActivities, ProviderActivities, RunnerStoreActivities
@@ -66,6 +67,7 @@ T = TypeVar("T")
 S = InstanceStatus
 REQUEST_SIGNAL = "request"
 DELETION_V2 = "deletion-v2"
+PROVIDER_CANCEL_WAITS = "provider-cancel-waits"
 SEARCHABLE_STEPS = frozenset({DeletionStep.BUSY_WAIT, DeletionStep.ESCALATED, DeletionStep.DONE})
 UNKNOWN_RUNNER = "UnknownRunner"
 WRONG_WORKFLOW_ID = "WrongWorkflowId"
@@ -221,9 +223,12 @@ class RunnerDeletion:
                 else DeletionStep.PENDING_DELETE
             )
             self._sa_step = first
-            workflow.upsert_search_attributes(
-                [sa.SCALE_SET.value_set(record.scale_set), sa.RUNNER_STEP.value_set(first.value)]
-            )
+            updates = [sa.RUNNER_STEP.value_set(first.value)]
+            if not _has_problem(record, "scale_set"):
+                # A stored value that fails the record check may not fit a search attribute
+                # (the server terminates a run whose upsert it refuses): left out.
+                updates.insert(0, sa.SCALE_SET.value_set(record.scale_set))
+            workflow.upsert_search_attributes(updates)
         if record.instance_status is S.DELETED:
             self._step(DeletionStep.DONE, record)
             return self._result(DeletionOutcome.ALREADY_DELETED)
@@ -324,6 +329,9 @@ class RunnerDeletion:
         self._step(DeletionStep.DEREGISTER, record)
         busy_until = view.busy_since + self._policy.busy_wait if view.busy_since else None
         while True:
+            if self._force and mode not in (DeregisterMode.FORCE, DeregisterMode.CLEANUP):
+                # A force that landed with the last answer (same workflow task) counts too.
+                mode = DeregisterMode.FORCE
             try:
                 result = await self._interruptible(
                     self._ask_github(ref, mode, busy_until),
@@ -425,7 +433,7 @@ class RunnerDeletion:
         assert view is not None
         self._step(DeletionStep.PROVIDER_DELETE, record)
         instance_id = record.provider_id or record.name
-        bad_id = [p for p in record.problems if p.startswith("provider_id")]
+        bad_id = [p for p in record.problems if p.startswith("provider_id:")]
         if bad_id and not self._force:
             # No provider can take this id (the store refuses such rows now; this one is
             # older): asking again will not help, so an operator decides.
@@ -447,8 +455,14 @@ class RunnerDeletion:
             task = workflow.start_activity_method(
                 ProviderActivities.provider_delete,
                 call,
-                start_to_close_timeout=timedelta(seconds=call.timeout_s) + opts.PROVIDER_MARGIN,
+                # An attempt may first wait out an earlier one's lease (runtime/instance_lease).
+                start_to_close_timeout=2 * timedelta(seconds=call.timeout_s) + opts.PROVIDER_MARGIN,
                 heartbeat_timeout=self._policy.provider_heartbeat,
+                # A force cancels the attempt in flight; the forced one starts only once the
+                # cancelled one has killed its process and given the instance's lease back.
+                cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED
+                if workflow.patched(PROVIDER_CANCEL_WAITS)
+                else ActivityCancellationType.TRY_CANCEL,
                 retry_policy=opts.provider_retry(
                     self._policy, self._policy.force_provider_attempts if forced else 0
                 ),
@@ -675,6 +689,10 @@ class RunnerDeletion:
 _WAITING = frozenset({DeletionStep.BUSY_WAIT, DeletionStep.ESCALATED})
 # Retry states that mean "the attempts a force allows are used up".
 _GAVE_UP = frozenset({RetryState.MAXIMUM_ATTEMPTS_REACHED, RetryState.TIMEOUT})
+
+
+def _has_problem(record: RunnerRecord, field: str) -> bool:
+    return any(problem.startswith(f"{field}:") for problem in record.problems)
 
 
 def _cause(err: ActivityError) -> str:
