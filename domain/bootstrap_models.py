@@ -227,6 +227,14 @@ class SupervisorResume(_Message):
     progress: CompensationProgress
 
 
+class TeardownResume(_Message):
+    """What a teardown carries across continue-as-new while its delete is stuck."""
+
+    progress: CompensationProgress
+    cancel_note: str | None = None
+    note: str | None = None
+
+
 class TeardownRequest(_Message):
     model_config = ConfigDict(extra="forbid", frozen=True)
 

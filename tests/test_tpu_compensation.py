@@ -9,21 +9,32 @@ import json
 import logging
 import os
 import sys
+import uuid
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from temporalio.client import WorkflowFailureError, WorkflowHandle
+from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 
-from domain.bootstrap_models import BootstrapFailure, BootstrapResult, BootstrapStatus
-from domain.naming import bootstrap_workflow_id
+from domain.bootstrap_models import (
+    BootstrapFailure,
+    BootstrapResult,
+    BootstrapStatus,
+    DeletionReport,
+    TeardownRequest,
+)
+from domain.naming import bootstrap_run_workflow_id, bootstrap_workflow_id, teardown_workflow_id
 from domain.slice_request import SliceRequest
 from emulators.tpu import Scenario, TpuEmulator
+from runtime.tpu_client import emulator_client
+from tests import harness
 from tests.e2e_support import REPO, write_config
 from tests.harness import assert_no_leaks, running_worker, slice_request
+from workers.main import build_worker
 from workflows.tpu_bootstrap import TpuSliceBootstrap
+from workflows.tpu_teardown import TpuSliceTeardown
 
 # The demo's demo-stockout: the QR fails while queued, within seconds.
 STOCKOUT = Scenario(
@@ -198,3 +209,100 @@ async def test_a_long_stuck_compensation_continues_as_new_and_keeps_its_owner(
     assert (failure.compensation.deleted, failure.compensation.not_ours) == ([qr], [])
     assert failure.kind == "terminal"
     assert_no_leaks(clocked_emu)
+
+
+async def runs_of(client: Client, workflow_id: str) -> int:
+    """How many runs a workflow id has had, walked back from the latest run."""
+    runs, run_id = 0, (await client.get_workflow_handle(workflow_id).describe()).run_id
+    while run_id:
+        history = await client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history()
+        runs += 1
+        run_id = history.events[
+            0
+        ].workflow_execution_started_event_attributes.continued_execution_run_id
+    return runs
+
+
+async def test_a_stuck_teardown_continues_as_new_and_finishes_the_delete(
+    time_env, clocked_emu: TpuEmulator, monkeypatch: pytest.MonkeyPatch
+):
+    from temporalio import workflow
+
+    request = slice_request()
+    clocked_emu.set_scenario(request.slice_name, Scenario(assign_after=0, active_after=0))
+    async with running_worker(time_env.client, clocked_emu) as worker:
+        await time_env.client.execute_workflow(
+            TpuSliceBootstrap.run,
+            request,
+            id=bootstrap_workflow_id(request.slice_name),
+            task_queue=worker.task_queue,
+            result_type=BootstrapResult,
+        )
+        clocked_emu.inject_fault(
+            "DeleteQueuedResource", "PERMISSION_DENIED", count=1_000_000, slice=request.slice_name
+        )
+        # The server suggests continue-as-new only past thousands of events; here, at once.
+        monkeypatch.setattr(workflow.Info, "is_continue_as_new_suggested", lambda self: True)
+        handle = await time_env.client.start_workflow(
+            TpuSliceTeardown.run,
+            TeardownRequest(
+                slice_name=request.slice_name, project=request.project, zone=request.zone
+            ),
+            id=teardown_workflow_id(request.slice_name),
+            task_queue=worker.task_queue,
+            result_type=DeletionReport,
+        )
+        loop = asyncio.get_running_loop()
+        end = loop.time() + 60
+        result = asyncio.create_task(handle.result())
+        while await runs_of(time_env.client, handle.id) < 2:
+            assert loop.time() < end, "the teardown never continued as new"
+            await asyncio.sleep(0.05)
+        monkeypatch.undo()
+        clocked_emu.clear_faults()
+        report = await asyncio.wait_for(result, 120)
+    qr = f"projects/keeper-test/locations/us-central2-b/queuedResources/{request.slice_name}"
+    assert report.deleted == [qr]
+    assert_no_leaks(clocked_emu)
+
+
+@pytest.mark.e2e
+async def test_a_stuck_cancel_path_compensation_continues_as_new_and_finishes(
+    dev_env, emu: TpuEmulator, monkeypatch: pytest.MonkeyPatch
+):
+    """The phase child compensates by itself when its supervisor is terminated; stuck, it
+    too continues as new, the owner in its input, until the slice is gone. On the dev
+    server: the time-skipping server cannot continue a child workflow as new."""
+    from temporalio import workflow
+
+    settings = harness.test_settings()
+    # The first window is then the shortest there is (a minute), not five.
+    settings.bootstrap.compensation_stuck_after = timedelta(seconds=1)
+    request = slice_request(poll_interval=timedelta(seconds=1))
+    emu.set_scenario(request.slice_name, Scenario(assign_after=None))
+    emu.inject_fault(
+        "DeleteQueuedResource", "PERMISSION_DENIED", count=1_000_000, slice=request.slice_name
+    )
+    queue = f"keeper-test-{uuid.uuid4().hex[:8]}"
+    worker = build_worker(dev_env.client, settings, emulator_client(emu.grpc_target), queue)
+    async with worker:
+        handle = await start(dev_env, queue, request)
+        await wait_for_status(handle, lambda s: s.phase.value == "assign")
+        monkeypatch.setattr(workflow.Info, "is_continue_as_new_suggested", lambda self: True)
+        # The parent close policy (REQUEST_CANCEL) cancels the child, which compensates.
+        await handle.terminate(reason="test: the supervisor is lost")
+        child = dev_env.client.get_workflow_handle(bootstrap_run_workflow_id(request.slice_name))
+        loop = asyncio.get_running_loop()
+        end = loop.time() + 150
+        while await runs_of(dev_env.client, child.id) < 2:
+            assert loop.time() < end, "the child never continued as new"
+            await asyncio.sleep(0.2)
+        monkeypatch.undo()
+        emu.clear_faults()
+        with pytest.raises(WorkflowFailureError) as closed:
+            await asyncio.wait_for(child.result(), 150)
+    # The run that finished the compensation says what it did; the first run was cancelled.
+    cause = closed.value.cause
+    assert isinstance(cause, ApplicationError) and cause.type == "BootstrapCancelled", cause
+    assert "compensation" in cause.message and "finished" in cause.message
+    assert_no_leaks(emu)

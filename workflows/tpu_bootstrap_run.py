@@ -60,6 +60,11 @@ CANONICAL_ID_PATCH = "slice-workflow-canonical-id"
 # A poll or health round whose next retry would land past the phase budget made the server
 # fail it early; now the phase sleeps to its deadline and looks once more before failing.
 DEADLINE_LAST_LOOK_PATCH = "phase-deadline-last-look"
+# A cancel-path compensation stuck long enough for the server to suggest it continues as
+# new with its progress in this memo entry; the continued run only compensates.
+CONTINUE_AS_NEW_PATCH = "child-compensation-continue-as-new"
+RESUME_MEMO = "keeper-compensation"
+CANCELLED_TYPE = "BootstrapCancelled"
 LAST_LOOK = RetryPolicy(maximum_attempts=1)
 
 
@@ -92,6 +97,17 @@ class TpuSliceBootstrapRun:
         self._ref = SliceRef.of(req)
         self._budgets = deadlines(req)
         self._status = BootstrapStatus.initial(req)
+        resume = workflow.memo_value(RESUME_MEMO, None, type_hint=CompensationProgress)
+        if resume is not None:
+            # A continued run of a stuck compensation: its supervisor is gone, and the cancel
+            # was the previous run's, so this run cannot close as cancelled; it fails saying so.
+            await self._compensate_on_cancel(resume)
+            raise ApplicationError(
+                f"bootstrap of {req.slice_name} cancelled (its supervisor was lost); the "
+                "compensation an earlier run of this workflow started has finished",
+                type=CANCELLED_TYPE,
+                non_retryable=True,
+            )
         try:
             obs = await self._submit()
             if req.capacity.queued:
@@ -355,12 +371,12 @@ class TpuSliceBootstrapRun:
         message = str(cause) if cause is not None else str(err)
         return BootstrapFailure(phase=phase, kind=kind, message=f"{phase.value}: {message}")
 
-    async def _compensate_on_cancel(self) -> None:
-        await run_to_completion(self._compensate())
+    async def _compensate_on_cancel(self, resume: CompensationProgress | None = None) -> None:
+        await run_to_completion(self._compensate(resume))
         self._status = self._status_copy(phase=Phase.CANCELLED, compensation="deleted")
         workflow.set_current_details(render_details(self._status))
 
-    async def _compensate(self) -> None:
+    async def _compensate(self, resume: CompensationProgress | None) -> None:
         await self._enter(Phase.COMPENSATE, None)
         await delete_slice(
             self._ref,
@@ -368,6 +384,7 @@ class TpuSliceBootstrapRun:
             self._inp.owner.run_id,
             "bootstrap cancelled",
             on_progress=self._compensation_progress,
+            resume=resume,
         )
 
     def _compensation_progress(self, progress: CompensationProgress) -> None:
@@ -383,6 +400,17 @@ class TpuSliceBootstrapRun:
         )
         assert self._status is not None
         workflow.set_current_details(render_details(self._status))
+        if workflow.info().is_continue_as_new_suggested() and workflow.patched(
+            CONTINUE_AS_NEW_PATCH
+        ):
+            # However long it stays stuck, the history stays bounded; the owner rides in
+            # the input, so ownership checks are the same in the next run.
+            workflow.logger.warning(
+                "compensation of %s still running after %d windows; continuing as new",
+                self._ref.slice_name,
+                progress.windows_ended,
+            )
+            workflow.continue_as_new(self._inp, memo={RESUME_MEMO: progress})
 
     # -- status --------------------------------------------------------------------------
 

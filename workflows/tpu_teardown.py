@@ -20,6 +20,7 @@ with workflow.unsafe.imports_passed_through():
         DeletionReport,
         SliceRef,
         TeardownRequest,
+        TeardownResume,
     )
     from domain.compensation import describe_retrying, describe_stuck
     from domain.naming import (
@@ -37,6 +38,10 @@ with workflow.unsafe.imports_passed_through():
 
 # Histories recorded before it let a cancel stop the delete midway.
 SHIELDED_DELETE_PATCH = "teardown-shielded-delete"
+# A delete stuck long enough for the server to suggest it continues as new, carrying its
+# progress (and a cancel it has seen) in this memo entry.
+CONTINUE_AS_NEW_PATCH = "teardown-continue-as-new"
+RESUME_MEMO = "keeper-teardown"
 
 
 @workflow.defn(
@@ -77,18 +82,26 @@ class TpuSliceTeardown:
             queued=True,
             node_ids=node_ids(req.slice_name, req.node_count),
         )
+        resume = workflow.memo_value(RESUME_MEMO, None, type_hint=TeardownResume)
+        if resume is not None:
+            self._cancel_note = resume.cancel_note
+            self._deletion_note = resume.note
+            self._show("teardown")
         deletion = delete_slice(
             ref,
             bootstrap_workflow_id(req.slice_name),
             None,
             req.reason,
             on_progress=self._progress,
+            resume=resume.progress if resume is not None else None,
         )
         cancelled = False
         if workflow.patched(SHIELDED_DELETE_PATCH):
             report, cancelled = await run_to_completion(deletion, on_cancel=self._cancel_seen)
         else:
             report = await deletion
+        # A cancel seen by an earlier run of this teardown still closes it as cancelled.
+        cancelled = cancelled or (resume is not None and resume.cancel_note is not None)
         workflow.upsert_search_attributes([sa.PHASE.value_set("released")])
         self._deletion_note = describe(report)
         self._show("released")
@@ -109,6 +122,19 @@ class TpuSliceTeardown:
             describe_stuck(progress, now) if progress.stuck else describe_retrying(progress)
         )
         self._show("teardown")
+        if workflow.info().is_continue_as_new_suggested() and workflow.patched(
+            CONTINUE_AS_NEW_PATCH
+        ):
+            # However long the delete stays stuck, the history stays bounded.
+            workflow.logger.warning(
+                "teardown of %s still deleting after %d windows; continuing as new",
+                self._req.slice_name,
+                progress.windows_ended,
+            )
+            resume = TeardownResume(
+                progress=progress, cancel_note=self._cancel_note, note=self._deletion_note
+            )
+            workflow.continue_as_new(self._req, memo={RESUME_MEMO: resume})
 
     def _show(self, phase: str) -> None:
         # The reason and the deletion's errors are outside text: shown, never rendered.
