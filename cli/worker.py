@@ -27,9 +27,9 @@ def worker(keeper: KeeperContext, log_level: str) -> None:
     activities finish.
 
     \b
-    It polls as build worker.build_id (KEEPER_BUILD_ID, default keeper's package version)
-    of the Worker Deployment worker.deployment_name (default keeper), and receives tasks
-    once that version is current or ramping:
+    It polls as build worker.build_id (KEEPER_BUILD_ID; default the package version and a
+    fingerprint of the workflow code) of the Worker Deployment worker.deployment_name
+    (default keeper), and receives tasks once that version is current or ramping:
       temporal worker deployment set-current-version --deployment-name keeper --build-id B
     Give each release a new build id, such as its image tag. worker.versioned: false
     (KEEPER_WORKER_VERSIONED=false) runs unversioned. Rollouts: docs/operations.md.

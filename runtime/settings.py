@@ -7,6 +7,9 @@ configures both `temporal` and `keeper`. Everything else has a KEEPER_* variable
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import importlib
 import os
 from collections.abc import Mapping
 from datetime import timedelta
@@ -107,9 +110,7 @@ class BootstrapSettings(_Section):
     poll_interval: HumanDuration = timedelta(seconds=30)
     max_backoff: HumanDuration = timedelta(minutes=5)
     # A compensation still deleting after this long is reported as stuck (it goes on).
-    compensation_stuck_after: HumanDuration = Field(
-        default=timedelta(minutes=15), gt=timedelta(0)
-    )
+    compensation_stuck_after: HumanDuration = Field(default=timedelta(minutes=15), gt=timedelta(0))
 
 
 class EmulatorSettings(_Section):
@@ -135,9 +136,22 @@ class TracingSettings(_Section):
     service_name: str = "keeper"
 
 
+# The packages whose code workflow tasks run: two builds that differ here are two codes.
+_WORKFLOW_CODE = ("workflows", "domain")
+
+
+@functools.cache
 def package_build_id() -> str:
-    """The build id when neither KEEPER_BUILD_ID nor the settings file sets one."""
-    return metadata.version("keeper")
+    """The build id when neither KEEPER_BUILD_ID nor the settings file sets one: the package
+    version and a fingerprint of the workflow code, so a build id never names two codes
+    (0.1.0+3f2a9c0d1e4b), even when the version was not bumped."""
+    digest = hashlib.sha256()
+    for package in _WORKFLOW_CODE:
+        root = Path(importlib.import_module(package).__file__ or "").parent
+        for source in sorted(root.rglob("*.py")):
+            digest.update(source.relative_to(root.parent).as_posix().encode())
+            digest.update(source.read_bytes())
+    return f"{metadata.version('keeper')}+{digest.hexdigest()[:12]}"
 
 
 class WorkerSettings(_Section):
@@ -175,7 +189,7 @@ class GitHubSettings(_Section):
     max_retry_after: HumanDuration = Field(
         default=timedelta(seconds=DEFAULT_MAX_RETRY_AFTER_S), gt=timedelta(0)
     )
-    # The reconciler removes only  registrations that carry this label and have no record.
+    # The reconciler removes only registrations that carry this label and have no record.
     managed_label: str = "keeper-managed"
     # Scopes the reconciler lists: "repo:owner/name", "org:name" or "enterprise:slug".
     scopes: list[str] = Field(default_factory=list)
