@@ -30,7 +30,7 @@ from domain.runner_calls import (
     RegistrationRef,
 )
 from domain.runner_lane import LaneMove, decide
-from domain.runner_models import deletion_workflow_id
+from domain.runner_models import RunnerRecord, deletion_workflow_id
 from domain.runner_status import InstanceStatus
 from runtime.garm_provider import ExternalProvider
 from runtime.github_client import GitHubClient
@@ -45,6 +45,7 @@ S = InstanceStatus
 MAX_CAS_ROUNDS = 20
 UNKNOWN_RUNNER = "UnknownRunner"
 NOT_THE_OWNER = "NotTheLaneOwner"
+UNWRITABLE_RECORD = "UnwritableRecord"
 GITHUB_RETRY = "GitHubAskAgain"
 # How often an attempt that found the instance's lease held looks again.
 LEASE_POLL_MIN_S = 0.2
@@ -66,6 +67,20 @@ def _owner_of(runner: str) -> str:
     return owner
 
 
+def _require_writable(record: RunnerRecord) -> None:
+    """A row whose version cannot be read can never win a compare-and-set: say so once
+    instead of retrying a write that cannot succeed."""
+    unreadable = [p for p in record.problems if p.startswith("version:")]
+    if unreadable:
+        raise ApplicationError(
+            f"runner {record.name!r}: the stored row's {unreadable[0]}; no write can be "
+            "compared against it. Fix the row by hand (docs/runner-deletion.md, The runner "
+            f"store), then run `keeper runner delete {record.name}` again",
+            type=UNWRITABLE_RECORD,
+            non_retryable=True,
+        )
+
+
 class RunnerStoreActivities:
     def __init__(self, store: RunnerStore) -> None:
         self._store = store
@@ -84,6 +99,7 @@ class RunnerStoreActivities:
                     type=UNKNOWN_RUNNER,
                     non_retryable=True,
                 )
+            _require_writable(record)
             move = decide(record.instance_status, write.target)
             if move is not LaneMove.WRITE:
                 return LaneResult(move=move, record=record)
@@ -112,6 +128,7 @@ class RunnerStoreActivities:
         runner = finish.runner
         for _ in range(MAX_CAS_ROUNDS):
             record = self._store.require(runner)
+            _require_writable(record)
             if record.created_at != finish.incarnation:
                 # An earlier attempt wrote the tombstone (its completion was lost) and a new
                 # runner has taken the name since: not this deletion's record.

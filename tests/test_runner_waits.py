@@ -210,3 +210,20 @@ async def test_a_force_during_a_provider_attempt_waits_for_it_and_records_no_fal
     # One provider process at a time: each call started after the one before it ended.
     for before, after in itertools.pairwise(calls):
         assert before["ended"] is not None and before["ended"] <= after["started"], calls
+
+
+async def test_a_row_whose_version_cannot_be_read_fails_the_deletion_saying_what_to_fix(
+    dev_env: WorkflowEnvironment, world: RunnerWorld
+) -> None:
+    world.add_runner("r-no-version", registered=False)
+    with world.store.engine.begin() as conn:  # no compare-and-set can match this row
+        conn.execute(
+            update(runners).where(runners.c.name == "r-no-version").values(version="v-two")
+        )
+    async with runner_worker(dev_env.client, world):
+        handle = await world.request(dev_env.client, "r-no-version", force=True)
+        with pytest.raises(WorkflowFailureError) as failure:
+            await asyncio.wait_for(handle.result(), 30)
+    message = str(failure.value.cause.cause)
+    assert "version" in message and "Fix the row by hand" in message
+    assert world.instance_exists("r-no-version")  # nothing was deleted behind its back
