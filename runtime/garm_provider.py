@@ -19,11 +19,9 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-import ctypes
 import json
 import os
 import signal
-import sys
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -42,6 +40,7 @@ from domain.provider import (
     timed_out,
 )
 from domain.runner_record_check import provider_id_problem, shown
+from runtime.parent_death import launch_error, tied_argv
 
 # GARM's newest interface; v0.1.1 adds GARM_POOL_ID and GARM_POOL_EXTRASPECS to
 # per-instance calls, and providers built on it refuse a delete without the pool.
@@ -54,56 +53,12 @@ _REAP_GRACE_S = 5.0
 # A provider's stderr can be endless; only its tail reaches an answer.
 _STDERR_KEPT = 64 * 1024
 
-# prctl(2): the signal the kernel sends the child when the thread that spawned it ends.
-_PR_SET_PDEATHSIG = 1
-
 _INSTANCES = TypeAdapter(list[ProviderInstance] | None)
 _T = TypeVar("_T")
 
 # Drain-and-reap tasks of killed providers still closing their pipes; referenced here so
 # they are not garbage-collected mid-flight.
 _reaping: set[asyncio.Future[None]] = set()
-
-
-def _load_prctl() -> Callable[..., int] | None:
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
-    prctl.restype = ctypes.c_int
-    return prctl
-
-
-# Resolved once here: the hook below runs between fork and exec, where nothing may be
-# imported or looked up.
-_PRCTL = _load_prctl()
-
-
-def _dies_with_parent() -> Callable[[], None] | None:
-    """A preexec_fn that SIGKILLs the child when the spawning thread ends (Linux only).
-
-    The kernel ties the signal to the thread that forked, not to the process, so the child
-    must be spawned from a thread that lives as long as the worker. asyncio's
-    create_subprocess_exec forks in the event loop's own thread, which runs the worker
-    until it exits; never spawn a provider from asyncio.to_thread or an executor, whose
-    threads come and go.
-    """
-    prctl = _PRCTL
-    if prctl is None:
-        return None
-    parent = os.getpid()
-    kill = int(signal.SIGKILL)
-
-    def die_with_parent() -> None:
-        prctl(_PR_SET_PDEATHSIG, kill, 0, 0, 0)
-        # The worker may have died between the fork and the line above.
-        if os.getppid() != parent:
-            os.kill(os.getpid(), kill)
-
-    return die_with_parent
 
 
 class ProviderError(Exception):
@@ -322,14 +277,16 @@ class ExternalProvider:
             raise ValueError(f"tick_every_s must be positive, not {tick_every_s}")
         started = time.monotonic()
         proc = await asyncio.create_subprocess_exec(
-            str(self.executable),
+            # Spawned plainly (no preexec_fn, so no library's fork handlers run in the
+            # child); a launcher ties it to the worker, then execs the provider in the same
+            # process: same pid and group (runtime/parent_death.py).
+            *tied_argv(str(self.executable)),
             stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
             env=self._env(command, instance_id, pool_id),
             # Its own session and process group, so one killpg reaches everything it started.
             start_new_session=True,
-            preexec_fn=_dies_with_parent(),
         )
         out = bytearray()
         err = bytearray()
@@ -356,6 +313,9 @@ class ExternalProvider:
             if finished.exception() is not None:  # a pipe broke under us: unexpected
                 _kill_group(proc)
                 finished.result()
+            not_started = launch_error(proc.returncode, _text(err))
+            if not_started is not None:
+                raise not_started
             return _Exit(proc.returncode, bytes(out), _text(err), time.monotonic() - started)
         # The deadline passed. A provider that exited but left a helper holding its pipes
         # did answer; either way the group goes.
