@@ -24,6 +24,7 @@ from domain.naming import (
     bootstrap_workflow_id,
     owner_labels,
     parent,
+    queued_resource_name,
 )
 from domain.phases import Phase
 from emulators.tpu import Scenario, TpuEmulator
@@ -138,26 +139,60 @@ async def test_cancel_in_each_phase_deletes_the_slice(dev_env, emu, phase: Phase
     assert isinstance(caught.value.cause, CancelledError)
     assert (await handle.describe()).status is WorkflowExecutionStatus.CANCELED
     assert status["phase"] == "cancelled"
-    assert "deleted" in status["compensation"]
+    assert_deleted_by_the_child(emu, request, status)
     assert_no_leaks(emu)
+
+
+def assert_deleted_by_the_child(emu: TpuEmulator, request, status: dict) -> None:
+    """A cancel reaches the phase child first: it deletes the QR, and the supervisor's own
+    compensation, which waits for the child to close, finds the QR already gone."""
+    (record,) = [q for q in emu.state()["queued_resources"] if q["id"] == request.slice_name]
+    assert record["deleted_at"] is not None
+    assert emu.state()["calls"].get("DeleteQueuedResource", 0) >= 1
+    assert status["compensation"] == "confirmed deleted (already gone)"
+
+
+async def pending_create_attempt(env, request) -> int:
+    """The attempt the phase child's create is on; 0 when none is pending."""
+    child = env.client.get_workflow_handle(bootstrap_run_workflow_id(request.slice_name))
+    pending = (await child.describe()).raw_description.pending_activities
+    return max((p.attempt for p in pending if p.activity_type.name == "create_slice"), default=0)
+
+
+async def until(condition, what: str, within: float = 60.0) -> None:
+    loop = asyncio.get_running_loop()
+    end = loop.time() + within
+    while not await condition():
+        assert loop.time() < end, f"{what} not seen within {within:g}s"
+        await asyncio.sleep(0.05)
 
 
 async def test_cancel_while_create_is_retrying_still_compensates(dev_env, fast_emu):
     request = quick_request()
-    # The first two creates fail after taking effect: the QR exists though the caller
-    # never heard so. Compensation must still find and delete it.
-    fast_emu.inject_fault("CreateQueuedResource", "UNAVAILABLE", count=2, when="after")
+    # Every create takes effect and then fails, as if each reply were lost: the QR exists
+    # though the caller never heard so, and the create is retried until the cancel.
+    # Compensation must still find and delete it.
+    fast_emu.inject_fault("CreateQueuedResource", "UNAVAILABLE", count=1_000, when="after")
     fast_emu.set_scenario(request.slice_name, HOLD[Phase.ASSIGN])
     async with running_worker(dev_env.client, fast_emu) as worker:
         handle = await start(dev_env, worker.task_queue, request)
-        await wait_for_phase(handle, Phase.SUBMIT)
-        await asyncio.sleep(1.0)
+
+        async def retried() -> bool:
+            return fast_emu.state()["calls"].get("CreateQueuedResource", 0) >= 2
+
+        await until(retried, "a second create attempt")
+        # Still retrying when the cancel lands: the create is pending on a later attempt
+        # and the bootstrap never left the submit phase.
+        assert await pending_create_attempt(dev_env, request) >= 2
+        assert (await handle.query("status"))["phase"] == Phase.SUBMIT.value
         await handle.cancel()
-        with pytest.raises(WorkflowFailureError):
+        with pytest.raises(WorkflowFailureError) as caught:
             await asyncio.wait_for(handle.result(), 60)
+        status = await handle.query("status")
+    assert isinstance(caught.value.cause, CancelledError)
     created = [q for q in fast_emu.state()["queued_resources"] if q["id"] == request.slice_name]
     assert len(created) == 1, "a retried create must not make a second QR"
-    assert created[0]["deleted_at"] is not None
+    assert_deleted_by_the_child(fast_emu, request, status)
     assert_no_leaks(fast_emu)
 
 
@@ -193,7 +228,9 @@ async def test_terminating_the_phase_workflow_is_compensated_by_the_supervisor(d
     assert isinstance(cause, ApplicationError)
     failure = BootstrapFailure.model_validate(cause.details[0])
     assert failure.kind == "terminated"
-    assert failure.compensation is not None and failure.compensation.deleted
+    assert failure.compensation is not None
+    qr = queued_resource_name(request.project, request.zone, request.slice_name)
+    assert (failure.compensation.deleted, failure.compensation.not_ours) == ([qr], [])
     assert_no_leaks(emu)
 
 
@@ -299,7 +336,8 @@ async def test_sweeper_deletes_only_resources_whose_owner_closed_without_success
             result_type=SweepReport,
         )
     assert report.examined == 2
-    assert len(report.deleted) == 1 and orphan.slice_name in report.deleted[0]
-    assert "TERMINATED" in report.deleted[0]
-    assert len(report.kept) == 1 and kept.slice_name in report.kept[0]
+    orphan_qr = queued_resource_name(orphan.project, orphan.zone, orphan.slice_name)
+    assert report.deleted == [f"{orphan_qr} (owner {dead.id}: TERMINATED)"]
+    kept_qr = queued_resource_name(kept.project, kept.zone, kept.slice_name)
+    assert report.kept == [f"{kept_qr} (owner {bootstrap_workflow_id(kept.slice_name)}: COMPLETED)"]
     assert_no_leaks(fast_emu, frozenset({kept.slice_name}))

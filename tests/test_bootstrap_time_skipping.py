@@ -7,7 +7,7 @@ skipped. Every test ends by checking the emulator for anything left behind.
 from __future__ import annotations
 
 import asyncio
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
 from temporalio.client import WorkflowFailureError
@@ -72,6 +72,49 @@ def phoned_home(emu: TpuEmulator, slice_name: str) -> list[dict]:
     return [r for r in emu.state()["registrations"] if r.get("qr") == slice_name]
 
 
+# How long a fulfilled slice's VMs may take to boot and phone home on a busy machine. The
+# positive control below waits this long for them, and the zombie check waits as long
+# for a witness slice's VMs before it looks for keeper's.
+PHONE_HOME_WITHIN_S = 30.0
+
+
+async def wait_phoned_home(emu: TpuEmulator, slice_name: str, vms: int) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + PHONE_HOME_WITHIN_S
+    while len(phoned_home(emu, slice_name)) < vms:
+        assert loop.time() < deadline, (
+            f"{slice_name}: {len(phoned_home(emu, slice_name))} of {vms} VMs phoned home "
+            f"within {PHONE_HOME_WITHIN_S:g}s"
+        )
+        await asyncio.sleep(0.05)
+
+
+async def create_unowned_qr(
+    emu: TpuEmulator, request: SliceRequest, valid_until: timedelta = timedelta(hours=4)
+) -> None:
+    """The QR as the incident's controller left it: created, then never deleted."""
+    from google.cloud import tpu_v2
+
+    from activities.tpu import build_queued_resource
+    from domain.naming import owner_labels, parent
+    from runtime.tpu_client import emulator_client
+
+    client = emulator_client(emu.grpc_target)
+    await client.create_queued_resource(
+        request=tpu_v2.CreateQueuedResourceRequest(
+            parent=parent(request.project, request.zone),
+            queued_resource_id=request.slice_name,
+            queued_resource=build_queued_resource(
+                request, owner_labels("nobody", "none"), valid_until
+            ),
+        )
+    )
+
+
+def created_at(emu: TpuEmulator, slice_name: str) -> float:
+    return datetime.fromisoformat(qr_record(emu, slice_name)["created_at"]).timestamp()
+
+
 @pytest.mark.parametrize(
     ("phase", "scenario", "budget"),
     [
@@ -120,54 +163,60 @@ async def test_health_deadline_names_the_vms_that_fail(time_env, clocked_emu: Tp
 async def test_incident_reserved_qr_abandoned_at_deadline_never_becomes_zombie_workers(
     time_env, clocked_emu: TpuEmulator
 ):
-    """Seed 000: a reserved QR still waiting at its deadline, fulfilled by GCP 70 min later."""
+    """Seed 000: a reserved QR still waiting at its deadline, fulfilled by GCP 70 min later.
+
+    A witness QR that nobody deletes, created after keeper's with the same fulfilment delay,
+    shows when keeper's QR would have produced zombies: once the witness's VMs have phoned
+    home, keeper's would have been fulfilled no later, in the same or an earlier pass.
+    """
     request = slice_request(accelerator_type="v4-64")
+    witness = slice_request(accelerator_type="v4-64")
     fulfil_after = timedelta(hours=4, minutes=70).total_seconds()
-    clocked_emu.set_scenario(request.slice_name, Scenario(assign_after=fulfil_after))
+    for name in (request.slice_name, witness.slice_name):
+        clocked_emu.set_scenario(name, Scenario(assign_after=fulfil_after))
     async with running_worker(time_env.client, clocked_emu) as worker:
-        failure = await failed_bootstrap(time_env, worker.task_queue, request)
+        result = asyncio.create_task(failed_bootstrap(time_env, worker.task_queue, request))
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 30
+        while not [
+            q for q in clocked_emu.state()["queued_resources"] if q["id"] == request.slice_name
+        ]:
+            assert loop.time() < deadline and not result.done(), "keeper never created its QR"
+            await asyncio.sleep(0.01)
+        # Queued for longer than the fulfilment takes, unlike keeper's own backstop.
+        await create_unowned_qr(clocked_emu, witness, timedelta(seconds=2 * fulfil_after))
+        failure = await result
     assert (failure.phase.value, failure.kind) == ("assign", "deadline")
     # Reported failed at once: within one poll interval of the 4h budget, not hours later.
     took = await phase_work_duration(time_env, request)
     assert timedelta(hours=4) - 2 * request.poll_interval <= took
     assert took <= timedelta(hours=4) + request.poll_interval
     assert qr_record(clocked_emu, request.slice_name)["deleted_at"] is not None
+    assert created_at(clocked_emu, witness.slice_name) >= created_at(
+        clocked_emu, request.slice_name
+    )
 
-    # The moment GCP would have fulfilled the request comes and goes.
-    clocked_emu.advance(timedelta(hours=3).total_seconds())
-    await asyncio.sleep(0.5)  # let the emulated fleet boot and phone home if it were to
+    # The moment GCP would have fulfilled the request comes and goes: the witness's VMs
+    # boot and phone home; keeper's slice has no node, no VM and no registration.
+    due = created_at(clocked_emu, witness.slice_name) + fulfil_after
+    clocked_emu.advance(max(due - clocked_emu.clock.now(), 0) + timedelta(hours=1).total_seconds())
+    await wait_phoned_home(clocked_emu, witness.slice_name, witness.expected_vms)
     state = clocked_emu.state()
-    assert [n for n in state["nodes"] if n["queued_resource"].endswith(request.slice_name)] == []
+    assert [n for n in state["nodes"] if n["queued_resource_id"] == request.slice_name] == []
+    assert [vm for vm in state["vms"] if vm["qr"] == request.slice_name] == []
     assert phoned_home(clocked_emu, request.slice_name) == []
-    assert_no_leaks(clocked_emu)
+    assert clocked_emu.leaks({witness.slice_name}, include_stopped_vms=True) == []
+    clocked_emu.reset()
 
 
 async def test_incident_replayed_without_keeper_does_produce_zombies(clocked_emu: TpuEmulator):
     """The same QR left alone, as the incident's controller did: the emulator must show the
     zombie workers, or the test above proves nothing."""
-    from google.cloud import tpu_v2
-
-    from activities.tpu import build_queued_resource
-    from domain.naming import owner_labels, parent
-    from runtime.tpu_client import emulator_client
-
     request = slice_request(accelerator_type="v4-64")
     clocked_emu.set_scenario(request.slice_name, Scenario(assign_after=600))
-    client = emulator_client(clocked_emu.grpc_target)
-    await client.create_queued_resource(
-        request=tpu_v2.CreateQueuedResourceRequest(
-            parent=parent(request.project, request.zone),
-            queued_resource_id=request.slice_name,
-            queued_resource=build_queued_resource(
-                request, owner_labels("nobody", "none"), timedelta(hours=4)
-            ),
-        )
-    )
+    await create_unowned_qr(clocked_emu, request)
     clocked_emu.advance(4200)
-    for _ in range(50):
-        if len(phoned_home(clocked_emu, request.slice_name)) == 8:
-            break
-        await asyncio.sleep(0.1)
+    await wait_phoned_home(clocked_emu, request.slice_name, request.expected_vms)
     assert len(phoned_home(clocked_emu, request.slice_name)) == 8
     assert clocked_emu.leaks(set()) != []
     clocked_emu.reset()
