@@ -94,6 +94,8 @@ def _retrying(desc: Any) -> list[dict[str, Any]]:
     event, so the attempt count, last answer and next try live on the pending activity."""
     calls: list[dict[str, Any]] = []
     for pending in desc.raw_description.pending_activities if desc else []:
+        if not pending.HasField("last_failure"):
+            continue  # a first attempt still running: nothing is being retried yet
         next_try = None
         if pending.HasField("next_attempt_schedule_time"):
             next_try = pending.next_attempt_schedule_time.ToDatetime(tzinfo=UTC)
