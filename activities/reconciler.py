@@ -4,7 +4,6 @@ passes, and act on those seen twice. One bad record, scope or pool never aborts 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections import Counter
 from datetime import timedelta
@@ -27,7 +26,7 @@ from domain.runner_record_check import shown, what_to_do
 from domain.runner_status import InstanceStatus, on_lane
 from runtime.garm_provider import ExternalProvider
 from runtime.github_client import GitHubClient
-from runtime.instance_lease import InstanceLeases, LeaseHeld
+from runtime.instance_lease import InstanceLeases, LeaseHeld, held_by
 from runtime.runner_requests import request_deletion
 from store import RunnerStore
 from workflows.runner_deletion import RunnerDeletion
@@ -179,14 +178,11 @@ class ReconcilerActivities:
             assert mismatch.pool is not None and mismatch.provider_id is not None
             # A leak is often what a forced deletion gave up on, whose last attempt may still
             # run on a host that was lost: never a second process beside it.
-            lease = (
-                self._leases.hold(
-                    mismatch.provider_id,
-                    runs_for=timedelta(seconds=request.provider_timeout_s),
-                    what=f"{activity.info().workflow_id} reconcile pass",
-                )
-                if self._leases is not None
-                else contextlib.nullcontext()
+            lease = held_by(
+                self._leases,
+                mismatch.provider_id,
+                runs_for=timedelta(seconds=request.provider_timeout_s),
+                what=f"{activity.info().workflow_id} reconcile pass",
             )
             try:
                 async with lease:

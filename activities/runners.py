@@ -7,7 +7,6 @@ thread; none of them holds a transaction across anything but its own SQL.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from datetime import UTC, datetime, timedelta
 from typing import TypeVar
 
@@ -34,7 +33,7 @@ from domain.runner_models import RunnerRecord, deletion_workflow_id
 from domain.runner_status import InstanceStatus
 from runtime.garm_provider import ExternalProvider
 from runtime.github_client import GitHubClient
-from runtime.instance_lease import InstanceLeases, LeaseHeld
+from runtime.instance_lease import InstanceLeases, LeaseHeld, held_by
 from store import RunnerStore
 
 T = TypeVar("T")
@@ -238,14 +237,11 @@ class ProviderActivities:
         every = min(5.0, heartbeat.total_seconds() / 3) if heartbeat else 5.0
         # An earlier attempt whose worker was lost may still be running on another host:
         # its lease on the instance says until when, and no second process starts before.
-        lease = (
-            self._leases.hold(
-                call.instance_id,
-                runs_for=timedelta(seconds=call.timeout_s),
-                what=f"{info.workflow_id} attempt {info.attempt}",
-            )
-            if self._leases is not None
-            else contextlib.nullcontext()
+        lease = held_by(
+            self._leases,
+            call.instance_id,
+            runs_for=timedelta(seconds=call.timeout_s),
+            what=f"{info.workflow_id} attempt {info.attempt}",
         )
         async with lease:
             return await self._provider.delete_instance(

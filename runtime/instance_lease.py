@@ -98,6 +98,15 @@ class InstanceLeases:
                 )
 
 
+def held_by(
+    leases: InstanceLeases | None, key: str, *, runs_for: timedelta, what: str = ""
+) -> contextlib.AbstractAsyncContextManager[object]:
+    """`leases.hold(...)`, or nothing to hold when no store keeps leases (some tests)."""
+    if leases is None:
+        return contextlib.nullcontext()
+    return leases.hold(key, runs_for=runs_for, what=what)
+
+
 def _log_release_failure(release: asyncio.Future[bool]) -> None:
     if not release.cancelled() and release.exception() is not None:
         log.warning("lease release failed (%s); it expires by itself", release.exception())
