@@ -81,10 +81,14 @@ async def test_bootstrap_wait_json_status_and_delete(dev_env, emu: TpuEmulator, 
         assert code == 1, err
         failed = json.loads(out)
         assert "already exists and belongs to" in failed["error"]
-        assert failed["failure"]["compensation"]["not_ours"]
+        qr = f"projects/keeper-test/locations/us-central2-b/queuedResources/{name}"
+        node = f"projects/keeper-test/locations/us-central2-b/nodes/{name}"
+        compensation = failed["failure"]["compensation"]
+        assert (compensation["deleted"], compensation["not_ours"]) == ([], [qr, node])
         assert emu.leaks(set()) != []  # the handed-over slice is still there
         code, out, err = await keeper(config, "tpu", "delete", name, "--json")
         assert code == 0, err
         report = json.loads(out)["report"]
-        assert any(name in deleted for deleted in report["deleted"])
+        # The force delete of the QR takes its node with it.
+        assert report == {"deleted": [qr], "already_gone": [node], "not_ours": []}
     assert_no_leaks(emu)

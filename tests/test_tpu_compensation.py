@@ -138,9 +138,11 @@ async def test_a_stuck_compensation_is_reported_keeps_history_bounded_and_finish
         failure = await asyncio.wait_for(result, 120)
         history = await handle.fetch_history()
         final = await handle.query("status", result_type=BootstrapStatus)
-    assert failure.compensation is not None and failure.compensation.deleted
+    qr = f"projects/keeper-test/locations/us-central2-b/queuedResources/{request.slice_name}"
+    assert failure.compensation is not None
+    assert (failure.compensation.deleted, failure.compensation.not_ours) == ([qr], [])
     assert not final.compensation_stuck
-    assert final.compensation and final.compensation.startswith("deleted")
+    assert final.compensation == f"deleted {request.slice_name}"
     # Windows double up to an hour: a few events each, however long it stays stuck.
     assert len(history.events) < 100, len(history.events)
     assert_no_leaks(clocked_emu)

@@ -118,8 +118,8 @@ async def test_a_teardown_terminated_mid_delete_leaves_its_slice_to_the_sweeper(
             task_queue=worker.task_queue,
             result_type=SweepReport,
         )
-    (deleted,) = report.deleted
-    assert request.slice_name in deleted
-    assert "owner" in deleted and "COMPLETED" in deleted and "teardown TERMINATED" in deleted
+    qr = f"projects/{request.project}/locations/{request.zone}/queuedResources/{request.slice_name}"
+    owner = bootstrap_workflow_id(request.slice_name)
+    assert report.deleted == [f"{qr} (owner {owner}: COMPLETED, teardown TERMINATED)"]
     assert qr_deleted(emu, request.slice_name)
     assert_no_leaks(emu)

@@ -288,7 +288,8 @@ async def test_a_pinned_sweep_started_on_build_1_finishes_there_while_build_2_is
             report = await asyncio.wait_for(handle.result(), 60)
             assert await current_build_id(client, deployment) == "build-2"
 
-    assert len(report.deleted) == 1 and orphan in report.deleted[0]
+    qr = f"projects/keeper-test/locations/us-central2-b/queuedResources/{orphan}"
+    assert report.deleted == [f"{qr} (owner {bootstrap_workflow_id(orphan)}: TERMINATED)"]
     assert set(builds_of(await task_builds(handle))) == {"build-1"}
     assert await versioning_of(handle) == ("PINNED", "build-1")
     assert_no_leaks(emu)
