@@ -21,6 +21,15 @@ from tests.harness import tool_path
 REPO = Path(__file__).resolve().parent.parent
 
 
+def process_gone(pid: int) -> bool:
+    """Exited, reaped or not: a container's init may never reap an orphaned grandchild."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return True
+    return stat.rsplit(")", 1)[1].split()[0] in ("Z", "X")
+
+
 def dev_address(env: WorkflowEnvironment) -> str:
     return env.client.service_client.config.target_host
 

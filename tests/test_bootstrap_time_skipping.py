@@ -111,6 +111,14 @@ async def create_unowned_qr(
     )
 
 
+async def qr_created(emu: TpuEmulator, slice_name: str, within: float = 30.0) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within
+    while not any(q["id"] == slice_name for q in emu.state()["queued_resources"]):
+        assert loop.time() < deadline, f"{slice_name}: no QR created within {within:g}s"
+        await asyncio.sleep(0.01)
+
+
 def created_at(emu: TpuEmulator, slice_name: str) -> float:
     return datetime.fromisoformat(qr_record(emu, slice_name)["created_at"]).timestamp()
 
@@ -176,13 +184,7 @@ async def test_incident_reserved_qr_abandoned_at_deadline_never_becomes_zombie_w
         clocked_emu.set_scenario(name, Scenario(assign_after=fulfil_after))
     async with running_worker(time_env.client, clocked_emu) as worker:
         result = asyncio.create_task(failed_bootstrap(time_env, worker.task_queue, request))
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + 30
-        while not [
-            q for q in clocked_emu.state()["queued_resources"] if q["id"] == request.slice_name
-        ]:
-            assert loop.time() < deadline and not result.done(), "keeper never created its QR"
-            await asyncio.sleep(0.01)
+        await qr_created(clocked_emu, request.slice_name)
         # Queued for longer than the fulfilment takes, unlike keeper's own backstop.
         await create_unowned_qr(clocked_emu, witness, timedelta(seconds=2 * fulfil_after))
         failure = await result
@@ -260,10 +262,7 @@ async def test_queued_resource_deleted_behind_our_back_is_terminal(
             id=bootstrap_workflow_id(request.slice_name),
             task_queue=worker.task_queue,
         )
-        for _ in range(100):
-            if any(q["id"] == request.slice_name for q in clocked_emu.state()["queued_resources"]):
-                break
-            await asyncio.sleep(0.05)
+        await qr_created(clocked_emu, request.slice_name)
         from google.cloud import tpu_v2
 
         await client.delete_queued_resource(

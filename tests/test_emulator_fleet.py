@@ -114,10 +114,13 @@ async def test_phone_home_can_be_switched_off(emulator: TpuEmulator, tpu: TpuAsy
         "silent", Scenario(assign_after=0, active_after=0, ips_after=0, phone_home=False)
     )
     await create_qr(tpu, "silent")
+    # A boot ends after its phone-home: once none is left running, none can register later.
     await wait_until(
-        lambda: all(vm["booted_at"] for vm in emulator.state()["vms"]), what="VMs booted"
+        lambda: (
+            all(vm["booted_at"] for vm in emulator.state()["vms"]) and emulator.fleet.booting() == 0
+        ),
+        what="VMs booted",
     )
-    await asyncio.sleep(0.2)
     state = emulator.state()
     assert len(state["vms"]) == 2
     assert state["registrations"] == []

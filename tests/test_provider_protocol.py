@@ -55,7 +55,7 @@ from emulators.tpu.testing import PARENT, client_for
 from runtime.garm_provider import ExternalProvider, ProviderError
 from runtime.instance_lease import InstanceLeases
 from store import LeaseResult, open_store
-from tests.e2e_support import dev_address, start_worker_process
+from tests.e2e_support import dev_address, process_gone, start_worker_process
 from tests.runner_world import TOKEN as WORLD_TOKEN
 from tests.runner_world import RunnerWorld
 
@@ -81,13 +81,7 @@ def script(tmp_path: Path, body: str, name: str = "provider.sh") -> Path:
     return path
 
 
-def dead(pid: int) -> bool:
-    """Exited, reaped or not: a container's init may never reap an orphaned grandchild."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return True
-    return stat.rsplit(")", 1)[1].split()[0] in ("Z", "X")
+dead = process_gone
 
 
 async def wait_dead(*pids: int, within_s: float = 5.0) -> None:

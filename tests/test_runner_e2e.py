@@ -19,7 +19,13 @@ from temporalio.testing import WorkflowEnvironment
 from domain.runner_models import DeletionOutcome, deletion_workflow_id
 from domain.runner_status import InstanceStatus
 from emulators.provider import state as provider_state
-from tests.e2e_support import REPO, dev_address, start_worker_process, temporal_cli
+from tests.e2e_support import (
+    REPO,
+    dev_address,
+    process_gone,
+    start_worker_process,
+    temporal_cli,
+)
 from tests.runner_world import RunnerWorld, eventually, runner_worker
 from workflows.runner_deletion import RunnerDeletion
 
@@ -206,10 +212,15 @@ async def test_worker_sigkilled_mid_delete_resumes_on_restart(
             what="the provider delete to start",
         )
         assert world.status("crash") is S.DELETING
+        (started,) = provider_state.invocations(
+            world.provider_config, command="DeleteInstance", instance_id="i-crash"
+        )
         os.killpg(worker.pid, signal.SIGKILL)
         worker.wait(10)
-        await asyncio.sleep(1)
+        # The provider is in a session of its own; it dies with the worker, mid-delete.
+        await eventually(lambda: process_gone(started["pid"]), what="the provider to die")
         assert world.status("crash") is S.DELETING  # no one finished it for the dead worker
+        assert world.instance_exists("crash")
         worker = start_worker_process(config, log)
         handle = dev_env.client.get_workflow_handle_for(
             RunnerDeletion.run, deletion_workflow_id("crash")

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+from collections.abc import Callable
 from datetime import timedelta
 
 import pytest
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowHandle
 from temporalio.testing import ActivityEnvironment, WorkflowEnvironment
 
 from activities.runners import RunnerStoreActivities
@@ -56,6 +57,35 @@ async def view_of(client: Client, name: str) -> DeletionView:
     view = await handle.query(RunnerDeletion.status)
     assert view is not None
     return view
+
+
+async def view_until(
+    client: Client, name: str, condition: Callable[[DeletionView], bool], what: str
+) -> DeletionView:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 60
+    while not condition(view := await view_of(client, name)):
+        assert loop.time() < deadline, f"{name}: {what} not seen; last {view}"
+        await asyncio.sleep(0.05)
+    return view
+
+
+async def next_ask_after(handle: WorkflowHandle) -> timedelta:
+    """How long after its last attempt the pending GitHub call is next tried, once it is
+    waiting between attempts."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 60
+    while True:
+        pending = (await handle.describe()).raw_description.pending_activities
+        waiting = [p for p in pending if p.HasField("next_attempt_schedule_time")]
+        if waiting:
+            (activity,) = waiting
+            return (
+                activity.next_attempt_schedule_time.ToDatetime()
+                - activity.last_attempt_complete_time.ToDatetime()
+            )
+        assert loop.time() < deadline, f"no attempt of {handle.id} waiting for its retry"
+        await asyncio.sleep(0.05)
 
 
 # ---- #854 -----------------------------------------------------------------------------
@@ -296,17 +326,11 @@ async def test_busy_forever_escalates_then_an_operator_force_finishes_it(
     async with runner_worker(dev_env.client, world):
         handle = await world.request(dev_env.client, "stuck")
 
-        async def escalated() -> bool:
-            return (await view_of(dev_env.client, "stuck")).step is DeletionStep.ESCALATED
-
-        for _ in range(200):
-            if await escalated():
-                break
-            await asyncio.sleep(0.05)
-        assert await escalated()
-        calls = len(world.github.requests)
-        await asyncio.sleep(1.0)
-        assert len(world.github.requests) == calls  # escalated: no more polling
+        await view_until(
+            dev_env.client, "stuck", lambda v: v.step is DeletionStep.ESCALATED, "escalated"
+        )
+        # Escalated: no more busy polls; GitHub is asked again only after escalation_recheck.
+        assert await next_ask_after(handle) >= FAST_POLICY.escalation_recheck
         desc = await handle.describe()
         steps = [p.value for p in desc.typed_search_attributes if p.key.name == "RunnerStep"]
         assert steps == ["escalated"]
@@ -452,15 +476,15 @@ async def test_escalated_deletion_finishes_by_itself_when_the_job_ends(
     policy = FAST_POLICY.model_copy(update={"escalation_recheck": timedelta(seconds=1)})
     async with runner_worker(dev_env.client, world):
         handle = await world.request(dev_env.client, "ends-later", policy=policy)
-        for _ in range(200):
-            view = await view_of(dev_env.client, "ends-later")
-            if view.step is DeletionStep.ESCALATED:
-                break
-            await asyncio.sleep(0.05)
-        assert view.step is DeletionStep.ESCALATED and view.error
+        view = await view_until(
+            dev_env.client, "ends-later", lambda v: v.step is DeletionStep.ESCALATED, "escalated"
+        )
+        assert view.error
         await handle.cancel()  # shown while it runs, not obeyed
-        await asyncio.sleep(0.3)
-        assert (await view_of(dev_env.client, "ends-later")).cancel_requested
+        view = await view_until(
+            dev_env.client, "ends-later", lambda v: v.cancel_requested, "the cancel shown"
+        )
+        assert view.step is DeletionStep.ESCALATED
         assert record.github_runner_id is not None
         world.github.set_busy(record.github_runner_id, False)  # the job ends; no one forces
         result = await handle.result()
@@ -479,10 +503,10 @@ async def test_a_github_refusal_escalates_instead_of_looping(
     policy = FAST_POLICY.model_copy(update={"escalation_recheck": timedelta(seconds=1)})
     async with runner_worker(dev_env.client, world):
         handle = await world.request(dev_env.client, "refused", policy=policy)
-        await eventually(lambda: len(world.github.requests) >= 1, what="the first removal")
-        await asyncio.sleep(0.3)
-        view = await view_of(dev_env.client, "refused")
-        assert view.step is DeletionStep.ESCALATED and "Validation Failed" in (view.error or "")
+        view = await view_until(
+            dev_env.client, "refused", lambda v: v.step is DeletionStep.ESCALATED, "escalated"
+        )
+        assert "Validation Failed" in (view.error or "")
         assert world.instance_exists("refused")
         result = await handle.result()  # the cause went away (faults used up): it finishes
     assert result.outcome is DeletionOutcome.DELETED

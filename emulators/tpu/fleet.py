@@ -119,6 +119,10 @@ class Fleet:
             if runtime.server is not None:
                 await runtime.server.wait_closed()
 
+    def booting(self) -> int:
+        """VMs whose boot has not finished: listening, then phoning home if they do."""
+        return sum(1 for r in self._runtimes.values() if r.task is not None and not r.task.done())
+
     # ------------------------------------------------------------- boot and phone home
 
     async def _boot(self, vm: VmRecord, runtime: _Runtime) -> None:
