@@ -22,6 +22,8 @@ search attributes registered, never downloaded):
 Both phases use one worker in this process, with the same settings. Requests go through a
 client connection of their own, as another process's would. Progress goes to stderr, the
 figures to stdout. Timings are printed, never asserted: the machine is shared and noisy.
+Every run also writes its raw figures, the command line and the machine's facts to
+bench/results/runner_deletion-<UTC time>.json (bench/run_record.py).
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import SecretStr
+from run_record import Run
 from runner_support import EmptyDeletion, EmptyInput, noop  # first: puts the root on sys.path
 from script_runner import (
     Interrupted,
@@ -87,6 +90,7 @@ from runtime.tpu_client import emulator_client
 from store import RunnerStore, open_store
 from workers.main import activity_slots
 from workers.registry import WORKFLOWS, build_activities
+from workers.versioning import workflow_runner
 from workflows import search_attributes as sa
 from workflows.runner_deletion import REQUEST_SIGNAL
 
@@ -104,6 +108,8 @@ PROGRESS_EVERY = 10.0
 LAG_SAMPLE = 50
 # Result long polls in flight at once; the dev server refuses more per namespace.
 RESULT_WAITERS = 400
+# The activity that runs the provider's DeleteInstance (retried by its policy until gone).
+PROVIDER_ACTIVITY = "runners.provider_delete"
 
 
 async def requester_client(env: WorkflowEnvironment) -> Client:
@@ -232,6 +238,9 @@ def make_worker(
         max_concurrent_workflow_tasks=knobs.workflow_tasks,
         max_cached_workflows=SDK_CACHED_WORKFLOWS,
         interceptors=[times],
+        # As keeper's unversioned worker: without deployment options the server refuses a
+        # task completed with the versioning behaviour each keeper workflow declares.
+        workflow_runner=workflow_runner(None),
     )
 
 
@@ -620,6 +629,89 @@ def cpu_line(batch: Batch, own_label: str) -> str:
     )
 
 
+def p99(seconds: list[float]) -> float:
+    return sorted(seconds)[max(0, round(0.99 * len(seconds)) - 1)]
+
+
+def batch_figures(label: str, b: Batch) -> dict[str, Any]:
+    return {
+        "label": label,
+        "done": b.n,
+        "seconds": round(b.seconds, 2),
+        "per_minute": round(b.per_minute, 1),
+        "p50_seconds": round(b.percentile(0.50), 3),
+        "p99_seconds": round(b.percentile(0.99), 3),
+        "failures": len(b.failures),
+        "cpu_seconds": {
+            "dev_server": round(b.cpu.server, 1),
+            "benchmark_process": round(b.cpu.own, 1),
+            "provider_processes": round(b.cpu.children, 1),
+        },
+        "activities": {
+            t: {
+                "runs": len(v),
+                "mean_ms": round(statistics.mean(v) * 1000, 1),
+                "p99_ms": round(p99(v) * 1000, 1),
+            }
+            for t, v in sorted(b.activity_seconds.items())
+        },
+        "server_timeline_mean_seconds": {k: round(v, 3) for k, v in b.timeline.items()},
+        "result_lag_median_ms": None if b.lag_ms is None else round(b.lag_ms, 1),
+    }
+
+
+def figures_of(
+    args: argparse.Namespace,
+    knobs: WorkerKnobs,
+    keeper: KeeperPhase,
+    ceilings: list[CeilingPhase],
+    total: float,
+    ok: bool,
+) -> dict[str, Any]:
+    """Every figure the report prints, for bench/results/."""
+    k = keeper.batch
+    spawn = statistics.mean(k.activity_seconds.get(PROVIDER_ACTIVITY, [0.0])) * 1000
+    return {
+        "runners": args.runners,
+        "seconds": round(total, 1),
+        "worker": knobs.describe(),
+        "submit_concurrency": args.submit_concurrency,
+        "store": keeper.store_backend,
+        "world_setup_seconds": round(keeper.setup_seconds, 1),
+        "history": {
+            "keeper": {
+                "events": keeper.shape.events,
+                "activities": keeper.shape.activities,
+                "by_type": dict(sorted(keeper.shape.by_type.items())),
+            },
+            **{
+                c.label: {"events": c.shape.events, "activities": c.shape.activities}
+                for c in ceilings
+            },
+        },
+        "batches": [
+            batch_figures("keeper RunnerDeletion", k),
+            *(batch_figures(c.label, c.batch) for c in ceilings),
+        ],
+        "keeper_over_ceiling": {
+            c.label: round(k.per_minute / c.batch.per_minute, 3) for c in ceilings
+        },
+        "provider": {
+            "delete_instance_calls": keeper.provider_calls,
+            "mean_activity_ms": round(spawn, 1),
+            "mean_inside_provider_ms": None
+            if keeper.provider_inside_ms is None
+            else round(keeper.provider_inside_ms, 1),
+        },
+        "lag_sample": LAG_SAMPLE,
+        "check": {
+            "passed": ok,
+            "leftovers": keeper.leftovers,
+            "failures": [*k.failures, *(f for c in ceilings for f in c.batch.failures)][:10],
+        },
+    }
+
+
 def render(
     args: argparse.Namespace,
     knobs: WorkerKnobs,
@@ -679,10 +771,10 @@ def render(
     for activity_type, seconds in sorted(k.activity_seconds.items()):
         out.append(
             f"  {activity_type:<28} {len(seconds):>6} runs, mean {ms(statistics.mean(seconds))},"
-            f" p99 {ms(sorted(seconds)[max(0, round(0.99 * len(seconds)) - 1)])}"
+            f" p99 {ms(p99(seconds))}"
         )
     if keeper.provider_inside_ms is not None:
-        spawn = statistics.mean(k.activity_seconds.get("runners.delete_instance", [0.0])) * 1000
+        spawn = statistics.mean(k.activity_seconds.get(PROVIDER_ACTIVITY, [0.0])) * 1000
         out.append(
             f"  provider: {keeper.provider_calls} DeleteInstance calls; mean {spawn:,.0f} ms per "
             f"activity, of which {keeper.provider_inside_ms:,.1f} ms inside the provider after "
@@ -729,7 +821,7 @@ def render(
     return "\n".join(out), ok
 
 
-async def main(args: argparse.Namespace) -> tuple[str, bool]:
+async def main(args: argparse.Namespace) -> tuple[str, bool, dict[str, Any]]:
     started = time.monotonic()
     knobs = WorkerKnobs(args.max_activities, args.max_workflow_tasks)
     tag = uuid.uuid4().hex[:6]
@@ -751,7 +843,9 @@ async def main(args: argparse.Namespace) -> tuple[str, bool]:
         c = ceiling.batch
         progress(f"{ceiling.label}: {c.n} in {c.seconds:.1f} s ({c.per_minute:,.0f}/min)")
         ceilings.append(ceiling)
-    return render(args, knobs, keeper, ceilings, time.monotonic() - started)
+    total = time.monotonic() - started
+    text, ok = render(args, knobs, keeper, ceilings, total)
+    return text, ok, figures_of(args, knobs, keeper, ceilings, total, ok)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -801,15 +895,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def run() -> int:
+    record = Run("runner_deletion")
     args = parse_args()
     configure(args.verbose)
     try:
-        (text, ok), figures = run_for_figures(lambda: main(args))
+        (text, ok, figures), out = run_for_figures(lambda: main(args))
     except Interrupted:
         progress("interrupted")
         return 130
-    print(text, file=figures)
-    figures.flush()
+    progress(f"raw results: {record.write(figures)}")
+    print(text, file=out)
+    out.flush()
     return 0 if ok else 1
 
 
