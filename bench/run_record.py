@@ -1,8 +1,9 @@
 """The raw results of a benchmark run: one JSON file per run under bench/results/.
 
 docs/benchmarks.md quotes these files, so each one says what produced it: the command line,
-when it ran, and the machine (cores, CPU model, memory, load before and after, Python and
-temporalio versions), next to every figure the script printed.
+when it ran, the commit (and whether tracked files were modified), and the machine (cores,
+CPU model, memory, load before and after, Python and temporalio versions), next to every
+figure the script printed.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import subprocess
 import sys
 from datetime import UTC, datetime
 from importlib import metadata
@@ -46,6 +48,23 @@ def _version(package: str) -> str | None:
         return None
 
 
+def _git(*args: str) -> str | None:
+    try:
+        done = subprocess.run(
+            ["git", *args], cwd=RESULTS_DIR.parent, capture_output=True, text=True, check=True
+        )
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return done.stdout.strip()
+
+
+def source() -> dict[str, Any]:
+    """The commit the run measured, and whether tracked files differed from it."""
+    status = _git("status", "--porcelain", "--untracked-files=no")
+    modified = None if status is None else status != ""
+    return {"commit": _git("rev-parse", "HEAD"), "modified": modified}
+
+
 def load_average() -> list[float] | None:
     try:
         return [round(x, 2) for x in os.getloadavg()]
@@ -61,6 +80,7 @@ class Run:
         self.started = datetime.now(UTC)
         self.argv = list(sys.argv[1:])
         self.load_before = load_average()
+        self.source = source()
 
     def machine(self) -> dict[str, Any]:
         return {
@@ -83,6 +103,7 @@ class Run:
             "command": " ".join(["python", f"bench/{self.script}.py", *self.argv]),
             "started_utc": self.started.isoformat(timespec="seconds"),
             "finished_utc": datetime.now(UTC).isoformat(timespec="seconds"),
+            "source": self.source,
             "machine": self.machine(),
             "figures": figures,
         }

@@ -289,6 +289,7 @@ async def running_worker(
     with tempfile.TemporaryDirectory(prefix="keeper-bench-") as tmp:
         settings.runners.store_url = f"sqlite:///{Path(tmp) / 'runners.db'}"
         settings.runners.provider.config_file = Path(tmp) / "provider.json"
+        settings.runners.github.token_file = None
         runners = open_runner_deps(settings.runners)
         worker = Worker(
             client,
