@@ -2,7 +2,7 @@
 
 Run from the repository root:
 
-    python bench/runner_deletion.py            # 2,000 runners, a few minutes
+    python bench/runner_deletion.py            # 2,000 runners, about ten minutes
     python bench/runner_deletion.py --quick    # 200 runners
     python bench/runner_deletion.py --runners 500 --store-url postgresql://user@host/db
 
@@ -12,7 +12,9 @@ search attributes registered, never downloaded):
 1. keeper: N runners, each with a record in the runner store (SQLite unless --store-url), a
    registration in the GitHub emulator (in-process, over HTTP) and an instance in the
    emulated GARM provider (one process per call, mode "normal": no added latency). One
-   deletion is run alone first and its history read; then all N deletion requests are
+   deletion is run alone first and its history read, then one whose GitHub call answers
+   503 three times and whose provider fails twice, each retried by its activity's retry
+   policy, and its history read; then all N deletion requests are
    submitted at once through keeper's own request path, and the run is timed from the
    first submit to the last result. At the end every record must be `deleted` and no
    instance or registration may remain.
@@ -31,6 +33,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import logging
 import os
 import platform
 import statistics
@@ -71,6 +74,7 @@ from temporalio.worker import (
 from domain.deletion_view import summary
 from domain.runner_models import (
     DeletionOutcome,
+    DeletionPolicy,
     DeletionRequest,
     DeletionResult,
     Requester,
@@ -484,9 +488,61 @@ async def history_shape(handle: WorkflowHandle[Any, Any]) -> HistoryShape:
 
 
 @dataclass
+class RetriedDeletion:
+    """One deletion whose GitHub and provider calls failed first and were retried."""
+
+    github_failures: int
+    provider_failures: int
+    github_calls: int  # DELETE requests GitHub received for the runner
+    provider_calls: int  # DeleteInstance processes the provider ran for the instance
+    shape: HistoryShape
+
+
+# The sampled deletion whose calls fail first: GitHub answers 503 this many times, and the
+# provider fails this many deletes, before each succeeds. Short retry intervals keep it to
+# seconds; how long a retry waits does not change what the history records.
+GITHUB_FAILURES = 3
+PROVIDER_FAILURES = 2
+QUICK_RETRIES = DeletionPolicy(
+    retry_initial=timedelta(milliseconds=200), retry_max=timedelta(seconds=1)
+)
+
+
+async def retried_deletion(
+    world: World, requester: Client, queue: str, name: str
+) -> RetriedDeletion:
+    record = world.records[name]
+    world.github.inject(503, runner_id=record.github_runner_id, times=GITHUB_FAILURES)
+    provider_state.set_mode(
+        world.provider_config, f"i-{name}", "failing", fail_times=PROVIDER_FAILURES
+    )
+    request = DeletionRequest(requested_by=Requester.SCALE_DOWN, reason="keeper bench retries")
+    handle = await request_deletion(
+        requester, name, request, task_queue=queue, policy=QUICK_RETRIES
+    )
+    result = await handle.result()
+    if result.outcome is not DeletionOutcome.DELETED:
+        raise RuntimeError(f"the retried deletion ended {result.outcome}")
+    github_calls = sum(
+        1
+        for r in world.github.requests
+        if r["method"] == "DELETE" and r["path"].endswith(f"/{record.github_runner_id}")
+    )
+    provider_calls = provider_state.attempts(world.provider_config, f"i-{name}")
+    return RetriedDeletion(
+        github_failures=GITHUB_FAILURES,
+        provider_failures=PROVIDER_FAILURES,
+        github_calls=github_calls,
+        provider_calls=provider_calls,
+        shape=await history_shape(handle),
+    )
+
+
+@dataclass
 class KeeperPhase:
     batch: Batch
     shape: HistoryShape
+    retried: RetriedDeletion
     setup_seconds: float
     leftovers: list[str]
     provider_calls: int
@@ -503,9 +559,10 @@ async def keeper_phase(
         async with runner_world(tmp, args.store_url) as world:
             names = [f"bench-{tag}-{i:05d}" for i in range(args.runners)]
             sample = f"bench-{tag}-sample"
-            progress(f"keeper: adding {args.runners + 1} runners (store {world.store.backend})")
+            retried = f"bench-{tag}-retried"
+            progress(f"keeper: adding {args.runners + 2} runners (store {world.store.backend})")
             started = time.perf_counter()
-            await asyncio.to_thread(world.add_runners, [sample, *names])
+            await asyncio.to_thread(world.add_runners, [sample, retried, *names])
             setup = time.perf_counter() - started
             progress(f"keeper: world ready in {setup:.1f} s")
 
@@ -535,6 +592,12 @@ async def keeper_phase(
                     f"keeper: sampled deletion {first.outcome}: {shape.events} events, "
                     f"{shape.activities} activities"
                 )
+                retries = await retried_deletion(world, requester, queue, retried)
+                progress(
+                    f"keeper: deletion with {retries.github_failures} GitHub and "
+                    f"{retries.provider_failures} provider failures retried: "
+                    f"{retries.shape.events} events"
+                )
                 times.clear()
                 progress(f"keeper: {len(names)} deletions")
                 calls_before = len(
@@ -550,6 +613,7 @@ async def keeper_phase(
             return KeeperPhase(
                 batch=batch,
                 shape=shape,
+                retried=retries,
                 setup_seconds=setup,
                 leftovers=world.leftovers(names),
                 provider_calls=len(calls),
@@ -684,6 +748,15 @@ def figures_of(
                 "activities": keeper.shape.activities,
                 "by_type": dict(sorted(keeper.shape.by_type.items())),
             },
+            "keeper_with_retries": {
+                "github_503s": keeper.retried.github_failures,
+                "github_delete_requests": keeper.retried.github_calls,
+                "provider_failures": keeper.retried.provider_failures,
+                "provider_delete_calls": keeper.retried.provider_calls,
+                "events": keeper.retried.shape.events,
+                "activities": keeper.retried.shape.activities,
+                "by_type": dict(sorted(keeper.retried.shape.by_type.items())),
+            },
             **{
                 c.label: {"events": c.shape.events, "activities": c.shape.activities}
                 for c in ceilings
@@ -736,13 +809,20 @@ def render(
         "client calls in flight, on a client connection of their own",
         f"  keeper: store {keeper.store_backend}, GitHub emulator in-process over HTTP, "
         "emulated GARM provider mode normal (one process per call, no added latency)",
-        f"  world setup: {args.runners + 1} runners in {keeper.setup_seconds:.1f} s "
+        f"  world setup: {args.runners + 2} runners in {keeper.setup_seconds:.1f} s "
         "(not timed below)",
         "",
         f"History per deletion (one sampled deletion): {keeper.shape.events} events, "
         f"{keeper.shape.activities} ActivityTaskScheduled",
         "  " + ", ".join(f"{t} {n}" for t, n in sorted(keeper.shape.by_type.items())),
     ]
+    r = keeper.retried
+    out.append(
+        f"History of a deletion whose calls failed first ({r.github_calls} GitHub DELETEs for "
+        f"{r.github_failures} 503s, {r.provider_calls} provider deletes for "
+        f"{r.provider_failures} failures, all retried by activity retry policies): "
+        f"{r.shape.events} events, {r.shape.activities} ActivityTaskScheduled"
+    )
     for c in ceilings:
         out.append(
             f"History per {c.label}: {c.shape.events} events, "
@@ -898,6 +978,9 @@ def run() -> int:
     record = Run("runner_deletion")
     args = parse_args()
     configure(args.verbose)
+    if not args.verbose:
+        # The retried sample fails activity attempts on purpose; each would log a traceback.
+        logging.getLogger("temporalio.activity").setLevel(logging.ERROR)
     try:
         (text, ok, figures), out = run_for_figures(lambda: main(args))
     except Interrupted:
