@@ -8,9 +8,8 @@ RetryPolicy turns into the next poll, which keeps history flat however long the 
 from __future__ import annotations
 
 import asyncio
-import itertools
 import uuid
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Any
 
@@ -49,18 +48,20 @@ HEALTH_PORT_METADATA = "keeper-health-port"
 HEALTH_PATH_METADATA = "keeper-health-path"
 
 
-def _delete_request_ids() -> Iterator[str]:
-    """Request ids for the deletes one attempt sends.
+def _delete_request_id() -> str:
+    """The request id of the one delete an attempt sends.
 
     The API keeps a request id as an idempotency key and answers a repeat with the first
     request's operation, long finished. So an id is never reused: it is derived from the
-    compensating run, the activity and its attempt, and a counter of sends in the attempt.
-    A new bootstrap of the same slice name, a new attempt and a second send all differ.
+    compensating run, the activity and its attempt. A new bootstrap of the same slice name
+    and a new attempt (which sends the delete again) both differ.
     """
     info = activity.info()
-    base = f"keeper:{info.workflow_run_id}/{info.activity_id}/{info.attempt}"
-    for send in itertools.count(1):
-        yield str(uuid.uuid5(uuid.NAMESPACE_URL, f"{base}/{send}"))
+    return str(
+        uuid.uuid5(
+            uuid.NAMESPACE_URL, f"keeper:{info.workflow_run_id}/{info.activity_id}/{info.attempt}"
+        )
+    )
 
 
 def not_yet(message: str, *details: object) -> ApplicationError:
@@ -297,11 +298,10 @@ class TpuActivities:
         """
         ref = inp.slice
         report = DeletionReport()
-        request_ids = _delete_request_ids()
         try:
             if ref.queued:
                 qr_name = naming.queued_resource_name(ref.project, ref.zone, ref.slice_name)
-                report = await self._delete_qr(qr_name, inp, report, request_ids)
+                report = await self._delete_qr(qr_name, inp, report)
             for node_id in ref.node_ids:
                 node_name = naming.node_name(ref.project, ref.zone, node_id)
                 report = await self._delete_node(node_name, inp, report)
@@ -310,7 +310,7 @@ class TpuActivities:
         return report
 
     async def _delete_qr(
-        self, name: str, inp: DeleteSliceInput, report: DeletionReport, request_ids: Iterator[str]
+        self, name: str, inp: DeleteSliceInput, report: DeletionReport
     ) -> DeletionReport:
         qr = await self._get_qr(name)
         if qr is None:
@@ -320,7 +320,7 @@ class TpuActivities:
         # Sent even when the QR already shows DELETING: that may be someone else's delete
         # that failed, and a second force delete of a deleting QR is harmless.
         activity.logger.info("deleting %s (force): %s", name, inp.reason)
-        if not await self._send_qr_delete(name, next(request_ids)):
+        if not await self._send_qr_delete(name, _delete_request_id()):
             return report.model_copy(update={"already_gone": [*report.already_gone, name]})
         await self._until_gone(name, self._get_qr, lambda qr: qr.state.state.name)
         return report.model_copy(update={"deleted": [*report.deleted, name]})

@@ -97,3 +97,18 @@ def describe_stuck(progress: CompensationProgress, now: datetime) -> str:
 def describe_retrying(progress: CompensationProgress) -> str:
     error = progress.last_error or "no answer yet"
     return f"running: force-delete, then confirm NotFound; retrying after: {error}"
+
+
+def describe(progress: CompensationProgress, now: datetime) -> str:
+    """The compensation line of a status: stuck with what to do, or still retrying."""
+    return describe_stuck(progress, now) if progress.stuck else describe_retrying(progress)
+
+
+def status_fields(progress: CompensationProgress, now: datetime) -> dict[str, object]:
+    """What a BootstrapStatus says about a compensation between its windows."""
+    return {
+        "compensation": describe(progress, now),
+        "compensation_stuck": progress.stuck,
+        "compensation_stuck_since": progress.stuck_since,
+        "compensation_last_error": progress.last_error,
+    }

@@ -73,6 +73,17 @@ UNKNOWN_RUNNER = "UnknownRunner"
 WRONG_WORKFLOW_ID = "WrongWorkflowId"
 # Requests kept across a roll-over: enough to tell who asked, bounded however many ask.
 CARRIED_REQUESTS = 20
+# What the details show that the store does not hold, carried as it is into the next run.
+CARRIED_VIEW_FIELDS = (
+    "escalated",
+    "busy_since",
+    "decision",
+    "error",
+    "github",
+    "github_attempts",
+    "provider",
+    "provider_attempts",
+)
 GITHUB_WAIT = (
     "GitHub: Temporal asks again by itself; the pending activity shows the attempt, "
     "the last answer and the next try"
@@ -597,20 +608,16 @@ class RunnerDeletion:
     ) -> DeletionCarry:
         view = self._view
         assert view is not None
+        shown = view.model_dump(include=set(CARRIED_VIEW_FIELDS))
+        # Rolled over while re-checking: the next run goes on re-checking.
+        shown["escalated"] = view.escalated or mode is DeregisterMode.RECHECK
         return DeletionCarry(
             run=view.run + 1,
             force=self._force,
             requests=tuple(self._requests[-CARRIED_REQUESTS:]),
             rejected=tuple(self._rejected[-CARRIED_REQUESTS:]),
             registration_left=registration_left,
-            escalated=view.escalated or mode is DeregisterMode.RECHECK,
-            busy_since=view.busy_since,
-            decision=view.decision,
-            error=view.error,
-            github=view.github,
-            github_attempts=view.github_attempts,
-            provider=view.provider,
-            provider_attempts=view.provider_attempts,
+            **shown,
         )
 
     async def _continue_as_new(self, carry: DeletionCarry) -> NoReturn:
@@ -634,14 +641,8 @@ class RunnerDeletion:
         step = workflow.info().typed_search_attributes.get(sa.RUNNER_STEP)
         self._sa_step = DeletionStep(step) if step in DeletionStep._value2member_map_ else None
         view.run = carry.run
-        view.escalated = carry.escalated
-        view.busy_since = carry.busy_since
-        view.decision = carry.decision
-        view.error = carry.error
-        view.github = carry.github
-        view.github_attempts = carry.github_attempts
-        view.provider = carry.provider
-        view.provider_attempts = carry.provider_attempts
+        for name in CARRIED_VIEW_FIELDS:
+            setattr(view, name, getattr(carry, name))
 
     # ---- plumbing ----------------------------------------------------------------------
 

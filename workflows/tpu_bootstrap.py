@@ -35,7 +35,7 @@ with workflow.unsafe.imports_passed_through():
         SliceRef,
         SupervisorResume,
     )
-    from domain.compensation import describe_retrying, describe_stuck
+    from domain.compensation import status_fields as compensation_fields
     from domain.naming import (
         PROJECT_MEMO,
         bootstrap_run_workflow_id,
@@ -245,15 +245,7 @@ class TpuSliceBootstrap:
         assert self._status is not None
         now = workflow.now()
         self._status = self._status.model_copy(
-            update={
-                "compensation": describe_stuck(progress, now)
-                if progress.stuck
-                else describe_retrying(progress),
-                "compensation_stuck": progress.stuck,
-                "compensation_stuck_since": progress.stuck_since,
-                "compensation_last_error": progress.last_error,
-                "updated_at": now,
-            }
+            update={**compensation_fields(progress, now), "updated_at": now}
         )
         workflow.set_current_details(render_details(self._status))
         if workflow.info().is_continue_as_new_suggested():

@@ -34,7 +34,7 @@ with workflow.unsafe.imports_passed_through():
         PhaseTiming,
         SliceRef,
     )
-    from domain.compensation import describe_retrying, describe_stuck
+    from domain.compensation import status_fields as compensation_fields
     from domain.durations import format_duration
     from domain.naming import (
         bootstrap_run_workflow_ids,
@@ -390,14 +390,7 @@ class TpuSliceBootstrapRun:
     def _compensation_progress(self, progress: CompensationProgress) -> None:
         # Its supervisor is gone, so this child's own status and details are what show.
         now = workflow.now()
-        self._status = self._status_copy(
-            compensation=describe_stuck(progress, now)
-            if progress.stuck
-            else describe_retrying(progress),
-            compensation_stuck=progress.stuck,
-            compensation_stuck_since=progress.stuck_since,
-            compensation_last_error=progress.last_error,
-        )
+        self._status = self._status_copy(**compensation_fields(progress, now))
         assert self._status is not None
         workflow.set_current_details(render_details(self._status))
         if workflow.info().is_continue_as_new_suggested() and workflow.patched(

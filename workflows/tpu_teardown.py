@@ -22,7 +22,7 @@ with workflow.unsafe.imports_passed_through():
         TeardownRequest,
         TeardownResume,
     )
-    from domain.compensation import describe_retrying, describe_stuck
+    from domain.compensation import describe as describe_progress
     from domain.naming import (
         bootstrap_workflow_id,
         node_ids,
@@ -117,10 +117,7 @@ class TpuSliceTeardown:
         self._show("teardown")
 
     def _progress(self, progress: CompensationProgress) -> None:
-        now = workflow.now()
-        self._deletion_note = (
-            describe_stuck(progress, now) if progress.stuck else describe_retrying(progress)
-        )
+        self._deletion_note = describe_progress(progress, workflow.now())
         self._show("teardown")
         if workflow.info().is_continue_as_new_suggested() and workflow.patched(
             CONTINUE_AS_NEW_PATCH
