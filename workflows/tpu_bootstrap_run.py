@@ -200,12 +200,7 @@ class TpuSliceBootstrapRun:
             try:
                 obs = await workflow.execute_activity_method(
                     TpuActivities.observe_slice,
-                    ObserveInput(
-                        slice=self._ref,
-                        expected_vms=self._inp.request.expected_vms,
-                        last_key=progress_key(obs),
-                        phase=phase,
-                    ),
+                    self._observe_input(phase, obs),
                     start_to_close_timeout=opts.POLL_START_TO_CLOSE,
                     schedule_to_close_timeout=left,
                     retry_policy=opts.poll_retry(self._inp.request.poll_interval),
@@ -227,6 +222,17 @@ class TpuSliceBootstrapRun:
         self._raise_if_terminal(phase, obs)
         return obs
 
+    def _observe_input(
+        self, phase: Phase, obs: SliceObservation, *, final: bool = False
+    ) -> ObserveInput:
+        return ObserveInput(
+            slice=self._ref,
+            expected_vms=self._inp.request.expected_vms,
+            last_key=progress_key(obs),
+            phase=phase,
+            final=final,
+        )
+
     async def _wait_for_deadline(self, phase: Phase, deadline_at: datetime) -> bool:
         """Sleeps to a deadline the server gave up on early; False on histories before that."""
         left = deadline_at - workflow.now()
@@ -246,13 +252,7 @@ class TpuSliceBootstrapRun:
         try:
             return await workflow.execute_activity_method(
                 TpuActivities.observe_slice,
-                ObserveInput(
-                    slice=self._ref,
-                    expected_vms=self._inp.request.expected_vms,
-                    last_key=progress_key(obs),
-                    phase=phase,
-                    final=True,
-                ),
+                self._observe_input(phase, obs, final=True),
                 start_to_close_timeout=opts.POLL_START_TO_CLOSE,
                 retry_policy=LAST_LOOK,
                 summary=f"{phase.value}: last look at the deadline",
