@@ -61,9 +61,10 @@ down: $(STAMP) ## stop the local stack
 status: $(STAMP) ## show the local stack; exits non-zero when something is unhealthy
 	$(KEEPER) dev status
 
-lint: $(STAMP) ## ruff check and ruff format --check
+lint: $(STAMP) ## ruff check, ruff format --check and the import contracts
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports --no-logo
 
 fmt: $(STAMP) ## apply ruff's fixes and formatting
 	$(BIN)/ruff check --fix .

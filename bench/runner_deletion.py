@@ -71,8 +71,9 @@ from temporalio.worker import (
     Worker,
 )
 
-from domain.deletion_view import summary
-from domain.runner_models import (
+from domain.runners.deletion_view import summary
+from domain.runners.models import (
+    REQUEST_SIGNAL,
     DeletionOutcome,
     DeletionPolicy,
     DeletionRequest,
@@ -81,22 +82,21 @@ from domain.runner_models import (
     RunnerRecord,
     deletion_workflow_id,
 )
-from domain.runner_status import AgentStatus, InstanceStatus
+from domain.runners.status import AgentStatus, InstanceStatus
 from emulators.github.server import GitHubEmulator
 from emulators.provider import WRAPPER, launcher_env
 from emulators.provider import state as provider_state
-from runtime.garm_provider import ExternalProvider
-from runtime.github_client import GitHubClient
-from runtime.runner_deps import RunnerDeps
-from runtime.runner_requests import request_deletion
+from runtime.runners import search_attributes as sa
+from runtime.runners.deps import RunnerDeps
+from runtime.runners.garm_provider import ExternalProvider
+from runtime.runners.github_client import GitHubClient
+from runtime.runners.requests import request_deletion
 from runtime.settings import Settings
-from runtime.tpu_client import emulator_client
+from runtime.tpu.client import emulator_client
 from store import RunnerStore, open_store
 from workers.main import activity_slots
 from workers.registry import WORKFLOWS, build_activities
 from workers.versioning import workflow_runner
-from workflows import search_attributes as sa
-from workflows.runner_deletion import REQUEST_SIGNAL
 
 SCOPE = "org:keeper-bench"
 TOKEN = "ghp_keeper_bench_token"
@@ -642,7 +642,7 @@ async def ceiling_phase(
         request = DeletionRequest(requested_by=Requester.SCALE_DOWN, reason="keeper bench")
 
         async def start(name: str) -> WorkflowHandle[Any, Any]:
-            # The submit of runtime.runner_requests.request_deletion, with the empty workflow.
+            # The submit of runtime.runners.requests.request_deletion, with the empty workflow.
             return await requester.start_workflow(
                 EmptyDeletion.run,
                 EmptyInput(runner=name, activities=activities, upserts=upserts),

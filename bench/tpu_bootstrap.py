@@ -63,17 +63,18 @@ from temporalio.worker import (
     Worker,
 )
 
-from activities.health import HealthProber
-from activities.tpu import build_queued_resource
-from domain import naming
-from domain.bootstrap_models import BootstrapFailure, BootstrapResult
-from domain.observation import VmEndpoint
-from domain.slice_request import SliceRequest
+from activities.tpu.cloud import build_queued_resource
+from activities.tpu.health import HealthProber
+from domain.tpu import naming
+from domain.tpu.models import BootstrapFailure, BootstrapResult
+from domain.tpu.observation import VmEndpoint
+from domain.tpu.slice_request import SliceRequest
 from emulators.tpu import EmulatorConfig, Scenario, TpuEmulator
 from emulators.tpu.testing import follow_clock
-from runtime.runner_deps import open_runner_deps
+from runtime import search_attributes as sa
+from runtime.runners.deps import open_runner_deps
 from runtime.settings import Settings
-from runtime.tpu_client import emulator_client
+from runtime.tpu.client import emulator_client
 from workers.main import activity_slots
 from workers.registry import (
     WORKFLOW_FAILURE_EXCEPTION_TYPES,
@@ -82,8 +83,7 @@ from workers.registry import (
     build_activities,
 )
 from workers.versioning import workflow_runner
-from workflows import search_attributes as sa
-from workflows.tpu_bootstrap import TpuSliceBootstrap
+from workflows.tpu.bootstrap import TpuSliceBootstrap
 
 # Loopback prefixes of our own, so a test suite running next to us never shares an address.
 BOOTSTRAP_IP_PREFIX = "127.41"

@@ -65,7 +65,7 @@ def up(keeper: KeeperContext, timeout: float, no_worker: bool) -> None:
                 checks that the server is reachable.
       emulator  `python -m emulators.tpu` on emulator.host/grpc_port/control_port,
                 only when tpu.endpoint is `emulator`.
-      worker    `keeper worker`, healthy once it polls temporal.task_queue and, as a
+      worker    `keeper worker`, healthy once it polls each served family's queue and, as a
                 Worker Deployment version (worker.versioned), once its build is the
                 current version of worker.deployment_name: `up` makes it current, so
                 new workflows, AUTO_UPGRADE ones and ones that an unversioned worker

@@ -16,7 +16,7 @@ import httpx
 import yaml
 
 from cli.context import KeeperContext, pass_keeper
-from domain.durations import parse_duration
+from domain.common.durations import parse_duration
 from runtime.settings import EmulatorSettings
 
 HTTP_TIMEOUT = 10.0

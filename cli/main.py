@@ -10,9 +10,10 @@ import click
 from cli.context import KeeperContext
 from cli.dev import dev
 from cli.emulator import emulator
-from cli.runner import runner
-from cli.runner_demo import demo as _runner_demo  # noqa: F401 - registers `runner demo`
-from cli.tpu import tpu
+from cli.output import INTERRUPTED, OK, report_error
+from cli.runners.commands import runner
+from cli.runners.demo import demo as _runner_demo  # noqa: F401 - registers `runner demo`
+from cli.tpu.commands import tpu
 from cli.worker import worker
 
 
@@ -44,8 +45,14 @@ cli.add_command(worker)
 
 def main() -> None:
     try:
-        cli()
-        code: int | str | None = 0
+        returned = cli.main(standalone_mode=False)
+        code: int | str | None = returned if isinstance(returned, int) else OK
+    except click.ClickException as err:
+        report_error(err)
+        code = err.exit_code
+    except click.exceptions.Abort:
+        click.echo("interrupted", err=True)
+        code = INTERRUPTED
     except SystemExit as done:
         code = done.code
     # Leave without interpreter finalisation: the Temporal SDK's core threads can abort a

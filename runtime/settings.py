@@ -21,11 +21,11 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
-from domain.durations import HumanDuration
-from domain.github import DEFAULT_MAX_RETRY_AFTER_S
-from domain.runner_models import DeletionPolicy
-from domain.secret_text import header_secret_problem
-from runtime.instance_lease import DEFAULT_LEASE_MARGIN
+from domain.common.durations import HumanDuration
+from domain.common.secret_text import header_secret_problem
+from domain.runners.github import DEFAULT_MAX_RETRY_AFTER_S
+from domain.runners.models import DeletionPolicy
+from domain.runners.provider import DEFAULT_LEASE_MARGIN
 
 DEFAULT_CONFIG_FILE = "temporal-dev.yaml"
 CONFIG_ENV = "KEEPER_CONFIG"
@@ -43,23 +43,20 @@ class TlsSettings(_Section):
     client_key: Path | None = None
 
 
+# The workflow families a worker can serve, each on its own task queue (workers/families/).
+FAMILY_NAMES = ("tpu", "runners")
+
+
 class TemporalSettings(_Section):
     address: str = "127.0.0.1:7233"
     namespace: str = "default"
-    task_queue: str = "keeper"
+    # The stem of every family's task queue (keeper-tpu, keeper-runners). Workflows started
+    # before the families had queues of their own ran on the stem itself, which a worker
+    # serving every family drains (docs/operations.md#task-queues).
+    task_queue: str = Field(default="keeper", min_length=1, max_length=200)
     ui_port: int = 8233
     ui_url: str | None = None  # for real clusters; the dev server's is derived from ui_port
     db_file: Path = Path(".dev/temporal.db")
-    search_attributes: dict[str, str] = Field(
-        default_factory=lambda: {
-            "SliceName": "Keyword",
-            "Phase": "Keyword",
-            "Zone": "Keyword",
-            "RunnerName": "Keyword",
-            "ScaleSet": "Keyword",
-            "RunnerStep": "Keyword",
-        }
-    )
     tls: TlsSettings = Field(default_factory=TlsSettings)
     # Never written to the file by keeper; it comes from TEMPORAL_API_KEY.
     api_key: SecretStr | None = None
@@ -79,6 +76,14 @@ class TemporalSettings(_Section):
             return self.ui_url.rstrip("/")
         host = self.address.rsplit(":", 1)[0]
         return f"http://{host}:{self.ui_port}"
+
+    def family_queue(self, family: str) -> str:
+        """The task queue of one workflow family: its workflows and activities run there."""
+        if family not in FAMILY_NAMES:
+            raise ValueError(
+                f"unknown workflow family {family!r}; one of {', '.join(FAMILY_NAMES)}"
+            )
+        return f"{self.task_queue}-{family}"
 
     def workflow_url(self, workflow_id: str) -> str:
         return f"{self.ui_base}/namespaces/{self.namespace}/workflows/{workflow_id}"
@@ -167,6 +172,29 @@ class WorkerSettings(_Section):
     # Each release needs a build id of its own, such as the image tag: workers of one build
     # id must run one code.
     build_id: str = Field(default_factory=package_build_id, min_length=1, max_length=255)
+    # The families this worker serves (`keeper worker --family`); a family left out opens
+    # none of its clients and creates none of its schedules.
+    families: list[str] = Field(default_factory=lambda: list(FAMILY_NAMES), min_length=1)
+    # Activity slots of the TPU family's worker; the runner family's are sized by
+    # runners.max_concurrent_deletions, since each in-flight deletion may hold one.
+    tpu_activity_slots: int = Field(default=100, ge=1, le=10000)
+
+    @field_validator("families", mode="before")
+    @classmethod
+    def _split_families(cls, value: Any) -> Any:
+        # KEEPER_WORKER_FAMILIES=tpu,runners
+        return (
+            [v.strip() for v in value.split(",") if v.strip()] if isinstance(value, str) else value
+        )
+
+    @field_validator("families")
+    @classmethod
+    def _known_families(cls, value: list[str]) -> list[str]:
+        unknown = [f for f in value if f not in FAMILY_NAMES]
+        if unknown:
+            known = ", ".join(FAMILY_NAMES)
+            raise ValueError(f"unknown workflow family {', '.join(unknown)}; choose from {known}")
+        return list(dict.fromkeys(value))
 
     @field_validator("deployment_name")
     @classmethod
@@ -203,7 +231,7 @@ class ProviderSettings(_Section):
     config_file: Path = Path(".dev/provider/config.json")
     controller_id: str = "keeper"
     # How long an instance's lease outlives its provider call's timeout, so a retry on
-    # another host never runs beside a straggler (runtime/instance_lease.py).
+    # another host never runs beside a straggler (runtime/runners/instance_lease.py).
     lease_margin: HumanDuration = Field(default=DEFAULT_LEASE_MARGIN, ge=timedelta(0))
 
 
@@ -256,6 +284,7 @@ ENV_OVERRIDES: dict[str, str] = {
     "KEEPER_PROVIDER_CONFIG_FILE": "runners.provider.config_file",
     "KEEPER_BUILD_ID": "worker.build_id",
     "KEEPER_WORKER_VERSIONED": "worker.versioned",
+    "KEEPER_WORKER_FAMILIES": "worker.families",
     "OTEL_EXPORTER_OTLP_ENDPOINT": "tracing.otlp_endpoint",
     "KEEPER_OTLP_ENDPOINT": "tracing.otlp_endpoint",
 }

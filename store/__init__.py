@@ -1,6 +1,6 @@
 """The runner store: runner records on SQLite (embedded default) or PostgreSQL."""
 
-from store.runner_store import (
+from store.runners.store import (
     AuditEntry,
     BadRow,
     CasResult,

@@ -15,11 +15,11 @@ from temporalio.testing import WorkflowEnvironment
 
 from emulators.tpu import EmulatorConfig, TpuEmulator
 from emulators.tpu.testing import follow_clock
+from runtime import search_attributes as sa
 from store import RunnerStore, open_store
 from tests.harness import env_flag, register_search_attributes, tool_path
 from tests.postgres_server import PostgresServer, postgres_server
 from tests.runner_world import RunnerWorld, runner_world
-from workflows import search_attributes as sa
 
 
 @pytest.fixture

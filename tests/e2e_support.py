@@ -13,8 +13,8 @@ import yaml
 from temporalio.client import WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
-from domain.bootstrap_models import BootstrapStatus
-from domain.phases import Phase
+from domain.tpu.models import BootstrapStatus
+from domain.tpu.phases import Phase
 from emulators.tpu import TpuEmulator
 from tests.harness import tool_path
 

@@ -14,13 +14,13 @@ from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest
 from temporalio.client import Client, WorkflowHandle
 from temporalio.worker import Worker
 
-from domain.slice_request import Capacity, SliceRequest
+from domain.tpu.slice_request import Capacity, SliceRequest
 from emulators.tpu import TpuEmulator
+from runtime import search_attributes as sa
 from runtime.settings import Settings
 from runtime.tools import find_tool
-from runtime.tpu_client import emulator_client
+from runtime.tpu.client import emulator_client
 from workers.main import build_worker
-from workflows import search_attributes as sa
 
 
 def tool_path(name: str) -> str:

@@ -17,7 +17,7 @@ from sqlalchemy import update
 from temporalio.client import Client, WorkflowHandle
 from temporalio.worker import Worker
 
-from domain.runner_models import (
+from domain.runners.models import (
     DeletionPolicy,
     DeletionRequest,
     DeletionResult,
@@ -25,17 +25,17 @@ from domain.runner_models import (
     RunnerRecord,
     deletion_workflow_id,
 )
-from domain.runner_status import AgentStatus, InstanceStatus
+from domain.runners.status import AgentStatus, InstanceStatus
 from emulators.github.server import GitHubEmulator
 from emulators.provider import WRAPPER, launcher_env
 from emulators.provider import state as provider_state
-from runtime.garm_provider import ExternalProvider
-from runtime.github_client import GitHubClient
-from runtime.runner_deps import RunnerDeps
-from runtime.runner_requests import request_deletion
-from runtime.tpu_client import emulator_client
+from runtime.runners.deps import RunnerDeps
+from runtime.runners.garm_provider import ExternalProvider
+from runtime.runners.github_client import GitHubClient
+from runtime.runners.requests import request_deletion
+from runtime.tpu.client import emulator_client
 from store import RunnerStore, open_store
-from store.schema import runners
+from store.runners.schema import runners
 from tests.harness import test_settings
 from workers.main import build_worker
 

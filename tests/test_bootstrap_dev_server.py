@@ -16,9 +16,9 @@ from google.cloud import tpu_v2
 from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
 from temporalio.exceptions import ApplicationError, CancelledError
 
-from activities.tpu import build_queued_resource
-from domain.bootstrap_models import BootstrapFailure, BootstrapResult, SweepReport, SweepRequest
-from domain.naming import (
+from activities.tpu.cloud import build_queued_resource
+from domain.tpu.models import BootstrapFailure, BootstrapResult, SweepReport, SweepRequest
+from domain.tpu.naming import (
     SWEEPER_SCHEDULE_ID,
     bootstrap_run_workflow_id,
     bootstrap_workflow_id,
@@ -26,9 +26,9 @@ from domain.naming import (
     parent,
     queued_resource_name,
 )
-from domain.phases import Phase
+from domain.tpu.phases import Phase
 from emulators.tpu import Scenario, TpuEmulator
-from runtime.tpu_client import emulator_client
+from runtime.tpu.client import emulator_client
 from tests.e2e_support import (
     start_worker_process,
     temporal_cli,
@@ -36,8 +36,8 @@ from tests.e2e_support import (
     write_config,
 )
 from tests.harness import assert_no_leaks, running_worker, slice_request
-from workflows.tpu_bootstrap import TpuSliceBootstrap
-from workflows.tpu_sweeper import TpuSweeper
+from workflows.tpu.bootstrap import TpuSliceBootstrap
+from workflows.tpu.sweeper import TpuSweeper
 
 pytestmark = pytest.mark.e2e
 
@@ -262,7 +262,8 @@ async def test_worker_killed_mid_phase_and_restarted_finishes_without_leaks(
     log = tmp_path / "worker.log"
     worker = start_worker_process(config, log)
     try:
-        handle = await start(dev_env, queue, request)
+        # The worker process serves the TPU family on its own queue, <stem>-tpu.
+        handle = await start(dev_env, f"{queue}-tpu", request)
         await wait_for_phase(handle, Phase.ASSIGN, within=60)
         worker.send_signal(signal.SIGKILL)
         worker.wait(10)

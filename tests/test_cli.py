@@ -56,7 +56,7 @@ async def test_bootstrap_wait_json_status_and_delete(dev_env, emu: TpuEmulator, 
     queue = f"keeper-cli-{uuid.uuid4().hex[:6]}"
     config = write_config(tmp_path / "keeper.yaml", dev_env, emu, queue)
     name = f"cli-{uuid.uuid4().hex[:6]}"
-    async with running_worker(dev_env.client, emu, task_queue=queue):
+    async with running_worker(dev_env.client, emu, task_queue=f"{queue}-tpu"):
         code, out, err = await keeper(
             config, "tpu", "bootstrap", name, "-a", "v4-16", "-c", "reserved",
             "--reservation", "res-a", "--poll-interval", "1s", "--wait", "--json",

@@ -6,9 +6,16 @@ from datetime import timedelta
 
 import pytest
 
-from domain.deregistration import Answered, DeregisterMode, Next, kind_of, next_step, retry_of
-from domain.github import DeregistrationAnswer, DeregistrationOutcome
-from domain.runner_models import BusyTimeoutAction, DeletionPolicy
+from domain.runners.deregistration import (
+    Answered,
+    DeregisterMode,
+    Next,
+    kind_of,
+    next_step,
+    retry_of,
+)
+from domain.runners.github import DeregistrationAnswer, DeregistrationOutcome
+from domain.runners.models import BusyTimeoutAction, DeletionPolicy
 
 Out = DeregistrationOutcome
 M = DeregisterMode

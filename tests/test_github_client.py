@@ -15,7 +15,7 @@ import httpx
 import pytest
 from pydantic import SecretStr, ValidationError
 
-from domain.github import (
+from domain.runners.github import (
     DeregistrationAnswer,
     DeregistrationOutcome,
     GitHubRunner,
@@ -24,7 +24,7 @@ from domain.github import (
     classify_deregistration,
 )
 from emulators.github import GitHubEmulator
-from runtime.github_client import GitHubClient, GitHubError, load_github_token
+from runtime.runners.github_client import GitHubClient, GitHubError, load_github_token
 
 TOKEN = "ghp_keeperTestSecret0123456789abcdef"
 REPO = Path(__file__).resolve().parents[1]

@@ -21,19 +21,19 @@ from temporalio.exceptions import ApplicationError, CancelledError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
-from domain.bootstrap_models import SweepRequest, TeardownRequest
-from domain.naming import bootstrap_workflow_id
-from domain.phases import Phase
-from domain.reconcile import ReconcileRequest
-from domain.runner_models import (
+from domain.runners.models import (
     DeletionOutcome,
     DeletionPolicy,
     DeletionRequest,
     RunnerDeletionInput,
     deletion_workflow_id,
 )
-from domain.runner_status import InstanceStatus
-from domain.slice_request import SliceRequest
+from domain.runners.reconcile import ReconcileRequest
+from domain.runners.status import InstanceStatus
+from domain.tpu.models import SweepRequest, TeardownRequest
+from domain.tpu.naming import bootstrap_workflow_id
+from domain.tpu.phases import Phase
+from domain.tpu.slice_request import SliceRequest
 from emulators.provider import state as provider_state
 from emulators.tpu import Scenario, TpuEmulator
 from runtime.settings import SettingsError, load_settings
@@ -42,7 +42,7 @@ from tests.harness import assert_no_leaks, running_worker, slice_request
 from tests.runner_world import RunnerWorld, runner_worker
 from workers.input_guard import INVALID_INPUT
 from workers.registry import INPUT_HELP, WORKFLOWS
-from workflows.tpu_bootstrap import TpuSliceBootstrap
+from workflows.tpu.bootstrap import TpuSliceBootstrap
 
 SLICE = {
     "slice_name": "strict-a",

@@ -27,8 +27,9 @@ import yaml
 from pydantic import ValidationError
 from temporalio.testing import ActivityEnvironment, WorkflowEnvironment
 
-from activities.runners import ProviderActivities
-from domain.provider import (
+from activities.runners.deletion import ProviderActivities
+from domain.runners.calls import ProviderDelete
+from domain.runners.provider import (
     MESSAGE_LIMIT,
     NOT_FOUND_EXIT_CODE,
     InstanceStatus,
@@ -39,7 +40,6 @@ from domain.provider import (
     stderr_tail,
     timed_out,
 )
-from domain.runner_calls import ProviderDelete
 from emulators.provider import WRAPPER, launcher_env
 from emulators.provider.state import (
     add_instance,
@@ -52,8 +52,8 @@ from emulators.provider.state import (
 )
 from emulators.tpu import TpuEmulator
 from emulators.tpu.testing import PARENT, client_for
-from runtime.garm_provider import ExternalProvider, ProviderError
-from runtime.instance_lease import InstanceLeases
+from runtime.runners.garm_provider import ExternalProvider, ProviderError
+from runtime.runners.instance_lease import InstanceLeases
 from store import LeaseResult, open_store
 from tests.e2e_support import dev_address, process_gone, start_worker_process
 from tests.runner_world import TOKEN as WORLD_TOKEN

@@ -7,9 +7,10 @@ import itertools
 import pytest
 from pydantic import ValidationError
 
-from domain.runner_lane import LaneMove, decide, entry_target
-from domain.runner_models import RunnerDeletionInput, RunnerRecord
-from domain.runner_status import (
+from domain.runners.lane import LaneMove, decide, entry_target
+from domain.runners.models import RunnerDeletionInput, RunnerRecord
+from domain.runners.scale_set import ScalePolicy, live_runner_count, plan_scaling
+from domain.runners.status import (
     DELETION_LANE,
     LIVE,
     TRANSITIONS,
@@ -19,7 +20,6 @@ from domain.runner_status import (
     check_transition,
     lane_rank,
 )
-from domain.scale_set import ScalePolicy, live_runner_count, plan_scaling
 
 S = InstanceStatus
 

@@ -16,8 +16,8 @@ import yaml
 from temporalio.client import WorkflowFailureError
 from temporalio.testing import WorkflowEnvironment
 
-from domain.runner_models import DeletionOutcome, deletion_workflow_id
-from domain.runner_status import InstanceStatus
+from domain.runners.models import DeletionOutcome, deletion_workflow_id
+from domain.runners.status import InstanceStatus
 from emulators.provider import state as provider_state
 from tests.e2e_support import (
     REPO,
@@ -27,7 +27,7 @@ from tests.e2e_support import (
     temporal_cli,
 )
 from tests.runner_world import RunnerWorld, eventually, runner_worker
-from workflows.runner_deletion import RunnerDeletion
+from workflows.runners.deletion import RunnerDeletion
 
 S = InstanceStatus
 pytestmark = pytest.mark.e2e

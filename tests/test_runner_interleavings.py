@@ -13,20 +13,20 @@ import pytest
 from temporalio.client import Client, WorkflowHandle
 from temporalio.testing import ActivityEnvironment, WorkflowEnvironment
 
-from activities.runners import RunnerStoreActivities
-from domain.deletion_view import DeletionView
-from domain.runner_calls import FinishDeletion
-from domain.runner_models import (
+from activities.runners.deletion import RunnerStoreActivities
+from domain.runners.calls import FinishDeletion
+from domain.runners.deletion_view import DeletionView
+from domain.runners.models import (
     BusyTimeoutAction,
     DeletionOutcome,
     DeletionStep,
     Requester,
     deletion_workflow_id,
 )
-from domain.runner_status import AgentStatus, InstanceStatus
-from domain.scale_set import ScalePolicy, plan_scaling
+from domain.runners.scale_set import ScalePolicy, plan_scaling
+from domain.runners.status import AgentStatus, InstanceStatus
 from emulators.provider import state as provider_state
-from runtime.garm_provider import ExternalProvider
+from runtime.runners.garm_provider import ExternalProvider
 from store import RunnerStore
 from tests.runner_world import (
     FAST_POLICY,
@@ -36,7 +36,7 @@ from tests.runner_world import (
     lane_history,
     runner_worker,
 )
-from workflows.runner_deletion import RunnerDeletion
+from workflows.runners.deletion import RunnerDeletion
 
 S = InstanceStatus
 

@@ -45,20 +45,20 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 
-from domain import scale_set as scale_set_domain
-from domain.runner_models import (
+from domain.runners import scale_set as scale_set_domain
+from domain.runners.models import (
     DeletionOutcome,
     DeletionResult,
     DeletionStep,
     Requester,
     deletion_workflow_id,
 )
-from domain.runner_status import LIVE, AgentStatus, InstanceStatus, lane_rank
-from domain.scale_set import ScalePolicy, plan_scaling
+from domain.runners.scale_set import ScalePolicy, plan_scaling
+from domain.runners.status import LIVE, AgentStatus, InstanceStatus, lane_rank
 from emulators.provider import state as provider_state
 from tests.e2e_support import dev_address
 from tests.runner_world import RunnerWorld, runner_worker, runner_world
-from workflows.runner_deletion import RunnerDeletion
+from workflows.runners.deletion import RunnerDeletion
 
 S = InstanceStatus
 

@@ -9,14 +9,19 @@ from datetime import timedelta
 
 from temporalio.testing import WorkflowEnvironment
 
-from domain.github import GitHubRunner
-from domain.provider import ProviderInstance
-from domain.reconcile import MismatchKind, ReconcileReport, ReconcileRequest, find_mismatches
-from domain.runner_models import DeletionPolicy, RunnerRecord, deletion_workflow_id
-from domain.runner_status import InstanceStatus
+from domain.runners.github import GitHubRunner
+from domain.runners.models import DeletionPolicy, RunnerRecord, deletion_workflow_id
+from domain.runners.provider import ProviderInstance
+from domain.runners.reconcile import (
+    MismatchKind,
+    ReconcileReport,
+    ReconcileRequest,
+    find_mismatches,
+)
+from domain.runners.status import InstanceStatus
 from emulators.provider import state as provider_state
 from tests.runner_world import SCOPE, RunnerWorld, eventually, runner_worker
-from workflows.runner_reconciler import RunnerReconciler
+from workflows.runners.reconciler import RunnerReconciler
 
 S = InstanceStatus
 LABEL = "keeper-managed"

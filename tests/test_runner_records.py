@@ -1,4 +1,4 @@
-"""One bad runner record never wedges or stops the others: one check (domain.runner_record_check)
+"""One bad runner record never wedges or stops the others: one check (domain.runners.record_check)
 refuses it on add, identically on SQLite and PostgreSQL; a bad row already stored is skipped
 and reported by listings, the CLI and the reconciler, and read with its problems for its own
 deletion."""
@@ -15,15 +15,15 @@ from click.testing import CliRunner
 from sqlalchemy import insert, text
 from temporalio.testing import ActivityEnvironment, WorkflowEnvironment
 
-from activities.reconciler import ReconcilerActivities
+from activities.runners.reconciler import ReconcilerActivities
 from cli.main import cli
-from domain.reconcile import ReconcileRequest
-from domain.runner_models import RunnerRecord, deletion_workflow_id
-from domain.runner_record_check import RecordProblem, record_problems
-from domain.runner_status import AgentStatus, InstanceStatus
+from domain.runners.models import RunnerRecord, deletion_workflow_id
+from domain.runners.reconcile import ReconcileRequest
+from domain.runners.record_check import RecordProblem, record_problems
+from domain.runners.status import AgentStatus, InstanceStatus
 from emulators.provider import state as provider_state
 from store import InvalidRecord, RunnerStore
-from store.schema import runners
+from store.runners.schema import runners
 from tests.runner_world import SCOPE, runner_world
 
 S = InstanceStatus

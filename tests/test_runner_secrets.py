@@ -15,9 +15,9 @@ from click.testing import CliRunner
 from pydantic import SecretStr
 
 from cli.main import cli
-from domain.github import DeregistrationOutcome, GitHubScope
-from domain.secret_text import MIN_FRAGMENT, REDACTED, header_secret_problem, scrub
-from runtime.github_client import TOKEN_ENV, GitHubClient, GitHubError, load_github_token
+from domain.common.secret_text import MIN_FRAGMENT, REDACTED, header_secret_problem, scrub
+from domain.runners.github import DeregistrationOutcome, GitHubScope
+from runtime.runners.github_client import TOKEN_ENV, GitHubClient, GitHubError, load_github_token
 from runtime.settings import SettingsError, load_settings
 from store import StoreUnavailable, open_store, redacted_url
 from tests.postgres_server import PostgresServer

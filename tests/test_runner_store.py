@@ -9,8 +9,8 @@ from datetime import timedelta
 
 import pytest
 
-from domain.runner_models import RunnerRecord, deletion_workflow_id
-from domain.runner_status import AgentStatus, InstanceStatus, InvalidTransition
+from domain.runners.models import RunnerRecord, deletion_workflow_id
+from domain.runners.status import AgentStatus, InstanceStatus, InvalidTransition
 from store import (
     LaneWriteRefused,
     RunnerExists,

@@ -14,17 +14,18 @@ from temporalio.api.sdk.v1 import WorkflowMetadata
 from temporalio.client import WorkflowFailureError, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
-from domain.runner_models import (
+from domain.runners.models import (
+    REQUEST_SIGNAL,
     DeletionOutcome,
     DeletionResult,
     DeletionStep,
     RunnerDeletionInput,
 )
-from domain.runner_status import InstanceStatus
+from domain.runners.status import InstanceStatus
 from emulators.provider import state as provider_state
-from store.schema import runners
+from store.runners.schema import runners
 from tests.runner_world import FAST_POLICY, RunnerWorld, runner_worker
-from workflows.runner_deletion import REQUEST_SIGNAL, RunnerDeletion
+from workflows.runners.deletion import RunnerDeletion
 
 S = InstanceStatus
 

@@ -18,23 +18,23 @@ from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 
-from domain.bootstrap_models import (
+from domain.tpu.models import (
     BootstrapFailure,
     BootstrapResult,
     BootstrapStatus,
     DeletionReport,
     TeardownRequest,
 )
-from domain.naming import bootstrap_run_workflow_id, bootstrap_workflow_id, teardown_workflow_id
-from domain.slice_request import SliceRequest
+from domain.tpu.naming import bootstrap_run_workflow_id, bootstrap_workflow_id, teardown_workflow_id
+from domain.tpu.slice_request import SliceRequest
 from emulators.tpu import Scenario, TpuEmulator
-from runtime.tpu_client import emulator_client
+from runtime.tpu.client import emulator_client
 from tests import harness
 from tests.e2e_support import REPO, write_config
 from tests.harness import assert_no_leaks, running_worker, slice_request
 from workers.main import build_worker
-from workflows.tpu_bootstrap import TpuSliceBootstrap
-from workflows.tpu_teardown import TpuSliceTeardown
+from workflows.tpu.bootstrap import TpuSliceBootstrap
+from workflows.tpu.teardown import TpuSliceTeardown
 
 # The demo's demo-stockout: the QR fails while queued, within seconds.
 STOCKOUT = Scenario(

@@ -17,21 +17,21 @@ from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 
-from domain import naming
-from domain.bootstrap_models import BootstrapRunInput, Owner, TeardownRequest
-from domain.phases import Phase
-from domain.runner_models import (
+from domain.runners.models import (
     DELETE_PREFIX,
     RECONCILER_SCHEDULE_ID,
     RECONCILER_WORKFLOW_ID,
     RUNNER_NAME_PATTERN,
     deletion_workflow_id,
 )
-from domain.slice_request import SLICE_NAME_PATTERN
+from domain.tpu import naming
+from domain.tpu.models import BootstrapRunInput, Owner, TeardownRequest
+from domain.tpu.phases import Phase
+from domain.tpu.slice_request import SLICE_NAME_PATTERN
 from emulators.tpu import Scenario, TpuEmulator
 from tests.e2e_support import REPO, temporal_cli, wait_for_phase, write_config
 from tests.harness import running_worker, slice_request
-from workflows.tpu_bootstrap import TpuSliceBootstrap
+from workflows.tpu.bootstrap import TpuSliceBootstrap
 
 # -- every role's ids, and one reading of an id back into (role, name) --------------------
 

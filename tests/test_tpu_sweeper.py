@@ -16,19 +16,19 @@ from google.cloud import tpu_v2
 from temporalio.client import Client, WorkflowHandle
 from temporalio.worker import Worker
 
-from activities.tpu import build_queued_resource
-from domain.bootstrap_models import SweepReport, SweepRequest
-from domain.naming import bootstrap_run_workflow_id, bootstrap_workflow_id, owner_labels, parent
-from domain.phases import Phase
-from domain.slice_request import SliceRequest
+from activities.tpu.cloud import build_queued_resource
+from domain.tpu.models import SweepReport, SweepRequest
+from domain.tpu.naming import bootstrap_run_workflow_id, bootstrap_workflow_id, owner_labels, parent
+from domain.tpu.phases import Phase
+from domain.tpu.slice_request import SliceRequest
 from emulators.tpu import Scenario, TpuEmulator
-from runtime.tpu_client import emulator_client
+from runtime.tpu.client import emulator_client
 from tests import harness
 from tests.e2e_support import wait_for_phase
 from tests.harness import assert_no_leaks, running_worker, slice_request
 from workers.main import build_worker
-from workflows.tpu_bootstrap import TpuSliceBootstrap
-from workflows.tpu_sweeper import TpuSweeper
+from workflows.tpu.bootstrap import TpuSliceBootstrap
+from workflows.tpu.sweeper import TpuSweeper
 
 pytestmark = pytest.mark.e2e
 

@@ -8,13 +8,13 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
-from domain.bootstrap_models import BootstrapResult
-from domain.naming import bootstrap_workflow_id
+from domain.tpu.models import BootstrapResult
+from domain.tpu.naming import bootstrap_workflow_id
 from emulators.tpu import Scenario, TpuEmulator
 from runtime.settings import TracingSettings
 from runtime.tracing import setup_tracing, shutdown_tracing
 from tests.harness import running_worker, slice_request
-from workflows.tpu_bootstrap import TpuSliceBootstrap
+from workflows.tpu.bootstrap import TpuSliceBootstrap
 
 
 def test_tracing_is_off_without_an_endpoint():

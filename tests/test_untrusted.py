@@ -13,16 +13,16 @@ from rich.console import Console
 from rich.text import Text
 from temporalio.testing import WorkflowEnvironment
 
-from cli import progress
-from cli import runner as runner_cli
-from cli import tpu as tpu_cli
-from domain.bootstrap_models import BootstrapStatus, VmFailure
-from domain.deletion_view import DeletionView, render_details, summary
-from domain.phases import Phase
-from domain.runner_models import DeletionOutcome, DeletionResult, DeletionStep
-from domain.status_view import render_details as render_status
-from domain.status_view import static_summary
-from domain.untrusted import MD_LIMIT, md_text, terminal_text
+from cli.runners import commands as runner_cli
+from cli.tpu import commands as tpu_cli
+from cli.tpu import progress
+from domain.common.untrusted import MD_LIMIT, md_text, terminal_text
+from domain.runners.deletion_view import DeletionView, render_details, summary
+from domain.runners.models import DeletionOutcome, DeletionResult, DeletionStep
+from domain.tpu.models import BootstrapStatus, VmFailure
+from domain.tpu.phases import Phase
+from domain.tpu.status_view import render_details as render_status
+from domain.tpu.status_view import static_summary
 from tests.e2e_support import temporal_cli
 from tests.runner_world import RunnerWorld, runner_worker
 

@@ -28,14 +28,14 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 from temporalio.workflow import _Definition
 
-from activities.tpu import build_queued_resource
-from domain.bootstrap_models import SweepReport, SweepRequest
-from domain.deletion_view import DeletionStep
-from domain.naming import bootstrap_workflow_id, owner_labels, parent
-from domain.runner_models import DeletionOutcome, deletion_workflow_id
+from activities.tpu.cloud import build_queued_resource
+from domain.runners.deletion_view import DeletionStep
+from domain.runners.models import DeletionOutcome, deletion_workflow_id
+from domain.tpu.models import SweepReport, SweepRequest
+from domain.tpu.naming import bootstrap_workflow_id, owner_labels, parent
 from emulators.tpu import Scenario, TpuEmulator
 from runtime.settings import SettingsError, load_settings, package_build_id
-from runtime.tpu_client import emulator_client
+from runtime.tpu.client import emulator_client
 from tests import harness
 from tests.harness import assert_no_leaks, slice_request
 from tests.runner_world import RunnerWorld
@@ -43,9 +43,9 @@ from tests.test_dev_stack import NEEDS_EMULATOR, Keeper, keeper  # noqa: F401 (t
 from workers.main import build_worker
 from workers.registry import WORKFLOWS
 from workers.versioning import current_build_id, make_current, worker_version
-from workflows.runner_deletion import RunnerDeletion
-from workflows.tpu_bootstrap import TpuSliceBootstrap
-from workflows.tpu_sweeper import TpuSweeper
+from workflows.runners.deletion import RunnerDeletion
+from workflows.tpu.bootstrap import TpuSliceBootstrap
+from workflows.tpu.sweeper import TpuSweeper
 
 REPO = Path(__file__).resolve().parent.parent
 

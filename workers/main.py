@@ -1,34 +1,31 @@
-"""The keeper worker: one process that serves every workflow and activity."""
+"""The keeper worker: one process that serves the workflow families it is given, each on
+its own task queue with its own activity slots."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import signal
+from collections.abc import Callable, Sequence
+from contextlib import AsyncExitStack
+from typing import Any
 
 from google.cloud import tpu_v2
 from temporalio.client import (
     Client,
-    Schedule,
     ScheduleActionStartWorkflow,
     ScheduleAlreadyRunningError,
-    ScheduleIntervalSpec,
-    ScheduleOverlapPolicy,
-    SchedulePolicy,
-    ScheduleSpec,
+    ScheduleUpdate,
+    ScheduleUpdateInput,
 )
 from temporalio.common import WorkerDeploymentVersion
 from temporalio.worker import Worker
 
-from domain.bootstrap_models import SweepRequest
-from domain.naming import SWEEPER_SCHEDULE_ID, SWEEPER_WORKFLOW_ID
-from domain.reconcile import ReconcileRequest
-from domain.runner_models import RECONCILER_SCHEDULE_ID, RECONCILER_WORKFLOW_ID
-from runtime.runner_deps import RunnerDeps, open_runner_deps
+from runtime.runners.deps import RunnerDeps, open_runner_deps
 from runtime.settings import Settings
 from runtime.temporal_client import connect
-from runtime.tpu_client import make_tpu_client
 from runtime.tracing import setup_tracing, shutdown_tracing
+from workers.families import FAMILIES, Family
 from workers.registry import (
     WORKFLOW_FAILURE_EXCEPTION_TYPES,
     WORKFLOW_INTERCEPTORS,
@@ -36,15 +33,37 @@ from workers.registry import (
     build_activities,
 )
 from workers.versioning import deployment_config, worker_version, workflow_runner
-from workflows.runner_reconciler import RunnerReconciler
-from workflows.tpu_sweeper import TpuSweeper
 
 log = logging.getLogger("keeper.worker")
 
 
 def activity_slots(settings: Settings) -> int:
-    # Each in-flight runner deletion may hold a slot for its provider process.
-    return max(100, settings.runners.max_concurrent_deletions)
+    """A worker that serves every family on one queue: the largest family's slots."""
+    return max(family.activity_slots(settings) for family in FAMILIES.values())
+
+
+def _worker(
+    client: Client,
+    settings: Settings,
+    task_queue: str,
+    workflows: Sequence[type],
+    activities: list[Callable[..., Any]],
+    slots: int,
+    version: WorkerDeploymentVersion | None,
+) -> Worker:
+    return Worker(
+        client,
+        task_queue=task_queue,
+        workflows=workflows,
+        interceptors=WORKFLOW_INTERCEPTORS,
+        workflow_failure_exception_types=WORKFLOW_FAILURE_EXCEPTION_TYPES,
+        deployment_config=deployment_config(version) if version else None,
+        workflow_runner=workflow_runner(version),
+        activities=activities,
+        graceful_shutdown_timeout=settings.worker.graceful_shutdown,
+        max_concurrent_activities=slots,
+        max_cached_workflows=settings.worker.max_cached_workflows,
+    )
 
 
 def build_worker(
@@ -55,117 +74,103 @@ def build_worker(
     runners: RunnerDeps | None = None,
     version: WorkerDeploymentVersion | None = None,
 ) -> Worker:
-    """A worker of `version` of its Worker Deployment, or unversioned when it is None."""
-    return Worker(
-        client,
-        task_queue=task_queue,
-        workflows=WORKFLOWS,
-        interceptors=WORKFLOW_INTERCEPTORS,
-        workflow_failure_exception_types=WORKFLOW_FAILURE_EXCEPTION_TYPES,
-        deployment_config=deployment_config(version) if version else None,
-        workflow_runner=workflow_runner(version),
-        activities=build_activities(
-            settings, client, tpu_client, runners or open_runner_deps(settings.runners)
-        ),
-        graceful_shutdown_timeout=settings.worker.graceful_shutdown,
-        max_concurrent_activities=activity_slots(settings),
-        max_cached_workflows=settings.worker.max_cached_workflows,
+    """One worker for every family on one task queue (the tests and the benchmarks), of
+    `version` of its Worker Deployment, or unversioned when it is None."""
+    activities = build_activities(
+        settings, client, tpu_client, runners or open_runner_deps(settings.runners)
+    )
+    return _worker(
+        client, settings, task_queue, WORKFLOWS, activities, activity_slots(settings), version
     )
 
 
-async def ensure_sweeper_schedule(client: Client, settings: Settings) -> None:
-    """Creates the sweeper's schedule once; an existing one is left as the operator set it."""
-    try:
-        await client.create_schedule(
-            SWEEPER_SCHEDULE_ID,
-            Schedule(
-                action=ScheduleActionStartWorkflow(
-                    TpuSweeper.run,
-                    SweepRequest(project=settings.tpu.project, zone=settings.tpu.zone),
-                    id=SWEEPER_WORKFLOW_ID,
-                    task_queue=settings.temporal.task_queue,
-                    static_summary=f"sweep orphaned TPU resources in {settings.tpu.zone}",
-                ),
-                spec=ScheduleSpec(
-                    intervals=[ScheduleIntervalSpec(every=settings.sweeper.interval)]
-                ),
-                policy=SchedulePolicy(overlap=ScheduleOverlapPolicy.SKIP),
-            ),
-        )
-        log.info("created schedule %s every %s", SWEEPER_SCHEDULE_ID, settings.sweeper.interval)
-    except ScheduleAlreadyRunningError:
-        pass
+def served_families(settings: Settings) -> list[Family]:
+    return [FAMILIES[name] for name in settings.worker.families]
 
 
-def reconcile_request(settings: Settings) -> ReconcileRequest:
-    runners = settings.runners
-    return ReconcileRequest(
-        scopes=runners.github.scopes,
-        managed_label=runners.github.managed_label,
-        task_queue=settings.temporal.task_queue,
-        provider_timeout_s=min(120.0, runners.deletion.provider_timeout.total_seconds()),
-        policy=runners.deletion,
-        tombstone_retention_s=runners.tombstone_retention.total_seconds(),
-    )
+async def ensure_schedules(client: Client, settings: Settings, family: Family) -> None:
+    """Creates the family's schedules once. An existing one keeps the interval the operator
+    set; only its task queue follows the family's, so a schedule made before the family had
+    a queue of its own does not start runs on a queue nobody serves."""
+    queue = family.task_queue(settings)
+    for spec in family.schedules(settings, queue):
+        try:
+            await client.create_schedule(spec.schedule_id, spec.schedule)
+            log.info("created schedule %s %s", spec.schedule_id, spec.describe)
+            continue
+        except ScheduleAlreadyRunningError:
+            pass
+        await client.get_schedule_handle(spec.schedule_id).update(_aim_at(spec.schedule_id, queue))
 
 
-async def ensure_reconciler_schedule(client: Client, settings: Settings) -> None:
-    """Creates the runner reconciler's schedule once, like the sweeper's."""
-    try:
-        await client.create_schedule(
-            RECONCILER_SCHEDULE_ID,
-            Schedule(
-                action=ScheduleActionStartWorkflow(
-                    RunnerReconciler.run,
-                    reconcile_request(settings),
-                    id=RECONCILER_WORKFLOW_ID,
-                    task_queue=settings.temporal.task_queue,
-                    static_summary="reconcile runner records, GitHub registrations and instances",
-                ),
-                spec=ScheduleSpec(
-                    intervals=[ScheduleIntervalSpec(every=settings.runners.reconcile_interval)]
-                ),
-                policy=SchedulePolicy(overlap=ScheduleOverlapPolicy.SKIP),
-            ),
-        )
-        log.info(
-            "created schedule %s every %s",
-            RECONCILER_SCHEDULE_ID,
-            settings.runners.reconcile_interval,
-        )
-    except ScheduleAlreadyRunningError:
-        pass
+def _aim_at(schedule_id: str, queue: str) -> Callable[[ScheduleUpdateInput], ScheduleUpdate | None]:
+    def aim(update: ScheduleUpdateInput) -> ScheduleUpdate | None:
+        action = update.description.schedule.action
+        if not isinstance(action, ScheduleActionStartWorkflow) or action.task_queue == queue:
+            return None
+        log.info("schedule %s: task queue %s -> %s", schedule_id, action.task_queue, queue)
+        action.task_queue = queue
+        return ScheduleUpdate(schedule=update.description.schedule)
+
+    return aim
 
 
 async def run_worker(settings: Settings) -> None:
     interceptors = setup_tracing(settings.tracing)
     client = await connect(settings.temporal, interceptors)
-    tpu_client = make_tpu_client(settings.tpu)
-    await ensure_sweeper_schedule(client, settings)
-    await ensure_reconciler_schedule(client, settings)
+    families = served_families(settings)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     version = worker_version(settings.worker)
-    worker = build_worker(
-        client, settings, tpu_client, settings.temporal.task_queue, version=version
-    )
-    log.info(
-        "worker polling %s on %s (namespace %s, TPU endpoint %s) as %s",
-        settings.temporal.task_queue,
-        settings.temporal.address,
-        settings.temporal.namespace,
-        settings.tpu.endpoint.value,
-        f"build {version.build_id} of worker deployment {version.deployment_name}"
-        if version
-        else "an unversioned worker",
-    )
-    async with worker:
+    async with AsyncExitStack() as stack:
+        workers: list[Worker] = []
+        every_activity: list[Callable[..., Any]] = []
+        for family in families:
+            deps = await stack.enter_async_context(family.open_deps(settings))
+            activities = family.activities(settings, client, deps)
+            every_activity.extend(activities)
+            await ensure_schedules(client, settings, family)
+            queue = family.task_queue(settings)
+            slots = family.activity_slots(settings)
+            workers.append(
+                _worker(client, settings, queue, family.workflows, activities, slots, version)
+            )
+            log.info(
+                "serving family %s on task queue %s (%d activity slots)", family.name, queue, slots
+            )
+        if len(families) == len(FAMILIES):
+            # Runs started before each family had its own queue live on the stem; only a
+            # worker with every family can serve them all.
+            workers.append(
+                _worker(
+                    client,
+                    settings,
+                    settings.temporal.task_queue,
+                    WORKFLOWS,
+                    every_activity,
+                    activity_slots(settings),
+                    version,
+                )
+            )
+        log.info(
+            "worker on %s (namespace %s, TPU endpoint %s) as %s",
+            settings.temporal.address,
+            settings.temporal.namespace,
+            settings.tpu.endpoint.value,
+            f"build {version.build_id} of worker deployment {version.deployment_name}"
+            if version
+            else "an unversioned worker",
+        )
+        for worker in workers:
+            await stack.enter_async_context(worker)
         await stop.wait()
         log.info(
             "shutting down: finishing running activities (up to %s)",
             settings.worker.graceful_shutdown,
         )
+        # Together, so the grace period is spent once, not once per family.
+        await asyncio.gather(*(worker.shutdown() for worker in workers))
     shutdown_tracing()
     log.info("worker stopped")

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from runtime.search_attributes import registrations as search_attribute_registrations
 from runtime.settings import Settings, TpuEndpoint
 from runtime.tools import find_tool
 
@@ -98,7 +99,7 @@ def plan(settings: Settings, config_file: str | None) -> dict[str, Component]:
         "--db-filename",
         str(temporal.db_file),
     )
-    for name, kind in temporal.search_attributes.items():
+    for name, kind in search_attribute_registrations().items():
         temporal_argv += ("--search-attribute", f"{name}={kind}")
 
     emu = settings.emulator
@@ -179,7 +180,8 @@ def plan(settings: Settings, config_file: str | None) -> dict[str, Component]:
             mode="managed",
             argv=worker_argv,
             ports=(),
-            address=f"task queue {temporal.task_queue}",
+            address="task queues "
+            + ", ".join(temporal.family_queue(f) for f in settings.worker.families),
             log_file=logs / "worker.log",
             pid_file=pids / "worker.pid",
         ),

@@ -117,12 +117,12 @@ class Probes:
         base = self.settings.runners.github.api_url.rstrip("/")
         return await self.http_ok(f"{base}/_emulator/healthz", want_200=True)
 
-    async def workflow_pollers(self) -> tuple[str | None, list[Poller]]:
+    async def workflow_pollers(self, task_queue: str) -> tuple[str | None, list[Poller]]:
         """The task queue's workflow pollers, or why they could not be listed."""
         temporal = self.settings.temporal
         request = DescribeTaskQueueRequest(
             namespace=temporal.namespace,
-            task_queue=TaskQueue(name=temporal.task_queue),
+            task_queue=TaskQueue(name=task_queue),
             task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
         )
         try:
@@ -132,7 +132,7 @@ class Probes:
             )
         except Exception as err:
             self._client = None
-            return f"task queue {temporal.task_queue}: {_first_line(err)}", []
+            return f"task queue {task_queue}: {_first_line(err)}", []
         pollers = [
             Poller(
                 identity=p.identity,

@@ -135,14 +135,21 @@ class Stack:
             return await probes.github_emulator()
         if running is None:
             return Health(False, "not running")
-        problem, pollers = await probes.workflow_pollers()
-        if problem:
-            return Health(False, problem)
-        mine = own_pollers(running.record.pid, _started_at(running.record), pollers)
-        polling = worker_health(self.settings.temporal.task_queue, mine, pollers)
-        if not polling.ok:
-            return polling
-        return await self._routed(probes, mine[0], polling, promote)
+        # Healthy once it polls the queue of every family it serves.
+        queues = [self.settings.temporal.family_queue(f) for f in self.settings.worker.families]
+        seen: list[Poller] = []
+        for queue in queues:
+            problem, pollers = await probes.workflow_pollers(queue)
+            if problem:
+                return Health(False, problem)
+            mine = own_pollers(running.record.pid, _started_at(running.record), pollers)
+            polling = worker_health(queue, mine, pollers)
+            if not polling.ok:
+                return polling
+            seen.append(mine[0])
+        queue_list = ", ".join(queues)
+        polling = Health(True, f"polling task queues {queue_list} as {seen[0].identity}")
+        return await self._routed(probes, seen[0], polling, promote)
 
     async def _routed(
         self, probes: Probes, poller: Poller, polling: Health, promote: bool

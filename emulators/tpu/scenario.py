@@ -66,7 +66,7 @@ class Scenario(BaseModel):
     ips_after: float | None = Field(default=0.5, ge=0)
     # Slice-wide VM indices that never get an IP.
     vms_without_ip: list[int] = Field(default_factory=list)
-    # VMs per node; None means domain.topology.vms_per_node(accelerator_type).
+    # VMs per node; None means domain.tpu.topology.vms_per_node(accelerator_type).
     vm_count: int | None = Field(default=None, ge=1)
     # From IP assignment until the VM listens on its health port and phones home.
     health_after: float = Field(default=0.0, ge=0)

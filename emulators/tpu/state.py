@@ -21,7 +21,7 @@ import grpc
 from google.cloud.tpu_v2.types import cloud_tpu
 from google.rpc import status_pb2
 
-from domain.topology import vms_per_node
+from domain.tpu.topology import vms_per_node
 from emulators.tpu import ips
 from emulators.tpu.clock import Clock, iso, to_datetime
 from emulators.tpu.operations import OperationStore, OpRecord

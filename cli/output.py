@@ -1,0 +1,165 @@
+"""How every `keeper` command speaks: exit codes, where output goes, JSON and timestamps.
+
+| what | goes to |
+|---|---|
+| data: tables, results, the one JSON document of `--json` / `-o json` | stdout |
+| progress, notes, warnings, errors | stderr |
+| an error under `--json` | `{"error": {"message", "hint", ...}}` on stdout, its text on stderr |
+
+Exit codes (docs/cli.md): 0 the operation succeeded, 1 it failed (including a failed or
+cancelled workflow that the command waited for), 2 the command was used wrongly (a bad
+argument or option, an unknown name where a name must exist is 1). Nothing else, except
+130 when interrupted with Ctrl-C.
+
+Field names shared across commands: `workflow_id`, `run_id`, `ui_url`, `status`,
+`result`, `error`. Timestamps are RFC 3339 in UTC (`2026-12-01T12:00:00Z`).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import enum
+import functools
+import json
+import sys
+from collections.abc import Callable
+from datetime import UTC, date, datetime, timedelta
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+from pydantic import BaseModel
+
+OK = 0
+FAILED = 1
+USAGE = 2
+INTERRUPTED = 130
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+# Whether the running command was asked for JSON; errors raised anywhere below it read it.
+_json_mode: contextvars.ContextVar[bool] = contextvars.ContextVar("keeper_json", default=False)
+
+
+def rfc3339(moment: datetime | None) -> str | None:
+    """One timestamp format everywhere: RFC 3339, UTC, whole seconds, `Z`."""
+    if moment is None:
+        return None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.astimezone(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def to_jsonable(value: Any) -> Any:
+    """Plain JSON values: models dumped, datetimes as RFC 3339, durations as seconds."""
+    if isinstance(value, BaseModel):
+        return to_jsonable(value.model_dump(mode="python"))
+    if isinstance(value, dict):
+        return {str(k): to_jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        return [to_jsonable(v) for v in value]
+    if isinstance(value, datetime):
+        return rfc3339(value)
+    if isinstance(value, date):
+        return value.isoformat()
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    if isinstance(value, enum.Enum):
+        return to_jsonable(value.value)
+    if isinstance(value, Path):
+        return str(value)
+    return value
+
+
+def dumps(payload: Any) -> str:
+    return json.dumps(to_jsonable(payload), indent=2, default=str)
+
+
+class Output:
+    """The output of one command: data to stdout, diagnostics to stderr."""
+
+    def __init__(self, as_json: bool) -> None:
+        self.json = as_json
+
+    def data(self, payload: Any) -> None:
+        """The command's JSON document (only with --json)."""
+        click.echo(dumps(payload))
+
+    def line(self, text: str = "") -> None:
+        """A line of data in text mode."""
+        click.echo(text)
+
+    def note(self, text: str) -> None:
+        """A diagnostic: progress, a hint, a warning. Never part of the data."""
+        click.echo(text, err=True)
+
+
+def json_options(func: F) -> F:
+    """Adds `--json` and `-o/--output [text|json]` and passes `out: Output`."""
+
+    @click.option("--json", "as_json", is_flag=True, help="Print one JSON document on stdout.")
+    @click.option(
+        "-o",
+        "--output",
+        "output_format",
+        type=click.Choice(["text", "json"]),
+        default=None,
+        help="Output format (`-o json` is `--json`).",
+    )
+    @functools.wraps(func)
+    def wrapper(*args: Any, as_json: bool, output_format: str | None, **kwargs: Any) -> Any:
+        wanted = as_json or output_format == "json"
+        _json_mode.set(wanted)
+        return func(*args, out=Output(wanted), **kwargs)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def json_requested(argv: list[str] | None = None) -> bool:
+    """Whether the command line asks for JSON, also before a command parsed its options
+    (a usage error is reported in the format the caller asked for)."""
+    if _json_mode.get():
+        return True
+    argv = sys.argv[1:] if argv is None else argv
+    for i, arg in enumerate(argv):
+        if arg == "--":
+            break
+        if arg == "--json" or arg in ("-ojson", "--output=json"):
+            return True
+        if arg in ("-o", "--output") and i + 1 < len(argv) and argv[i + 1] == "json":
+            return True
+    return False
+
+
+class CommandFailed(click.ClickException):
+    """The operation failed (exit 1), in the CLI's own words, with what to do next."""
+
+    exit_code = FAILED
+
+    def __init__(self, message: str, hint: str | None = None, **fields: Any) -> None:
+        super().__init__(message)
+        self.hint = hint
+        self.fields = fields
+
+    def format_message(self) -> str:
+        return f"{self.message}\n{self.hint}" if self.hint else self.message
+
+
+class UsageProblem(click.UsageError):
+    """A bad argument or option (exit 2), naming it in the CLI's own terms."""
+
+    def __init__(self, message: str, param_hint: str | None = None) -> None:
+        super().__init__(f"{param_hint}: {message}" if param_hint else message)
+
+
+def report_error(err: click.ClickException) -> None:
+    """Shows an error: the text on stderr, and with --json also a document on stdout."""
+    if json_requested():
+        error: dict[str, Any] = {"message": err.message, "exit_code": err.exit_code}
+        if isinstance(err, CommandFailed):
+            error["hint"] = err.hint
+            error.update(to_jsonable(err.fields))
+        if isinstance(err, click.UsageError):
+            error["usage"] = True
+        click.echo(dumps({"error": error}))
+    err.show()

@@ -1,0 +1,125 @@
+"""`keeper runner demo`: seed the local stack's emulators with a scale set, then delete a
+runner through its workflow with live progress."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime
+from urllib.parse import urlsplit
+
+import click
+import httpx
+
+from cli.context import KeeperContext, pass_keeper
+from cli.devstack.layout import is_local
+from cli.runners.commands import _follow, _result_text, _store, runner
+from cli.temporal_ops import client_for
+from domain.runners.models import DeletionRequest, Requester, RunnerRecord
+from domain.runners.status import AgentStatus, InstanceStatus
+from runtime.runners.requests import request_deletion
+from runtime.settings import Settings
+
+DEMO_SCALE_SET = "demo"
+DEMO_SCOPE = "org:keeper-demo"
+
+
+def _check_local(settings: Settings) -> None:
+    url = urlsplit(settings.runners.github.api_url)
+    if not is_local(url.hostname or "") or settings.runners.provider.executable is not None:
+        raise click.ClickException(
+            "the runner demo seeds keeper's emulators: runners.github.api_url must point at the "
+            "GitHub emulator and runners.provider.executable must be unset. Run `keeper dev up` "
+            "with the default temporal-dev.yaml."
+        )
+
+
+def seed(settings: Settings, prefix: str, count: int) -> list[RunnerRecord]:
+    """A provider instance, a GitHub registration and a record for each runner."""
+    from emulators.provider.state import add_instance
+
+    scope = settings.runners.github.scopes[0] if settings.runners.github.scopes else DEMO_SCOPE
+    label = settings.runners.github.managed_label
+    store = _store(settings)
+    records = []
+    try:
+        with httpx.Client(base_url=settings.runners.github.api_url, timeout=10) as http:
+            for i in range(1, count + 1):
+                name = f"{prefix}-{i}"
+                # The one the demo deletes gets a slow provider delete (2 s), so the live
+                # view shows each step.
+                instance = add_instance(
+                    settings.runners.provider.config_file,
+                    name,
+                    DEMO_SCALE_SET,
+                    mode="slow" if i == 1 else None,
+                    mode_seconds=2.0 if i == 1 else 0.0,
+                )
+                answer = http.post(
+                    "/_emulator/runners",
+                    json={"scope": scope, "name": name, "labels": ["self-hosted", label]},
+                )
+                answer.raise_for_status()
+                records.append(
+                    store.add(
+                        RunnerRecord(
+                            name=name,
+                            scale_set=DEMO_SCALE_SET,
+                            provider_id=instance["provider_id"],
+                            github_runner_id=answer.json()["id"],
+                            github_scope=scope,
+                            instance_status=InstanceStatus.RUNNING,
+                            agent_status=AgentStatus.IDLE,
+                        )
+                    )
+                )
+    except httpx.HTTPError as err:
+        raise click.ClickException(
+            f"cannot reach the GitHub emulator at {settings.runners.github.api_url}: {err}\n"
+            "Start the local stack with `keeper dev up`."
+        ) from err
+    finally:
+        store.close()
+    return records
+
+
+@runner.command()
+@click.option("--count", default=3, show_default=True, help="Runners to seed.")
+@pass_keeper
+def demo(keeper: KeeperContext, count: int) -> None:
+    """Seed COUNT runners in scale set `demo` (emulated instance, GitHub registration and
+    record), then delete the first one through its workflow, showing each step."""
+    settings = keeper.settings
+    _check_local(settings)
+    prefix = f"demo-{datetime.now(UTC):%H%M%S}"
+    records = seed(settings, prefix, count)
+    click.echo(
+        f"Seeded {len(records)} runners in scale set {DEMO_SCALE_SET}: "
+        + ", ".join(r.name for r in records)
+    )
+    target = records[0].name
+
+    async def run() -> int:
+        client = await client_for(settings)
+        handle = await request_deletion(
+            client,
+            target,
+            DeletionRequest(requested_by=Requester.OPERATOR, reason="keeper runner demo"),
+            task_queue=settings.temporal.family_queue("runners"),
+            policy=settings.runners.deletion,
+        )
+        click.echo(f"Deleting {target}: {settings.temporal.workflow_url(handle.id)}")
+        await _follow(handle, as_json=False)
+        click.echo(_result_text(await handle.result()))
+        return 0
+
+    code = asyncio.run(run())
+    store = _store(settings)
+    try:
+        live = store.live_runner_count(DEMO_SCALE_SET)
+    finally:
+        store.close()
+    click.echo(
+        f"Scale set {DEMO_SCALE_SET}: live {live}. "
+        "`keeper runner list` shows every runner; `keeper runner status NAME` one."
+    )
+    raise SystemExit(code)

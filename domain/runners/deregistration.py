@@ -1,0 +1,142 @@
+"""What a runner deletion does with each answer to "remove this registration".
+
+Two tables. `retry_of` runs in the activity: an answer that only means "ask again later"
+becomes an activity retry (not a history event), with the delay this table picks. Every
+other answer goes back to the workflow, and `next_step` says what the workflow does with
+it. Pure and deterministic: the workflow imports this module.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+from enum import StrEnum
+
+from domain.common.durations import format_duration
+from domain.runners.deletion_view import backoff
+from domain.runners.github import DeregistrationAnswer, DeregistrationOutcome
+from domain.runners.models import BusyTimeoutAction, DeletionPolicy
+
+
+class DeregisterMode(StrEnum):
+    """How patient one deregistration call is."""
+
+    WAIT = "wait"  # the first ask: a busy answer comes back so the deletion shows busy_wait
+    BUSY = "busy"  # wait out a busy runner up to policy.busy_wait, then answer
+    RECHECK = "recheck"  # escalated: ask again every escalation_recheck until it can go
+    FORCE = "force"  # an operator forced: answer at once; transient errors retried a few times
+    CLEANUP = "cleanup"  # the compute is gone: the offline registration, a bounded number of tries
+
+
+class Answered(StrEnum):
+    """What an answer is, for the two tables below."""
+
+    GONE = "gone"  # removed now or already
+    BUSY = "busy"  # running a job
+    REFUSED = "refused"  # a 4xx that asking again will not change
+    TRANSIENT = "transient"  # 5xx, 429, transport, credentials being fixed
+
+
+def kind_of(answer: DeregistrationAnswer) -> Answered:
+    if answer.done:
+        return Answered.GONE
+    if answer.busy:
+        return Answered.BUSY
+    if answer.outcome is DeregistrationOutcome.CLIENT_ERROR:
+        return Answered.REFUSED
+    return Answered.TRANSIENT
+
+
+class Wait(StrEnum):
+    BUSY_POLL = "busy_poll"
+    RECHECK = "recheck"
+    BACKOFF = "backoff"
+
+
+# (mode, kind) -> the wait before asking again inside the activity; absent: answer the workflow.
+RETRY_TABLE: dict[tuple[DeregisterMode, Answered], Wait] = {
+    (DeregisterMode.WAIT, Answered.TRANSIENT): Wait.BACKOFF,
+    (DeregisterMode.BUSY, Answered.BUSY): Wait.BUSY_POLL,  # until the busy bound, see retry_of
+    (DeregisterMode.BUSY, Answered.TRANSIENT): Wait.BACKOFF,
+    (DeregisterMode.RECHECK, Answered.BUSY): Wait.RECHECK,
+    (DeregisterMode.RECHECK, Answered.REFUSED): Wait.RECHECK,
+    (DeregisterMode.RECHECK, Answered.TRANSIENT): Wait.BACKOFF,
+    (DeregisterMode.FORCE, Answered.TRANSIENT): Wait.BACKOFF,  # attempts capped by the policy
+    (DeregisterMode.CLEANUP, Answered.BUSY): Wait.BACKOFF,
+    (DeregisterMode.CLEANUP, Answered.REFUSED): Wait.BACKOFF,
+    (DeregisterMode.CLEANUP, Answered.TRANSIENT): Wait.BACKOFF,
+}
+
+
+@dataclass(frozen=True)
+class Retry:
+    delay: timedelta
+    reason: str
+    # Waiting on a job, or on an operator, is the expected path rather than a failure.
+    benign: bool
+
+
+def retry_of(
+    answer: DeregistrationAnswer,
+    mode: DeregisterMode,
+    policy: DeletionPolicy,
+    *,
+    attempt: int,
+    busy_left: timedelta | None,
+) -> Retry | None:
+    """None: return the answer to the workflow. A Retry: raise, and ask again after `delay`.
+
+    `busy_left` is what remains of the busy bound in BUSY mode (None outside it).
+    """
+    kind = kind_of(answer)
+    wait = RETRY_TABLE.get((mode, kind))
+    if wait is None:
+        return None
+    if wait is Wait.BUSY_POLL:
+        if busy_left is None or busy_left <= timedelta(0):
+            return None
+        delay = min(policy.busy_poll, busy_left)
+        return Retry(delay, f"runner busy ({answer.message}); asking again in {_fmt(delay)}", True)
+    if wait is Wait.RECHECK:
+        return Retry(
+            policy.escalation_recheck,
+            f"escalated: {answer.message}; asking GitHub again every "
+            f"{_fmt(policy.escalation_recheck)} until an operator forces the deletion",
+            True,
+        )
+    delay = backoff(attempt, policy.retry_initial, policy.retry_max)
+    if answer.retry_after_s:
+        delay = max(delay, timedelta(seconds=answer.retry_after_s))
+    reason = answer.message
+    if answer.outcome is DeregistrationOutcome.AUTH:
+        reason += (
+            " (needs attention: GitHub refused keeper's token; it comes from "
+            "KEEPER_GITHUB_TOKEN or the file named by runners.github.token_file)"
+        )
+    return Retry(delay, reason, False)
+
+
+class Next(StrEnum):
+    DONE = "done"  # the registration is gone
+    WAIT_BUSY = "wait_busy"  # the runner runs a job: wait for it, up to policy.busy_wait
+    ESCALATE = "escalate"  # an operator decides; keeper asks again meanwhile (RECHECK)
+    PROCEED = "proceed"  # delete the compute; the registration is cleaned up afterwards
+
+
+def next_step(answer: DeregistrationAnswer, mode: DeregisterMode, policy: DeletionPolicy) -> Next:
+    """What the workflow does with an answer the activity returned."""
+    kind = kind_of(answer)
+    if kind is Answered.GONE:
+        return Next.DONE
+    if mode in (DeregisterMode.FORCE, DeregisterMode.CLEANUP):
+        return Next.PROCEED
+    if kind is Answered.BUSY and mode is DeregisterMode.WAIT:
+        return Next.WAIT_BUSY
+    if kind is Answered.BUSY and policy.on_busy_timeout is BusyTimeoutAction.PROCEED:
+        return Next.PROCEED
+    # Busy past the bound, or a refusal asking again will not change: an operator decides.
+    return Next.ESCALATE
+
+
+def _fmt(delay: timedelta) -> str:
+    return format_duration(delay)

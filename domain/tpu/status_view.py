@@ -1,0 +1,68 @@
+"""How a bootstrap's status reads in the Temporal UI (current details) and the CLI."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from domain.common.durations import format_duration
+from domain.common.untrusted import md_text
+from domain.tpu.models import BootstrapStatus
+
+MAX_FAILING_SHOWN = 10
+ERROR_LIMIT = 600
+
+
+def _when(at: datetime | None) -> str:
+    return at.strftime("%Y-%m-%d %H:%M:%S UTC") if at else "-"
+
+
+def render_details(status: BootstrapStatus) -> str:
+    """Markdown for the UI. Only the template is markdown: names, QR states, GCP errors and
+    health answers come from outside keeper and go through md_text."""
+    lines = [
+        f"## {md_text(status.slice_name)}: **{status.phase.value}**",
+        "",
+        "| | |",
+        "|---|---|",
+        f"| phase | `{status.phase.value}` |",
+        f"| deadline | {_when(status.phase_deadline_at)} |",
+        f"| queued resource | {md_text(status.qr_state or 'n/a')} |",
+        f"| nodes ready | {status.nodes_ready}/{status.nodes_expected} |",
+        f"| VMs with IP | {status.vms_with_ip}/{status.vms_expected} |",
+        f"| VMs healthy | {status.vms_healthy}/{status.vms_expected} |",
+    ]
+    done = [t for t in status.timings if t.seconds is not None]
+    if done:
+        took = ", ".join(
+            f"{t.phase.value} {format_duration_seconds(t.seconds or 0.0)}" for t in done
+        )
+        lines.append(f"| phases done | {took} |")
+    if status.compensation:
+        lines.append(f"| compensation | {md_text(status.compensation)} |")
+    if status.compensation_stuck:
+        lines += [
+            "",
+            f"**Compensation stuck** since {_when(status.compensation_stuck_since)}: "
+            f"{md_text(status.compensation or '', ERROR_LIMIT)}",
+        ]
+    if status.error:
+        lines += ["", f"**Error:** {md_text(status.error, ERROR_LIMIT)}"]
+    if status.failing_vms:
+        lines += ["", "**Failing VMs:**"]
+        for vm in status.failing_vms[:MAX_FAILING_SHOWN]:
+            lines.append(f"- {md_text(vm.node)}/{vm.index} {md_text(vm.ip)}: {md_text(vm.reason)}")
+        hidden = len(status.failing_vms) - MAX_FAILING_SHOWN
+        if hidden > 0:
+            lines.append(f"- ... and {hidden} more (see the `status` query)")
+    return "\n".join(lines)
+
+
+def format_duration_seconds(seconds: float) -> str:
+    from datetime import timedelta
+
+    return format_duration(timedelta(seconds=round(seconds)))
+
+
+def static_summary(slice_name: str, accelerator: str, capacity: str, zone: str) -> str:
+    parts = [md_text(p) for p in (accelerator, slice_name, capacity, zone)]
+    return "TPU {} slice {} ({}, {})".format(*parts)

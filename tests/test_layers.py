@@ -1,0 +1,74 @@
+"""The layout's rules, as import-linter contracts in pyproject.toml: the layers point one
+way (cli > workers > workflows > activities > runtime > store | emulators > domain), each
+family keeps to its own packages, and domain/ imports nothing that does I/O."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+LINT = Path(sys.executable).parent / "lint-imports"
+PACKAGES = ("cli", "workers", "workflows", "activities", "runtime", "store", "emulators", "domain")
+
+
+def lint(cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(cwd)}
+    return subprocess.run(
+        [str(LINT), "--no-cache", "--no-logo", "pyproject.toml"],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_keepers_imports_keep_every_contract() -> None:
+    done = lint(ROOT)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "0 broken" in done.stdout
+
+
+def _tree(tmp: Path, modules: dict[str, str]) -> Path:
+    """A copy of keeper's contracts over a made-up tree of the same packages."""
+    (tmp / "pyproject.toml").write_text((ROOT / "pyproject.toml").read_text())
+    for package in PACKAGES:
+        for sub in ("", "tpu", "runners", "families", "families/tpu", "families/runners"):
+            d = tmp / package / sub
+            d.mkdir(parents=True, exist_ok=True)
+            (d / "__init__.py").touch()
+    for name, source in modules.items():
+        (tmp / (name.replace(".", "/") + ".py")).write_text(source)
+    return tmp
+
+
+@pytest.mark.parametrize(
+    ("modules", "broken"),
+    [
+        ({"domain.tpu.rules": "import httpx\n"}, "domain is pure"),
+        ({"domain.tpu.rules": "import temporalio.workflow\n"}, "domain is pure"),
+        ({"domain.tpu.rules": "import os\n"}, "domain is pure"),
+        ({"domain.tpu.rules": "import domain.runners\n"}, "own domain packages"),
+        ({"workflows.runners.w": "import workflows.tpu\n"}, "own workflow packages"),
+        ({"activities.tpu.a": "import workflows.tpu\n"}, "layers point one way"),
+        ({"runtime.x": "import activities.tpu\n"}, "layers point one way"),
+        ({"store.s": "import emulators.tpu\n"}, "layers point one way"),
+        (
+            {
+                "runtime.tpu.c": "import runtime.common\n",
+                "runtime.common": "import runtime.runners\n",
+            },
+            "own runtime packages",
+        ),
+    ],
+)
+def test_a_broken_rule_is_caught(tmp_path: Path, modules: dict[str, str], broken: str) -> None:
+    done = lint(_tree(tmp_path, modules))
+    assert done.returncode != 0, done.stdout
+    broken_lines = [line for line in done.stdout.splitlines() if line.endswith("BROKEN")]
+    assert len(broken_lines) == 1 and broken in broken_lines[0], done.stdout

@@ -1,0 +1,208 @@
+"""`keeper worker --family`: each family on its own task queue; a family that is not served
+opens none of its clients and creates none of its schedules."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import uuid
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+import yaml
+from google.protobuf.duration_pb2 import Duration
+from temporalio.api.enums.v1 import TaskQueueType
+from temporalio.api.taskqueue.v1 import TaskQueue
+from temporalio.api.workflowservice.v1 import (
+    DescribeTaskQueueRequest,
+    RegisterNamespaceRequest,
+)
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.service import RPCError
+from temporalio.testing import WorkflowEnvironment
+
+from domain.runners.models import RECONCILER_SCHEDULE_ID
+from domain.tpu.naming import SWEEPER_SCHEDULE_ID
+from runtime.settings import Settings, SettingsError, load_settings
+from tests.e2e_support import REPO, dev_address
+
+pytestmark = pytest.mark.e2e
+
+
+async def _namespace(env: WorkflowEnvironment) -> Client:
+    """A namespace of the test's own: schedule ids are per namespace."""
+    name = f"families-{uuid.uuid4().hex[:8]}"
+    await env.client.workflow_service.register_namespace(
+        RegisterNamespaceRequest(
+            namespace=name, workflow_execution_retention_period=Duration(seconds=86400)
+        )
+    )
+    for _ in range(100):
+        try:
+            client = await Client.connect(
+                dev_address(env), namespace=name, data_converter=pydantic_data_converter
+            )
+            await _schedules(client)
+            return client
+        except RPCError:
+            await asyncio.sleep(0.1)
+    raise AssertionError(f"namespace {name} never became usable")
+
+
+async def _pollers(client: Client, queue: str) -> int:
+    response = await client.workflow_service.describe_task_queue(
+        DescribeTaskQueueRequest(
+            namespace=client.namespace,
+            task_queue=TaskQueue(name=queue),
+            task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
+        )
+    )
+    return len(response.pollers)
+
+
+async def _schedules(client: Client) -> set[str]:
+    return {s.id async for s in await client.list_schedules()}
+
+
+def _start(config: Path, log: Path, *args: str) -> subprocess.Popen[bytes]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TEMPORAL_", "KEEPER_"))}
+    with log.open("ab") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "cli.main", "--config", str(config), "worker", *args],
+            cwd=REPO,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+        )
+
+
+def _config(tmp_path: Path, client: Client, stem: str) -> tuple[Path, Path]:
+    store = tmp_path / "runners.db"
+    config = {
+        "temporal": {"address": client.service_client.config.target_host,
+                     "namespace": client.namespace, "task_queue": stem},
+        "tpu": {"endpoint": "emulator", "emulator_address": "127.0.0.1:9"},
+        "worker": {"log_dir": str(tmp_path), "graceful_shutdown": "1s", "versioned": False},
+        "runners": {"store_url": f"sqlite:///{store}",
+                    "provider": {"config_file": str(tmp_path / "provider.json")},
+                    "github": {"token_file": None}},
+    }  # fmt: skip
+    path = tmp_path / "keeper.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path, store
+
+
+def _tail(log: Path) -> str:
+    return log.read_text()[-3000:]
+
+
+async def _until(check, what: str, log: Path, within: float = 60) -> None:
+    deadline = asyncio.get_running_loop().time() + within
+    while not await check():
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"{what} within {within}s; worker log:\n{_tail(log)}")
+        await asyncio.sleep(0.2)
+
+
+@pytest.mark.parametrize(
+    ("served", "idle", "schedule", "absent_schedule"),
+    [
+        ("tpu", "runners", SWEEPER_SCHEDULE_ID, RECONCILER_SCHEDULE_ID),
+        ("runners", "tpu", RECONCILER_SCHEDULE_ID, SWEEPER_SCHEDULE_ID),
+    ],
+)
+async def test_a_worker_serves_only_the_families_it_is_given(
+    dev_env: WorkflowEnvironment,
+    tmp_path: Path,
+    served: str,
+    idle: str,
+    schedule: str,
+    absent_schedule: str,
+) -> None:
+    client = await _namespace(dev_env)
+    stem = f"fam-{uuid.uuid4().hex[:6]}"
+    config, store = _config(tmp_path, client, stem)
+    log = tmp_path / "worker.log"
+    worker = _start(config, log, "--family", served)
+    try:
+        await _until(
+            lambda: _pollers(client, f"{stem}-{served}"), f"no poller on {stem}-{served}", log
+        )
+        await _until(lambda: _has_schedule(client, schedule), f"no schedule {schedule}", log)
+        assert await _pollers(client, f"{stem}-{idle}") == 0
+        # Only a worker of every family drains the stem.
+        assert await _pollers(client, stem) == 0
+        assert absent_schedule not in await _schedules(client)
+        # The runner store is the runner family's: a TPU-only worker never opens it.
+        assert store.exists() == (served == "runners")
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(30) == 0, _tail(log)
+
+
+async def _has_schedule(client: Client, schedule: str) -> bool:
+    return schedule in await _schedules(client)
+
+
+async def test_a_worker_of_every_family_serves_each_queue_and_drains_the_stem(
+    dev_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    client = await _namespace(dev_env)
+    stem = f"fam-{uuid.uuid4().hex[:6]}"
+    config, _ = _config(tmp_path, client, stem)
+    # A schedule made before the families had queues of their own points at the stem.
+    log = tmp_path / "worker.log"
+    worker = _start(config, log)
+    try:
+        for queue in (f"{stem}-tpu", f"{stem}-runners", stem):
+            await _until(lambda q=queue: _pollers(client, q), f"no poller on {queue}", log)
+        await _until(
+            lambda: _has_schedule(client, RECONCILER_SCHEDULE_ID), "no reconciler schedule", log
+        )
+        sweeper = await client.get_schedule_handle(SWEEPER_SCHEDULE_ID).describe()
+        assert sweeper.schedule.action.task_queue == f"{stem}-tpu"
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(30) == 0, _tail(log)
+
+
+async def test_an_existing_schedule_is_moved_to_its_familys_queue(
+    dev_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    from workers.families import FAMILIES
+    from workers.main import ensure_schedules
+
+    client = await _namespace(dev_env)
+    stem = f"fam-{uuid.uuid4().hex[:6]}"
+    settings = Settings.model_validate({"temporal": {"task_queue": stem}})
+    settings.sweeper.interval = timedelta(minutes=37)
+    # As an older worker made it: on the stem, at an interval an operator chose.
+    old = FAMILIES["tpu"].schedules(settings, stem)[0]
+    await client.create_schedule(old.schedule_id, old.schedule)
+    settings.sweeper.interval = timedelta(minutes=10)
+    await ensure_schedules(client, settings, FAMILIES["tpu"])
+    described = await client.get_schedule_handle(SWEEPER_SCHEDULE_ID).describe()
+    assert described.schedule.action.task_queue == f"{stem}-tpu"
+    assert described.schedule.spec.intervals[0].every == timedelta(minutes=37)
+
+
+def test_an_unknown_family_is_refused_by_name(tmp_path: Path) -> None:
+    empty = tmp_path / "keeper.yaml"
+    empty.write_text("{}\n")
+    with pytest.raises(SettingsError, match=r"worker\.families: .*unknown workflow family gpu"):
+        load_settings(empty, env={"KEEPER_WORKER_FAMILIES": "tpu,gpu"})
+    done = subprocess.run(
+        [sys.executable, "-m", "cli.main", "worker", "--family", "tpu,gpu"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert "--family" in done.stderr and "unknown workflow family gpu" in done.stderr

@@ -1,0 +1,113 @@
+"""The runner family: a runner's deletion lane and the reconciler."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+from temporalio.client import (
+    Client,
+    Schedule,
+    ScheduleActionStartWorkflow,
+    ScheduleIntervalSpec,
+    ScheduleOverlapPolicy,
+    SchedulePolicy,
+    ScheduleSpec,
+)
+
+from activities.runners.deletion import (
+    GitHubActivities,
+    ProviderActivities,
+    RunnerStoreActivities,
+)
+from activities.runners.reconciler import ReconcilerActivities
+from domain.runners.models import RECONCILER_SCHEDULE_ID, RECONCILER_WORKFLOW_ID
+from domain.runners.reconcile import ReconcileRequest
+from runtime.runners.deps import RunnerDeps, open_runner_deps
+from runtime.settings import Settings
+from workers.families.family import Family, ScheduleSpecOf
+from workers.input_guard import InputHelp
+from workflows.runners.deletion import RunnerDeletion
+from workflows.runners.reconciler import RunnerReconciler
+
+INPUT_HELP: dict[str, InputHelp] = {
+    "RunnerDeletion": InputHelp(example={"runner": "r-1"}),
+    "RunnerReconciler": InputHelp(
+        note="The runner-reconciler schedule starts it with the worker's settings.",
+        example={"scopes": ["org:my-org"]},
+    ),
+}
+
+
+@asynccontextmanager
+async def open_deps(settings: Settings) -> AsyncIterator[RunnerDeps]:
+    deps = open_runner_deps(settings.runners)
+    try:
+        yield deps
+    finally:
+        await deps.aclose()
+
+
+def runner_activities(
+    settings: Settings, client: Client, deps: RunnerDeps
+) -> list[Callable[..., Any]]:
+    store = RunnerStoreActivities(deps.store)
+    github = GitHubActivities(deps.github)
+    provider = ProviderActivities(deps.provider, deps.leases)
+    reconciler = ReconcilerActivities(deps.store, deps.github, deps.provider, client, deps.leases)
+    return [
+        store.advance_lane,
+        store.finish_deleted,
+        store.record_leak,
+        github.remove_registration,
+        github.deregister,
+        provider.delete_instance,
+        provider.provider_delete,
+        reconciler.reconcile_pass,
+    ]
+
+
+def reconcile_request(settings: Settings, task_queue: str) -> ReconcileRequest:
+    runners = settings.runners
+    return ReconcileRequest(
+        scopes=runners.github.scopes,
+        managed_label=runners.github.managed_label,
+        task_queue=task_queue,
+        provider_timeout_s=min(120.0, runners.deletion.provider_timeout.total_seconds()),
+        policy=runners.deletion,
+        tombstone_retention_s=runners.tombstone_retention.total_seconds(),
+    )
+
+
+def runner_schedules(settings: Settings, task_queue: str) -> list[ScheduleSpecOf]:
+    schedule = Schedule(
+        action=ScheduleActionStartWorkflow(
+            RunnerReconciler.run,
+            reconcile_request(settings, task_queue),
+            id=RECONCILER_WORKFLOW_ID,
+            task_queue=task_queue,
+            static_summary="reconcile runner records, GitHub registrations and instances",
+        ),
+        spec=ScheduleSpec(
+            intervals=[ScheduleIntervalSpec(every=settings.runners.reconcile_interval)]
+        ),
+        policy=SchedulePolicy(overlap=ScheduleOverlapPolicy.SKIP),
+    )
+    return [
+        ScheduleSpecOf(
+            RECONCILER_SCHEDULE_ID, schedule, f"every {settings.runners.reconcile_interval}"
+        )
+    ]
+
+
+RUNNERS = Family(
+    name="runners",
+    workflows=[RunnerDeletion, RunnerReconciler],
+    input_help=INPUT_HELP,
+    open_deps=open_deps,
+    activities=runner_activities,
+    schedules=runner_schedules,
+    # Each in-flight runner deletion may hold a slot for its provider process.
+    activity_slots=lambda settings: max(100, settings.runners.max_concurrent_deletions),
+)

@@ -1,0 +1,116 @@
+"""The TPU slice family: bootstrap, its phase child, teardown and the sweeper."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from google.cloud import tpu_v2
+from temporalio.client import (
+    Client,
+    Schedule,
+    ScheduleActionStartWorkflow,
+    ScheduleIntervalSpec,
+    ScheduleOverlapPolicy,
+    SchedulePolicy,
+    ScheduleSpec,
+)
+
+from activities.tpu.cloud import TpuActivities
+from activities.tpu.health import HealthActivities, HealthProber
+from activities.tpu.sweeper import SweeperActivities
+from domain.tpu.models import SweepRequest
+from domain.tpu.naming import SWEEPER_SCHEDULE_ID, SWEEPER_WORKFLOW_ID
+from runtime.settings import Settings
+from runtime.tpu.client import make_tpu_client
+from workers.families.family import Family, ScheduleSpecOf
+from workers.input_guard import InputHelp
+from workflows.tpu.bootstrap import TpuSliceBootstrap
+from workflows.tpu.bootstrap_run import TpuSliceBootstrapRun
+from workflows.tpu.sweeper import TpuSweeper
+from workflows.tpu.teardown import TpuSliceTeardown
+
+_PLACE = {"project": "my-project", "zone": "us-central2-b"}
+INPUT_HELP: dict[str, InputHelp] = {
+    "TpuSliceBootstrap": InputHelp(
+        example={
+            "slice_name": "train-a",
+            **_PLACE,
+            "accelerator_type": "v4-32",
+            "runtime_version": "tpu-ubuntu2204-base",
+            "capacity": "on-demand",
+        }
+    ),
+    "TpuSliceBootstrapRun": InputHelp(
+        note="TpuSliceBootstrap starts this phase workflow itself; start TpuSliceBootstrap."
+    ),
+    "TpuSliceTeardown": InputHelp(
+        example={"slice_name": "train-a", **_PLACE, "reason": "job finished"}
+    ),
+    "TpuSweeper": InputHelp(example={**_PLACE, "dry_run": True}),
+}
+
+
+@dataclass
+class TpuDeps:
+    tpu: tpu_v2.TpuAsyncClient
+
+
+@asynccontextmanager
+async def open_tpu_deps(settings: Settings) -> AsyncIterator[TpuDeps]:
+    yield TpuDeps(make_tpu_client(settings.tpu))
+
+
+def tpu_activities(settings: Settings, client: Client, deps: TpuDeps) -> list[Callable[..., Any]]:
+    tpu = TpuActivities(
+        deps.tpu,
+        call_timeout=settings.tpu.call_timeout,
+        max_backoff=settings.bootstrap.max_backoff,
+        compensation_stuck_after=settings.bootstrap.compensation_stuck_after,
+    )
+    health = HealthActivities(
+        HealthProber(concurrency=settings.health.concurrency, timeout=settings.health.timeout)
+    )
+    sweeper = SweeperActivities(
+        tpu,
+        client,
+        delete_timeout=settings.sweeper.delete_timeout,
+        max_concurrent_deletes=settings.sweeper.max_concurrent_deletes,
+    )
+    return [
+        tpu.create_slice,
+        tpu.observe_slice,
+        tpu.delete_slice,
+        tpu.compensation_policy,
+        health.check_health,
+        sweeper.find_sweep_candidates,
+        sweeper.survey_owned_resources,
+    ]
+
+
+def tpu_schedules(settings: Settings, task_queue: str) -> list[ScheduleSpecOf]:
+    schedule = Schedule(
+        action=ScheduleActionStartWorkflow(
+            TpuSweeper.run,
+            SweepRequest(project=settings.tpu.project, zone=settings.tpu.zone),
+            id=SWEEPER_WORKFLOW_ID,
+            task_queue=task_queue,
+            static_summary=f"sweep orphaned TPU resources in {settings.tpu.zone}",
+        ),
+        spec=ScheduleSpec(intervals=[ScheduleIntervalSpec(every=settings.sweeper.interval)]),
+        policy=SchedulePolicy(overlap=ScheduleOverlapPolicy.SKIP),
+    )
+    return [ScheduleSpecOf(SWEEPER_SCHEDULE_ID, schedule, f"every {settings.sweeper.interval}")]
+
+
+TPU = Family(
+    name="tpu",
+    workflows=[TpuSliceBootstrap, TpuSliceBootstrapRun, TpuSliceTeardown, TpuSweeper],
+    input_help=INPUT_HELP,
+    open_deps=open_tpu_deps,
+    activities=tpu_activities,
+    schedules=tpu_schedules,
+    activity_slots=lambda settings: settings.worker.tpu_activity_slots,
+)

@@ -1,0 +1,52 @@
+"""Timeouts and retry policies of every runner-family activity call, in one place."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from temporalio.common import RetryPolicy
+
+from domain.runners.models import DeletionPolicy
+
+# Runner deletion. Store calls are short SQL; they retry without limit because giving up
+# would leave the record wherever it is.
+STORE_START_TO_CLOSE = timedelta(seconds=30)
+STORE_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1),
+    backoff_coefficient=2.0,
+    maximum_interval=timedelta(seconds=30),
+)
+# One call to GitHub per attempt. GITHUB_RETRY and ONE_ATTEMPT are the policies of deletions
+# started before `deletion-v2`, whose workflow code retries; later ones use github_retry and
+# provider_retry below.
+GITHUB_START_TO_CLOSE = timedelta(minutes=1)
+GITHUB_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=2),
+    backoff_coefficient=2.0,
+    maximum_interval=timedelta(minutes=1),
+)
+# Heartbeats (policy.provider_heartbeat) let a crashed worker's provider attempt be noticed
+# well before the provider timeout.
+PROVIDER_MARGIN = timedelta(seconds=30)
+ONE_ATTEMPT = RetryPolicy(maximum_attempts=1)
+
+
+def github_retry(policy: DeletionPolicy, attempts: int = 0) -> RetryPolicy:
+    """Deregistration calls raise with their own next_retry_delay (busy poll, recheck,
+    backoff, retry-after); the interval here only covers crashes and timeouts."""
+    return RetryPolicy(
+        initial_interval=policy.retry_initial,
+        backoff_coefficient=2.0,
+        maximum_interval=max(policy.retry_max, policy.escalation_recheck, policy.busy_poll),
+        maximum_attempts=attempts,
+    )
+
+
+def provider_retry(policy: DeletionPolicy, attempts: int = 0) -> RetryPolicy:
+    """Provider deletes back off from retry_initial to retry_max; a force caps the attempts."""
+    return RetryPolicy(
+        initial_interval=policy.retry_initial,
+        backoff_coefficient=2.0,
+        maximum_interval=policy.retry_max,
+        maximum_attempts=attempts,
+    )

@@ -1,0 +1,715 @@
+"""RunnerDeletion: the one owner of a runner's deletion, from request to tombstone.
+
+Workflow id `runner-delete-<runner>`. Every actor that wants a runner gone (its agent
+reporting terminated, a scale-down, an operator, the reconciler) starts this workflow or
+joins the running one; none of them writes a deletion-lane status. Each step re-reads the
+record and acts on what the store holds, so every intermediate status resumes after a
+crash. The lane is forward-only: a cancel request does not abandon a deletion that
+has started, because a half-deleted runner is exactly the leak keeper exists to prevent.
+
+Waiting costs no history. GitHub and the provider are asked again by activity retry
+policies (each answer that only means "later" is a retry, not an event), so the workflow
+records only decisions: busy, escalated, forced, gone. A run that still waits after
+`policy.history_events_limit` events, or when the server suggests it, continues as new.
+Runs started before the `deletion-v2` patch replay through workflows/runners/deletion_v1.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from datetime import datetime, timedelta
+from typing import Any, NoReturn, TypeVar
+
+from pydantic import ValidationError
+from temporalio import workflow
+from temporalio.common import VersioningBehavior
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, RetryState
+from temporalio.workflow import ActivityCancellationType
+
+with workflow.unsafe.imports_passed_through():
+    from activities.runners.deletion import (
+        GitHubActivities,
+        ProviderActivities,
+        RunnerStoreActivities,
+    )
+    from domain.common.untrusted import md_text
+    from domain.runners.calls import (
+        DeregisterCall,
+        DeregisterResult,
+        FinishDeletion,
+        LaneResult,
+        LaneWrite,
+        LeakReport,
+        ProviderDelete,
+        ProviderResult,
+        RegistrationRef,
+        registration_ref,
+    )
+    from domain.runners.deletion_view import DeletionView, render_details
+    from domain.runners.deregistration import DeregisterMode, Next, next_step
+    from domain.runners.lane import LaneMove, entry_target
+    from domain.runners.models import (
+        DELETION_WORKFLOW_TYPE,
+        REQUEST_SIGNAL,
+        DeletionCarry,
+        DeletionOutcome,
+        DeletionRequest,
+        DeletionResult,
+        DeletionStep,
+        RunnerDeletionInput,
+        RunnerRecord,
+        deletion_workflow_id,
+    )
+    from domain.runners.provider import describe_provider
+    from domain.runners.status import InstanceStatus
+    from runtime.runners import search_attributes as sa
+    from workflows.common.shielded import run_to_completion
+    from workflows.runners import activity_options as opts
+    from workflows.runners.deletion_v1 import LegacyDeletion
+
+T = TypeVar("T")
+S = InstanceStatus
+DELETION_V2 = "deletion-v2"
+PROVIDER_CANCEL_WAITS = "provider-cancel-waits"
+SEARCHABLE_STEPS = frozenset({DeletionStep.BUSY_WAIT, DeletionStep.ESCALATED, DeletionStep.DONE})
+UNKNOWN_RUNNER = "UnknownRunner"
+WRONG_WORKFLOW_ID = "WrongWorkflowId"
+# Requests kept across a roll-over: enough to tell who asked, bounded however many ask.
+CARRIED_REQUESTS = 20
+# What the details show that the store does not hold, carried as it is into the next run.
+CARRIED_VIEW_FIELDS = (
+    "escalated",
+    "busy_since",
+    "decision",
+    "error",
+    "github",
+    "github_attempts",
+    "provider",
+    "provider_attempts",
+)
+GITHUB_WAIT = (
+    "GitHub: Temporal asks again by itself; the pending activity shows the attempt, "
+    "the last answer and the next try"
+)
+PROVIDER_WAIT = (
+    "provider: Temporal retries the delete; the pending activity shows the attempt, "
+    "the last error and the next try"
+)
+
+
+class _RollOver(Exception):
+    """The history is long enough: hand over to a new run at the next safe point."""
+
+
+@workflow.defn(
+    name=DELETION_WORKFLOW_TYPE,
+    failure_exception_types=[ValidationError],
+    versioning_behavior=VersioningBehavior.AUTO_UPGRADE,
+)
+class RunnerDeletion:
+    def __init__(self) -> None:
+        self._view: DeletionView | None = None
+        self._force = False
+        self._requests: list[str] = []
+        self._rejected: list[str] = []
+        self._sa_step: DeletionStep | None = None
+
+    @workflow.query(description="Step, record status, GitHub and provider answers, attempts.")
+    def status(self) -> DeletionView | None:
+        return self._view
+
+    @workflow.signal(name=REQUEST_SIGNAL, description="Another actor asks for this deletion.")
+    def request(self, *payload: Any) -> None:
+        # Decoded by hand: a payload that is not a DeletionRequest is shown as rejected
+        # instead of being dropped by the SDK (or failing the workflow task) unseen.
+        try:
+            if len(payload) != 1:
+                raise ValueError(f"expected one DeletionRequest, got {len(payload)} values")
+            request = DeletionRequest.model_validate_json(json.dumps(payload[0]))
+        except (ValueError, TypeError) as err:
+            problem = _problem(err)
+            workflow.logger.warning("rejected a deletion request: %s", problem)
+            self._rejected.append(problem)
+            if self._view is not None:
+                self._view.rejected = list(self._rejected)
+            self._publish()
+            return
+        self._note_request(request)
+        self._publish()
+
+    def _note_request(self, request: DeletionRequest) -> None:
+        label = request.requested_by.value + (" (force)" if request.force else "")
+        if request.reason:
+            label += f": {request.reason}"
+        self._requests.append(label)
+        if request.force:
+            self._force_now()
+        if self._view is not None:
+            self._view.requests = list(self._requests)
+
+    def _force_now(self) -> None:
+        self._force = True
+        if self._view is not None:
+            self._view.force = True
+
+    @workflow.run
+    async def run(self, inp: RunnerDeletionInput) -> DeletionResult:
+        expected = deletion_workflow_id(inp.runner)
+        if workflow.info().workflow_id != expected:
+            # keeper finds a runner's deletion by this id; one started under another id could
+            # be neither found nor joined, and a second one could race it.
+            raise ApplicationError(
+                f"a RunnerDeletion of runner {inp.runner!r} must run as workflow id "
+                f"{expected!r}, not {workflow.info().workflow_id!r}; start it with "
+                f"`keeper runner delete {inp.runner}` or --workflow-id {expected}",
+                type=WRONG_WORKFLOW_ID,
+                non_retryable=True,
+            )
+        self._policy = inp.policy
+        carry = inp.carried
+        if carry is not None:
+            self._requests = [*carry.requests, *self._requests]
+            self._rejected = [*carry.rejected, *self._rejected]
+            self._force = self._force or carry.force
+        # A request sent with the start (signal-with-start) was handled before `run`.
+        self._view = DeletionView(
+            runner=inp.runner,
+            requests=list(self._requests),
+            rejected=list(self._rejected),
+            force=self._force,
+        )
+        if inp.request is not None:
+            self._note_request(inp.request)
+        if not workflow.patched(DELETION_V2):
+            return await self._run_v1(inp)
+        if carry is not None:
+            self._resume_view(carry)
+        elif workflow.info().typed_search_attributes.get(sa.RUNNER_NAME) is None:
+            # Started by hand (temporal workflow start) rather than by keeper's request.
+            workflow.upsert_search_attributes([sa.RUNNER_NAME.value_set(inp.runner)])
+        self._publish()
+        # Once started, the deletion finishes: a cancel is recorded and shown, not obeyed,
+        # since stopping halfway is what strands records on the lane.
+        result, _ = await run_to_completion(self._delete(inp, carry), self._cancel_seen)
+        return result
+
+    async def _run_v1(self, inp: RunnerDeletionInput) -> DeletionResult:
+        assert self._view is not None
+        if workflow.info().typed_search_attributes.get(sa.RUNNER_NAME) is None:
+            workflow.upsert_search_attributes([sa.RUNNER_NAME.value_set(inp.runner)])
+        self._publish()
+        legacy = LegacyDeletion(
+            self._view,
+            inp.policy,
+            self._requests,
+            lambda: self._force,
+            self._force_now,
+            self._publish,
+        )
+        result, _ = await run_to_completion(legacy.delete(inp.runner), self._cancel_seen)
+        return result
+
+    def _cancel_seen(self) -> None:
+        assert self._view is not None
+        self._view.cancel_requested = True
+        self._publish()
+
+    # ---- the steps -----------------------------------------------------------------------
+
+    async def _delete(
+        self, inp: RunnerDeletionInput, carry: DeletionCarry | None
+    ) -> DeletionResult:
+        view = self._view
+        assert view is not None
+        runner = inp.runner
+        # 1. Onto the lane, reading the record in the same step. A record already on the
+        # lane counts as success; a tombstone means there is nothing left to do.
+        record = await self._enter_lane(runner)
+        if record.instance_status is S.PENDING_FORCE_DELETE and not self._force:
+            # A forced deletion whose run ended early (terminated) stays forced when
+            # another request resumes it.
+            self._force_now()
+        view.scale_set = record.scale_set
+        if carry is None:
+            first = (
+                DeletionStep.DONE
+                if record.instance_status is S.DELETED
+                else DeletionStep.PENDING_DELETE
+            )
+            self._sa_step = first
+            updates = [sa.RUNNER_STEP.value_set(first.value)]
+            if not _has_problem(record, "scale_set"):
+                # A stored value that fails the record check may not fit a search attribute
+                # (the server terminates a run whose upsert it refuses): left out.
+                updates.insert(0, sa.SCALE_SET.value_set(record.scale_set))
+            workflow.upsert_search_attributes(updates)
+        if record.instance_status is S.DELETED:
+            self._step(DeletionStep.DONE, record)
+            return self._result(DeletionOutcome.ALREADY_DELETED)
+
+        # 2. Registration before compute: a registered runner can still be handed a job.
+        if carry is not None and carry.registration_left is not None:
+            registration_left = carry.registration_left
+        else:
+            self._step(DeletionStep.PENDING_DELETE, record)
+            registration_left = await self._deregister(record, self._first_mode(record, carry))
+            if self._force and record.instance_status is S.PENDING_DELETE:
+                record = await self._enter_lane(runner)  # a force arrived meanwhile: say so
+
+        # 3. deleting.
+        self._step(DeletionStep.DELETING, record)
+        record = await self._lane(runner, S.DELETING, "registration removed")
+
+        # 4. The compute, until the provider confirms it gone (or a force gives up).
+        leaked = await self._delete_instance(record, registration_left)
+
+        # 5. deleted, with the tombstone in the same write.
+        self._step(DeletionStep.DELETED, record)
+        finish = await workflow.execute_activity_method(
+            RunnerStoreActivities.finish_deleted,
+            FinishDeletion(runner=runner, incarnation=record.created_at),
+            start_to_close_timeout=opts.STORE_START_TO_CLOSE,
+            retry_policy=opts.STORE_RETRY,
+            summary="deleting -> deleted (tombstone)",
+        )
+        if finish.recovered:
+            view.decision = (
+                f"final write refused (row was {finish.found_status}); "
+                "finished through the audited recovery path"
+            )
+        if registration_left:
+            await self._cleanup_registration(record)
+        self._step(DeletionStep.DONE, None if finish.replaced else finish.record)
+        return self._result(DeletionOutcome.DELETED, leaked=leaked, recovered=finish.recovered)
+
+    def _first_mode(self, record: RunnerRecord, carry: DeletionCarry | None) -> DeregisterMode:
+        if self._force or record.instance_status is S.DELETING:
+            # Once the record says `deleting`, the compute's deletion was decided: one answer,
+            # and a registration that cannot go yet is cleaned up after the compute.
+            return DeregisterMode.FORCE
+        if carry is not None and carry.escalated:
+            return DeregisterMode.RECHECK
+        if carry is not None and carry.busy_since is not None:
+            return DeregisterMode.BUSY
+        return DeregisterMode.WAIT
+
+    async def _lane(self, runner: str, target: InstanceStatus, reason: str) -> RunnerRecord:
+        result: LaneResult = await workflow.execute_activity_method(
+            RunnerStoreActivities.advance_lane,
+            LaneWrite(runner=runner, target=target, reason=reason),
+            start_to_close_timeout=opts.STORE_START_TO_CLOSE,
+            retry_policy=opts.STORE_RETRY,
+            summary=f"record -> {target}",
+        )
+        if result.move is LaneMove.BLOCKED or result.record is None:
+            found = result.record.instance_status if result.record else "missing"
+            raise ApplicationError(
+                f"runner {runner!r}: cannot move the record from {found} to {target}",
+                type="LaneBlocked",
+                non_retryable=True,
+            )
+        assert self._view is not None
+        self._view.status = result.record.instance_status.value
+        self._publish()
+        return result.record
+
+    async def _enter_lane(self, runner: str) -> RunnerRecord:
+        requested = self._requests[-1] if self._requests else "deletion requested"
+        try:
+            return await self._lane(runner, entry_target(self._force), requested)
+        except ActivityError as err:
+            if not (isinstance(err.cause, ApplicationError) and err.cause.type == UNKNOWN_RUNNER):
+                raise
+        assert self._view is not None
+        self._view.error = f"no runner named {runner!r} in the runner store"
+        self._publish()
+        raise ApplicationError(
+            f"runner: no runner named {runner!r} in the runner store; "
+            "`keeper runner list` shows the known runners",
+            type=UNKNOWN_RUNNER,
+            non_retryable=True,
+        )
+
+    async def _deregister(self, record: RunnerRecord, mode: DeregisterMode) -> bool:
+        """Removes the GitHub registration. Returns True if it is left for after the
+        compute is gone (a busy runner the policy or a force said to delete anyway)."""
+        view = self._view
+        assert view is not None
+        ref = registration_ref(record)
+        if ref is None:
+            view.github = "no registration recorded"
+            self._publish()
+            return False
+        self._step(DeletionStep.DEREGISTER, record)
+        busy_until = view.busy_since + self._policy.busy_wait if view.busy_since else None
+        while True:
+            if self._force and mode not in (DeregisterMode.FORCE, DeregisterMode.CLEANUP):
+                # A force that landed with the last answer (same workflow task) counts too.
+                mode = DeregisterMode.FORCE
+            try:
+                result = await self._interruptible(
+                    self._ask_github(ref, mode, busy_until),
+                    carry=lambda mode=mode: self._carry(registration_left=None, mode=mode),
+                )
+            except ActivityError as err:
+                if mode is DeregisterMode.FORCE and err.retry_state in _GAVE_UP:
+                    view.waiting = None
+                    view.decision = (
+                        f"force: GitHub kept failing ({_cause(err)}); registration left "
+                        "for after the compute is gone"
+                    )
+                    self._publish()
+                    return True
+                raise
+            if result is None:  # a force arrived while GitHub was being asked
+                if view.escalated:
+                    view.error = None
+                    view.decision = f"{view.decision or 'escalated'}; answered: force requested"
+                    # RunnerStep moves off `escalated`: nobody needs to find this one any more.
+                    self._step(DeletionStep.DEREGISTER, record, searchable=True)
+                mode = DeregisterMode.FORCE
+                continue
+            answer = result.answer
+            view.waiting = None
+            view.github = answer.message
+            view.github_attempts += result.attempts
+            step = next_step(answer, mode, self._policy)
+            if step is Next.DONE:
+                view.busy_since = None
+                if view.escalated:
+                    view.escalated = False
+                    view.error = None
+                    view.decision = f"resolved while escalated: GitHub answered {answer.message}"
+                # After a busy wait or an escalation, RunnerStep moves off it too.
+                self._step(DeletionStep.DEREGISTER, record, searchable=self._sa_step in _WAITING)
+                return False
+            if step is Next.WAIT_BUSY:
+                view.busy_since = workflow.now()
+                busy_until = view.busy_since + self._policy.busy_wait
+                self._step(DeletionStep.BUSY_WAIT, record)
+                mode = DeregisterMode.BUSY
+                continue
+            if step is Next.PROCEED:
+                if mode is not DeregisterMode.FORCE:
+                    view.decision = (
+                        f"still busy after {self._policy.busy_wait}: proceeding (policy "
+                        "on_busy_timeout=proceed); the job on it is lost"
+                    )
+                elif self._force:
+                    view.decision = (
+                        f"GitHub answered {answer.message}; force: deleting the compute anyway"
+                    )
+                else:
+                    view.decision = (
+                        f"GitHub answered {answer.message}; the record is already deleting, so "
+                        "the compute goes first and the registration after it"
+                    )
+                self._publish()
+                return True
+            # Next.ESCALATE: stop and ask an operator; GitHub is still asked every
+            # escalation_recheck, so a job that ends or a cause that is fixed finishes it.
+            why = (
+                f"runner still busy after {self._policy.busy_wait}"
+                if answer.busy
+                else f"GitHub refused the removal ({answer.message})"
+            )
+            view.escalated = True
+            view.decision = f"{why}; escalated to an operator"
+            view.error = (
+                f"{why}. Let it finish or fix the cause (keeper asks GitHub again every "
+                f"{self._policy.escalation_recheck} by itself), or run "
+                f"`keeper runner delete {record.name} --force` to delete it anyway"
+            )
+            self._step(DeletionStep.ESCALATED, record)
+            mode = DeregisterMode.RECHECK
+
+    def _ask_github(
+        self, ref: RegistrationRef, mode: DeregisterMode, busy_until: datetime | None
+    ) -> asyncio.Task[DeregisterResult]:
+        assert self._view is not None
+        self._view.waiting = GITHUB_WAIT
+        self._publish()
+        attempts = self._policy.force_provider_attempts if mode is DeregisterMode.FORCE else 0
+        if mode is DeregisterMode.CLEANUP:
+            attempts = self._policy.registration_cleanup_attempts
+        return workflow.start_activity_method(
+            GitHubActivities.deregister,
+            DeregisterCall(ref=ref, mode=mode.value, policy=self._policy, busy_until=busy_until),
+            start_to_close_timeout=opts.GITHUB_START_TO_CLOSE,
+            retry_policy=opts.github_retry(self._policy, attempts),
+            summary=f"{mode.value}: remove GitHub registration {ref.runner_id} "
+            f"({md_text(ref.scope)})",
+        )
+
+    async def _delete_instance(self, record: RunnerRecord, registration_left: bool) -> str | None:
+        """Returns the provider id left behind by a forced delete, if any."""
+        view = self._view
+        assert view is not None
+        self._step(DeletionStep.PROVIDER_DELETE, record)
+        instance_id = record.provider_id or record.name
+        bad_id = [p for p in record.problems if p.startswith("provider_id:")]
+        if bad_id and not self._force:
+            # No provider can take this id (the store refuses such rows now; this one is
+            # older): asking again will not help, so an operator decides.
+            await self._escalate_until_forced(
+                record,
+                f"the record's provider id is invalid ({bad_id[0]})",
+                lambda: self._carry(registration_left=registration_left),
+            )
+        call = ProviderDelete(
+            runner=record.name,
+            instance_id=instance_id,
+            pool_id=record.scale_set,
+            timeout_s=self._policy.provider_timeout.total_seconds(),
+        )
+        while True:
+            forced = self._force
+            view.waiting = PROVIDER_WAIT
+            self._publish()
+            task = workflow.start_activity_method(
+                ProviderActivities.provider_delete,
+                call,
+                # An attempt may first wait out an earlier one's lease (runtime/instance_lease).
+                start_to_close_timeout=2 * timedelta(seconds=call.timeout_s) + opts.PROVIDER_MARGIN,
+                heartbeat_timeout=self._policy.provider_heartbeat,
+                # A force cancels the attempt in flight; the forced one starts only once the
+                # cancelled one has killed its process and given the instance's lease back.
+                cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED
+                if workflow.patched(PROVIDER_CANCEL_WAITS)
+                else ActivityCancellationType.TRY_CANCEL,
+                retry_policy=opts.provider_retry(
+                    self._policy, self._policy.force_provider_attempts if forced else 0
+                ),
+                summary=f"{'force ' if forced else ''}provider delete "
+                f"{md_text(call.instance_id)} (pool {md_text(call.pool_id)})",
+            )
+            try:
+                result: ProviderResult | None = await self._interruptible(
+                    task,
+                    carry=lambda: self._carry(registration_left=registration_left),
+                    on_force=not forced,
+                )
+            except ActivityError as err:
+                if not forced:
+                    raise
+                return await self._give_up_instance(record, instance_id, err)
+            if result is None:  # a force arrived: the attempts are capped from here on
+                continue
+            view.waiting = None
+            view.provider = describe_provider(result.answer)
+            view.provider_attempts += result.attempts
+            self._publish()
+            return None
+
+    async def _escalate_until_forced(self, record: RunnerRecord, why: str, carry: Any) -> None:
+        view = self._view
+        assert view is not None
+        view.escalated = True
+        view.decision = f"{why}; escalated to an operator"
+        view.error = (
+            f"{why}. Fix the record, or run `keeper runner delete {record.name} --force`: "
+            "keeper then tries the provider a few times and records the instance as a leak"
+        )
+        self._step(DeletionStep.ESCALATED, record)
+        await workflow.wait_condition(lambda: self._force or self._history_is_long())
+        if not self._force:
+            await self._continue_as_new(carry())
+        view.escalated = False
+        view.error = None
+        view.decision = f"{why}; answered: force requested"
+        self._step(DeletionStep.PROVIDER_DELETE, record, searchable=True)
+
+    async def _give_up_instance(
+        self, record: RunnerRecord, instance_id: str, err: ActivityError
+    ) -> str:
+        view = self._view
+        assert view is not None
+        view.waiting = None
+        view.provider = _cause(err)
+        view.provider_attempts += self._policy.force_provider_attempts
+        reason = (
+            f"forced delete gave up after {self._policy.force_provider_attempts} attempts: "
+            f"{view.provider}"
+        )
+        self._step(DeletionStep.PROVIDER_DELETE, record, searchable=True)
+        await workflow.execute_activity_method(
+            RunnerStoreActivities.record_leak,
+            LeakReport(
+                runner=record.name,
+                provider_id=instance_id,
+                scale_set=record.scale_set,
+                reason=reason,
+            ),
+            start_to_close_timeout=opts.STORE_START_TO_CLOSE,
+            retry_policy=opts.STORE_RETRY,
+            summary=f"record leaked instance {md_text(instance_id)} for the orphan sweep",
+        )
+        view.decision = f"leak recorded: {instance_id} ({reason})"
+        self._publish()
+        return instance_id
+
+    async def _cleanup_registration(self, record: RunnerRecord) -> None:
+        """After a busy runner's compute is gone it is offline, and GitHub lets the
+        registration go. Bounded: GitHub itself removes offline runners eventually."""
+        view = self._view
+        assert view is not None
+        ref = registration_ref(record)
+        if ref is None:
+            return
+        view.step = DeletionStep.DONE
+        view.status = S.DELETED.value
+        try:
+            result = await self._ask_github(ref, DeregisterMode.CLEANUP, None)
+        except ActivityError as err:
+            view.decision = (
+                f"{view.decision or ''}; registration still present ({_cause(err)}): GitHub "
+                "removes offline runners after 14 days"
+            ).lstrip("; ")
+        else:
+            view.github = result.answer.message
+            view.github_attempts += result.attempts
+        view.waiting = None
+
+    # ---- waiting without history -------------------------------------------------------
+
+    async def _interruptible(
+        self,
+        task: asyncio.Task[T],
+        *,
+        carry: Any,
+        on_force: bool = True,
+    ) -> T | None:
+        """Awaits an activity that Temporal retries for as long as it takes. Returns None
+        when a force request arrives first (the call is cancelled so the caller can ask
+        again with a force's patience), and continues as new when the history is long."""
+        forced_before = self._force
+        waiter = asyncio.ensure_future(
+            workflow.wait_condition(
+                lambda: (on_force and self._force != forced_before) or self._history_is_long()
+            )
+        )
+        await workflow.wait([task, waiter], return_when=asyncio.FIRST_COMPLETED)
+        if task.done():
+            waiter.cancel()
+            return task.result()
+        task.cancel()
+        with contextlib.suppress(ActivityError, CancelledError, asyncio.CancelledError):
+            await task
+        if self._history_is_long():
+            await self._continue_as_new(carry())
+        return None
+
+    def _history_is_long(self) -> bool:
+        info = workflow.info()
+        return (
+            info.is_continue_as_new_suggested()
+            or info.get_current_history_length() >= self._policy.history_events_limit
+        )
+
+    def _carry(
+        self, *, registration_left: bool | None, mode: DeregisterMode | None = None
+    ) -> DeletionCarry:
+        view = self._view
+        assert view is not None
+        shown = view.model_dump(include=set(CARRIED_VIEW_FIELDS))
+        # Rolled over while re-checking: the next run goes on re-checking.
+        shown["escalated"] = view.escalated or mode is DeregisterMode.RECHECK
+        return DeletionCarry(
+            run=view.run + 1,
+            force=self._force,
+            requests=tuple(self._requests[-CARRIED_REQUESTS:]),
+            rejected=tuple(self._rejected[-CARRIED_REQUESTS:]),
+            registration_left=registration_left,
+            **shown,
+        )
+
+    async def _continue_as_new(self, carry: DeletionCarry) -> NoReturn:
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        workflow.logger.info(
+            "history at %d events: continuing as run %d",
+            workflow.info().get_current_history_length(),
+            carry.run,
+        )
+        assert self._view is not None
+        workflow.continue_as_new(
+            RunnerDeletionInput(
+                runner=self._view.runner, request=None, policy=self._policy, carried=carry
+            )
+        )
+
+    def _resume_view(self, carry: DeletionCarry) -> None:
+        view = self._view
+        assert view is not None
+        # Search attributes come along with a continue-as-new; so must what they say.
+        step = workflow.info().typed_search_attributes.get(sa.RUNNER_STEP)
+        self._sa_step = DeletionStep(step) if step in DeletionStep._value2member_map_ else None
+        view.run = carry.run
+        for name in CARRIED_VIEW_FIELDS:
+            setattr(view, name, getattr(carry, name))
+
+    # ---- plumbing ----------------------------------------------------------------------
+
+    def _step(
+        self, step: DeletionStep, record: RunnerRecord | None, *, searchable: bool = False
+    ) -> None:
+        """Moves the current step. The RunnerStep search attribute follows only the steps an
+        operator searches for (waiting, escalated, retrying, done): each upsert is a history
+        event and a visibility write, and the happy path needs no more than two."""
+        assert self._view is not None
+        self._view.step = step
+        if record is not None:
+            self._view.status = record.instance_status.value
+        if (searchable or step in SEARCHABLE_STEPS) and step is not self._sa_step:
+            self._sa_step = step
+            workflow.upsert_search_attributes([sa.RUNNER_STEP.value_set(step.value)])
+        self._publish()
+
+    def _publish(self) -> None:
+        if self._view is None:
+            return
+        workflow.set_current_details(render_details(self._view))
+
+    def _result(
+        self,
+        outcome: DeletionOutcome,
+        *,
+        leaked: str | None = None,
+        recovered: bool = False,
+    ) -> DeletionResult:
+        assert self._view is not None
+        return DeletionResult(
+            runner=self._view.runner,
+            outcome=outcome,
+            forced=self._force,
+            leaked_provider_id=leaked,
+            registration=self._view.github,
+            provider=self._view.provider,
+            recovered=recovered,
+            busy_decision=self._view.decision,
+            requests=tuple(self._requests),
+        )
+
+
+_WAITING = frozenset({DeletionStep.BUSY_WAIT, DeletionStep.ESCALATED})
+# Retry states that mean "the attempts a force allows are used up".
+_GAVE_UP = frozenset({RetryState.MAXIMUM_ATTEMPTS_REACHED, RetryState.TIMEOUT})
+
+
+def _has_problem(record: RunnerRecord, field: str) -> bool:
+    return any(problem.startswith(f"{field}:") for problem in record.problems)
+
+
+def _cause(err: ActivityError) -> str:
+    cause = err.cause
+    text = str(cause) if cause is not None else str(err)
+    return text[:300]
+
+
+def _problem(err: Exception) -> str:
+    if isinstance(err, ValidationError):
+        return "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or 'request'}: {e['msg']}" for e in err.errors()
+        )[:300]
+    return str(err)[:300]

@@ -1,0 +1,63 @@
+"""Timeouts and retry policies of every TPU-family activity call, in one place.
+
+Polls use a flat retry policy (interval = poll interval, coefficient 1) bounded by the
+phase's remaining budget as schedule-to-close: retries are not written to history, so a
+four-hour wait costs the same handful of events as a ten-second one.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from temporalio.common import RetryPolicy
+
+CALL_TIMEOUT = timedelta(minutes=2)
+# A poll makes a few reads in parallel, each bounded by tpu.call_timeout (30 s by default).
+# Kept short because it is also how long an attempt lost with a crashed worker stalls the
+# phase before the server hands the poll to another worker.
+POLL_START_TO_CLOSE = timedelta(seconds=45)
+# A health round is bounded by ceil(unreachable VMs / concurrency) x health.timeout.
+HEALTH_START_TO_CLOSE = timedelta(minutes=1)
+CREATE_BUDGET = timedelta(minutes=15)
+HEALTH_MAX_INTERVAL = timedelta(seconds=10)
+
+CREATE_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=2),
+    backoff_coefficient=2.0,
+    maximum_interval=timedelta(minutes=1),
+)
+
+# Compensation has no attempt limit and no overall budget: it runs until the resource is
+# confirmed gone, in windows (schedule-to-close) that start at COMPENSATION_FIRST_WINDOW and
+# double up to COMPENSATION_MAX_WINDOW, so a stuck one reports its last error after each.
+COMPENSATION_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=2),
+    backoff_coefficient=2.0,
+    maximum_interval=timedelta(minutes=1),
+)
+COMPENSATION_START_TO_CLOSE = timedelta(minutes=20)
+COMPENSATION_HEARTBEAT = timedelta(minutes=1)
+COMPENSATION_FIRST_WINDOW = timedelta(minutes=5)
+COMPENSATION_MAX_WINDOW = timedelta(hours=1)
+POLICY_TIMEOUT = timedelta(seconds=10)
+# The sweeper's survey lists every location and looks up every owner in one attempt.
+SURVEY_START_TO_CLOSE = timedelta(minutes=5)
+
+SWEEP_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=5),
+    maximum_interval=timedelta(minutes=1),
+    maximum_attempts=5,
+)
+
+
+def poll_retry(interval: timedelta) -> RetryPolicy:
+    return RetryPolicy(
+        initial_interval=interval,
+        backoff_coefficient=1.0,
+        maximum_interval=interval,
+    )
+
+
+def health_interval(poll_interval: timedelta) -> timedelta:
+    # Our own VMs, not the cloud API: they can be asked more often than the QR.
+    return min(poll_interval, HEALTH_MAX_INTERVAL)
