@@ -61,7 +61,8 @@ class RunnerWorld:
     provider_config: Path
     deps: RunnerDeps
     policy: DeletionPolicy = FAST_POLICY
-    task_queue: str = field(default_factory=lambda: f"keeper-runners-{uuid.uuid4().hex[:8]}")
+    # The runner family's queue of a stem of its own: <stem>-runners, as a worker derives it.
+    task_queue: str = field(default_factory=lambda: f"keeper-{uuid.uuid4().hex[:8]}-runners")
 
     def add_runner(
         self,

@@ -40,7 +40,7 @@ def runner_config(tmp_path: Path, env: WorkflowEnvironment, world: RunnerWorld) 
         "temporal": {
             "address": dev_address(env),
             "namespace": "default",
-            "task_queue": world.task_queue,
+            "task_queue": world.task_queue.removesuffix("-runners"),
         },
         "worker": {"log_dir": str(tmp_path), "graceful_shutdown": "1s", "versioned": False},
         "sweeper": {"interval": "1h"},
