@@ -45,24 +45,29 @@ class KeeperContext:
             try:
                 self._settings = load_settings(self.config_file, env=env)
             except SettingsError as err:
+                # pydantic's "Value error, " prefix says nothing to an operator.
+                problem = str(err).replace("Value error, ", "")
                 raise CommandFailed(
-                    f"invalid settings: {err}",
-                    hint=self._settings_hint(str(err), env),
+                    f"invalid settings: {problem}",
+                    hint=self._settings_hint(problem, env),
                     config_file=str(config_path(self.config_file, env)),
                 ) from None
         return self._settings
 
     def _settings_hint(self, problem: str, env: Mapping[str, str]) -> str:
-        # Name where the wrong value came from: a flag, a variable, or else the file.
-        sources = []
-        flags = {var: flag for flag, var in FLAG_VARIABLES.items()}
-        for var, dotted in ENV_OVERRIDES.items():
-            if dotted in problem and env.get(var):
-                from_flag = var in self.overrides()
-                sources.append(flags[var] if from_flag else f"the variable {var}")
+        """Where the wrong value came from: a flag, a variable, or else the file."""
         file = config_path(self.config_file, env)
-        where = " or ".join([*sources, str(file)]) if sources else str(file)
-        return f"Fix it in {where} and retry (settings: docs/cli.md#settings)."
+        if "no such config file" in problem:
+            return "Give an existing file with --config or KEEPER_CONFIG, or neither."
+        flags = {var: flag for flag, var in FLAG_VARIABLES.items()}
+        overriding = [
+            flags[var] if var in self.overrides() else f"the variable {var}"
+            for var, dotted in ENV_OVERRIDES.items()
+            if env.get(var) and dotted in problem
+        ]
+        if overriding:
+            return f"Fix {' and '.join(overriding)} (it overrides {file}) and retry."
+        return f"Fix {file} and retry (settings and their variables: docs/cli.md#settings)."
 
 
 pass_keeper = click.make_pass_decorator(KeeperContext)

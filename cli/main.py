@@ -88,9 +88,10 @@ def cli(
     (`keeper dev status`: 3 when the stack is not healthy). Data goes to stdout,
     progress and errors to stderr. Conventions: docs/cli.md.
     """
-    for flag, value in (("--address", address), ("--namespace", namespace)):
-        if value is not None and not value.strip():
-            raise click.BadParameter("must not be empty", param_hint=flag)
+    if address is not None:
+        _check_address(address)
+    if namespace is not None and (not namespace.strip() or any(c.isspace() for c in namespace)):
+        raise click.BadParameter(f"{namespace!r} is not a namespace name", param_hint="--namespace")
     use_json(as_json or output_format == "json")
     keeper = KeeperContext(config_file=config_file, address=address, namespace=namespace)
     keeper.export_overrides()
@@ -102,6 +103,14 @@ def cli(
         # Like `temporal` and `kubectl`: the bare command shows its help.
         click.echo(ctx.get_help())
         ctx.exit(OK)
+
+
+def _check_address(address: str) -> None:
+    host, _, port = address.rpartition(":")
+    if not host or any(c.isspace() for c in address) or not port.isdigit():
+        raise click.BadParameter(f"{address!r} is not HOST:PORT", param_hint="--address")
+    if not 0 < int(port) < 65536:
+        raise click.BadParameter(f"port {port} is not between 1 and 65535", param_hint="--address")
 
 
 cli.add_command(completion)
