@@ -76,4 +76,4 @@ def completion(ctx: click.Context, shell: str, out: Output) -> None:
     if out.json:
         out.data({"shell": shell, "script": script})
     else:
-        out.line(script)
+        out.line(script.rstrip("\n"))

@@ -145,7 +145,9 @@ def json_requested(argv: list[str] | None = None) -> bool:
 
 def error_document(err: click.ClickException) -> dict[str, Any]:
     """The `{"error": {...}}` document of a failed command under --json."""
-    error: dict[str, Any] = {"message": err.message, "exit_code": err.exit_code}
+    # A failure's hint has a field of its own; a usage error's text names its parameter.
+    message = err.message if isinstance(err, CommandFailed) else err.format_message()
+    error: dict[str, Any] = {"message": message, "exit_code": err.exit_code}
     if isinstance(err, CommandFailed):
         error["hint"] = err.hint
         error.update(to_jsonable(err.fields))

@@ -20,6 +20,7 @@ from runtime.settings import FAMILY_NAMES, Settings, WorkerSettings
     default="INFO",
     show_default=True,
     type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"]),
+    help="Level of the worker's log lines on stderr.",
 )
 @click.option(
     "--family",
