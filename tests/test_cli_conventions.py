@@ -342,7 +342,7 @@ def test_system_exit_with_a_message_and_an_unexpected_error_exit_1(
 # -- data on stdout, diagnostics on stderr -------------------------------------------------
 
 
-def test_dev_status_report_is_the_data_and_unhealthy_is_exit_3(
+def test_dev_status_and_down_reports_are_the_data_and_unhealthy_is_exit_3(
     config: Path, tmp_path: Path
 ) -> None:
     text, as_json, output_json = [
@@ -358,15 +358,27 @@ def test_dev_status_report_is_the_data_and_unhealthy_is_exit_3(
         assert report["healthy"] is False and report["ui_url"].startswith("http://")
         assert report["components"]["temporal"]["state"] == "stopped"
 
+    # `down` with --json: its progress on stderr, the report after it on stdout.
+    down = keeper("--config", str(config), "dev", "down", "--json", cwd=tmp_path)
+    assert down.returncode == 0, explain(down)
+    assert "Stopping the dev stack" in down.stderr
+    after = json.loads(down.stdout)
+    assert {c["state"] for c in after["components"].values()} <= {"stopped", "disabled"}
+
 
 def test_worker_check_prints_the_plan_without_a_server(config: Path) -> None:
-    text, as_json, tpu_only = keepers(
+    text, as_json, tpu_only, global_json, own_text = keepers(
         [
             ["--config", str(config), "worker", "--check"],
             ["--config", str(config), "worker", "--check", "--json"],
             ["--config", str(config), "worker", "--check", "-o", "json", "--family", "tpu"],
+            ["--config", str(config), "-o", "json", "worker", "--check"],
+            ["--config", str(config), "--json", "worker", "--check", "-o", "text"],
         ]
     )
+    # The global -o json asks the command for JSON; the command's own -o text beats it.
+    assert json.loads(global_json.stdout)["status"] == "ok", explain(global_json)
+    assert own_text.stdout == text.stdout, explain(own_text)
     assert text.returncode == 0 and text.stderr == "", explain(text)
     assert "keeper-tpu" in text.stdout and "keeper-runners" in text.stdout
     plan = json.loads(as_json.stdout)
