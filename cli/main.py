@@ -2,40 +2,118 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
+import traceback
 
 import click
 
 from cli.context import KeeperContext
 from cli.dev import dev
 from cli.emulator import emulator
-from cli.output import INTERRUPTED, OK, report_error
+from cli.meta import COMPLETE_VAR, PROG_NAME, completion, print_version
+from cli.output import (
+    FAILED,
+    INTERRUPTED,
+    OK,
+    CommandFailed,
+    report_error,
+    use_json,
+)
 from cli.runners.commands import runner
 from cli.runners.demo import demo as _runner_demo  # noqa: F401 - registers `runner demo`
 from cli.tpu.commands import tpu
 from cli.worker import worker
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(
+    context_settings={"help_option_names": ["-h", "--help"]},
+    invoke_without_command=True,
+)
 @click.option(
     "--config",
     "config_file",
     envvar="KEEPER_CONFIG",
     type=click.Path(dir_okay=False),
     default=None,
-    help="Settings file (default: ./temporal-dev.yaml). Environment variables override it.",
+    help="Settings file (default: ./temporal-dev.yaml, or KEEPER_CONFIG). Environment "
+    "variables override it.",
+)
+@click.option(
+    "--address",
+    metavar="HOST:PORT",
+    default=None,
+    help="Temporal frontend for this command: overrides temporal.address and TEMPORAL_ADDRESS.",
+)
+@click.option(
+    "--namespace",
+    metavar="NAME",
+    default=None,
+    help="Temporal namespace for this command: overrides temporal.namespace and "
+    "TEMPORAL_NAMESPACE.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Every command prints one JSON document.")
+@click.option(
+    "-o",
+    "--output",
+    "output_format",
+    type=click.Choice(["text", "json"]),
+    default=None,
+    help="Output format of every command (`-o json` is `--json`).",
+)
+@click.option(
+    "--version",
+    "show_version",
+    is_flag=True,
+    help="Print keeper's version and the worker build id, then exit (with --json: as JSON).",
 )
 @click.pass_context
-def cli(ctx: click.Context, config_file: str | None) -> None:
+def cli(
+    ctx: click.Context,
+    config_file: str | None,
+    address: str | None,
+    namespace: str | None,
+    as_json: bool,
+    output_format: str | None,
+    show_version: bool,
+) -> None:
     """keeper runs cloud-resource lifecycles as durable Temporal workflows.
 
     Every workflow owns one resource from request to release and compensates on every
     failure path. Start with `keeper dev up`, then `keeper tpu bootstrap --help`.
+
+    \b
+    Exit codes: 0 success, 1 the operation failed, 2 usage error, 130 interrupted
+    (`keeper dev status`: 3 when the stack is not healthy). Data goes to stdout,
+    progress and errors to stderr. Conventions: docs/cli.md.
     """
-    ctx.obj = KeeperContext(config_file=config_file)
+    if address is not None:
+        _check_address(address)
+    if namespace is not None and (not namespace.strip() or any(c.isspace() for c in namespace)):
+        raise click.BadParameter(f"{namespace!r} is not a namespace name", param_hint="--namespace")
+    use_json(as_json or output_format == "json")
+    keeper = KeeperContext(config_file=config_file, address=address, namespace=namespace)
+    keeper.export_overrides()
+    ctx.obj = keeper
+    if show_version:
+        print_version(keeper)
+        ctx.exit(OK)
+    if ctx.invoked_subcommand is None:
+        # Like `temporal` and `kubectl`: the bare command shows its help.
+        click.echo(ctx.get_help())
+        ctx.exit(OK)
 
 
+def _check_address(address: str) -> None:
+    host, _, port = address.rpartition(":")
+    if not host or any(c.isspace() for c in address) or not port.isdigit():
+        raise click.BadParameter(f"{address!r} is not HOST:PORT", param_hint="--address")
+    if not 0 < int(port) < 65536:
+        raise click.BadParameter(f"port {port} is not between 1 and 65535", param_hint="--address")
+
+
+cli.add_command(completion)
 cli.add_command(dev)
 cli.add_command(emulator)
 cli.add_command(runner)
@@ -43,30 +121,59 @@ cli.add_command(tpu)
 cli.add_command(worker)
 
 
-def main() -> None:
+def run(args: list[str] | None = None) -> int:
+    """Runs one command line and returns its exit code (docs/cli.md#exit-codes)."""
     try:
-        returned = cli.main(standalone_mode=False)
-        code: int | str | None = returned if isinstance(returned, int) else OK
+        returned = cli.main(
+            args, prog_name=PROG_NAME, complete_var=COMPLETE_VAR, standalone_mode=False
+        )
+        return returned if isinstance(returned, int) else OK
+    except click.exceptions.NoArgsIsHelpError as err:
+        # A group without its subcommand: its help is what was asked for.
+        click.echo(err.ctx.get_help())
+        return OK
     except click.ClickException as err:
         report_error(err)
-        code = err.exit_code
-    except click.exceptions.Abort:
+        return err.exit_code
+    except (click.exceptions.Abort, KeyboardInterrupt):
         click.echo("interrupted", err=True)
-        code = INTERRUPTED
+        return INTERRUPTED
     except SystemExit as done:
-        code = done.code
+        return _exit_code(done.code)
+    except Exception as err:  # a bug: show where, keep the exit code a documented one
+        traceback.print_exc()
+        report_error(
+            CommandFailed(
+                f"internal error: {type(err).__name__}: {err}",
+                hint="This is a bug in keeper; the traceback above shows where.",
+            )
+        )
+        return FAILED
+
+
+def _exit_code(code: object) -> int:
+    if code is None:
+        return OK
+    if isinstance(code, int):
+        return code
+    # `SystemExit("message")`: a failure in words; shown like any other.
+    report_error(CommandFailed(str(code)))
+    return FAILED
+
+
+def main() -> None:
+    code = run()
     # Leave without interpreter finalisation: the Temporal SDK's core threads can abort a
     # finalising interpreter ("PyGILState_Release ... must be current"), which would turn
     # a successful command into exit code -6. Spans and output are flushed first.
     from runtime.tracing import shutdown_tracing
 
     shutdown_tracing()
-    sys.stdout.flush()
+    # `keeper ... | head`: the reader left; there is nothing more to say to it.
+    with contextlib.suppress(BrokenPipeError):
+        sys.stdout.flush()
     sys.stderr.flush()
-    if isinstance(code, str):
-        print(code, file=sys.stderr, flush=True)
-        code = 1
-    os._exit(code or 0)
+    os._exit(code)
 
 
 if __name__ == "__main__":

@@ -13,6 +13,9 @@ argument or option, an unknown name where a name must exist is 1). Nothing else,
 
 Field names shared across commands: `workflow_id`, `run_id`, `ui_url`, `status`,
 `result`, `error`. Timestamps are RFC 3339 in UTC (`2026-12-01T12:00:00Z`).
+
+`keeper --json CMD` (or `-o json` before the command) asks every command for JSON, like
+gcloud's global `--format`; a command's own `--json` / `-o` does the same for it alone.
 """
 
 from __future__ import annotations
@@ -22,12 +25,13 @@ import enum
 import functools
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
 import click
+from click.shell_completion import CompletionItem
 from pydantic import BaseModel
 
 OK = 0
@@ -108,11 +112,19 @@ def json_options(func: F) -> F:
     )
     @functools.wraps(func)
     def wrapper(*args: Any, as_json: bool, output_format: str | None, **kwargs: Any) -> Any:
-        wanted = as_json or output_format == "json"
+        if output_format == "text":
+            wanted = False  # the command's own choice beats a global --json
+        else:
+            wanted = as_json or output_format == "json" or _json_mode.get()
         _json_mode.set(wanted)
         return func(*args, out=Output(wanted), **kwargs)
 
     return wrapper  # type: ignore[return-value]
+
+
+def use_json(wanted: bool) -> None:
+    """The global `keeper --json` / `-o json`: every command below prints JSON."""
+    _json_mode.set(wanted)
 
 
 def json_requested(argv: list[str] | None = None) -> bool:
@@ -129,6 +141,63 @@ def json_requested(argv: list[str] | None = None) -> bool:
         if arg in ("-o", "--output") and i + 1 < len(argv) and argv[i + 1] == "json":
             return True
     return False
+
+
+def error_document(err: click.ClickException) -> dict[str, Any]:
+    """The `{"error": {...}}` document of a failed command under --json."""
+    # A failure's hint has a field of its own; a usage error's text names its parameter.
+    message = err.message if isinstance(err, CommandFailed) else err.format_message()
+    error: dict[str, Any] = {"message": message, "exit_code": err.exit_code}
+    if isinstance(err, CommandFailed):
+        error["hint"] = err.hint
+        error.update(to_jsonable(err.fields))
+    if isinstance(err, click.UsageError):
+        error["usage"] = True
+        if err.ctx is not None:
+            error["command"] = err.ctx.command_path
+        param = _param_named(err)
+        if param:
+            error["param"] = param
+    return {"error": error}
+
+
+def _param_named(err: click.UsageError) -> str | None:
+    """The option or argument a usage error is about, as the command line spells it."""
+    if isinstance(err, UsageProblem):
+        return err.param_hint
+    if isinstance(err, click.NoSuchOption):
+        return err.option_name
+    if isinstance(err, click.BadParameter):
+        if isinstance(err.param_hint, str):
+            return err.param_hint
+        if err.param_hint is not None:
+            return " / ".join(err.param_hint)
+        if isinstance(err.param, click.Option):
+            return " / ".join(err.param.opts)
+        if err.param is not None:
+            return err.param.human_readable_name
+    return None
+
+
+class OneOf(click.Choice):  # type: ignore[type-arg]
+    """A choice matched in any case, whose error lists the valid values as written
+    (click's own lists them lower-cased when matching ignores case)."""
+
+    def __init__(self, choices: Iterable[str], metavar: str | None = None) -> None:
+        super().__init__(list(choices), case_sensitive=False)
+        self._metavar = metavar
+
+    def get_metavar(self, param: click.Parameter, ctx: click.Context | None = None) -> str | None:
+        return self._metavar or super().get_metavar(param, ctx)  # type: ignore[arg-type]
+
+    def get_invalid_choice_message(self, value: Any, ctx: click.Context | None) -> str:
+        return f"unknown value {value!r}; one of {', '.join(map(str, self.choices))}"
+
+    def shell_complete(
+        self, ctx: click.Context, param: click.Parameter, incomplete: str
+    ) -> list[CompletionItem]:
+        prefix = incomplete.lower()
+        return [CompletionItem(c) for c in map(str, self.choices) if c.lower().startswith(prefix)]
 
 
 class CommandFailed(click.ClickException):
@@ -150,16 +219,11 @@ class UsageProblem(click.UsageError):
 
     def __init__(self, message: str, param_hint: str | None = None) -> None:
         super().__init__(f"{param_hint}: {message}" if param_hint else message)
+        self.param_hint = param_hint
 
 
 def report_error(err: click.ClickException) -> None:
     """Shows an error: the text on stderr, and with --json also a document on stdout."""
     if json_requested():
-        error: dict[str, Any] = {"message": err.message, "exit_code": err.exit_code}
-        if isinstance(err, CommandFailed):
-            error["hint"] = err.hint
-            error.update(to_jsonable(err.fields))
-        if isinstance(err, click.UsageError):
-            error["usage"] = True
-        click.echo(dumps({"error": error}))
+        click.echo(dumps(error_document(err)))
     err.show()

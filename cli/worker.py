@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Any
 
 import click
 from pydantic import ValidationError
 
 from cli.context import KeeperContext, pass_keeper
-from runtime.settings import FAMILY_NAMES, WorkerSettings
+from cli.output import Output, UsageProblem, json_options
+from runtime.settings import FAMILY_NAMES, Settings, WorkerSettings
 
 
 @click.command()
@@ -18,6 +20,7 @@ from runtime.settings import FAMILY_NAMES, WorkerSettings
     default="INFO",
     show_default=True,
     type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"]),
+    help="Level of the worker's log lines on stderr.",
 )
 @click.option(
     "--family",
@@ -27,8 +30,17 @@ from runtime.settings import FAMILY_NAMES, WorkerSettings
     help=f"Comma-separated workflow families to serve: {', '.join(FAMILY_NAMES)} "
     "(default worker.families, KEEPER_WORKER_FAMILIES; all of them).",
 )
+@click.option(
+    "--check",
+    is_flag=True,
+    help="Check the settings and print what the worker would serve, then exit; connects "
+    "to nothing.",
+)
+@json_options
 @pass_keeper
-def worker(keeper: KeeperContext, log_level: str, families: str | None) -> None:
+def worker(
+    keeper: KeeperContext, log_level: str, families: str | None, check: bool, out: Output
+) -> None:
     """Run the worker: the workflows and activities of the families it serves.
 
     Connects to settings.temporal (TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, TEMPORAL_API_KEY,
@@ -47,8 +59,14 @@ def worker(keeper: KeeperContext, log_level: str, families: str | None) -> None:
       temporal worker deployment set-current-version --deployment-name keeper --build-id B
     Give each release a new build id, such as its image tag. worker.versioned: false
     (KEEPER_WORKER_VERSIONED=false) runs unversioned. Rollouts: docs/operations.md.
+
+    The worker logs to stderr and prints no data. `keeper worker --check [--json]` reads
+    the settings and prints the plan (server, build, each family's task queue, workflows,
+    activity slots and schedules) without connecting: exit 0 when the settings hold, 1
+    when they do not.
     """
-    from workers.main import run_worker
+    if out.json and not check:
+        raise UsageProblem("only `keeper worker --check` prints JSON", "--json")
 
     settings = keeper.settings
     if families is not None:
@@ -61,6 +79,69 @@ def worker(keeper: KeeperContext, log_level: str, families: str | None) -> None:
                 }
             )
         except ValidationError as err:
-            raise click.BadParameter(err.errors()[0]["msg"], param_hint="--family") from None
+            problem = err.errors()[0]["msg"].removeprefix("Value error, ")
+            raise UsageProblem(problem, "--family") from None
+    if check:
+        _print_plan(worker_plan(settings), out)
+        return
+    from workers.main import run_worker
+
     logging.basicConfig(level=log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     asyncio.run(run_worker(settings))
+
+
+def worker_plan(settings: Settings) -> dict[str, Any]:
+    """What `keeper worker` with these settings serves, as run_worker sets it up."""
+    from temporalio import workflow
+
+    from workers.main import served_families
+
+    families = served_families(settings)
+    every_family = len(families) == len(FAMILY_NAMES)
+    return {
+        "status": "ok",
+        "address": settings.temporal.address,
+        "namespace": settings.temporal.namespace,
+        "versioned": settings.worker.versioned,
+        "deployment_name": settings.worker.deployment_name,
+        "build_id": settings.worker.build_id,
+        "tpu_endpoint": settings.tpu.endpoint.value,
+        "families": [
+            {
+                "name": family.name,
+                "task_queue": family.task_queue(settings),
+                "activity_slots": family.activity_slots(settings),
+                "workflows": [
+                    workflow._Definition.must_from_class(cls).name for cls in family.workflows
+                ],
+                "schedules": [
+                    spec.schedule_id
+                    for spec in family.schedules(settings, family.task_queue(settings))
+                ],
+            }
+            for family in families
+        ],
+        # Runs started before the families had queues of their own (docs/operations.md).
+        "legacy_task_queue": settings.temporal.task_queue if every_family else None,
+    }
+
+
+def _print_plan(plan: dict[str, Any], out: Output) -> None:
+    if out.json:
+        out.data(plan)
+        return
+    build = (
+        f"build {plan['build_id']} of worker deployment {plan['deployment_name']}"
+        if plan["versioned"]
+        else "unversioned"
+    )
+    out.line(f"worker settings ok: {plan['address']} namespace {plan['namespace']}, {build}")
+    for family in plan["families"]:
+        out.line(
+            f"  {family['name']:<8} queue {family['task_queue']}, "
+            f"{family['activity_slots']} activity slots, "
+            f"workflows {', '.join(family['workflows'])}"
+            + (f", schedules {', '.join(family['schedules'])}" if family["schedules"] else "")
+        )
+    if plan["legacy_task_queue"]:
+        out.line(f"  also drains {plan['legacy_task_queue']} (runs from before family queues)")

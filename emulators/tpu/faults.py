@@ -7,6 +7,22 @@ from typing import Any, Literal
 import grpc
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+# The methods the emulator serves (grpc_service.py), the ones a fault can name.
+TPU_METHODS = (
+    "CreateQueuedResource",
+    "GetQueuedResource",
+    "ListQueuedResources",
+    "DeleteQueuedResource",
+    "CreateNode",
+    "GetNode",
+    "ListNodes",
+    "DeleteNode",
+)
+OPERATIONS_METHODS = ("GetOperation", "ListOperations", "DeleteOperation", "CancelOperation")
+FAULT_METHODS = (*TPU_METHODS, *OPERATIONS_METHODS)
+# The gRPC status codes a fault can fail a call with: every one but OK.
+ERROR_CODES = tuple(name for name in grpc.StatusCode.__members__ if name != "OK")
+
 
 class Fault(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -21,6 +37,14 @@ class Fault(BaseModel):
     # "before": the call fails and does nothing. "after": the call takes effect and then
     # the caller sees the error, like a create whose response was lost to a timeout.
     when: Literal["before", "after"] = "before"
+
+    @field_validator("method")
+    @classmethod
+    def _known_method(cls, value: str) -> str:
+        # A misspelt method would match no call, and the fault would silently never fire.
+        if value != "*" and value not in FAULT_METHODS:
+            raise ValueError(f"unknown method {value!r}; one of *, {', '.join(FAULT_METHODS)}")
+        return value
 
     @field_validator("code")
     @classmethod
