@@ -138,10 +138,18 @@ class Stack:
         record = StackRecord.load(stack_record_file(settings))
         if record is None or (record.config_file is None and record.port_base is None):
             return cls(settings, config_file, child_env)
-        if record.port_base is not None:
-            child_env = {PORT_BASE_ENV: str(record.port_base)}
-        settings = _load(record.config_file, {**env, **child_env}, None)
-        return cls(settings, record.config_file, child_env, followed=record)
+        recorded_env = {PORT_BASE_ENV: str(record.port_base)} if record.port_base else {}
+        try:
+            followed = _load(record.config_file, {**env, **recorded_env}, None)
+        except StackError as err:
+            # A config file deleted or broken since: the pid files still say what to stop.
+            click.echo(
+                f"warning: the running stack's settings ({record.describe()}) no longer load, "
+                f"so the defaults are used: {err.message}",
+                err=True,
+            )
+            return cls(settings, config_file, child_env)
+        return cls(followed, record.config_file, recorded_env, followed=record)
 
     @property
     def record(self) -> StackRecord:
@@ -396,7 +404,8 @@ class Stack:
         if not health.ok:
             raise StackError(
                 f"Temporal at {address} is not reachable: {health.detail}\n"
-                "Check TEMPORAL_ADDRESS / TEMPORAL_TLS* / TEMPORAL_API_KEY, or use a local "
+                "Check TEMPORAL_PROFILE / TEMPORAL_ADDRESS / TEMPORAL_TLS* / TEMPORAL_API_KEY, "
+                "or use a local "
                 "dev server (temporal.address: 127.0.0.1:7233)."
             )
         say(TEMPORAL, f"reachable: {health.detail}")
