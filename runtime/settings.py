@@ -285,7 +285,7 @@ class Settings(_Section):
 
     @model_validator(mode="after")
     def _derive_stack_addresses(self, info: ValidationInfo) -> Settings:
-        sources = (info.context or {}).get("sources", {}) if info else {}
+        sources = (info.context or {}).get("sources", {})
         dev_ports.derive(self, sources)
         return self
 
