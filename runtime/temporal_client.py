@@ -3,37 +3,34 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from temporalio.client import Client, Interceptor
 from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.service import TLSConfig
+from temporalio.envconfig import ClientConfigProfile
 
 from runtime.settings import TemporalSettings
 
 
-def tls_config(settings: TemporalSettings) -> TLSConfig | bool:
-    tls = settings.tls
-    # As with the temporal CLI, naming any TLS file or an API key turns TLS on.
-    wants_tls = tls.enabled or any((tls.ca_cert, tls.client_cert, tls.server_name))
-    if not wants_tls and settings.api_key is None:
-        return False
-    if not (tls.ca_cert or tls.client_cert or tls.server_name):
-        # API keys on Temporal Cloud need TLS with the system roots and nothing else.
-        return True
-    return TLSConfig(
-        server_root_ca_cert=tls.ca_cert.read_bytes() if tls.ca_cert else None,
-        client_cert=tls.client_cert.read_bytes() if tls.client_cert else None,
-        client_private_key=tls.client_key.read_bytes() if tls.client_key else None,
-        domain=tls.server_name,
+def connect_options(settings: TemporalSettings) -> dict[str, Any]:
+    """`Client.connect` keywords for these settings, TLS as envconfig decides it: an API key
+    turns it on with the system roots, a TLS section uses its files, `disabled` turns it
+    off (as the temporal CLI does)."""
+    profile = ClientConfigProfile(
+        address=settings.address,
+        namespace=settings.namespace,
+        api_key=settings.api_key.get_secret_value() if settings.api_key else None,
+        tls=settings.tls,
+        grpc_meta={k: v.get_secret_value() for k, v in settings.rpc_metadata.items()},
     )
+    options: dict[str, Any] = dict(profile.to_client_connect_config())
+    options.setdefault("tls", False)
+    return options
 
 
 async def connect(settings: TemporalSettings, interceptors: Sequence[Interceptor] = ()) -> Client:
     return await Client.connect(
-        settings.address,
-        namespace=settings.namespace,
-        api_key=settings.api_key.get_secret_value() if settings.api_key else None,
-        tls=tls_config(settings),
+        **connect_options(settings),
         data_converter=pydantic_data_converter,
         interceptors=interceptors,
     )

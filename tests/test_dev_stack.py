@@ -30,6 +30,7 @@ from cli.dev import dev
 from cli.devstack.layout import plan, run_dir
 from cli.devstack.procs import PidRecord, pid_alive
 from cli.emulator import emulator, render_state
+from runtime.dev_ports import PORT_OFFSETS, PORT_SPAN
 from runtime.settings import CONFIG_ENV, ENV_OVERRIDES, load_settings
 
 HAVE_EMULATOR = importlib.util.find_spec("emulators.tpu") is not None
@@ -50,32 +51,55 @@ def free_ports(count: int) -> list[int]:
         return [sock.getsockname()[1] for sock in socks]
 
 
+def free_port_base() -> int:
+    """A base whose PORT_SPAN consecutive ports nothing listens on right now."""
+    for _ in range(200):
+        base = free_ports(1)[0]
+        if base + PORT_SPAN > 65535:
+            continue
+        with contextlib.ExitStack() as stack:
+            try:
+                for port in range(base, base + PORT_SPAN):
+                    sock = stack.enter_context(socket.socket())
+                    sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return base
+    raise AssertionError("no block of free ports found")
+
+
 @dataclass
 class Keeper:
-    """Runs `keeper --config <file>` in a clean environment from a temporary directory."""
+    """Runs `keeper --config <file>` in a clean environment from a temporary directory;
+    `bare=True` leaves --config out, as someone typing `keeper dev status` there would."""
 
     root: Path
     config: Path
     env: dict[str, str]
     ports: dict[str, int]
 
-    def run(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    def run(
+        self, *args: str, timeout: float = 120, bare: bool = False, **env: str
+    ) -> subprocess.CompletedProcess[str]:
+        config = [] if bare else ["--config", str(self.config)]
         return subprocess.run(
-            [sys.executable, "-m", "cli.main", "--config", str(self.config), *args],
+            [sys.executable, "-m", "cli.main", *config, *args],
             cwd=self.root,
-            env=self.env,
+            env={**self.env, **env},
             capture_output=True,
             text=True,
             timeout=timeout,
         )
 
-    def ok(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-        result = self.run(*args, timeout=timeout)
+    def ok(
+        self, *args: str, timeout: float = 120, bare: bool = False, **env: str
+    ) -> subprocess.CompletedProcess[str]:
+        result = self.run(*args, timeout=timeout, bare=bare, **env)
         assert result.returncode == 0, _explain(args, result)
         return result
 
-    def status(self) -> tuple[int, dict[str, Any]]:
-        result = self.run("dev", "status", "--json")
+    def status(self, bare: bool = False) -> tuple[int, dict[str, Any]]:
+        result = self.run("dev", "status", "--json", bare=bare)
         assert result.returncode in (0, 3), _explain(("dev", "status", "--json"), result)
         return result.returncode, json.loads(result.stdout)
 
@@ -95,8 +119,9 @@ def _explain(args: tuple[str, ...], result: subprocess.CompletedProcess[str]) ->
 
 
 def _clean_env() -> dict[str, str]:
+    # TEMPORAL_* too: a profile or address exported in the shell would redirect the stack.
     drop = {*ENV_OVERRIDES, CONFIG_ENV}
-    env = {k: v for k, v in os.environ.items() if k not in drop}
+    env = {k: v for k, v in os.environ.items() if k not in drop and not k.startswith("TEMPORAL_")}
     env["PYTHONUNBUFFERED"] = "1"
     return env
 
@@ -244,6 +269,98 @@ def test_up_is_healthy_idempotent_recovers_a_dead_worker_and_down_stops_everythi
 
     not_running = keeper.run("emulator", "state")
     assert not_running.returncode != 0 and "keeper dev up" in not_running.stderr
+
+
+@pytest.fixture
+def second(tmp_path: Path) -> Iterator[Keeper]:
+    """A stack of its own directory whose config names no port: `--port-base` moves them."""
+    root = tmp_path / "second"
+    root.mkdir()
+    dev_dir = root / ".dev"
+    config = {
+        "temporal": {"db_file": str(dev_dir / "temporal.db"), "task_queue": "keeper-second"},
+        "emulator": {
+            "ip_prefix": "127.44",  # apart from the first stack's 127.33
+            "scenario_file": "emulators/scenarios/demo.yaml",
+        },
+        "runners": {
+            "store_url": f"sqlite:///{dev_dir / 'runners.db'}",
+            "github": {"token_file": str(dev_dir / "github-token")},
+            "provider": {"config_file": str(dev_dir / "provider" / "config.json")},
+        },
+        "worker": {"log_dir": str(dev_dir / "logs")},
+    }
+    path = root / "second.yaml"
+    path.write_text(yaml.safe_dump(config))
+    base = free_port_base()
+    ports = {name: base + offset for name, offset in PORT_OFFSETS.items()}
+    k = Keeper(root=root, config=path, env=_clean_env(), ports=ports)
+    try:
+        yield k
+    finally:
+        if k.run_dir.exists():
+            k.run("dev", "down", "--timeout", "5")
+            _kill_leftovers(k.run_dir)
+
+
+@pytest.mark.e2e
+@NEEDS_EMULATOR
+def test_a_second_stack_on_another_port_base_runs_beside_the_first_and_is_found_bare(
+    keeper: Keeper, second: Keeper
+) -> None:
+    keeper.ok("dev", "up", "--timeout", "90")
+    base = second.ports["temporal.address"]
+    up = second.ok("dev", "up", "--port-base", str(base), "--timeout", "90")
+    assert f"port base {base}" in up.stdout, up.stdout
+
+    # The first stack is untouched and still healthy on its own ports.
+    code, first = keeper.status()
+    assert code == 0, first
+    assert first["components"]["temporal"]["ports"] == {
+        "gRPC": keeper.ports["grpc"],
+        "UI": keeper.ports["ui"],
+    }
+
+    # `keeper dev status` with neither --config nor --port-base: the recorded settings.
+    code, report = second.status(bare=True)
+    assert code == 0, report
+    assert report["recorded"] is True and report["port_base"] == base, report
+    assert report["config_file"] == str(second.config.resolve())
+    assert report["ui_url"] == f"http://127.0.0.1:{second.ports['temporal.ui_port']}"
+    components = report["components"]
+    assert components["temporal"]["ports"] == {
+        "gRPC": second.ports["temporal.address"],
+        "UI": second.ports["temporal.ui_port"],
+    }
+    assert components["emulator"]["ports"] == {
+        "gRPC": second.ports["emulator.grpc_port"],
+        "control": second.ports["emulator.control_port"],
+    }
+    assert components["github"]["ports"] == {"HTTP": second.ports["emulator.github_port"]}
+    assert all(c["healthy"] for c in components.values()), components
+    emulator_argv = PidRecord.load(second.run_dir / "emulator.pid").argv  # type: ignore[union-attr]
+    health_flag = emulator_argv.index("--vm-health-port")
+    assert emulator_argv[health_flag + 1] == str(second.ports["emulator.vm_health_port"])
+
+    # A bootstrap on the second stack goes READY: its worker dials the derived emulator
+    # address, and the health probes find the VMs on the derived VM health port.
+    # Commands other than `keeper dev` take the base from the file or the environment.
+    second.ok("tpu", "demo", KEEPER_DEV_PORT_BASE=str(base))
+    state = json.loads(
+        second.ok("emulator", "state", "--json", KEEPER_DEV_PORT_BASE=str(base)).stdout
+    )
+    vm_health_port = second.ports["emulator.vm_health_port"]
+    assert state["vms"], state
+    assert {(vm["port"], vm["booted_at"] is not None) for vm in state["vms"]} == {
+        (vm_health_port, True)
+    }, state["vms"]
+
+    # `keeper dev down` bare stops the second stack and leaves the first running.
+    pids = [p for p in second.pids().values() if p]
+    second.ok("dev", "down", bare=True)
+    assert not _wait_gone(pids), "processes survived `keeper dev down`"
+    assert not (second.run_dir / "stack.json").exists()
+    assert keeper.status()[0] == 0
 
 
 # -- failure paths that start nothing ------------------------------------------------------

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from runtime.dev_ports import is_local, split_address
 from runtime.search_attributes import registrations as search_attribute_registrations
 from runtime.settings import Settings, TpuEndpoint
 from runtime.tools import find_tool
@@ -16,8 +17,6 @@ EMULATOR = "emulator"
 GITHUB = "github"
 WORKER = "worker"
 COMPONENTS = (TEMPORAL, EMULATOR, GITHUB, WORKER)
-
-LOCAL_HOSTS = frozenset({"127.0.0.1", "localhost", "::1", "0.0.0.0", ""})
 
 
 @dataclass(frozen=True)
@@ -49,20 +48,17 @@ class Component:
         return self.mode == "managed"
 
 
-def split_address(address: str) -> tuple[str, int]:
-    host, _, port = address.rpartition(":")
-    if not host or not port.isdigit():
-        raise ValueError(f"temporal.address {address!r} is not HOST:PORT")
-    return host.strip("[]"), int(port)
-
-
-def is_local(host: str) -> bool:
-    return host in LOCAL_HOSTS or host.startswith("127.")
-
-
 def run_dir(settings: Settings) -> Path:
     """Pid files live in `run/` beside the dev database (`.dev/run` by default)."""
     return settings.temporal.db_file.parent / "run"
+
+
+STACK_RECORD = "stack.json"
+
+
+def stack_record_file(settings: Settings) -> Path:
+    """Where `keeper dev up` records the settings the running stack was started with."""
+    return run_dir(settings) / STACK_RECORD
 
 
 def temporal_binary() -> str | None:
@@ -210,7 +206,7 @@ def emulator_address_mismatch(settings: Settings) -> str | None:
     served = f"{emu.host}:{emu.grpc_port}"
     dialled = settings.tpu.emulator_address
     try:
-        d_host, d_port = split_address(dialled)
+        d_host, d_port = split_address(dialled, "tpu.emulator_address")
     except ValueError:
         return f"tpu.emulator_address {dialled!r} is not HOST:PORT"
     if d_port != emu.grpc_port or (

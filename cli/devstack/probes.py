@@ -16,7 +16,7 @@ from temporalio.common import WorkerDeploymentVersion
 from temporalio.runtime import Runtime, TelemetryConfig
 
 from runtime.settings import Settings
-from runtime.temporal_client import tls_config
+from runtime.temporal_client import connect_options
 from workers.versioning import current_build_id, make_current
 
 CONNECT_TIMEOUT = 3.0
@@ -56,17 +56,10 @@ class Probes:
 
     async def client(self) -> Client:
         if self._client is None:
-            temporal = self.settings.temporal
             if self._runtime is None:
                 self._runtime = Runtime(telemetry=TelemetryConfig(), worker_heartbeat_interval=None)
             self._client = await asyncio.wait_for(
-                Client.connect(
-                    temporal.address,
-                    namespace=temporal.namespace,
-                    api_key=temporal.api_key.get_secret_value() if temporal.api_key else None,
-                    tls=tls_config(temporal),
-                    runtime=self._runtime,
-                ),
+                Client.connect(**connect_options(self.settings.temporal), runtime=self._runtime),
                 timeout=CONNECT_TIMEOUT,
             )
         return self._client

@@ -54,7 +54,42 @@ class PidRecord:
             return None
 
 
-def write_pid_file(path: Path, record: PidRecord) -> None:
+@dataclass(frozen=True)
+class StackRecord:
+    """What `keeper dev up` was started with, in `<run dir>/stack.json`: `status` and `down`
+    given no settings of their own read the running stack's, not the defaults."""
+
+    config_file: str | None  # absolute, or None for ./temporal-dev.yaml and the defaults
+    port_base: int | None
+    cwd: str
+    started_at: str = field(default_factory=lambda: datetime.now(UTC).isoformat(timespec="seconds"))
+
+    def dump(self) -> str:
+        return json.dumps(asdict(self), indent=2) + "\n"
+
+    def describe(self) -> str:
+        parts = [f"--config {self.config_file}"] if self.config_file else []
+        if self.port_base is not None:
+            parts.append(f"--port-base {self.port_base}")
+        return " ".join(parts) or "the default settings"
+
+    @classmethod
+    def load(cls, path: Path) -> StackRecord | None:
+        """The record in `path`; None when there is none or it is unreadable."""
+        try:
+            data = json.loads(path.read_text())
+            base = data.get("port_base")
+            return cls(
+                config_file=str(data["config_file"]) if data.get("config_file") else None,
+                port_base=int(base) if base is not None else None,
+                cwd=str(data.get("cwd", "")),
+                started_at=str(data.get("started_at", "")),
+            )
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            return None
+
+
+def write_pid_file(path: Path, record: PidRecord | StackRecord) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(record.dump())

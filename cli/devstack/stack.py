@@ -28,11 +28,13 @@ from cli.devstack.layout import (
     plan,
     run_dir,
     split_address,
+    stack_record_file,
     temporal_binary,
 )
 from cli.devstack.probes import Health, Poller, Probes, own_pollers, worker_health
 from cli.devstack.procs import (
     PidRecord,
+    StackRecord,
     exclusive,
     is_ours,
     pid_alive,
@@ -45,7 +47,21 @@ from cli.devstack.procs import (
     write_pid_file,
 )
 from cli.devstack.runner_files import prepare_runner_files
-from runtime.settings import Settings
+from cli.output import UsageProblem
+from runtime.dev_ports import PORT_BASE_ENV
+from runtime.settings import Settings, SettingsConflict, SettingsError, load_settings
+
+
+def _load(config_file: str | None, env: dict[str, str], port_base: int | None) -> Settings:
+    try:
+        return load_settings(config_file, env)
+    except SettingsConflict as err:
+        if port_base is not None:
+            raise UsageProblem(str(err), param_hint="--port-base") from None
+        raise StackError(f"{err}\nFix the file or the variable and retry.") from None
+    except SettingsError as err:
+        raise StackError(f"{err}\nFix the file or the variable and retry.") from None
+
 
 POLL_INTERVAL = 0.25
 LOCK_FILE = "dev.lock"
@@ -97,6 +113,10 @@ class _Running:
 class Stack:
     settings: Settings
     config_file: str | None
+    # Variables every component is started with, so the worker reads the same settings.
+    child_env: dict[str, str] = field(default_factory=dict)
+    # The record of the running stack these settings were taken from, if they were.
+    followed: StackRecord | None = None
     components: dict[str, Component] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -104,6 +124,40 @@ class Stack:
             self.components = plan(self.settings, self.config_file)
         except ValueError as err:
             raise StackError(f"{err}. Fix it in the config file or the environment.") from err
+
+    @classmethod
+    def open(cls, config_file: str | None, port_base: int | None, *, follow_record: bool) -> Stack:
+        """The stack of these settings (`--port-base` over the file and the environment).
+        With `follow_record` and neither a config file nor a port base given, the settings
+        the running stack was started with, as `up` recorded them in the run dir."""
+        env = dict(os.environ)
+        child_env = {PORT_BASE_ENV: str(port_base)} if port_base is not None else {}
+        settings = _load(config_file, {**env, **child_env}, port_base)
+        if not follow_record or config_file is not None or env.get(PORT_BASE_ENV) or child_env:
+            return cls(settings, config_file, child_env)
+        record = StackRecord.load(stack_record_file(settings))
+        if record is None or (record.config_file is None and record.port_base is None):
+            return cls(settings, config_file, child_env)
+        recorded_env = {PORT_BASE_ENV: str(record.port_base)} if record.port_base else {}
+        try:
+            followed = _load(record.config_file, {**env, **recorded_env}, None)
+        except StackError as err:
+            # A config file deleted or broken since: the pid files still say what to stop.
+            click.echo(
+                f"warning: the running stack's settings ({record.describe()}) no longer load, "
+                f"so the defaults are used: {err.message}",
+                err=True,
+            )
+            return cls(settings, config_file, child_env)
+        return cls(followed, record.config_file, recorded_env, followed=record)
+
+    @property
+    def record(self) -> StackRecord:
+        """What `up` records: enough to load these settings again."""
+        config = str(Path(self.config_file).resolve()) if self.config_file else None
+        return StackRecord(
+            config_file=config, port_base=self.settings.dev.port_base, cwd=str(Path.cwd())
+        )
 
     def _lock(self) -> contextlib.AbstractContextManager[None]:
         return exclusive(
@@ -215,14 +269,19 @@ class Stack:
                 drifted.append(comp.name)
         self._note_leftovers(wanted)
         if drifted:
+            earlier = StackRecord.load(stack_record_file(self.settings))
+            started = f" (it was started with {earlier.describe()})" if earlier else ""
             raise StackError(
                 f"{' and '.join(drifted)} {'is' if len(drifted) == 1 else 'are'} running with "
-                "other settings than the config now asks for (ports, paths or config file "
-                "changed).\n"
-                "Apply the new settings with `keeper dev down` and then `keeper dev up`."
+                f"other settings than the config now asks for{started}: ports, paths or config "
+                "file changed.\n"
+                "Apply the new settings with `keeper dev down` and then `keeper dev up`; a "
+                "second stack beside it needs a directory of its own (another checkout) and "
+                "another --port-base."
             )
         self._check_ports(to_start)
         self._check_runnable(to_start)
+        write_pid_file(stack_record_file(self.settings), self.record)
 
         temporal = self.components[TEMPORAL]
         if not temporal.managed:
@@ -312,7 +371,8 @@ class Stack:
                 problems.append(
                     f"port {port.number} ({comp.name} {port.role}, {port}) is already in use"
                     f"{by}: {why}.\n"
-                    f"    Stop that process, or change {port.setting} in {config}{env}."
+                    f"    Stop that process, or change {port.setting} in {config}{env}, or "
+                    "move every port with --port-base (dev.port_base)."
                 )
         if problems:
             raise StackError(
@@ -344,14 +404,15 @@ class Stack:
         if not health.ok:
             raise StackError(
                 f"Temporal at {address} is not reachable: {health.detail}\n"
-                "Check TEMPORAL_ADDRESS / TEMPORAL_TLS* / TEMPORAL_API_KEY, or use a local "
+                "Check TEMPORAL_PROFILE / TEMPORAL_ADDRESS / TEMPORAL_TLS* / TEMPORAL_API_KEY, "
+                "or use a local "
                 "dev server (temporal.address: 127.0.0.1:7233)."
             )
         say(TEMPORAL, f"reachable: {health.detail}")
 
     def _start(self, comp: Component) -> _Running:
         cwd = Path.cwd()
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        env = dict(os.environ, PYTHONUNBUFFERED="1", **self.child_env)
         if comp.name == TEMPORAL:
             self.settings.temporal.db_file.parent.mkdir(parents=True, exist_ok=True)
         proc = spawn_detached(comp.argv, comp.log_file, cwd, env)
@@ -446,6 +507,7 @@ class Stack:
                 say(name, f"did not stop within {wait:g}s; killed (pid {record.pid})")
             else:
                 say(name, f"stopped (pid {record.pid}) in {result.seconds:.1f}s")
+        stack_record_file(self.settings).unlink(missing_ok=True)
         if purge:
             self._purge()
 
@@ -482,6 +544,9 @@ class Stack:
             "healthy": all(c["healthy"] for c in required),
             "ui_url": self.settings.temporal.ui_base,
             "config_file": self.config_file or "temporal-dev.yaml",
+            "port_base": self.settings.dev.port_base,
+            # Whether the settings are the ones `up` recorded for the running stack.
+            "recorded": self.followed is not None,
             "run_dir": str(run_dir(self.settings)),
             "components": components,
         }

@@ -110,6 +110,7 @@ def build_request(settings: Settings, fields: dict[str, Any]) -> SliceRequest:
         "project": settings.tpu.project,
         "zone": settings.tpu.zone,
         "poll_interval": settings.bootstrap.poll_interval,
+        "health_port": settings.default_health_port(),
         **{k: v for k, v in fields.items() if v not in (None, (), {})},
         "deadlines": deadlines,
     }
@@ -269,7 +270,9 @@ def tpu() -> None:
 @click.option("--vms-per-node", type=int, help="Override the VMs-per-node rule for this type.")
 @click.option("--project", help="GCP project (default: tpu.project in the settings).")
 @click.option("--zone", help="Zone (default: tpu.zone in the settings).")
-@click.option("--health-port", type=int, default=8080, show_default=True)
+@click.option(
+    "--health-port", type=int, help="Default: emulator.vm_health_port on the emulator, else 8080."
+)
 @click.option("--health-path", default="/health", show_default=True)
 @click.option("--label", "labels", multiple=True, help="KEY=VALUE node label; repeatable.")
 @click.option("--assign-deadline", help="Override the assign budget (default 4h).")

@@ -1,0 +1,143 @@
+"""The local stack's ports: one base moves them all, and the addresses that must agree with
+them (where the worker dials the TPU emulator, where it finds the GitHub emulator) are
+derived from them rather than repeated.
+
+With `dev.port_base` N (or KEEPER_DEV_PORT_BASE, or `keeper dev up --port-base N`):
+
+| port | setting |
+|---|---|
+| N   | Temporal gRPC, the port of `temporal.address` |
+| N+1 | Temporal UI, `temporal.ui_port` |
+| N+2 | TPU emulator gRPC, `emulator.grpc_port` |
+| N+3 | TPU emulator control API, `emulator.control_port` |
+| N+4 | GitHub emulator, `emulator.github_port` |
+| N+5 | emulated VMs' health endpoints, `emulator.vm_health_port` |
+
+A port set explicitly must equal the one the base gives; a contradiction is refused.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
+
+if TYPE_CHECKING:
+    from runtime.settings import Settings
+
+PORT_BASE_ENV = "KEEPER_DEV_PORT_BASE"
+PORT_OFFSETS = {
+    "temporal.address": 0,
+    "temporal.ui_port": 1,
+    "emulator.grpc_port": 2,
+    "emulator.control_port": 3,
+    "emulator.github_port": 4,
+    "emulator.vm_health_port": 5,
+}
+PORT_SPAN = max(PORT_OFFSETS.values()) + 1
+# Below 1024 needs root; the top leaves room for every offset.
+PORT_BASE_MIN = 1024
+PORT_BASE_MAX = 65536 - PORT_SPAN
+
+LOCAL_HOSTS = frozenset({"127.0.0.1", "localhost", "::1", "0.0.0.0", "::", ""})
+_WILDCARD = {"0.0.0.0": "127.0.0.1", "": "127.0.0.1", "::": "::1"}
+
+
+class PortConflict(ValueError):
+    """Two settings that must agree do not."""
+
+
+def split_address(address: str, setting: str = "temporal.address") -> tuple[str, int]:
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        raise ValueError(f"{setting} {address!r} is not HOST:PORT")
+    return host.strip("[]"), int(port)
+
+
+def is_local(host: str) -> bool:
+    return host in LOCAL_HOSTS or host.startswith("127.")
+
+
+def dial_host(host: str) -> str:
+    """The address a client on this host dials to reach a server listening on `host`."""
+    host = _WILDCARD.get(host, host)
+    return f"[{host}]" if ":" in host else host
+
+
+def _same_place(a_host: str, a_port: int, b_host: str, b_port: int) -> bool:
+    return a_port == b_port and (a_host == b_host or (is_local(a_host) and is_local(b_host)))
+
+
+def _explicit(settings: Settings, dotted: str) -> bool:
+    section, key = dotted.split(".")
+    return key in getattr(settings, section).model_fields_set
+
+
+def _source(sources: dict[str, str], dotted: str) -> str:
+    return sources.get(dotted, "the config file")
+
+
+def derive(settings: Settings, sources: dict[str, str]) -> None:
+    """Fills the ports and addresses left unset from the base and from each other; raises
+    PortConflict when explicit values contradict."""
+    base = settings.dev.port_base
+    if base is not None:
+        _apply_base(settings, base, sources)
+    emu = settings.emulator
+    emulator_fixed = base is not None or any(
+        _explicit(settings, f"emulator.{key}") for key in ("host", "grpc_port")
+    )
+    served = f"{dial_host(emu.host)}:{emu.grpc_port}"
+    tpu = settings.tpu
+    if "emulator_address" not in tpu.model_fields_set:
+        tpu.emulator_address = served
+    elif emulator_fixed and tpu.endpoint == "emulator":
+        host, port = split_address(tpu.emulator_address, "tpu.emulator_address")
+        if not _same_place(host, port, emu.host, emu.grpc_port):
+            raise PortConflict(
+                f"tpu.emulator_address is {tpu.emulator_address} "
+                f"({_source(sources, 'tpu.emulator_address')}) but the TPU emulator serves "
+                f"{served} ({_emulator_origin(base, 'emulator.grpc_port')}): leave "
+                "tpu.emulator_address unset to derive it, or make the two agree"
+            )
+    github = settings.runners.github
+    if "api_url" not in github.model_fields_set:
+        github.api_url = f"http://{dial_host(emu.host)}:{emu.github_port}"
+    elif base is not None or _explicit(settings, "emulator.github_port"):
+        url = urlsplit(github.api_url)
+        local_http = url.scheme == "http" and is_local(url.hostname or "")
+        if local_http and (url.port or 80) != emu.github_port:
+            raise PortConflict(
+                f"runners.github.api_url is {github.api_url} "
+                f"({_source(sources, 'runners.github.api_url')}) but the GitHub emulator "
+                f"serves port {emu.github_port} ({_emulator_origin(base, 'emulator.github_port')})"
+                ": leave runners.github.api_url unset to derive it, or make the two agree"
+            )
+
+
+def _emulator_origin(base: int | None, dotted: str) -> str:
+    return f"dev.port_base {base} + {PORT_OFFSETS[dotted]}" if base is not None else dotted
+
+
+def _apply_base(settings: Settings, base: int, sources: dict[str, str]) -> None:
+    temporal = settings.temporal
+    for dotted, offset in PORT_OFFSETS.items():
+        want = base + offset
+        section_name, key = dotted.split(".")
+        section = getattr(settings, section_name)
+        if dotted == "temporal.address":
+            host, have = split_address(temporal.address)
+            if not _explicit(settings, dotted):
+                temporal.address = f"{dial_host(host)}:{want}"
+                continue
+            if not is_local(host):
+                continue  # a remote Temporal: the stack starts no server, so no port to move
+        else:
+            have = getattr(section, key)
+            if not _explicit(settings, dotted):
+                setattr(section, key, want)
+                continue
+        if have != want:
+            raise PortConflict(
+                f"{dotted} gives port {have} ({_source(sources, dotted)}) but dev.port_base "
+                f"{base} puts it at {want} (base + {offset}): remove one of the two"
+            )

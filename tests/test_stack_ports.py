@@ -1,0 +1,179 @@
+"""One port base moves every port of the local stack; the addresses that must agree with the
+emulator section are derived from it, and a contradiction is refused naming both settings."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from cli.devstack.layout import plan
+from cli.tpu.commands import build_request
+from runtime.settings import Settings, SettingsConflict, SettingsError, load_settings
+
+BASE = 17000
+
+
+def _load(tmp_path: Path, config: dict[str, Any], **env: str) -> Settings:
+    path = tmp_path / "keeper.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return load_settings(path, env)
+
+
+def _flag(argv: tuple[str, ...], flag: str) -> str:
+    return argv[argv.index(flag) + 1]
+
+
+def test_a_port_base_moves_every_port_and_what_dials_them(tmp_path: Path) -> None:
+    settings = _load(tmp_path, {"dev": {"port_base": BASE}})
+    assert settings.temporal.address == f"127.0.0.1:{BASE}"
+    assert settings.temporal.ui_port == BASE + 1
+    emu = settings.emulator
+    assert (emu.grpc_port, emu.control_port, emu.github_port, emu.vm_health_port) == (
+        BASE + 2,
+        BASE + 3,
+        BASE + 4,
+        BASE + 5,
+    )
+    assert settings.tpu.emulator_address == f"127.0.0.1:{BASE + 2}"
+    assert settings.runners.github.api_url == f"http://127.0.0.1:{BASE + 4}"
+    assert settings.temporal.ui_base == f"http://127.0.0.1:{BASE + 1}"
+
+    components = plan(settings, None)
+    temporal = components["temporal"].argv
+    assert (_flag(temporal, "--port"), _flag(temporal, "--ui-port")) == (str(BASE), str(BASE + 1))
+    emulator = components["emulator"].argv
+    assert _flag(emulator, "--grpc-port") == str(BASE + 2)
+    assert _flag(emulator, "--control-port") == str(BASE + 3)
+    assert _flag(emulator, "--vm-health-port") == str(BASE + 5)
+    github = components["github"]
+    assert github.mode == "managed" and _flag(github.argv, "--port") == str(BASE + 4)
+    numbers = [p.number for c in components.values() for p in c.ports]
+    assert sorted(numbers) == list(range(BASE, BASE + 5))  # the sixth is the VMs'
+
+    # The environment variable and the file agree; explicit values equal to the base's pass.
+    by_env = _load(tmp_path, {}, KEEPER_DEV_PORT_BASE=str(BASE))
+    assert by_env.model_dump(exclude={"worker"}) == settings.model_dump(exclude={"worker"})
+    same = {"dev": {"port_base": BASE}, "emulator": {"grpc_port": BASE + 2}}
+    assert _load(tmp_path, same).emulator.grpc_port == BASE + 2
+
+
+def test_without_a_base_the_dialled_addresses_follow_the_emulator_section(tmp_path: Path) -> None:
+    settings = _load(
+        tmp_path, {"emulator": {"host": "0.0.0.0", "grpc_port": 9100, "github_port": 9101}}
+    )
+    # A wildcard listener is dialled on loopback.
+    assert settings.tpu.emulator_address == "127.0.0.1:9100"
+    assert settings.runners.github.api_url == "http://127.0.0.1:9101"
+    # Defaults everywhere: today's ports.
+    defaults = _load(tmp_path, {})
+    assert defaults.tpu.emulator_address == "127.0.0.1:8470"
+    assert defaults.runners.github.api_url == "http://127.0.0.1:8472"
+    assert defaults.temporal.address == "127.0.0.1:7233"
+    assert defaults.emulator.vm_health_port == 8080
+
+
+@pytest.mark.parametrize(
+    ("config", "env", "named"),
+    [
+        (
+            {"emulator": {"grpc_port": 9100}, "tpu": {"emulator_address": "127.0.0.1:8470"}},
+            {},
+            ["tpu.emulator_address is 127.0.0.1:8470 (the config file)", "emulator.grpc_port"],
+        ),
+        (
+            {"dev": {"port_base": BASE}},
+            {"KEEPER_TPU_EMULATOR_ADDRESS": "127.0.0.1:8470"},
+            ["(KEEPER_TPU_EMULATOR_ADDRESS)", f"dev.port_base {BASE} + 2"],
+        ),
+        (
+            {"dev": {"port_base": BASE}, "temporal": {"ui_port": 8233}},
+            {},
+            [f"temporal.ui_port gives port 8233 (the config file) but dev.port_base {BASE}"],
+        ),
+        (
+            {"dev": {"port_base": BASE}},
+            {"TEMPORAL_ADDRESS": "127.0.0.1:7233"},
+            ["temporal.address gives port 7233 (TEMPORAL_ADDRESS)", f"puts it at {BASE}"],
+        ),
+        (
+            {"emulator": {"github_port": 9101}},
+            {"KEEPER_GITHUB_API_URL": "http://127.0.0.1:8472"},
+            ["runners.github.api_url is http://127.0.0.1:8472 (KEEPER_GITHUB_API_URL)", "9101"],
+        ),
+    ],
+)
+def test_a_contradiction_is_refused_naming_both_sides(
+    tmp_path: Path, config: dict[str, Any], env: dict[str, str], named: list[str]
+) -> None:
+    with pytest.raises(SettingsConflict) as info:
+        _load(tmp_path, config, **env)
+    for text in named:
+        assert text in str(info.value), str(info.value)
+
+
+def test_what_the_stack_does_not_run_is_not_a_contradiction(tmp_path: Path) -> None:
+    # The real TPU API: where an emulator would serve does not matter.
+    gcp = {"tpu": {"endpoint": "gcp", "emulator_address": "x:1"}, "emulator": {"grpc_port": 9}}
+    assert _load(tmp_path, gcp).tpu.emulator_address == "x:1"
+    # A remote Temporal and the real GitHub keep their addresses under a base.
+    remote = _load(
+        tmp_path,
+        {"dev": {"port_base": BASE}},
+        TEMPORAL_ADDRESS="temporal.internal:7233",
+        KEEPER_GITHUB_API_URL="https://api.github.com",
+    )
+    assert remote.temporal.address == "temporal.internal:7233"
+    assert remote.runners.github.api_url == "https://api.github.com"
+    components = plan(remote, None)
+    assert components["temporal"].mode == "external"
+    assert components["github"].mode == "disabled"
+
+
+@pytest.mark.parametrize("base", ["80", "65531", "many"])
+def test_a_port_base_out_of_range_names_the_setting(tmp_path: Path, base: str) -> None:
+    with pytest.raises(SettingsError, match=r"dev\.port_base"):
+        _load(tmp_path, {}, KEEPER_DEV_PORT_BASE=base)
+
+
+def test_a_request_probes_the_port_the_emulated_vms_answer_on(tmp_path: Path) -> None:
+    fields = {
+        "slice_name": "s-ports",
+        "accelerator_type": "v4-8",
+        "runtime_version": "tpu-ubuntu2204-base",
+        "capacity": "on-demand",
+    }
+    on_emulator = _load(tmp_path, {"dev": {"port_base": BASE}})
+    assert build_request(on_emulator, dict(fields)).health_port == BASE + 5
+    assert build_request(on_emulator, {**fields, "health_port": 9000}).health_port == 9000
+    on_gcp = _load(tmp_path, {"dev": {"port_base": BASE}, "tpu": {"endpoint": "gcp"}})
+    assert build_request(on_gcp, dict(fields)).health_port == 8080
+
+
+def _keeper(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "cli.main", *args],
+        cwd=tmp_path,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_dev_up_refuses_a_port_base_the_config_contradicts_before_starting(
+    tmp_path: Path,
+) -> None:
+    config = tmp_path / "keeper.yaml"
+    config.write_text(yaml.safe_dump({"temporal": {"ui_port": 8233}}))
+    result = _keeper(tmp_path, "--config", str(config), "dev", "up", "--port-base", str(BASE))
+    assert result.returncode == 2, result
+    assert "--port-base" in result.stderr and "temporal.ui_port gives port 8233" in result.stderr
+    assert not (tmp_path / ".dev").exists()  # nothing started, nothing recorded
+
+    low = _keeper(tmp_path, "--config", str(config), "dev", "up", "--port-base", "80")
+    assert low.returncode == 2 and "--port-base" in low.stderr, low
