@@ -61,7 +61,9 @@ class RunnerWorld:
     provider_config: Path
     deps: RunnerDeps
     policy: DeletionPolicy = FAST_POLICY
-    task_queue: str = field(default_factory=lambda: f"keeper-runners-{uuid.uuid4().hex[:8]}")
+    # What `settings.temporal.family_queue("runners")` names for a base queue of
+    # `keeper-<hex>`, so the CLI and a worker process started from settings find this one.
+    task_queue: str = field(default_factory=lambda: f"keeper-{uuid.uuid4().hex[:8]}-runners")
 
     def add_runner(
         self,
