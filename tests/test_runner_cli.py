@@ -16,6 +16,8 @@ from temporalio.client import WorkflowExecutionStatus
 from temporalio.testing import WorkflowEnvironment
 
 from domain.runners.models import deletion_workflow_id
+from runtime.runners.deps import github_token_source
+from runtime.settings import RunnerSettings
 from store.runners.schema import runners
 from tests.runner_world import RunnerWorld, runner_worker
 from tests.test_runner_e2e import keeper, runner_config
@@ -141,3 +143,27 @@ async def test_wait_returns_once_the_record_is_tombstoned_while_the_cleanup_runs
         assert (await handle.describe()).status is WorkflowExecutionStatus.RUNNING
         world.github.clear_faults()
         await asyncio.wait_for(handle.result(), 30)
+
+
+async def test_status_says_a_refused_token_needs_attention_naming_the_token_file(
+    dev_env: WorkflowEnvironment, world: RunnerWorld, tmp_path: Path
+) -> None:
+    config = runner_config(tmp_path, dev_env, world)
+    token_file = tmp_path / "github-token"  # the file runner_config names
+    world.deps.github_token_source = github_token_source(
+        RunnerSettings.model_validate({"github": {"token_file": str(token_file)}}), {}
+    )
+    record = world.add_runner("r-401")
+    world.github.inject(401, runner_id=record.github_runner_id, times=100_000)
+    async with runner_worker(dev_env.client, world):
+        await keeper(config, "runner", "delete", "r-401")
+        deadline = asyncio.get_running_loop().time() + 60
+        while (
+            "needs attention"
+            not in (shown := await keeper(config, "runner", "status", "r-401")).stdout
+        ):
+            assert asyncio.get_running_loop().time() < deadline, shown.stdout
+        assert "cannot progress by itself" in shown.stdout
+        assert f"runners.github.token_file ({token_file})" in shown.stdout
+        world.github.clear_faults()
+        await dev_env.client.get_workflow_handle(deletion_workflow_id("r-401")).result()
