@@ -61,7 +61,8 @@ class RunnerWorld:
     provider_config: Path
     deps: RunnerDeps
     policy: DeletionPolicy = FAST_POLICY
-    # The runner family's queue of a stem of its own: <stem>-runners, as a worker derives it.
+    # What `settings.temporal.family_queue("runners")` names for a base queue of
+    # `keeper-<hex>`, so the CLI and a worker process started from settings find this one.
     task_queue: str = field(default_factory=lambda: f"keeper-{uuid.uuid4().hex[:8]}-runners")
 
     def add_runner(

@@ -10,6 +10,7 @@ from domain.runners.deregistration import (
     Answered,
     DeregisterMode,
     Next,
+    Why,
     kind_of,
     next_step,
     retry_of,
@@ -147,3 +148,31 @@ def test_every_returned_answer_has_a_decision():
         for outcome in DeregistrationOutcome:
             if retry_of(answer(outcome), mode, POLICY, attempt=1, busy_left=None) is None:
                 assert isinstance(next_step(answer(outcome), mode, POLICY), Next)
+
+
+# (mode, outcome, retry-after) -> why the next try is when it is.
+WHYS = [
+    (M.BUSY, Out.BUSY, None, Why.BUSY_POLL),
+    (M.RECHECK, Out.BUSY, None, Why.RECHECK),
+    (M.WAIT, Out.SERVER_ERROR, None, Why.BACKOFF),
+    (M.WAIT, Out.RATE_LIMITED, 120.0, Why.RETRY_AFTER),
+    (M.WAIT, Out.RATE_LIMITED, 1.0, Why.BACKOFF),  # backoff was longer than GitHub asked
+]
+
+
+@pytest.mark.parametrize(("mode", "outcome", "retry_after", "why"), WHYS)
+def test_each_retry_says_why_it_waits(mode, outcome, retry_after, why):
+    retry = retry_of(
+        answer(outcome, retry_after), mode, POLICY, attempt=1, busy_left=timedelta(minutes=10)
+    )
+    assert retry is not None and retry.why is why
+
+
+def test_a_refused_token_comes_back_once_when_asked_to_report_it_naming_its_source():
+    refused = answer(Out.AUTH)
+    assert retry_of(refused, M.WAIT, POLICY, attempt=1, busy_left=None, report_auth=True) is None
+    retry = retry_of(
+        refused, M.WAIT, POLICY, attempt=1, busy_left=None, token_source="KEEPER_GITHUB_TOKEN (x)"
+    )
+    assert retry is not None and "cannot progress by itself" in retry.reason
+    assert "KEEPER_GITHUB_TOKEN (x)" in retry.reason

@@ -40,6 +40,7 @@ def runner_config(tmp_path: Path, env: WorkflowEnvironment, world: RunnerWorld) 
         "temporal": {
             "address": dev_address(env),
             "namespace": "default",
+            # The CLI asks on the runner family's queue, `<task_queue>-runners`.
             "task_queue": world.task_queue.removesuffix("-runners"),
         },
         "worker": {"log_dir": str(tmp_path), "graceful_shutdown": "1s", "versioned": False},
@@ -99,14 +100,14 @@ async def test_bad_input_gets_a_clear_error_and_changes_nothing(
     config = runner_config(tmp_path, dev_env, world)
     world.add_runner("keep-me")
     before = world.store.require("keep-me")
-    for args, expected in (
-        (("runner", "delete", "ghost"), "no runner named 'ghost'"),
-        (("runner", "delete", "ghost", "--force"), "no runner named 'ghost'"),
-        (("runner", "delete", "bad name!"), "runner name 'bad name!' is invalid"),
-        (("runner", "status", "ghost"), "no runner named 'ghost'"),
+    for args, expected, code in (
+        (("runner", "delete", "ghost"), "no runner named 'ghost'", 1),
+        (("runner", "delete", "ghost", "--force"), "no runner named 'ghost'", 1),
+        (("runner", "delete", "bad name!"), "NAME: 'bad name!' is invalid", 2),
+        (("runner", "status", "ghost"), "no runner named 'ghost'", 1),
     ):
         done = await keeper(config, *args)
-        assert done.returncode == 1, done
+        assert done.returncode == code, done
         assert (expected in done.stderr and "Nothing was started" in done.stderr) or (
             expected in done.stderr and "nothing was started" in done.stderr
         ), done.stderr
@@ -162,7 +163,9 @@ async def test_keeper_runner_delete_list_status_report(
     async with runner_worker(dev_env.client, world):
         done = await keeper(config, "runner", "delete", "cli-1", "--wait", "--json")
         assert done.returncode == 0, done.stderr
-        assert json.loads(done.stdout)["outcome"] == "deleted"
+        waited = json.loads(done.stdout)
+        assert waited["result"]["outcome"] == "deleted" and waited["status"] == "COMPLETED"
+        assert waited["workflow_id"] == deletion_workflow_id("cli-1") and waited["ui_url"]
 
         started = await keeper(config, "runner", "delete", "cli-2", "--reason", "scale down")
         assert started.returncode == 0 and "started" in started.stdout, started
@@ -175,10 +178,10 @@ async def test_keeper_runner_delete_list_status_report(
 
         forced = await keeper(config, "runner", "delete", "cli-2", "--force", "--wait", "--json")
         assert forced.returncode == 0, forced.stderr
-        result = json.loads(forced.stdout)
+        result = json.loads(forced.stdout)["result"]
         assert result["forced"] and result["leaked_provider_id"] == "i-cli-2"
-        joined = "joined" not in forced.stdout  # JSON output carries no prose
-        assert joined
+        assert "joined the deletion" not in forced.stdout  # JSON output carries no prose
+        assert json.loads(forced.stdout)["joined"] is True
 
         shown = await keeper(config, "runner", "status", "cli-2", "--json")
         assert shown.returncode == 0, shown.stderr

@@ -173,8 +173,9 @@ class RunnerStoreActivities:
 
 
 class GitHubActivities:
-    def __init__(self, github: GitHubClient) -> None:
+    def __init__(self, github: GitHubClient, token_source: str | None = None) -> None:
         self._github = github
+        self._token_source = token_source
 
     @activity.defn(name="runners.remove_registration")
     async def remove_registration(self, ref: RegistrationRef) -> DeregistrationAnswer:
@@ -202,12 +203,27 @@ class GitHubActivities:
             answer = await self._github.remove_runner(scope, call.ref.runner_id)
         now = info.current_attempt_scheduled_time
         busy_left = call.busy_until - now if call.busy_until is not None else None
-        retry = retry_of(answer, mode, call.policy, attempt=info.attempt, busy_left=busy_left)
-        if retry is None:
-            return DeregisterResult(answer=answer, attempts=info.attempt)
-        raise ApplicationError(
-            f"{retry.reason}; attempt {info.attempt}, {answer.wait_text(now + retry.delay)}",
+        retry = retry_of(
             answer,
+            mode,
+            call.policy,
+            attempt=info.attempt,
+            busy_left=busy_left,
+            report_auth=call.report_auth,
+            token_source=self._token_source,
+        )
+        if retry is None:
+            auth = answer.outcome is DeregistrationOutcome.AUTH
+            return DeregisterResult(
+                answer=answer,
+                attempts=info.attempt,
+                token_source=self._token_source if auth else None,
+            )
+        raise ApplicationError(
+            f"{retry.reason}; attempt {info.attempt}, {answer.wait_text(now + retry.delay)} "
+            f"({retry.why})",
+            answer,
+            retry.why.value,
             type=GITHUB_RETRY,
             next_retry_delay=retry.delay,
             category=ApplicationErrorCategory.BENIGN if retry.benign else None,

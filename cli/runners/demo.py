@@ -12,21 +12,24 @@ import httpx
 
 from cli.context import KeeperContext, pass_keeper
 from cli.devstack.layout import is_local
-from cli.runners.commands import _follow, _result_text, _store, runner
+from cli.output import CommandFailed, Output, UsageProblem, json_options
+from cli.runners.commands import Followed, _store, follow, runner
+from cli.runners.render import result_text
 from cli.temporal_ops import client_for
-from domain.runners.models import DeletionRequest, Requester, RunnerRecord
+from domain.runners.models import DeletionRequest, Requester, RunnerRecord, deletion_workflow_id
 from domain.runners.status import AgentStatus, InstanceStatus
 from runtime.runners.requests import request_deletion
 from runtime.settings import Settings
 
 DEMO_SCALE_SET = "demo"
 DEMO_SCOPE = "org:keeper-demo"
+MAX_COUNT = 100
 
 
 def _check_local(settings: Settings) -> None:
     url = urlsplit(settings.runners.github.api_url)
     if not is_local(url.hostname or "") or settings.runners.provider.executable is not None:
-        raise click.ClickException(
+        raise CommandFailed(
             "the runner demo seeds keeper's emulators: runners.github.api_url must point at the "
             "GitHub emulator and runners.provider.executable must be unset. Run `keeper dev up` "
             "with the default temporal-dev.yaml."
@@ -73,7 +76,7 @@ def seed(settings: Settings, prefix: str, count: int) -> list[RunnerRecord]:
                     )
                 )
     except httpx.HTTPError as err:
-        raise click.ClickException(
+        raise CommandFailed(
             f"cannot reach the GitHub emulator at {settings.runners.github.api_url}: {err}\n"
             "Start the local stack with `keeper dev up`."
         ) from err
@@ -82,23 +85,39 @@ def seed(settings: Settings, prefix: str, count: int) -> list[RunnerRecord]:
     return records
 
 
+def _check_count(_ctx: click.Context, _param: click.Parameter, count: int) -> int:
+    if not 1 <= count <= MAX_COUNT:
+        raise UsageProblem(
+            f"seeds 1 to {MAX_COUNT} runners (the first is deleted), got {count}", "--count"
+        )
+    return count
+
+
 @runner.command()
-@click.option("--count", default=3, show_default=True, help="Runners to seed.")
+@click.option(
+    "--count",
+    type=int,
+    default=3,
+    show_default=True,
+    callback=_check_count,
+    help=f"Runners to seed (1-{MAX_COUNT}).",
+)
+@json_options
 @pass_keeper
-def demo(keeper: KeeperContext, count: int) -> None:
+def demo(keeper: KeeperContext, count: int, out: Output) -> None:
     """Seed COUNT runners in scale set `demo` (emulated instance, GitHub registration and
     record), then delete the first one through its workflow, showing each step."""
     settings = keeper.settings
     _check_local(settings)
     prefix = f"demo-{datetime.now(UTC):%H%M%S}"
     records = seed(settings, prefix, count)
-    click.echo(
+    out.note(
         f"Seeded {len(records)} runners in scale set {DEMO_SCALE_SET}: "
         + ", ".join(r.name for r in records)
     )
     target = records[0].name
 
-    async def run() -> int:
+    async def run() -> Followed:
         client = await client_for(settings)
         handle = await request_deletion(
             client,
@@ -107,19 +126,29 @@ def demo(keeper: KeeperContext, count: int) -> None:
             task_queue=settings.temporal.family_queue("runners"),
             policy=settings.runners.deletion,
         )
-        click.echo(f"Deleting {target}: {settings.temporal.workflow_url(handle.id)}")
-        await _follow(handle, as_json=False)
-        click.echo(_result_text(await handle.result()))
-        return 0
+        out.note(f"Deleting {target}: {settings.temporal.workflow_url(handle.id)}")
+        return await follow(handle, out)
 
-    code = asyncio.run(run())
+    followed = asyncio.run(run())
     store = _store(settings)
     try:
         live = store.live_runner_count(DEMO_SCALE_SET)
     finally:
         store.close()
-    click.echo(
-        f"Scale set {DEMO_SCALE_SET}: live {live}. "
-        "`keeper runner list` shows every runner; `keeper runner status NAME` one."
-    )
-    raise SystemExit(code)
+    workflow_id = deletion_workflow_id(target)
+    if out.json:
+        out.data(
+            {
+                "seeded": [r.name for r in records],
+                "scale_set": DEMO_SCALE_SET,
+                "live": live,
+                "workflow_id": workflow_id,
+                "ui_url": settings.temporal.workflow_url(workflow_id),
+                "status": followed.status,
+                "result": followed.result,
+            }
+        )
+        return
+    out.line(result_text(followed.result, followed.background))
+    out.line(f"Scale set {DEMO_SCALE_SET}: live {live}.")
+    out.note("`keeper runner list` shows every runner; `keeper runner status NAME` one.")

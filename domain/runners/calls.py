@@ -85,11 +85,16 @@ class DeregisterCall(_Call):
     # WAIT mode: until when a busy runner is waited for, on the server's clock (the activity
     # compares it with its attempt's scheduled time, which time-skipping tests move too).
     busy_until: datetime | None = None
+    # A refused token comes back once (to be shown as needing attention) instead of being
+    # retried unseen; set only by deletions past the `github-auth-attention` patch.
+    report_auth: bool = False
 
 
 class DeregisterResult(_Call):
     answer: DeregistrationAnswer
     attempts: int  # this call's attempts, the last one included
+    # Where the worker read its GitHub token from, with a refused token (never the token).
+    token_source: str | None = None
 
 
 class ProviderResult(_Call):

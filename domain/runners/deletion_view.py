@@ -40,6 +40,11 @@ class DeletionView(BaseModel):
     # Requests whose payload was not a DeletionRequest: shown, never acted on.
     rejected: list[str] = Field(default_factory=list)
     run: int = 1  # which run of this deletion (continue-as-new rolls the history over)
+    # The record is tombstoned: the runner is deleted, and `background` says what still runs.
+    tombstoned: bool = False
+    background: str | None = None
+    leaked_provider_id: str | None = None
+    recovered: bool = False
 
 
 def backoff(attempt: int, initial: timedelta, maximum: timedelta) -> timedelta:
@@ -78,6 +83,8 @@ def render_details(view: DeletionView) -> str:
         lines.append(f"| next try | {_when(view.next_try_at)} |")
     if view.decision:
         lines.append(f"| decision | {md_text(view.decision)} |")
+    if view.background:
+        lines.append(f"| in the background | {md_text(view.background)} |")
     if view.waiting:
         lines.append(f"| waiting on | {md_text(view.waiting)} |")
     if view.run > 1:

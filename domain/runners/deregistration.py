@@ -53,6 +53,15 @@ class Wait(StrEnum):
     BACKOFF = "backoff"
 
 
+class Why(StrEnum):
+    """Why the next try is when it is: shown beside the next try's time."""
+
+    BUSY_POLL = "busy poll"  # the runner runs a job; asked again every busy_poll
+    RECHECK = "escalation recheck"  # escalated; asked again every escalation_recheck
+    BACKOFF = "backoff"  # an error; doubling from retry_initial to retry_max
+    RETRY_AFTER = "retry-after"  # GitHub named the wait (capped at max_retry_after)
+
+
 # (mode, kind) -> the wait before asking again inside the activity; absent: answer the workflow.
 RETRY_TABLE: dict[tuple[DeregisterMode, Answered], Wait] = {
     (DeregisterMode.WAIT, Answered.TRANSIENT): Wait.BACKOFF,
@@ -74,6 +83,7 @@ class Retry:
     reason: str
     # Waiting on a job, or on an operator, is the expected path rather than a failure.
     benign: bool
+    why: Why = Why.BACKOFF
 
 
 def retry_of(
@@ -83,12 +93,19 @@ def retry_of(
     *,
     attempt: int,
     busy_left: timedelta | None,
+    report_auth: bool = False,
+    token_source: str | None = None,
 ) -> Retry | None:
     """None: return the answer to the workflow. A Retry: raise, and ask again after `delay`.
 
     `busy_left` is what remains of the busy bound in BUSY mode (None outside it).
+    `report_auth`: a refused token goes back to the workflow, which shows that it needs
+    attention (domain.runners.deregister_steps), instead of being retried unseen.
+    `token_source` names where the worker read its token from.
     """
     kind = kind_of(answer)
+    if report_auth and answer.outcome is DeregistrationOutcome.AUTH:
+        return None
     wait = RETRY_TABLE.get((mode, kind))
     if wait is None:
         return None
@@ -96,24 +113,32 @@ def retry_of(
         if busy_left is None or busy_left <= timedelta(0):
             return None
         delay = min(policy.busy_poll, busy_left)
-        return Retry(delay, f"runner busy ({answer.message}); asking again in {_fmt(delay)}", True)
+        return Retry(
+            delay,
+            f"runner busy ({answer.message}); asking again in {_fmt(delay)}",
+            True,
+            Why.BUSY_POLL,
+        )
     if wait is Wait.RECHECK:
         return Retry(
             policy.escalation_recheck,
             f"escalated: {answer.message}; asking GitHub again every "
             f"{_fmt(policy.escalation_recheck)} until an operator forces the deletion",
             True,
+            Why.RECHECK,
         )
     delay = backoff(attempt, policy.retry_initial, policy.retry_max)
-    if answer.retry_after_s:
-        delay = max(delay, timedelta(seconds=answer.retry_after_s))
+    why = Why.BACKOFF
+    if answer.retry_after_s and timedelta(seconds=answer.retry_after_s) > delay:
+        delay, why = timedelta(seconds=answer.retry_after_s), Why.RETRY_AFTER
     reason = answer.message
     if answer.outcome is DeregistrationOutcome.AUTH:
+        source = token_source or "KEEPER_GITHUB_TOKEN or runners.github.token_file"
         reason += (
-            " (needs attention: GitHub refused keeper's token; it comes from "
-            "KEEPER_GITHUB_TOKEN or the file named by runners.github.token_file)"
+            " (needs attention: GitHub refused keeper's token and the deletion cannot progress "
+            f"by itself; the token comes from {source})"
         )
-    return Retry(delay, reason, False)
+    return Retry(delay, reason, False, why)
 
 
 class Next(StrEnum):

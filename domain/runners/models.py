@@ -133,6 +133,8 @@ class DeletionCarry(BaseModel):
     # None while the registration step is still going; afterwards whether the registration
     # was left for after the compute is gone.
     registration_left: bool | None = None
+    # What happened to the registration (the audit of `-> deleting`), once decided.
+    registration: str | None = None
     escalated: bool = False
     busy_since: datetime | None = None
     decision: str | None = None
@@ -141,6 +143,7 @@ class DeletionCarry(BaseModel):
     github_attempts: int = 0
     provider: str = "-"
     provider_attempts: int = 0
+    attention: str | None = None
 
 
 class RunnerDeletionInput(BaseModel):

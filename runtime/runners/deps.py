@@ -11,7 +11,7 @@ from pydantic import SecretStr
 
 from domain.runners.provider import DEFAULT_LEASE_MARGIN
 from runtime.runners.garm_provider import ExternalProvider
-from runtime.runners.github_client import GitHubClient, load_github_token
+from runtime.runners.github_client import TOKEN_ENV, GitHubClient, load_github_token
 from runtime.runners.instance_lease import InstanceLeases
 from runtime.settings import RunnerSettings
 from store import RunnerStore, open_store
@@ -25,6 +25,8 @@ class RunnerDeps:
     github: GitHubClient
     provider: ExternalProvider
     lease_margin: timedelta = DEFAULT_LEASE_MARGIN
+    # Where the GitHub token was read from, for an answer that refuses it (never the token).
+    github_token_source: str | None = None
 
     @property
     def leases(self) -> InstanceLeases:
@@ -49,6 +51,22 @@ def github_token(settings: RunnerSettings) -> SecretStr:
     return load_github_token(os.environ, token_file) or SecretStr("")
 
 
+def github_token_source(settings: RunnerSettings, env: dict[str, str] | None = None) -> str:
+    """Where the worker's GitHub token comes from, named for an operator who must fix it."""
+    env = dict(os.environ) if env is None else env
+    token_file = settings.github.token_file
+    if env.get(TOKEN_ENV, "").strip():
+        return f"{TOKEN_ENV} (set in the worker's environment)"
+    if token_file is None:
+        return f"{TOKEN_ENV} or runners.github.token_file (neither is set, so none is sent)"
+    if not token_file.exists():
+        return (
+            f"{TOKEN_ENV} or runners.github.token_file ({token_file}, which does not exist, "
+            "so none is sent)"
+        )
+    return f"runners.github.token_file ({token_file}), unless {TOKEN_ENV} is set"
+
+
 def open_runner_deps(settings: RunnerSettings) -> RunnerDeps:
     token = github_token(settings)
     return RunnerDeps(
@@ -61,6 +79,7 @@ def open_runner_deps(settings: RunnerSettings) -> RunnerDeps:
         ),
         provider=make_provider(settings),
         lease_margin=settings.provider.lease_margin,
+        github_token_source=github_token_source(settings),
     )
 
 

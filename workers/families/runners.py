@@ -53,7 +53,7 @@ def runner_activities(
     settings: Settings, client: Client, deps: RunnerDeps
 ) -> list[Callable[..., Any]]:
     store = RunnerStoreActivities(deps.store)
-    github = GitHubActivities(deps.github)
+    github = GitHubActivities(deps.github, deps.github_token_source)
     provider = ProviderActivities(deps.provider, deps.leases)
     reconciler = ReconcilerActivities(deps.store, deps.github, deps.provider, client, deps.leases)
     return [

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any, NoReturn, TypeVar
 
@@ -47,8 +48,17 @@ with workflow.unsafe.imports_passed_through():
         RegistrationRef,
         registration_ref,
     )
+    from domain.runners.deletion_state import DeletionState, result_of, view_of
     from domain.runners.deletion_view import DeletionView, render_details
-    from domain.runners.deregistration import DeregisterMode, Next, next_step
+    from domain.runners.deregister_steps import (
+        NO_REGISTRATION,
+        Act,
+        Deregistration,
+        on_answer,
+        on_force,
+        on_gave_up,
+    )
+    from domain.runners.deregistration import DeregisterMode
     from domain.runners.lane import LaneMove, entry_target
     from domain.runners.models import (
         DELETION_WORKFLOW_TYPE,
@@ -73,6 +83,9 @@ T = TypeVar("T")
 S = InstanceStatus
 DELETION_V2 = "deletion-v2"
 PROVIDER_CANCEL_WAITS = "provider-cancel-waits"
+# A refused GitHub token comes back to the workflow once, so the deletion says it needs
+# attention (the DeregisterResult is an extra completed activity in the history).
+GITHUB_AUTH_ATTENTION = "github-auth-attention"
 SEARCHABLE_STEPS = frozenset({DeletionStep.BUSY_WAIT, DeletionStep.ESCALATED, DeletionStep.DONE})
 UNKNOWN_RUNNER = "UnknownRunner"
 WRONG_WORKFLOW_ID = "WrongWorkflowId"
@@ -88,6 +101,7 @@ CARRIED_VIEW_FIELDS = (
     "github_attempts",
     "provider",
     "provider_attempts",
+    "attention",
 )
 GITHUB_WAIT = (
     "GitHub: Temporal asks again by itself; the pending activity shows the attempt, "
@@ -110,15 +124,17 @@ class _RollOver(Exception):
 )
 class RunnerDeletion:
     def __init__(self) -> None:
-        self._view: DeletionView | None = None
+        self._state: DeletionState | None = None
         self._force = False
         self._requests: list[str] = []
         self._rejected: list[str] = []
         self._sa_step: DeletionStep | None = None
+        # What happened to the GitHub registration, for the audit of `-> deleting`.
+        self._registration = "registration step done in an earlier run"
 
     @workflow.query(description="Step, record status, GitHub and provider answers, attempts.")
     def status(self) -> DeletionView | None:
-        return self._view
+        return view_of(self._state) if self._state is not None else None
 
     @workflow.signal(name=REQUEST_SIGNAL, description="Another actor asks for this deletion.")
     def request(self, *payload: Any) -> None:
@@ -132,8 +148,8 @@ class RunnerDeletion:
             problem = _problem(err)
             workflow.logger.warning("rejected a deletion request: %s", problem)
             self._rejected.append(problem)
-            if self._view is not None:
-                self._view.rejected = list(self._rejected)
+            if self._state is not None:
+                self._state.rejected = list(self._rejected)
             self._publish()
             return
         self._note_request(request)
@@ -146,13 +162,13 @@ class RunnerDeletion:
         self._requests.append(label)
         if request.force:
             self._force_now()
-        if self._view is not None:
-            self._view.requests = list(self._requests)
+        if self._state is not None:
+            self._state.requests = list(self._requests)
 
     def _force_now(self) -> None:
         self._force = True
-        if self._view is not None:
-            self._view.force = True
+        if self._state is not None:
+            self._state.force = True
 
     @workflow.run
     async def run(self, inp: RunnerDeletionInput) -> DeletionResult:
@@ -174,7 +190,7 @@ class RunnerDeletion:
             self._rejected = [*carry.rejected, *self._rejected]
             self._force = self._force or carry.force
         # A request sent with the start (signal-with-start) was handled before `run`.
-        self._view = DeletionView(
+        self._state = DeletionState(
             runner=inp.runner,
             requests=list(self._requests),
             rejected=list(self._rejected),
@@ -196,12 +212,12 @@ class RunnerDeletion:
         return result
 
     async def _run_v1(self, inp: RunnerDeletionInput) -> DeletionResult:
-        assert self._view is not None
+        assert self._state is not None
         if workflow.info().typed_search_attributes.get(sa.RUNNER_NAME) is None:
             workflow.upsert_search_attributes([sa.RUNNER_NAME.value_set(inp.runner)])
         self._publish()
         legacy = LegacyDeletion(
-            self._view,
+            self._state,
             inp.policy,
             self._requests,
             lambda: self._force,
@@ -212,8 +228,8 @@ class RunnerDeletion:
         return result
 
     def _cancel_seen(self) -> None:
-        assert self._view is not None
-        self._view.cancel_requested = True
+        assert self._state is not None
+        self._state.cancel_requested = True
         self._publish()
 
     # ---- the steps -----------------------------------------------------------------------
@@ -221,8 +237,8 @@ class RunnerDeletion:
     async def _delete(
         self, inp: RunnerDeletionInput, carry: DeletionCarry | None
     ) -> DeletionResult:
-        view = self._view
-        assert view is not None
+        state = self._state
+        assert state is not None
         runner = inp.runner
         # 1. Onto the lane, reading the record in the same step. A record already on the
         # lane counts as success; a tombstone means there is nothing left to do.
@@ -231,7 +247,7 @@ class RunnerDeletion:
             # A forced deletion whose run ended early (terminated) stays forced when
             # another request resumes it.
             self._force_now()
-        view.scale_set = record.scale_set
+        state.scale_set = record.scale_set
         if carry is None:
             first = (
                 DeletionStep.DONE
@@ -252,15 +268,18 @@ class RunnerDeletion:
         # 2. Registration before compute: a registered runner can still be handed a job.
         if carry is not None and carry.registration_left is not None:
             registration_left = carry.registration_left
+            self._registration = carry.registration or self._registration
         else:
             self._step(DeletionStep.PENDING_DELETE, record)
-            registration_left = await self._deregister(record, self._first_mode(record, carry))
+            registration_left, self._registration = await self._deregister(
+                record, self._first_mode(record, carry)
+            )
             if self._force and record.instance_status is S.PENDING_DELETE:
                 record = await self._enter_lane(runner)  # a force arrived meanwhile: say so
 
-        # 3. deleting.
+        # 3. deleting. The audit says what happened to the registration, removed or not.
         self._step(DeletionStep.DELETING, record)
-        record = await self._lane(runner, S.DELETING, "registration removed")
+        record = await self._lane(runner, S.DELETING, self._registration)
 
         # 4. The compute, until the provider confirms it gone (or a force gives up).
         leaked = await self._delete_instance(record, registration_left)
@@ -274,15 +293,19 @@ class RunnerDeletion:
             retry_policy=opts.STORE_RETRY,
             summary="deleting -> deleted (tombstone)",
         )
+        # The runner is deleted now, whatever the registration cleanup below still does.
+        state.tombstoned = True
+        state.recovered = finish.recovered
         if finish.recovered:
-            view.decision = (
+            state.decision = (
                 f"final write refused (row was {finish.found_status}); "
                 "finished through the audited recovery path"
             )
         if registration_left:
             await self._cleanup_registration(record)
         self._step(DeletionStep.DONE, None if finish.replaced else finish.record)
-        return self._result(DeletionOutcome.DELETED, leaked=leaked, recovered=finish.recovered)
+        state.leaked_provider_id = leaked
+        return self._result(DeletionOutcome.DELETED)
 
     def _first_mode(self, record: RunnerRecord, carry: DeletionCarry | None) -> DeregisterMode:
         if self._force or record.instance_status is S.DELETING:
@@ -310,8 +333,8 @@ class RunnerDeletion:
                 type="LaneBlocked",
                 non_retryable=True,
             )
-        assert self._view is not None
-        self._view.status = result.record.instance_status.value
+        assert self._state is not None
+        self._state.status = result.record.instance_status.value
         self._publish()
         return result.record
 
@@ -322,8 +345,8 @@ class RunnerDeletion:
         except ActivityError as err:
             if not (isinstance(err.cause, ApplicationError) and err.cause.type == UNKNOWN_RUNNER):
                 raise
-        assert self._view is not None
-        self._view.error = f"no runner named {runner!r} in the runner store"
+        assert self._state is not None
+        self._state.error = f"no runner named {runner!r} in the runner store"
         self._publish()
         raise ApplicationError(
             f"runner: no runner named {runner!r} in the runner store; "
@@ -332,111 +355,103 @@ class RunnerDeletion:
             non_retryable=True,
         )
 
-    async def _deregister(self, record: RunnerRecord, mode: DeregisterMode) -> bool:
-        """Removes the GitHub registration. Returns True if it is left for after the
-        compute is gone (a busy runner the policy or a force said to delete anyway)."""
-        view = self._view
-        assert view is not None
+    async def _deregister(self, record: RunnerRecord, mode: DeregisterMode) -> tuple[bool, str]:
+        """Removes the GitHub registration. Returns whether it is left for after the compute
+        is gone (a busy runner the policy or a force said to delete anyway), and what
+        happened to it, for the record's audit. The rules are domain.runners.deregister_steps;
+        this loop only carries their moves out."""
+        state = self._state
+        assert state is not None
         ref = registration_ref(record)
         if ref is None:
-            view.github = "no registration recorded"
+            state.github = NO_REGISTRATION
             self._publish()
-            return False
+            return False, NO_REGISTRATION
         self._step(DeletionStep.DEREGISTER, record)
-        busy_until = view.busy_since + self._policy.busy_wait if view.busy_since else None
+        reports_auth = workflow.patched(GITHUB_AUTH_ATTENTION)
+        dereg = Deregistration(
+            mode=mode,
+            busy_since=state.busy_since,
+            escalated=state.escalated,
+            decision=state.decision,
+            error=state.error,
+            github=state.github,
+            github_attempts=state.github_attempts,
+            attention=state.attention,
+        )
         while True:
-            if self._force and mode not in (DeregisterMode.FORCE, DeregisterMode.CLEANUP):
-                # A force that landed with the last answer (same workflow task) counts too.
-                mode = DeregisterMode.FORCE
+            dereg = replace(dereg, force=self._force).asking()
+            busy_until = dereg.busy_since + self._policy.busy_wait if dereg.busy_since else None
             try:
                 result = await self._interruptible(
-                    self._ask_github(ref, mode, busy_until),
-                    carry=lambda mode=mode: self._carry(registration_left=None, mode=mode),
+                    self._ask_github(
+                        ref, dereg.mode, busy_until, reports_auth and dereg.report_auth()
+                    ),
+                    carry=lambda mode=dereg.mode: self._carry(registration_left=None, mode=mode),
                 )
             except ActivityError as err:
-                if mode is DeregisterMode.FORCE and err.retry_state in _GAVE_UP:
-                    view.waiting = None
-                    view.decision = (
-                        f"force: GitHub kept failing ({_cause(err)}); registration left "
-                        "for after the compute is gone"
-                    )
-                    self._publish()
-                    return True
-                raise
-            if result is None:  # a force arrived while GitHub was being asked
-                if view.escalated:
-                    view.error = None
-                    view.decision = f"{view.decision or 'escalated'}; answered: force requested"
-                    # RunnerStep moves off `escalated`: nobody needs to find this one any more.
-                    self._step(DeletionStep.DEREGISTER, record, searchable=True)
-                mode = DeregisterMode.FORCE
-                continue
-            answer = result.answer
-            view.waiting = None
-            view.github = answer.message
-            view.github_attempts += result.attempts
-            step = next_step(answer, mode, self._policy)
-            if step is Next.DONE:
-                view.busy_since = None
-                if view.escalated:
-                    view.escalated = False
-                    view.error = None
-                    view.decision = f"resolved while escalated: GitHub answered {answer.message}"
-                # After a busy wait or an escalation, RunnerStep moves off it too.
-                self._step(DeletionStep.DEREGISTER, record, searchable=self._sa_step in _WAITING)
-                return False
-            if step is Next.WAIT_BUSY:
-                view.busy_since = workflow.now()
-                busy_until = view.busy_since + self._policy.busy_wait
-                self._step(DeletionStep.BUSY_WAIT, record)
-                mode = DeregisterMode.BUSY
-                continue
-            if step is Next.PROCEED:
-                if mode is not DeregisterMode.FORCE:
-                    view.decision = (
-                        f"still busy after {self._policy.busy_wait}: proceeding (policy "
-                        "on_busy_timeout=proceed); the job on it is lost"
-                    )
-                elif self._force:
-                    view.decision = (
-                        f"GitHub answered {answer.message}; force: deleting the compute anyway"
-                    )
+                gave_up = on_gave_up(dereg, _cause(err)) if err.retry_state in _GAVE_UP else None
+                if gave_up is None:
+                    raise
+                state.waiting = None
+                move = gave_up
+            else:
+                if result is None:  # a force arrived while GitHub was being asked
+                    move = on_force(dereg)
                 else:
-                    view.decision = (
-                        f"GitHub answered {answer.message}; the record is already deleting, so "
-                        "the compute goes first and the registration after it"
+                    state.waiting = None
+                    move = on_answer(
+                        replace(dereg, waiting_shown=self._sa_step in _WAITING),
+                        result.answer,
+                        attempts=result.attempts,
+                        policy=self._policy,
+                        now=workflow.now(),
+                        runner=record.name,
+                        token_source=result.token_source,
                     )
+            dereg = move.state
+            self._take(dereg)
+            if move.step is not None:
+                self._step(move.step, record, searchable=move.searchable)
+            else:
                 self._publish()
-                return True
-            # Next.ESCALATE: stop and ask an operator; GitHub is still asked every
-            # escalation_recheck, so a job that ends or a cause that is fixed finishes it.
-            why = (
-                f"runner still busy after {self._policy.busy_wait}"
-                if answer.busy
-                else f"GitHub refused the removal ({answer.message})"
-            )
-            view.escalated = True
-            view.decision = f"{why}; escalated to an operator"
-            view.error = (
-                f"{why}. Let it finish or fix the cause (keeper asks GitHub again every "
-                f"{self._policy.escalation_recheck} by itself), or run "
-                f"`keeper runner delete {record.name} --force` to delete it anyway"
-            )
-            self._step(DeletionStep.ESCALATED, record)
-            mode = DeregisterMode.RECHECK
+            if move.act is not Act.ASK:
+                return move.act is Act.LEAVE, move.audit or NO_REGISTRATION
+
+    def _take(self, dereg: Deregistration) -> None:
+        """The deregistration step's state, written back into the deletion's."""
+        state = self._state
+        assert state is not None
+        state.busy_since = dereg.busy_since
+        state.escalated = dereg.escalated
+        state.decision = dereg.decision
+        state.error = dereg.error
+        state.github = dereg.github
+        state.github_attempts = dereg.github_attempts
+        state.attention = dereg.attention
 
     def _ask_github(
-        self, ref: RegistrationRef, mode: DeregisterMode, busy_until: datetime | None
+        self,
+        ref: RegistrationRef,
+        mode: DeregisterMode,
+        busy_until: datetime | None,
+        report_auth: bool = False,
     ) -> asyncio.Task[DeregisterResult]:
-        assert self._view is not None
-        self._view.waiting = GITHUB_WAIT
+        assert self._state is not None
+        self._state.waiting = GITHUB_WAIT
         self._publish()
         attempts = self._policy.force_provider_attempts if mode is DeregisterMode.FORCE else 0
         if mode is DeregisterMode.CLEANUP:
             attempts = self._policy.registration_cleanup_attempts
         return workflow.start_activity_method(
             GitHubActivities.deregister,
-            DeregisterCall(ref=ref, mode=mode.value, policy=self._policy, busy_until=busy_until),
+            DeregisterCall(
+                ref=ref,
+                mode=mode.value,
+                policy=self._policy,
+                busy_until=busy_until,
+                report_auth=report_auth,
+            ),
             start_to_close_timeout=opts.GITHUB_START_TO_CLOSE,
             retry_policy=opts.github_retry(self._policy, attempts),
             summary=f"{mode.value}: remove GitHub registration {ref.runner_id} "
@@ -445,8 +460,8 @@ class RunnerDeletion:
 
     async def _delete_instance(self, record: RunnerRecord, registration_left: bool) -> str | None:
         """Returns the provider id left behind by a forced delete, if any."""
-        view = self._view
-        assert view is not None
+        state = self._state
+        assert state is not None
         self._step(DeletionStep.PROVIDER_DELETE, record)
         instance_id = record.provider_id or record.name
         bad_id = [p for p in record.problems if p.startswith("provider_id:")]
@@ -466,7 +481,7 @@ class RunnerDeletion:
         )
         while True:
             forced = self._force
-            view.waiting = PROVIDER_WAIT
+            state.waiting = PROVIDER_WAIT
             self._publish()
             task = workflow.start_activity_method(
                 ProviderActivities.provider_delete,
@@ -497,18 +512,18 @@ class RunnerDeletion:
                 return await self._give_up_instance(record, instance_id, err)
             if result is None:  # a force arrived: the attempts are capped from here on
                 continue
-            view.waiting = None
-            view.provider = describe_provider(result.answer)
-            view.provider_attempts += result.attempts
+            state.waiting = None
+            state.provider = describe_provider(result.answer)
+            state.provider_attempts += result.attempts
             self._publish()
             return None
 
     async def _escalate_until_forced(self, record: RunnerRecord, why: str, carry: Any) -> None:
-        view = self._view
-        assert view is not None
-        view.escalated = True
-        view.decision = f"{why}; escalated to an operator"
-        view.error = (
+        state = self._state
+        assert state is not None
+        state.escalated = True
+        state.decision = f"{why}; escalated to an operator"
+        state.error = (
             f"{why}. Fix the record, or run `keeper runner delete {record.name} --force`: "
             "keeper then tries the provider a few times and records the instance as a leak"
         )
@@ -516,22 +531,22 @@ class RunnerDeletion:
         await workflow.wait_condition(lambda: self._force or self._history_is_long())
         if not self._force:
             await self._continue_as_new(carry())
-        view.escalated = False
-        view.error = None
-        view.decision = f"{why}; answered: force requested"
+        state.escalated = False
+        state.error = None
+        state.decision = f"{why}; answered: force requested"
         self._step(DeletionStep.PROVIDER_DELETE, record, searchable=True)
 
     async def _give_up_instance(
         self, record: RunnerRecord, instance_id: str, err: ActivityError
     ) -> str:
-        view = self._view
-        assert view is not None
-        view.waiting = None
-        view.provider = _cause(err)
-        view.provider_attempts += self._policy.force_provider_attempts
+        state = self._state
+        assert state is not None
+        state.waiting = None
+        state.provider = _cause(err)
+        state.provider_attempts += self._policy.force_provider_attempts
         reason = (
             f"forced delete gave up after {self._policy.force_provider_attempts} attempts: "
-            f"{view.provider}"
+            f"{state.provider}"
         )
         self._step(DeletionStep.PROVIDER_DELETE, record, searchable=True)
         await workflow.execute_activity_method(
@@ -546,31 +561,37 @@ class RunnerDeletion:
             retry_policy=opts.STORE_RETRY,
             summary=f"record leaked instance {md_text(instance_id)} for the orphan sweep",
         )
-        view.decision = f"leak recorded: {instance_id} ({reason})"
+        state.decision = f"leak recorded: {instance_id} ({reason})"
         self._publish()
         return instance_id
 
     async def _cleanup_registration(self, record: RunnerRecord) -> None:
         """After a busy runner's compute is gone it is offline, and GitHub lets the
         registration go. Bounded: GitHub itself removes offline runners eventually."""
-        view = self._view
-        assert view is not None
+        state = self._state
+        assert state is not None
         ref = registration_ref(record)
         if ref is None:
             return
-        view.step = DeletionStep.DONE
-        view.status = S.DELETED.value
+        state.step = DeletionStep.DONE
+        state.status = S.DELETED.value
+        state.background = (
+            f"removing GitHub registration {ref.runner_id} now that the runner is offline "
+            f"(at most {self._policy.registration_cleanup_attempts} tries); the runner is "
+            "deleted whatever it answers"
+        )
         try:
             result = await self._ask_github(ref, DeregisterMode.CLEANUP, None)
         except ActivityError as err:
-            view.decision = (
-                f"{view.decision or ''}; registration still present ({_cause(err)}): GitHub "
+            state.decision = (
+                f"{state.decision or ''}; registration still present ({_cause(err)}): GitHub "
                 "removes offline runners after 14 days"
             ).lstrip("; ")
         else:
-            view.github = result.answer.message
-            view.github_attempts += result.attempts
-        view.waiting = None
+            state.github = result.answer.message
+            state.github_attempts += result.attempts
+        state.waiting = None
+        state.background = None
 
     # ---- waiting without history -------------------------------------------------------
 
@@ -611,17 +632,18 @@ class RunnerDeletion:
     def _carry(
         self, *, registration_left: bool | None, mode: DeregisterMode | None = None
     ) -> DeletionCarry:
-        view = self._view
-        assert view is not None
-        shown = view.model_dump(include=set(CARRIED_VIEW_FIELDS))
+        state = self._state
+        assert state is not None
+        shown = state.model_dump(include=set(CARRIED_VIEW_FIELDS))
         # Rolled over while re-checking: the next run goes on re-checking.
-        shown["escalated"] = view.escalated or mode is DeregisterMode.RECHECK
+        shown["escalated"] = state.escalated or mode is DeregisterMode.RECHECK
         return DeletionCarry(
-            run=view.run + 1,
+            run=state.run + 1,
             force=self._force,
             requests=tuple(self._requests[-CARRIED_REQUESTS:]),
             rejected=tuple(self._rejected[-CARRIED_REQUESTS:]),
             registration_left=registration_left,
+            registration=self._registration if registration_left is not None else None,
             **shown,
         )
 
@@ -632,22 +654,22 @@ class RunnerDeletion:
             workflow.info().get_current_history_length(),
             carry.run,
         )
-        assert self._view is not None
+        assert self._state is not None
         workflow.continue_as_new(
             RunnerDeletionInput(
-                runner=self._view.runner, request=None, policy=self._policy, carried=carry
+                runner=self._state.runner, request=None, policy=self._policy, carried=carry
             )
         )
 
     def _resume_view(self, carry: DeletionCarry) -> None:
-        view = self._view
-        assert view is not None
+        state = self._state
+        assert state is not None
         # Search attributes come along with a continue-as-new; so must what they say.
         step = workflow.info().typed_search_attributes.get(sa.RUNNER_STEP)
         self._sa_step = DeletionStep(step) if step in DeletionStep._value2member_map_ else None
-        view.run = carry.run
+        state.run = carry.run
         for name in CARRIED_VIEW_FIELDS:
-            setattr(view, name, getattr(carry, name))
+            setattr(state, name, getattr(carry, name))
 
     # ---- plumbing ----------------------------------------------------------------------
 
@@ -657,39 +679,24 @@ class RunnerDeletion:
         """Moves the current step. The RunnerStep search attribute follows only the steps an
         operator searches for (waiting, escalated, retrying, done): each upsert is a history
         event and a visibility write, and the happy path needs no more than two."""
-        assert self._view is not None
-        self._view.step = step
+        assert self._state is not None
+        self._state.step = step
         if record is not None:
-            self._view.status = record.instance_status.value
+            self._state.status = record.instance_status.value
         if (searchable or step in SEARCHABLE_STEPS) and step is not self._sa_step:
             self._sa_step = step
             workflow.upsert_search_attributes([sa.RUNNER_STEP.value_set(step.value)])
         self._publish()
 
     def _publish(self) -> None:
-        if self._view is None:
+        if self._state is None:
             return
-        workflow.set_current_details(render_details(self._view))
+        workflow.set_current_details(render_details(view_of(self._state)))
 
-    def _result(
-        self,
-        outcome: DeletionOutcome,
-        *,
-        leaked: str | None = None,
-        recovered: bool = False,
-    ) -> DeletionResult:
-        assert self._view is not None
-        return DeletionResult(
-            runner=self._view.runner,
-            outcome=outcome,
-            forced=self._force,
-            leaked_provider_id=leaked,
-            registration=self._view.github,
-            provider=self._view.provider,
-            recovered=recovered,
-            busy_decision=self._view.decision,
-            requests=tuple(self._requests),
-        )
+    def _result(self, outcome: DeletionOutcome) -> DeletionResult:
+        assert self._state is not None
+        self._state.requests = list(self._requests)
+        return result_of(self._state, outcome)
 
 
 _WAITING = frozenset({DeletionStep.BUSY_WAIT, DeletionStep.ESCALATED})

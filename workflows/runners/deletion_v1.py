@@ -33,7 +33,8 @@ with workflow.unsafe.imports_passed_through():
         RegistrationRef,
         registration_ref,
     )
-    from domain.runners.deletion_view import DeletionView, backoff
+    from domain.runners.deletion_state import DeletionState
+    from domain.runners.deletion_view import backoff
     from domain.runners.github import DeregistrationAnswer
     from domain.runners.lane import LaneMove, entry_target
     from domain.runners.models import (
@@ -76,7 +77,7 @@ class LegacyDeletion:
 
     def __init__(
         self,
-        view: DeletionView,
+        view: DeletionState,
         policy: DeletionPolicy,
         requests: list[str],
         forced: Callable[[], bool],
