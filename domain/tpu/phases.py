@@ -10,6 +10,7 @@ from __future__ import annotations
 from datetime import timedelta
 from enum import StrEnum
 
+from domain.common.durations import format_duration
 from domain.tpu.slice_request import SliceRequest
 
 
@@ -79,3 +80,18 @@ def backstop(assign_budget: timedelta, poll_interval: timedelta) -> timedelta:
     keeper's own deadline, which fires within one poll interval of the budget.
     """
     return assign_budget + 2 * poll_interval + BACKSTOP_GRACE
+
+
+def default_budget_text(phase: Phase) -> str:
+    """A phase's default budget in words, for help texts: `10m (15m from 64 VMs, ...)`."""
+    text = format_duration(DEFAULT_DEADLINES[phase])
+    if phase in SCALED_PHASES:
+        floors = ", ".join(f"{format_duration(f)} from {n} VMs" for n, f in reversed(SIZE_FLOORS))
+        text += f" ({floors})"
+    return text
+
+
+def plan_text() -> str:
+    """`assign (4h), provision (1h), ready (10m) and health (10m)`: the queued plan's budgets."""
+    parts = [f"{p.value} ({format_duration(b)})" for p, b in DEFAULT_DEADLINES.items()]
+    return ", ".join(parts[:-1]) + " and " + parts[-1]
