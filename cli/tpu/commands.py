@@ -74,15 +74,18 @@ def _markup(value: object) -> str:
 
 def print_failure(message: str, url: str, cleanup: str | None = None, left: bool = True) -> None:
     """A failed bootstrap on stderr: what happened, what compensation did, what next."""
-    console.print(f"[red]bootstrap failed:[/] {_markup(message)}")
+    # Unwrapped: a log keeps each statement on its line, however long.
+    lines = [f"[red]bootstrap failed:[/] {_markup(message)}"]
     if cleanup is not None:
-        console.print(f"Compensation: {_markup(cleanup)}.")
+        lines.append(f"Compensation: {_markup(cleanup)}.")
     if not left:
-        console.print("Nothing of this bootstrap is left running.")
-    console.print(
+        lines.append("Nothing of this bootstrap is left running.")
+    lines.append(
         "Fix the cause (capacity, quota, the VMs' health endpoint) and run the bootstrap again."
     )
-    console.print(f"History: {url}")
+    lines.append(f"History: {url}")
+    for text in lines:
+        console.print(text, soft_wrap=True)
 
 
 def _note(text: str) -> None:
@@ -91,7 +94,7 @@ def _note(text: str) -> None:
 
 def _handle_fields(
     settings: Settings, handle: WorkflowHandle[Any, Any], run_id: str | None
-) -> dict:
+) -> dict[str, Any]:
     return {
         "workflow_id": handle.id,
         "run_id": run_id,
