@@ -5,6 +5,7 @@ over, health failures name their VMs, and a log gets one line per change of stat
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import sys
 import uuid
@@ -17,11 +18,12 @@ from temporalio.service import RPCError, RPCStatusCode
 from temporalio.testing import WorkflowEnvironment
 
 from domain.tpu.models import BootstrapFailure, BootstrapResult
-from domain.tpu.naming import bootstrap_workflow_id, teardown_workflow_id
+from domain.tpu.naming import bootstrap_run_workflow_id, bootstrap_workflow_id, teardown_workflow_id
 from domain.tpu.phases import Phase
 from emulators.tpu import Scenario, TpuEmulator
 from tests.e2e_support import REPO, wait_for_phase, write_config
-from tests.harness import assert_no_leaks, running_worker, slice_request
+from tests.harness import assert_no_leaks, env_flag, running_worker, slice_request
+from tests.test_replay import write_recording
 from workflows.tpu.bootstrap import TpuSliceBootstrap
 
 pytestmark = pytest.mark.e2e
@@ -240,4 +242,54 @@ async def test_the_log_view_writes_a_line_per_change_not_per_second(
     assert 1 <= len(assign) <= 4, "\n".join(assign)
     assert len(lines) == len(set(lines)), "a line repeats although nothing changed"
     assert all("left)" not in line for line in lines)
+    assert_no_leaks(emu)
+
+
+# ---- recordings of the commands these changes added (tests/test_replay.py replays them) --
+
+
+@pytest.mark.skipif(not env_flag("KEEPER_RECORD_HISTORIES"), reason="recording is on demand")
+async def test_record_cancel_and_name_taken(dev_env: WorkflowEnvironment, emu: TpuEmulator):
+    """Since `child-cancel-report` and `bootstrap-name-taken-no-compensation`."""
+    cancelled = slice_request("replay-cancel", poll_interval="1s")
+    taken = slice_request("replay-taken", poll_interval="1s")
+    emu.set_scenario(cancelled.slice_name, Scenario(assign_after=None))
+    emu.set_scenario(taken.slice_name, Scenario(assign_after=0.2, active_after=0.2))
+    async with running_worker(dev_env.client, emu) as worker:
+        handle = await dev_env.client.start_workflow(
+            TpuSliceBootstrap.run,
+            cancelled,
+            id=bootstrap_workflow_id(cancelled.slice_name),
+            task_queue=worker.task_queue,
+        )
+        await wait_for_phase(handle, Phase.ASSIGN)
+        await handle.cancel()
+        with contextlib.suppress(WorkflowFailureError):
+            await asyncio.wait_for(handle.result(), 60)
+        for request in (taken, taken):
+            second = await dev_env.client.start_workflow(
+                TpuSliceBootstrap.run,
+                request,
+                id=bootstrap_workflow_id(request.slice_name),
+                task_queue=worker.task_queue,
+            )
+            with contextlib.suppress(WorkflowFailureError):
+                await asyncio.wait_for(second.result(), 60)
+        recordings = {
+            "cancel-during-assign": cancelled.slice_name,
+            "name-taken": taken.slice_name,
+        }
+        for label, slice_name in recordings.items():
+            for suffix, workflow_id in (
+                ("supervisor", bootstrap_workflow_id(slice_name)),
+                ("child", bootstrap_run_workflow_id(slice_name)),
+            ):
+                history = await dev_env.client.get_workflow_handle(workflow_id).fetch_history()
+                write_recording(f"{label}.{suffix}.json", history.to_json())
+        await dev_env.client.execute_workflow(
+            "TpuSliceTeardown",
+            {"slice_name": taken.slice_name, "project": taken.project, "zone": taken.zone},
+            id=teardown_workflow_id(taken.slice_name),
+            task_queue=worker.task_queue,
+        )
     assert_no_leaks(emu)
