@@ -24,12 +24,20 @@ from domain.tpu.models import (
     PhaseTiming,
     VmFailure,
 )
-from domain.tpu.observation import VmEndpoint
+from domain.tpu.observation import SliceObservation, VmEndpoint
 from domain.tpu.outcome import cleanup_summary, is_live, left_running, merge_reports, slice_state
-from domain.tpu.phases import DEFAULT_DEADLINES, Phase, default_budget_text
+from domain.tpu.phases import (
+    DEFAULT_DEADLINES,
+    Goal,
+    Phase,
+    default_budget_text,
+    reached,
+    wait_plan,
+)
 from domain.tpu.status_view import failing_vm_list
 from domain.tpu.topology import topology_problem
 from runtime.settings import BootstrapSettings
+from tests.harness import slice_request
 
 QR = "projects/p/locations/z/queuedResources/train-a"
 NODE = "projects/p/locations/z/nodes/train-a"
@@ -215,3 +223,30 @@ async def test_a_health_attempt_of_256_failing_vms_stays_small():
     assert isinstance(report, HealthReport)
     assert (report.total, report.healthy, len(report.failing)) == (256, 0, FAILING_IN_RETRY)
     assert len(json.dumps(report.model_dump(mode="json"))) < 2000
+
+
+@pytest.mark.parametrize(
+    ("stage_of", "goal", "seen"),
+    [
+        ("WAITING_FOR_RESOURCES", Goal.ASSIGNED, False),
+        ("PROVISIONING", Goal.ASSIGNED, True),
+        ("ACTIVE", Goal.ASSIGNED, True),
+        ("PROVISIONING", Goal.ACTIVE, False),
+        ("ACTIVE", Goal.ACTIVE, True),
+        ("ACTIVE", Goal.CLOUD_READY, False),  # no node READY yet
+    ],
+)
+def test_a_wait_is_done_when_its_goal_is_seen(stage_of, goal, seen):
+    obs = SliceObservation(qr_state=stage_of, expected_nodes=1, expected_vms=1)
+    assert reached(obs, goal) is seen
+
+
+def test_the_phase_child_follows_the_plan_table():
+    queued = [(s.phase, s.from_submission, s.goal) for s in wait_plan(slice_request())]
+    assert queued == [
+        (Phase.ASSIGN, True, Goal.ASSIGNED),
+        (Phase.PROVISION, False, Goal.ACTIVE),
+        (Phase.READY, False, Goal.CLOUD_READY),
+    ]
+    node = [(s.phase, s.from_submission) for s in wait_plan(slice_request(capacity="on-demand"))]
+    assert node == [(Phase.READY, True)]

@@ -45,8 +45,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from domain.tpu.observation import SliceObservation, bucket, progress_key
     from domain.tpu.outcome import cleanup_summary
-    from domain.tpu.phases import Phase, backstop, deadlines
-    from domain.tpu.qr_state import QrStage
+    from domain.tpu.phases import Phase, backstop, deadlines, reached, wait_plan
     from domain.tpu.status_view import failing_vm_list, render_details
     from workflows.common.shielded import run_to_completion
     from workflows.tpu import activity_options as opts
@@ -117,31 +116,15 @@ class TpuSliceBootstrapRun:
             )
         try:
             obs = await self._submit()
-            if req.capacity.queued:
+            submitted_at = self._phase_started_at
+            for step in wait_plan(req):
                 obs = await self._wait_phase(
-                    Phase.ASSIGN,
-                    self._phase_started_at,
-                    lambda o: o.stage in (QrStage.PROVISIONING, QrStage.ACTIVE),
+                    step.phase,
+                    submitted_at if step.from_submission else workflow.now(),
+                    lambda o, goal=step.goal: reached(o, goal),
                     obs,
-                    "wait for capacity to be assigned",
+                    step.what,
                 )
-                obs = await self._wait_phase(
-                    Phase.PROVISION,
-                    workflow.now(),
-                    lambda o: o.stage is QrStage.ACTIVE,
-                    obs,
-                    "wait for the queued resource to become ACTIVE",
-                )
-                ready_from = workflow.now()
-            else:
-                ready_from = self._phase_started_at
-            obs = await self._wait_phase(
-                Phase.READY,
-                ready_from,
-                lambda o: o.cloud_ready,
-                obs,
-                "wait for every node READY and every VM an IP",
-            )
             await self._health(obs)
         except PhaseFailed as failed:
             self._status = self._status_copy(failed_phase=failed.failure.phase)
