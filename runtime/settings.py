@@ -39,6 +39,7 @@ from domain.common.secret_text import header_secret_problem
 from domain.runners.github import DEFAULT_MAX_RETRY_AFTER_S
 from domain.runners.models import DeletionPolicy
 from domain.runners.provider import DEFAULT_LEASE_MARGIN
+from domain.tpu.phases import DEFAULT_DEADLINES, Phase
 from domain.tpu.slice_request import SliceRequest
 from runtime import dev_ports, temporal_env
 
@@ -123,10 +124,12 @@ class HealthSettings(_Section):
 
 
 class BootstrapSettings(_Section):
-    assign: HumanDuration = timedelta(hours=4)
-    provision: HumanDuration = timedelta(hours=1)
-    ready: HumanDuration = timedelta(minutes=10)
-    health: HumanDuration = timedelta(minutes=10)
+    # The phase budgets' defaults are domain/tpu/phases.py's; a value here that differs
+    # becomes an explicit override for every bootstrap the CLI starts.
+    assign: HumanDuration = DEFAULT_DEADLINES[Phase.ASSIGN]
+    provision: HumanDuration = DEFAULT_DEADLINES[Phase.PROVISION]
+    ready: HumanDuration = DEFAULT_DEADLINES[Phase.READY]
+    health: HumanDuration = DEFAULT_DEADLINES[Phase.HEALTH]
     poll_interval: HumanDuration = timedelta(seconds=30)
     max_backoff: HumanDuration = timedelta(minutes=5)
     # A compensation still deleting after this long is reported as stuck (it goes on).

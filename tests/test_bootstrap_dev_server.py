@@ -145,11 +145,15 @@ async def test_cancel_in_each_phase_deletes_the_slice(dev_env, emu, phase: Phase
 
 def assert_deleted_by_the_child(emu: TpuEmulator, request, status: dict) -> None:
     """A cancel reaches the phase child first: it deletes the QR, and the supervisor's own
-    compensation, which waits for the child to close, finds the QR already gone."""
+    compensation, which waits for the child to close, finds the QR already gone, and keeps
+    the child's report: the status says who deleted it."""
     (record,) = [q for q in emu.state()["queued_resources"] if q["id"] == request.slice_name]
     assert record["deleted_at"] is not None
     assert emu.state()["calls"].get("DeleteQueuedResource", 0) >= 1
-    assert status["compensation"] == "confirmed deleted (already gone)"
+    assert status["compensation"] == (
+        f"the phase workflow deleted {request.slice_name} when it was cancelled"
+    )
+    assert status["child_compensation"]["deleted"] == [record["name"]]
 
 
 async def pending_create_attempt(env, request) -> int:

@@ -26,19 +26,20 @@ def test_bad_request_is_refused_before_anything_starts(tmp_path: Path):
         cli,
         ["--config", str(config), "tpu", "bootstrap", "Bad_Name", "-a", "v9-8", "-c", "spot"],
     )
-    assert result.exit_code != 0
+    # A bad argument is a usage error, named by its flag, in plain words.
+    assert result.exit_code == 2, result.output
     assert "nothing was started" in result.output
-    assert "slice_name" in result.output
-    assert "accelerator_type" in result.output
+    assert "SLICE_NAME: must be 1-40 characters" in result.output
+    assert "--accelerator-type: 'v9-8' is not an accelerator type" in result.output
 
 
 def test_help_is_complete():
     runner = CliRunner()
-    for command in ("bootstrap", "status", "cancel", "delete", "sweep", "demo"):
+    for command in ("bootstrap", "status", "cancel", "delete", "sweep", "demo", "list"):
         result = runner.invoke(cli, ["tpu", command, "--help"])
         assert result.exit_code == 0, result.output
         assert "Usage:" in result.output
-    assert "--json" in runner.invoke(cli, ["tpu", "bootstrap", "--help"]).output
+        assert "--json" in result.output and "--output" in result.output, command
 
 
 async def keeper(config: Path, *args: str) -> tuple[int, str, str]:
@@ -67,28 +68,68 @@ async def test_bootstrap_wait_json_status_and_delete(dev_env, emu: TpuEmulator, 
         assert len(payload["result"]["vms"]) == 2
         assert set(payload["result"]["phase_seconds"]) >= {"assign", "ready", "health"}
 
+        assert {"workflow_id", "run_id", "ui_url", "status", "result"} <= set(payload)
+
         code, out, err = await keeper(config, "tpu", "status", name, "--json")
         assert code == 0, err
         status = json.loads(out)
         assert status["status"] == "COMPLETED"
+        assert status["slice_state"] == "ready"
         assert status["progress"]["phase"] == "done"
+        assert status["teardown"] is None
+        assert status["started_at"].endswith("Z")
 
-        # A second bootstrap of the same name finds a QR owned by the completed run: it fails,
-        # and its compensation leaves the other run's slice alone.
+        # A second bootstrap of a live slice is refused before anything starts: the
+        # handed-over slice keeps its COMPLETED bootstrap.
         code, out, err = await keeper(config, "tpu", "bootstrap", name, "-a", "v4-16",
                                       "-c", "reserved", "--reservation", "res-a",
                                       "--poll-interval", "1s", "--wait", "--json")  # fmt: skip
         assert code == 1, err
-        failed = json.loads(out)
-        assert "already exists and belongs to" in failed["error"]
-        qr = f"projects/keeper-test/locations/us-central2-b/queuedResources/{name}"
-        node = f"projects/keeper-test/locations/us-central2-b/nodes/{name}"
-        compensation = failed["failure"]["compensation"]
-        assert (compensation["deleted"], compensation["not_ours"]) == ([], [qr, node])
+        refused = json.loads(out)["error"]
+        assert f"slice {name} is live" in refused["message"]
+        assert f"keeper tpu delete {name}" in refused["hint"]
+        assert f"keeper tpu delete {name}" in err
+        code, out, err = await keeper(config, "tpu", "status", name, "--json")
+        assert json.loads(out)["status"] == "COMPLETED"
         assert emu.leaks(set()) != []  # the handed-over slice is still there
+
         code, out, err = await keeper(config, "tpu", "delete", name, "--json")
         assert code == 0, err
-        report = json.loads(out)["report"]
+        report = json.loads(out)["result"]
+        qr = f"projects/keeper-test/locations/us-central2-b/queuedResources/{name}"
+        node = f"projects/keeper-test/locations/us-central2-b/nodes/{name}"
         # The force delete of the QR takes its node with it.
         assert report == {"deleted": [qr], "already_gone": [node], "not_ours": []}
+
+        # After the delete, the status tells the release, not the handed-over slice.
+        code, out, err = await keeper(config, "tpu", "status", name, "--json")
+        assert code == 0, err
+        released = json.loads(out)
+        assert released["slice_state"] == "released"
+        assert released["teardown"]["status"] == "COMPLETED"
+        assert released["teardown"]["workflow_id"] == f"tpu-teardown-{name}"
+        code, out, err = await keeper(config, "tpu", "status", name)
+        assert code == 0, err
+        assert f"tpu-bootstrap-{name}: released" in out
+        assert f"teardown tpu-teardown-{name}: COMPLETED, deleted {name}" in out
+        assert "ACTIVE" not in out
+
+        code, out, err = await keeper(config, "tpu", "list", "--json")
+        assert code == 0, err
+        rows = {row["slice"]: row for row in json.loads(out)["slices"]}
+        assert rows[name]["status"] == "COMPLETED"
+        assert rows[name]["slice_state"] == "released"
+        assert rows[name]["zone"] == "us-central2-b"
+        assert rows[name]["started_at"].endswith("Z")
+        code, out, err = await keeper(config, "tpu", "list")
+        assert code == 0, err
+        assert out.splitlines()[0].split() == [
+            "SLICE",
+            "ZONE",
+            "PHASE",
+            "STATUS",
+            "STATE",
+            "STARTED",
+        ]
+        assert any(line.startswith(name) and "released" in line for line in out.splitlines())
     assert_no_leaks(emu)

@@ -121,13 +121,14 @@ async def test_a_stuck_compensation_is_reported_keeps_history_bounded_and_finish
         code, out, err = await keeper(config, "tpu", "status", request.slice_name, "--json")
         assert code == 0, err
         shown = json.loads(out)
-        assert {"workflow_id", "run_id", "status", "progress", "ui"} <= set(shown)
+        assert {"workflow_id", "run_id", "status", "progress", "ui_url"} <= set(shown)
         assert shown["status"] == "RUNNING"
         assert shown["progress"]["compensation_stuck"] is True
         assert "PermissionDenied" in shown["progress"]["compensation_last_error"]
         code, out, err = await keeper(config, "tpu", "status", request.slice_name)
         assert code == 0, err
-        assert "compensation stuck" in err and "grant roles/tpu.admin" in err, err
+        # The status is data: on stdout.
+        assert "compensation stuck" in out and "grant roles/tpu.admin" in out, out
 
         result = asyncio.create_task(failure_of(handle))
         two_hours_on = stuck.compensation_started_at + timedelta(hours=2)

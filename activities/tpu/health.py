@@ -68,6 +68,10 @@ class HealthProber:
         )
 
 
+# Failing VMs named in a retried health attempt's failure (its message and details).
+FAILING_IN_RETRY = 5
+
+
 class HealthActivities:
     def __init__(self, prober: HealthProber) -> None:
         self._prober = prober
@@ -78,8 +82,14 @@ class HealthActivities:
         report = await self._prober.round(inp.targets, inp.port, inp.path)
         if report.all_healthy or bucket(report.healthy, report.total) != inp.last_bucket:
             return report
+        # A retried attempt's failure is what the UI shows as the pending activity's last
+        # failure, and the server drops one past its size limit ("Failure exceeds size
+        # limit."), so it carries the counts and the first few failing VMs only; the
+        # workflow's status query holds the full list of the last round it saw.
+        shown = report.failing[:FAILING_IN_RETRY]
         raise not_yet(
-            f"health: {report.healthy}/{report.total} VMs healthy; first failing: "
-            + ", ".join(f"{f.ip} ({f.reason})" for f in report.failing[:5]),
-            report,
+            f"health: {report.healthy}/{report.total} VMs healthy, "
+            f"{report.total - report.healthy} failing; first: "
+            + ", ".join(f"{f.node}/{f.index} {f.ip} ({f.reason})" for f in shown),
+            report.model_copy(update={"failing": shown}),
         )

@@ -1,31 +1,35 @@
-"""`keeper tpu`: bootstrap, watch, cancel and release TPU slices."""
+"""`keeper tpu`: bootstrap, list, watch, cancel and release TPU slices.
+
+Every command follows cli/output.py: data on stdout (text, or one JSON document with
+`--json` / `-o json`), the live view and notes on stderr, exit 0 / 1 (failed, including a
+failed or cancelled bootstrap that was waited for, or an unknown slice) / 2 (a bad argument).
+"""
 
 from __future__ import annotations
 
 import asyncio
-import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import click
 from pydantic import ValidationError
 from rich.console import Console
-from temporalio.client import (
-    Client,
-    WorkflowExecutionStatus,
-    WorkflowFailureError,
-    WorkflowHandle,
-)
+from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.exceptions import ApplicationError, CancelledError, WorkflowAlreadyStartedError
 
 from cli.context import KeeperContext, pass_keeper
-from cli.temporal_ops import client_for, describe_as, is_running
-from cli.tpu.progress import follow, query_status
+from cli.output import FAILED, CommandFailed, Output, UsageProblem, json_options, rfc3339
+from cli.temporal_ops import client_for, is_running
+from cli.tpu.lookup import SliceWorkflows, slice_workflows, status_name
+from cli.tpu.params import DURATION, build_request, parse_labels
+from cli.tpu.params import validation_message as validation_message
+from cli.tpu.progress import follow, query_status, render, result_of
 from domain.common.untrusted import terminal_text
 from domain.tpu.models import (
     BootstrapFailure,
     BootstrapResult,
+    BootstrapStatus,
     DeletionReport,
     SweepReport,
     SweepRequest,
@@ -34,95 +38,83 @@ from domain.tpu.models import (
 from domain.tpu.naming import (
     BOOTSTRAP_WORKFLOW_TYPE,
     PROJECT_MEMO,
-    TEARDOWN_WORKFLOW_TYPE,
     bootstrap_workflow_id,
     manual_sweep_workflow_id,
     teardown_workflow_id,
 )
-from domain.tpu.phases import DEFAULT_DEADLINES, Phase
+from domain.tpu.outcome import cleanup_summary, left_running, slice_state
+from domain.tpu.phases import Phase, default_budget_text, plan_text
 from domain.tpu.slice_request import Capacity, SliceRequest
 from domain.tpu.status_view import static_summary
 from runtime.settings import Settings
 from runtime.tpu import search_attributes as sa
 from workflows.tpu.bootstrap import TpuSliceBootstrap
+from workflows.tpu.compensation import describe
 from workflows.tpu.sweeper import TpuSweeper
 from workflows.tpu.teardown import TpuSliceTeardown
 
-EXIT_FAILED = 1
-EXIT_CANCELLED = 2
-
+# The live view, notes and a failure's text: diagnostics, never data.
 console = Console(stderr=True)
 
 
-def _emit_json(payload: Any) -> None:
-    click.echo(json.dumps(payload, indent=2, default=str))
+def _data_console() -> Console:
+    # Created per call: click's test runner swaps stdout for each invocation.
+    return Console(soft_wrap=True)
 
 
 def _shown(value: object) -> str:
-    """Outside text (GCP errors, resource and VM names, labels) as inert rich markup."""
+    """Outside text (GCP errors, resource and VM names, labels) as plain terminal text."""
+    return terminal_text(value)
+
+
+def _markup(value: object) -> str:
+    """Outside text as inert rich markup, for the stderr console."""
     return terminal_text(value, markup=True)
 
 
-def print_failure(message: str, url: str) -> None:
-    console.print(f"[red]bootstrap failed:[/] {_shown(message)}")
-    console.print(
-        "Nothing is left running: compensation deleted the slice. Fix the cause "
-        "(capacity, quota, the VMs' health endpoint) and run the bootstrap again."
+def print_failure(message: str, url: str, cleanup: str | None = None, left: bool = True) -> None:
+    """A failed bootstrap on stderr: what happened, what compensation did, what next."""
+    # Unwrapped: a log keeps each statement on its line, however long.
+    lines = [f"[red]bootstrap failed:[/] {_markup(message)}"]
+    if cleanup is not None:
+        lines.append(f"Compensation: {_markup(cleanup)}.")
+    if not left:
+        lines.append("Nothing of this bootstrap is left running.")
+    lines.append(
+        "Fix the cause (capacity, quota, the VMs' health endpoint) and run the bootstrap again."
     )
-    console.print(f"History: {url}")
+    lines.append(f"History: {url}")
+    for text in lines:
+        console.print(text, soft_wrap=True)
 
 
-def validation_message(err: ValidationError) -> str:
-    lines = []
-    for problem in err.errors():
-        field = ".".join(str(p) for p in problem["loc"]) or "request"
-        lines.append(f"  {field}: {problem['msg']}")
-    return "invalid slice request; nothing was started:\n" + "\n".join(lines)
+def _note(text: str) -> None:
+    click.echo(text, err=True)
 
 
-def parse_labels(values: tuple[str, ...]) -> dict[str, str]:
-    labels = {}
-    for value in values:
-        key, sep, text = value.partition("=")
-        if not sep:
-            raise click.BadParameter(f"{value!r} is not KEY=VALUE", param_hint="--label")
-        labels[key] = text
-    return labels
-
-
-def build_request(settings: Settings, fields: dict[str, Any]) -> SliceRequest:
-    """Validates the whole request before anything is started."""
-    configured = {
-        Phase.ASSIGN: settings.bootstrap.assign,
-        Phase.PROVISION: settings.bootstrap.provision,
-        Phase.READY: settings.bootstrap.ready,
-        Phase.HEALTH: settings.bootstrap.health,
+def _handle_fields(
+    settings: Settings, handle: WorkflowHandle[Any, Any], run_id: str | None
+) -> dict[str, Any]:
+    return {
+        "workflow_id": handle.id,
+        "run_id": run_id,
+        "ui_url": settings.temporal.workflow_url(handle.id),
     }
-    # Only budgets that differ from the defaults become overrides, so the size rule for
-    # ready/health still applies to a stock configuration.
-    deadlines = {
-        phase.value: value
-        for phase, value in configured.items()
-        if value != DEFAULT_DEADLINES[phase]
-    }
-    deadlines.update(fields.pop("deadlines", {}) or {})
-    merged = {
-        "project": settings.tpu.project,
-        "zone": settings.tpu.zone,
-        "poll_interval": settings.bootstrap.poll_interval,
-        "health_port": settings.default_health_port(),
-        **{k: v for k, v in fields.items() if v not in (None, (), {})},
-        "deadlines": deadlines,
-    }
-    try:
-        return SliceRequest.model_validate(merged)
-    except ValidationError as err:
-        raise click.ClickException(validation_message(err)) from None
 
 
 async def start_bootstrap(
     client: Client, settings: Settings, request: SliceRequest
 ) -> WorkflowHandle[Any, BootstrapResult]:
+    found = await slice_workflows(client, request.slice_name)
+    if found.live:
+        raise CommandFailed(
+            f"slice {request.slice_name} is live: its bootstrap completed and it has not been "
+            "released, so a new bootstrap of that name is refused",
+            hint=f"Release it first with `keeper tpu delete {request.slice_name}`, "
+            "or choose another slice name.",
+            workflow_id=found.bootstrap.id,
+            status=found.bootstrap_status,
+        )
     try:
         return await client.start_workflow(
             TpuSliceBootstrap.run,
@@ -142,10 +134,10 @@ async def start_bootstrap(
             result_type=BootstrapResult,
         )
     except WorkflowAlreadyStartedError:
-        raise click.ClickException(
-            f"a bootstrap of {request.slice_name} is already running; watch it with "
-            f"`keeper tpu status {request.slice_name}` or stop it with "
-            f"`keeper tpu cancel {request.slice_name}`"
+        raise CommandFailed(
+            f"a bootstrap of {request.slice_name} is already running",
+            hint=f"Watch it with `keeper tpu status {request.slice_name}` or stop it with "
+            f"`keeper tpu cancel {request.slice_name}`.",
         ) from None
 
 
@@ -159,94 +151,77 @@ def failure_of(err: WorkflowFailureError) -> tuple[str, BootstrapFailure | None]
     return str(cause or err), None
 
 
+def _cleanup(failure: BootstrapFailure | None) -> tuple[str, bool]:
+    """What compensation did (from the failure; older payloads carry only the report)."""
+    if failure is None:
+        return "unknown (the failure carries no report; see the history)", True
+    text = failure.cleanup or cleanup_summary(
+        failure.compensation, kind=failure.kind, slice_name=""
+    )
+    return text, left_running(failure.compensation, failure.kind)
+
+
 async def wait_and_report(
-    handle: WorkflowHandle[Any, BootstrapResult], settings: Settings, as_json: bool, show: bool
+    handle: WorkflowHandle[Any, BootstrapResult],
+    settings: Settings,
+    out: Output,
+    show: bool,
+    run_id: str | None = None,
 ) -> int:
-    if show and not as_json:
-        await follow(handle, console)
-    url = settings.temporal.workflow_url(handle.id)
+    """Waits for the bootstrap; 0 when the slice is ready, otherwise raises (exit 1)."""
+    if show:
+        await follow(handle, console, _note)
+    fields = _handle_fields(settings, handle, run_id or handle.result_run_id)
     try:
-        result = await handle.result()
+        result: BootstrapResult = await result_of(handle, _note)
     except WorkflowFailureError as err:
         final = await query_status(handle)
         if isinstance(err.cause, CancelledError):
-            if as_json:
-                _emit_json(
-                    {
-                        "workflow_id": handle.id,
-                        "status": "CANCELED",
-                        "progress": _dump(final),
-                        "ui": url,
-                    }
-                )
-            else:
-                compensation = _shown(final.compensation) if final else "?"
-                console.print(f"[yellow]cancelled[/]; compensation: {compensation}")
-                console.print(f"History: {url}")
-            return EXIT_CANCELLED
+            cleanup = final.compensation if final and final.compensation else "unknown"
+            raise CommandFailed(
+                f"the bootstrap of {handle.id} was cancelled; compensation: {_shown(cleanup)}",
+                hint=f"History: {fields['ui_url']}",
+                **fields,
+                status="CANCELED",
+                cleanup=cleanup,
+                progress=final,
+            ) from None
         message, failure = failure_of(err)
-        if as_json:
-            _emit_json(
-                {
-                    "workflow_id": handle.id,
-                    "status": "FAILED",
-                    "error": message,
-                    "failure": failure.model_dump(mode="json") if failure else None,
-                    "ui": url,
-                }
-            )
-        else:
-            print_failure(message, url)
-        return EXIT_FAILED
-    if as_json:
-        _emit_json(
-            {
-                "workflow_id": handle.id,
-                "status": "COMPLETED",
-                "result": result.model_dump(mode="json"),
-                "ui": url,
-            }
-        )
-    else:
-        took = ", ".join(f"{k} {v:.0f}s" for k, v in result.phase_seconds.items())
-        console.print(
-            f"[green]slice {_shown(result.slice_name)} is ready[/]: {len(result.vms)} VMs healthy "
-            f"({took})"
-        )
-        for vm in result.vms[:8]:
-            console.print(f"  {_shown(vm.node)}/{vm.index} {_shown(vm.ip)}")
-        if len(result.vms) > 8:
-            console.print(f"  ... {len(result.vms) - 8} more (keeper tpu status --json)")
-        console.print(f"History: {url}")
+        cleanup, left = _cleanup(failure)
+        if not out.json:
+            print_failure(message, fields["ui_url"], cleanup, left)
+            return FAILED
+        raise CommandFailed(
+            f"bootstrap failed: {_shown(message)}",
+            hint=f"Compensation: {_shown(cleanup)}.",
+            **fields,
+            status="FAILED",
+            cleanup=cleanup,
+            failure=failure,
+        ) from None
+    if out.json:
+        out.data({**fields, "status": "COMPLETED", "result": result})
+        return 0
+    took = ", ".join(f"{k} {v:.0f}s" for k, v in result.phase_seconds.items())
+    out.line(f"slice {_shown(result.slice_name)} is ready: {len(result.vms)} VMs healthy ({took})")
+    for vm in result.vms[:8]:
+        out.line(f"  {_shown(vm.node)}/{vm.index} {_shown(vm.ip)}")
+    if len(result.vms) > 8:
+        out.line(f"  ... {len(result.vms) - 8} more (keeper tpu status --json)")
+    out.note(f"History: {fields['ui_url']}")
     return 0
 
 
-async def bootstrap_handle(
-    settings: Settings, slice_name: str
-) -> tuple[WorkflowHandle[Any, BootstrapResult], Any]:
-    """The bootstrap of `slice_name` and its description (None when there is none).
-
-    Refuses (exit 1) when the id holds a workflow of another type.
-    """
-    client = await client_for(settings)
-    handle = client.get_workflow_handle(
-        bootstrap_workflow_id(slice_name), result_type=BootstrapResult
-    )
-    return handle, await describe_as(handle, BOOTSTRAP_WORKFLOW_TYPE)
-
-
-def _dump(model: Any) -> Any:
-    return model.model_dump(mode="json") if model is not None else None
-
-
-@click.group()
-def tpu() -> None:
-    """Bootstrap TPU slices and release them.
+@click.group(
+    help=f"""Bootstrap TPU slices and release them.
 
     A bootstrap is the durable workflow `tpu-bootstrap-<slice>`. It walks the phases
-    assign (4h), provision (1h), ready (10m) and health (10m), each with its own deadline,
-    and deletes the queued resource or node on any failure.
+    {plan_text()}, each with its own deadline, and deletes the queued resource or node on
+    any failure. `keeper tpu list` shows the slices keeper knows.
     """
+)
+def tpu() -> None:
+    pass
 
 
 @tpu.command()
@@ -261,7 +236,10 @@ def tpu() -> None:
 )
 @click.option("--reservation", "reservation_name", help="Reservation id (capacity reserved).")
 @click.option(
-    "--min-duration", "guaranteed_min_duration", help="Guaranteed tier minimum, e.g. 24h."
+    "--min-duration",
+    "guaranteed_min_duration",
+    type=DURATION,
+    help="Guaranteed tier minimum, e.g. 24h.",
 )
 @click.option("--runtime-version", default="tpu-ubuntu2204-base", show_default=True)
 @click.option(
@@ -275,25 +253,41 @@ def tpu() -> None:
 )
 @click.option("--health-path", default="/health", show_default=True)
 @click.option("--label", "labels", multiple=True, help="KEY=VALUE node label; repeatable.")
-@click.option("--assign-deadline", help="Override the assign budget (default 4h).")
-@click.option("--provision-deadline", help="Override the provision budget (default 1h).")
 @click.option(
-    "--ready-deadline", help="Override the ready budget (default 10m, more for big slices)."
+    "--assign-deadline",
+    type=DURATION,
+    help=f"Override the assign budget (default {default_budget_text(Phase.ASSIGN)}).",
 )
 @click.option(
-    "--health-deadline", help="Override the health budget (default 10m, more for big slices)."
+    "--provision-deadline",
+    type=DURATION,
+    help=f"Override the provision budget (default {default_budget_text(Phase.PROVISION)}).",
 )
-@click.option("--poll-interval", help="Time between cloud reads while waiting (default 30s).")
+@click.option(
+    "--ready-deadline",
+    type=DURATION,
+    help=f"Override the ready budget (default {default_budget_text(Phase.READY)}).",
+)
+@click.option(
+    "--health-deadline",
+    type=DURATION,
+    help=f"Override the health budget (default {default_budget_text(Phase.HEALTH)}).",
+)
+@click.option(
+    "--poll-interval",
+    type=DURATION,
+    help="Time between cloud reads while waiting (default: bootstrap.poll_interval, 30s).",
+)
 @click.option("--wait/--no-wait", default=False, help="Follow the phases live until the end.")
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@json_options
 @pass_keeper
-def bootstrap(keeper: KeeperContext, **options: Any) -> None:
+def bootstrap(keeper: KeeperContext, out: Output, **options: Any) -> None:
     """Start the bootstrap of SLICE_NAME (also its queued-resource and node id).
 
-    The request is validated first; nothing is created when a field is wrong. Exit codes
-    with --wait: 0 ready, 1 failed (and cleaned up), 2 cancelled.
+    The request is validated first; nothing is created when a field is wrong (exit 2). A
+    slice that is live (bootstrapped and not released) is refused (exit 1). Exit codes with
+    --wait: 0 ready, 1 failed or cancelled (and cleaned up).
     """
-    as_json = options.pop("as_json")
     wait = options.pop("wait")
     deadlines = {
         phase: options.pop(f"{phase}_deadline")
@@ -305,29 +299,29 @@ def bootstrap(keeper: KeeperContext, **options: Any) -> None:
         options.pop("node_count")
     settings = keeper.settings
     request = build_request(settings, options)
-    raise SystemExit(asyncio.run(_bootstrap(settings, request, wait, as_json)))
+    raise SystemExit(asyncio.run(_bootstrap(settings, request, wait, out)))
 
 
-async def _bootstrap(settings: Settings, request: SliceRequest, wait: bool, as_json: bool) -> int:
+async def _bootstrap(settings: Settings, request: SliceRequest, wait: bool, out: Output) -> int:
     client = await client_for(settings)
     handle = await start_bootstrap(client, settings, request)
-    url = settings.temporal.workflow_url(handle.id)
+    fields = _handle_fields(settings, handle, handle.result_run_id)
     if not wait:
-        if as_json:
-            _emit_json({"workflow_id": handle.id, "run_id": handle.result_run_id, "ui": url})
+        if out.json:
+            out.data({**fields, "status": "RUNNING"})
         else:
-            console.print(
-                f"started {handle.id}; follow it with `keeper tpu status {request.slice_name}`"
-            )
-            console.print(f"History: {url}")
+            out.line(handle.id)
+            out.note(f"started; follow it with `keeper tpu status {request.slice_name} --wait`")
+            out.note(f"History: {fields['ui_url']}")
         return 0
-    return await wait_and_report(handle, settings, as_json, show=True)
+    return await wait_and_report(handle, settings, out, show=True)
 
 
 @tpu.command()
 @click.option("--name", "slice_name", default=None, help="Slice name (default: demo-HHMMSS).")
+@json_options
 @pass_keeper
-def demo(keeper: KeeperContext, slice_name: str | None) -> None:
+def demo(keeper: KeeperContext, out: Output, slice_name: str | None) -> None:
     """Bootstrap a small reserved demo slice on the local stack and watch it go READY.
 
     Uses the emulator's demo scenarios (emulators/scenarios/demo.yaml). Name the slice
@@ -352,55 +346,199 @@ def demo(keeper: KeeperContext, slice_name: str | None) -> None:
     async def run() -> int:
         client = await client_for(settings)
         handle = await start_bootstrap(client, settings, request)
-        console.print(f"bootstrapping {name}: {settings.temporal.workflow_url(handle.id)}")
-        return await wait_and_report(handle, settings, as_json=False, show=True)
+        out.note(f"bootstrapping {name}: {settings.temporal.workflow_url(handle.id)}")
+        return await wait_and_report(handle, settings, out, show=True)
 
     raise SystemExit(asyncio.run(run()))
 
 
+def _unknown_slice(slice_name: str, settings: Settings) -> CommandFailed:
+    return CommandFailed(
+        f"no slice named {slice_name}: keeper has no bootstrap {bootstrap_workflow_id(slice_name)} "
+        f"in namespace {settings.temporal.namespace}",
+        hint="List the slices keeper knows with `keeper tpu list`.",
+        slice=slice_name,
+    )
+
+
+async def _teardown_view(found: SliceWorkflows) -> dict[str, Any] | None:
+    if found.teardown_description is None:
+        return None
+    view: dict[str, Any] = {
+        "workflow_id": found.teardown.id,
+        "run_id": found.teardown_description.run_id,
+        "status": found.teardown_status,
+        "started_at": found.teardown_description.start_time,
+        "closed_at": found.teardown_description.close_time,
+    }
+    if found.teardown_status == "COMPLETED":
+        report = await found.teardown.result()
+        view["result"] = report
+        view["summary"] = describe(report)
+    elif found.teardown_status == "RUNNING":
+        view["summary"] = "deleting"
+    elif found.teardown_status == "CANCELED":
+        view["summary"] = "cancelled after its delete finished"
+    else:
+        try:
+            await found.teardown.result()
+        except WorkflowFailureError as err:
+            view["error"] = str(err.cause or err)
+            view["summary"] = f"{found.teardown_status}: {view['error']}"
+        else:
+            view["summary"] = str(found.teardown_status)
+    return view
+
+
+def _released_view(progress: BootstrapStatus, teardown: dict[str, Any] | None) -> BootstrapStatus:
+    """A released slice's last bootstrap status no longer describes the cloud."""
+    if teardown is None or teardown["status"] in (None, "RUNNING"):
+        return progress
+    return progress.model_copy(
+        update={"qr_state": "deleted" if progress.qr_state else None, "nodes_ready": 0}
+    )
+
+
 @tpu.command()
 @click.argument("slice_name")
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.option("--wait", is_flag=True, help="Follow it live until it ends.")
+@json_options
 @pass_keeper
-def status(keeper: KeeperContext, slice_name: str, as_json: bool, wait: bool) -> None:
-    """Show where the bootstrap of SLICE_NAME is: phase, deadline, QR state, VM counts."""
+def status(keeper: KeeperContext, out: Output, slice_name: str, wait: bool) -> None:
+    """Show where SLICE_NAME is: phase, deadline, QR state, VM counts, and its release.
+
+    The slice's state reads the bootstrap and, once it handed the slice over, its teardown
+    tpu-teardown-<slice>.
+    """
     settings = keeper.settings
 
     async def run() -> int:
-        handle, description = await bootstrap_handle(settings, slice_name)
-        if description is None:
-            raise click.ClickException(
-                f"no bootstrap of {slice_name} found in namespace {settings.temporal.namespace}; "
-                f"start one with `keeper tpu bootstrap {slice_name} ...`"
-            )
+        client = await client_for(settings)
+        found = await slice_workflows(client, slice_name)
+        if not found.exists:
+            raise _unknown_slice(slice_name, settings)
+        handle, description = found.bootstrap, found.bootstrap_description
         if wait and is_running(description):
-            return await wait_and_report(handle, settings, as_json, show=True)
+            return await wait_and_report(
+                handle, settings, out, show=True, run_id=description.run_id
+            )
         progress = await query_status(handle)
-        state = description.status.name if description.status else "UNKNOWN"
-        if as_json:
+        teardown = await _teardown_view(found)
+        state = found.state(progress.phase.value if progress else None)
+        fields = _handle_fields(settings, handle, description.run_id)
+        if out.json:
             payload: dict[str, Any] = {
-                "workflow_id": handle.id,
-                "run_id": description.run_id,
-                "status": state,
-                "progress": _dump(progress),
-                "ui": settings.temporal.workflow_url(handle.id),
+                **fields,
+                "slice": slice_name,
+                "status": found.bootstrap_status,
+                "slice_state": state,
+                "started_at": description.start_time,
+                "closed_at": description.close_time,
+                "progress": progress,
+                "teardown": teardown,
             }
-            if description.status is WorkflowExecutionStatus.COMPLETED:
-                payload["result"] = _dump(await handle.result())
-            _emit_json(payload)
+            if found.bootstrap_status == "COMPLETED":
+                payload["result"] = await handle.result()
+            out.data(payload)
             return 0
-        from cli.tpu.progress import render
-
-        console.print(f"{handle.id}: [bold]{state}[/]")
+        console = _data_console()
+        console.print(
+            f"{handle.id}: {state} (bootstrap {found.bootstrap_status})",
+            markup=False,
+            highlight=False,
+        )
+        if teardown is not None:
+            console.print(
+                f"teardown {teardown['workflow_id']}: {teardown['status']}, "
+                f"{_shown(teardown['summary'])}",
+                markup=False,
+                highlight=False,
+            )
         if progress:
-            console.print(render(progress))
+            console.print(render(_released_view(progress, teardown)))
             if progress.compensation_stuck:
                 console.print(
-                    f"[red]compensation stuck[/] since {progress.compensation_stuck_since}: "
-                    f"{_shown(progress.compensation)}"
+                    f"compensation stuck since {rfc3339(progress.compensation_stuck_since)}: "
+                    f"{_shown(progress.compensation)}",
+                    markup=False,
+                    highlight=False,
                 )
-        console.print(f"History: {settings.temporal.workflow_url(handle.id)}")
+        out.note(f"History: {fields['ui_url']}")
+        return 0
+
+    raise SystemExit(asyncio.run(run()))
+
+
+@tpu.command(name="list")
+@click.option("--limit", type=click.IntRange(1, 1000), default=100, show_default=True)
+@json_options
+@pass_keeper
+def list_slices(keeper: KeeperContext, out: Output, limit: int) -> None:
+    """List the slices keeper knows (their bootstraps), newest first."""
+    settings = keeper.settings
+
+    async def run() -> int:
+        client = await client_for(settings)
+        bootstraps: dict[str, Any] = {}
+        async for wf in client.list_workflows(
+            f'WorkflowType="{BOOTSTRAP_WORKFLOW_TYPE}"', limit=limit * 4
+        ):
+            # One row per slice: its latest run (a continued run shares the workflow id).
+            current = bootstraps.get(wf.id)
+            if current is None or wf.start_time > current.start_time:
+                bootstraps[wf.id] = wf
+        teardowns: dict[str, Any] = {}
+        async for wf in client.list_workflows('WorkflowType="TpuSliceTeardown"', limit=limit * 4):
+            current = teardowns.get(wf.id)
+            if current is None or wf.start_time > current.start_time:
+                teardowns[wf.id] = wf
+        rows = []
+        for wf in sorted(bootstraps.values(), key=lambda w: w.start_time, reverse=True)[:limit]:
+            attrs = wf.typed_search_attributes
+            name = attrs.get(sa.SLICE_NAME) or wf.id.removeprefix("tpu-bootstrap-")
+            phase = attrs.get(sa.PHASE)
+            bootstrap_state = status_name(wf) or "UNKNOWN"
+            teardown = teardowns.get(teardown_workflow_id(name))
+            released_by = (
+                status_name(teardown)
+                if teardown is not None
+                and wf.close_time is not None
+                and teardown.start_time >= wf.close_time
+                else None
+            )
+            rows.append(
+                {
+                    "slice": name,
+                    "zone": attrs.get(sa.ZONE),
+                    "phase": phase,
+                    "status": bootstrap_state,
+                    "slice_state": slice_state(bootstrap_state, phase, released_by),
+                    "started_at": wf.start_time,
+                    "workflow_id": wf.id,
+                    "run_id": wf.run_id,
+                }
+            )
+        if out.json:
+            out.data({"slices": rows})
+            return 0
+        if not rows:
+            out.note("no slices yet; start one with `keeper tpu bootstrap`")
+            return 0
+        header = ("SLICE", "ZONE", "PHASE", "STATUS", "STATE", "STARTED")
+        table = [header] + [
+            (
+                _shown(r["slice"]),
+                _shown(r["zone"] or "-"),
+                _shown(r["phase"] or "-"),
+                r["status"],
+                r["slice_state"],
+                rfc3339(r["started_at"]) or "-",
+            )
+            for r in rows
+        ]
+        widths = [max(len(row[i]) for row in table) for i in range(len(header))]
+        for row in table:
+            out.line("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
         return 0
 
     raise SystemExit(asyncio.run(run()))
@@ -409,25 +547,66 @@ def status(keeper: KeeperContext, slice_name: str, as_json: bool, wait: bool) ->
 @tpu.command()
 @click.argument("slice_name")
 @click.option("--wait/--no-wait", default=True, show_default=True, help="Wait for compensation.")
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@json_options
 @pass_keeper
-def cancel(keeper: KeeperContext, slice_name: str, wait: bool, as_json: bool) -> None:
-    """Cancel the bootstrap of SLICE_NAME; its compensation deletes what it created."""
+def cancel(keeper: KeeperContext, out: Output, slice_name: str, wait: bool) -> None:
+    """Cancel the bootstrap of SLICE_NAME; its compensation deletes what it created.
+
+    Exit 0 once the bootstrap is cancelled and compensated (or the cancel was requested,
+    with --no-wait); 1 when there is no running bootstrap or it ended another way.
+    """
     settings = keeper.settings
 
     async def run() -> int:
-        handle, description = await bootstrap_handle(settings, slice_name)
+        client = await client_for(settings)
+        found = await slice_workflows(client, slice_name)
+        if not found.exists:
+            raise _unknown_slice(slice_name, settings)
+        handle, description = found.bootstrap, found.bootstrap_description
         if not is_running(description):
-            state = description.status.name if description and description.status else "not found"
-            raise click.ClickException(
-                f"no running bootstrap of {slice_name} ({state}); to release a ready slice use "
-                f"`keeper tpu delete {slice_name}`"
+            raise CommandFailed(
+                f"no running bootstrap of {slice_name} ({found.bootstrap_status})",
+                hint=f"To release a ready slice use `keeper tpu delete {slice_name}`.",
+                workflow_id=handle.id,
+                status=found.bootstrap_status,
             )
         await handle.cancel()
+        fields = _handle_fields(settings, handle, description.run_id)
         if not wait:
-            console.print(f"cancel requested for {handle.id}; compensation runs in the workflow")
+            if out.json:
+                out.data({**fields, "status": "CANCEL_REQUESTED"})
+            else:
+                out.line(f"cancel requested for {handle.id}")
+                out.note("compensation runs in the workflow; watch it with `keeper tpu status`")
             return 0
-        return await wait_and_report(handle, settings, as_json, show=False)
+        try:
+            await result_of(handle, _note)
+        except WorkflowFailureError as err:
+            if not isinstance(err.cause, CancelledError):
+                message, failure = failure_of(err)
+                cleanup, _ = _cleanup(failure)
+                raise CommandFailed(
+                    f"the bootstrap failed before the cancel took effect: {message}",
+                    hint=f"Compensation: {cleanup}.",
+                    **fields,
+                    status="FAILED",
+                    failure=failure,
+                ) from None
+        else:
+            raise CommandFailed(
+                f"the bootstrap of {slice_name} completed before the cancel took effect",
+                hint=f"Release the slice with `keeper tpu delete {slice_name}`.",
+                **fields,
+                status="COMPLETED",
+            )
+        final = await query_status(handle)
+        cleanup = final.compensation if final and final.compensation else "unknown"
+        if out.json:
+            out.data({**fields, "status": "CANCELED", "cleanup": cleanup, "progress": final})
+        else:
+            out.line(f"{slice_name}: cancelled; compensation: {_shown(cleanup)}")
+            out.note(f"History: {fields['ui_url']}")
+        return 0
 
     raise SystemExit(asyncio.run(run()))
 
@@ -439,22 +618,23 @@ def cancel(keeper: KeeperContext, slice_name: str, wait: bool, as_json: bool) ->
 @click.option("--node-count", type=int, default=1, show_default=True, help="Nodes of a multislice.")
 @click.option("--reason", default="operator teardown", show_default=True)
 @click.option("--wait/--no-wait", default=True, show_default=True)
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@json_options
 @pass_keeper
 def delete(
     keeper: KeeperContext,
+    out: Output,
     slice_name: str,
     project: str | None,
     zone: str | None,
     node_count: int,
     reason: str,
     wait: bool,
-    as_json: bool,
 ) -> None:
     """Release a ready slice through its own workflow, tpu-teardown-<slice>.
 
     Only resources labelled as created by tpu-bootstrap-<slice> are deleted. A bootstrap
-    still running is cancelled with `keeper tpu cancel` instead.
+    still running is cancelled with `keeper tpu cancel` instead. A name keeper has no
+    bootstrap of is refused (exit 1) and nothing is started.
     """
     settings = keeper.settings
     try:
@@ -466,39 +646,51 @@ def delete(
             reason=reason,
         )
     except ValidationError as err:
-        raise click.ClickException(validation_message(err)) from None
+        raise UsageProblem(validation_message(err).replace("slice request", "delete")) from None
 
     async def run() -> int:
         client = await client_for(settings)
-        owner = client.get_workflow_handle(bootstrap_workflow_id(slice_name))
-        if is_running(await describe_as(owner, BOOTSTRAP_WORKFLOW_TYPE)):
-            raise click.ClickException(
-                f"the bootstrap of {slice_name} is still running; stop it with "
-                f"`keeper tpu cancel {slice_name}` (that deletes the slice too)"
+        found = await slice_workflows(client, slice_name)
+        if not found.exists:
+            raise _unknown_slice(slice_name, settings)
+        if is_running(found.bootstrap_description):
+            raise CommandFailed(
+                f"the bootstrap of {slice_name} is still running",
+                hint=f"Stop it with `keeper tpu cancel {slice_name}` (that deletes the slice too).",
+                workflow_id=found.bootstrap.id,
+                status="RUNNING",
             )
-        # USE_EXISTING below would join whatever runs at the id, of any type.
-        await describe_as(
-            client.get_workflow_handle(teardown_workflow_id(slice_name)), TEARDOWN_WORKFLOW_TYPE
-        )
         handle = await client.start_workflow(
             TpuSliceTeardown.run,
             request,
             id=teardown_workflow_id(slice_name),
             task_queue=settings.temporal.family_queue("tpu"),
+            # Joins a teardown already running (the type was checked above).
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
             static_summary=f"release TPU slice {slice_name} ({request.zone})",
             result_type=DeletionReport,
         )
+        fields = _handle_fields(settings, handle, handle.result_run_id)
         if not wait:
-            console.print(f"started {handle.id}: {settings.temporal.workflow_url(handle.id)}")
+            if out.json:
+                out.data({**fields, "status": "RUNNING"})
+            else:
+                out.line(handle.id)
+                out.note(f"started: {fields['ui_url']}")
             return 0
-        report = await handle.result()
-        if as_json:
-            _emit_json({"workflow_id": handle.id, "report": report.model_dump(mode="json")})
+        try:
+            report: DeletionReport = await result_of(handle, _note)
+        except WorkflowFailureError as err:
+            raise CommandFailed(
+                f"the teardown of {slice_name} did not finish: {err.cause or err}",
+                hint=f"The sweeper deletes what a closed teardown released; see {fields['ui_url']}",
+                **fields,
+                status="FAILED",
+            ) from None
+        if out.json:
+            out.data({**fields, "status": "COMPLETED", "result": report})
         else:
-            from workflows.tpu.compensation import describe
-
-            console.print(f"{_shown(slice_name)}: {_shown(describe(report))}")
+            out.line(f"{_shown(slice_name)}: {_shown(describe(report))}")
         return 0
 
     raise SystemExit(asyncio.run(run()))
@@ -506,9 +698,9 @@ def delete(
 
 @tpu.command()
 @click.option("--dry-run", is_flag=True, help="Report what would be deleted; delete nothing.")
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@json_options
 @pass_keeper
-def sweep(keeper: KeeperContext, dry_run: bool, as_json: bool) -> None:
+def sweep(keeper: KeeperContext, out: Output, dry_run: bool) -> None:
     """Run the sweeper now: delete labelled TPU resources whose owner closed unsuccessfully.
 
     The worker also runs it on a schedule (sweeper.interval, schedule id tpu-sweeper).
@@ -517,27 +709,36 @@ def sweep(keeper: KeeperContext, dry_run: bool, as_json: bool) -> None:
 
     async def run() -> int:
         client = await client_for(settings)
-        report: SweepReport = await client.execute_workflow(
+        workflow_id = manual_sweep_workflow_id(f"{datetime.now(UTC):%Y%m%dT%H%M%S}")
+        handle = await client.start_workflow(
             TpuSweeper.run,
             SweepRequest(project=settings.tpu.project, zone=settings.tpu.zone, dry_run=dry_run),
-            id=manual_sweep_workflow_id(f"{datetime.now(UTC):%Y%m%dT%H%M%S}"),
+            id=workflow_id,
             task_queue=settings.temporal.family_queue("tpu"),
             result_type=SweepReport,
         )
-        if as_json:
-            _emit_json(report.model_dump(mode="json"))
+        report: SweepReport = await result_of(handle, _note)
+        if out.json:
+            # The report's fields at the top, as before, next to the shared ones.
+            out.data(
+                {
+                    **report.model_dump(mode="python"),
+                    **_handle_fields(settings, handle, handle.result_run_id),
+                    "status": "COMPLETED",
+                }
+            )
             return 0
         verb = "would delete" if dry_run else "deleted"
-        console.print(f"examined {report.examined}; {verb} {len(report.deleted)}")
+        out.line(f"examined {report.examined}; {verb} {len(report.deleted)}")
         # Items name cloud resources and owners read from their labels: outside text.
         for item in report.deleted:
-            console.print(f"  {verb}: {_shown(item)}")
+            out.line(f"  {verb}: {_shown(item)}")
         for item in report.unknown_owner:
-            console.print(f"  [yellow]unknown owner, left alone:[/] {_shown(item)}")
+            out.line(f"  unknown owner, left alone: {_shown(item)}")
         for item in report.failed:
-            console.print(f"  [red]not deleted (the next sweep tries again):[/] {_shown(item)}")
+            out.line(f"  not deleted (the next sweep tries again): {_shown(item)}")
         for item in report.errors:
-            console.print(f"  [red]error:[/] {_shown(item)}")
+            out.line(f"  error: {_shown(item)}")
         return 0
 
     raise SystemExit(asyncio.run(run()))

@@ -173,6 +173,13 @@ class BootstrapStatus(_Message):
     compensation_stuck: bool = False
     compensation_stuck_since: datetime | None = None
     compensation_last_error: str | None = None
+    # The phase a failed or cancelled bootstrap was in when it stopped (None before that).
+    failed_phase: Phase | None = None
+    # What the phase child deleted itself when it was cancelled (its own report), so the
+    # supervisor can say who deleted what.
+    child_compensation: DeletionReport | None = None
+    # Health: the number of VMs failing in the last round, when `failing_vms` is cut short.
+    vms_failing: int | None = None
 
     @classmethod
     def initial(cls, request: SliceRequest) -> BootstrapStatus:
@@ -207,10 +214,16 @@ class BootstrapFailure(_Message):
     """Details of a failed bootstrap, carried by its ApplicationError."""
 
     phase: Phase
-    kind: str  # "deadline", "terminal", "error", "cancelled", "terminated"
+    # "deadline", "terminal", "error", "cancelled", "terminated", "timeout", or "taken" (the
+    # name belongs to another run, whose resources are left alone)
+    kind: str
     message: str
     failing_vms: list[VmFailure] = []
     compensation: DeletionReport | None = None
+    # What compensation did, in words (domain/tpu/outcome.py); absent on older payloads.
+    cleanup: str | None = None
+    # Whether the phase child deleted the slice itself (when cancelled).
+    compensated_by_child: bool = False
 
 
 class SupervisorResume(_Message):

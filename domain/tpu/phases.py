@@ -7,9 +7,13 @@ health from the moment every VM has an IP.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import timedelta
 from enum import StrEnum
 
+from domain.common.durations import format_duration
+from domain.tpu.observation import SliceObservation
+from domain.tpu.qr_state import QrStage
 from domain.tpu.slice_request import SliceRequest
 
 
@@ -48,11 +52,57 @@ def size_floor(total_vms: int) -> timedelta:
     return timedelta(0)
 
 
-def phase_plan(request: SliceRequest) -> list[Phase]:
-    if request.capacity.queued:
-        return [Phase.ASSIGN, Phase.PROVISION, Phase.READY, Phase.HEALTH]
+class Goal(StrEnum):
+    """What a waiting phase waits to see in an observation of the cloud."""
+
+    ASSIGNED = "assigned"  # QR PROVISIONING or ACTIVE
+    ACTIVE = "active"  # QR ACTIVE
+    CLOUD_READY = "cloud-ready"  # every node READY, every VM an IP, the exact VM count
+
+
+def reached(obs: SliceObservation, goal: Goal) -> bool:
+    if goal is Goal.ASSIGNED:
+        return obs.stage in (QrStage.PROVISIONING, QrStage.ACTIVE)
+    if goal is Goal.ACTIVE:
+        return obs.stage is QrStage.ACTIVE
+    return obs.cloud_ready
+
+
+@dataclass(frozen=True)
+class WaitStep:
+    """One phase that waits on cloud reads, in the order the phase child runs them."""
+
+    phase: Phase
+    # The budget counts from submission (the create), not from the moment the phase starts.
+    from_submission: bool
+    goal: Goal
+    # The wait's activity summary, as the UI shows it.
+    what: str
+
+
+# | capacity   | phase     | budget counts from       | done when                             |
+# |------------|-----------|--------------------------|---------------------------------------|
+# | queued     | assign    | submission               | QR PROVISIONING or ACTIVE             |
+# | queued     | provision | the end of assign        | QR ACTIVE                             |
+# | queued     | ready     | the end of provision     | every node READY, every VM an IP      |
+# | non-queued | ready     | submission (node create) | every node READY, every VM an IP      |
+# Health follows on both, from the end of ready (it probes VMs, it reads no cloud state).
+_READY_WHAT = "wait for every node READY and every VM an IP"
+QUEUED_WAITS = (
+    WaitStep(Phase.ASSIGN, True, Goal.ASSIGNED, "wait for capacity to be assigned"),
+    WaitStep(Phase.PROVISION, False, Goal.ACTIVE, "wait for the queued resource to become ACTIVE"),
+    WaitStep(Phase.READY, False, Goal.CLOUD_READY, _READY_WHAT),
+)
+NODE_WAITS = (WaitStep(Phase.READY, True, Goal.CLOUD_READY, _READY_WHAT),)
+
+
+def wait_plan(request: SliceRequest) -> tuple[WaitStep, ...]:
     # Non-queued capacity has no queue: one cloud-ready budget from node create, then health.
-    return [Phase.READY, Phase.HEALTH]
+    return QUEUED_WAITS if request.capacity.queued else NODE_WAITS
+
+
+def phase_plan(request: SliceRequest) -> list[Phase]:
+    return [step.phase for step in wait_plan(request)] + [Phase.HEALTH]
 
 
 def deadline_for(request: SliceRequest, phase: Phase) -> timedelta:
@@ -79,3 +129,18 @@ def backstop(assign_budget: timedelta, poll_interval: timedelta) -> timedelta:
     keeper's own deadline, which fires within one poll interval of the budget.
     """
     return assign_budget + 2 * poll_interval + BACKSTOP_GRACE
+
+
+def default_budget_text(phase: Phase) -> str:
+    """A phase's default budget in words, for help texts: `10m (15m from 64 VMs, ...)`."""
+    text = format_duration(DEFAULT_DEADLINES[phase])
+    if phase in SCALED_PHASES:
+        floors = ", ".join(f"{format_duration(f)} from {n} VMs" for n, f in reversed(SIZE_FLOORS))
+        text += f" ({floors})"
+    return text
+
+
+def plan_text() -> str:
+    """`assign (4h), provision (1h), ready (10m) and health (10m)`: the queued plan's budgets."""
+    parts = [f"{p.value} ({format_duration(b)})" for p, b in DEFAULT_DEADLINES.items()]
+    return ", ".join(parts[:-1]) + " and " + parts[-1]

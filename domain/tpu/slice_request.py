@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from domain.common.durations import HumanDuration
 from domain.tpu.naming import LABEL_KEY_RE, LABEL_RE, RESERVED_LABEL_PREFIX
-from domain.tpu.topology import ACCELERATOR_RE, vms_per_node
+from domain.tpu.topology import ACCELERATOR_RE, topology_problem, vms_per_node
 
 SLICE_NAME_PATTERN = r"^[a-z]([a-z0-9-]{0,38}[a-z0-9])?$"
 ZONE_PATTERN = r"^[a-z]+-[a-z]+[0-9]+-[a-z]$"
@@ -88,6 +88,14 @@ class SliceRequest(BaseModel):
             if not LABEL_RE.match(value):
                 raise ValueError(f"label {key!r} value {value!r} must match {LABEL_RE.pattern}")
         return labels
+
+    @field_validator("accelerator_type")
+    @classmethod
+    def _accelerator_fits_its_topology(cls, accelerator_type: str) -> str:
+        problem = topology_problem(accelerator_type)
+        if problem is not None:
+            raise ValueError(problem)
+        return accelerator_type
 
     @model_validator(mode="after")
     def _capacity_fits(self) -> Self:

@@ -6,7 +6,7 @@ from datetime import datetime
 
 from domain.common.durations import format_duration
 from domain.common.untrusted import md_text
-from domain.tpu.models import BootstrapStatus
+from domain.tpu.models import BootstrapStatus, VmFailure
 
 MAX_FAILING_SHOWN = 10
 ERROR_LIMIT = 600
@@ -37,6 +37,8 @@ def render_details(status: BootstrapStatus) -> str:
             f"{t.phase.value} {format_duration_seconds(t.seconds or 0.0)}" for t in done
         )
         lines.append(f"| phases done | {took} |")
+    if status.failed_phase is not None:
+        lines.append(f"| stopped in | `{status.failed_phase.value}` |")
     if status.compensation:
         lines.append(f"| compensation | {md_text(status.compensation)} |")
     if status.compensation_stuck:
@@ -51,10 +53,21 @@ def render_details(status: BootstrapStatus) -> str:
         lines += ["", "**Failing VMs:**"]
         for vm in status.failing_vms[:MAX_FAILING_SHOWN]:
             lines.append(f"- {md_text(vm.node)}/{vm.index} {md_text(vm.ip)}: {md_text(vm.reason)}")
-        hidden = len(status.failing_vms) - MAX_FAILING_SHOWN
+        hidden = max(status.vms_failing or 0, len(status.failing_vms)) - MAX_FAILING_SHOWN
         if hidden > 0:
             lines.append(f"- ... and {hidden} more (see the `status` query)")
     return "\n".join(lines)
+
+
+def failing_vm_list(failing: list[VmFailure], count: int | None = None, shown: int = 10) -> str:
+    """`train-a/2 10.0.0.3 (HTTP 503), ... and 4 more`: the first few failing VMs and why.
+
+    Plain text: the caller makes it safe for where it goes (md_text, terminal_text).
+    """
+    total = len(failing) if count is None else max(count, len(failing))
+    names = ", ".join(f"{f.node}/{f.index} {f.ip} ({f.reason})" for f in failing[:shown])
+    more = total - min(len(failing), shown)
+    return names + (f" and {more} more" if more > 0 else "")
 
 
 def format_duration_seconds(seconds: float) -> str:

@@ -43,6 +43,7 @@ with workflow.unsafe.imports_passed_through():
         legacy_bootstrap_run_workflow_id,
         wrong_id_message,
     )
+    from domain.tpu.outcome import cleanup_summary, merge_reports
     from domain.tpu.phases import Phase
     from domain.tpu.slice_request import SliceRequest
     from domain.tpu.status_view import render_details, static_summary
@@ -55,7 +56,7 @@ with workflow.unsafe.imports_passed_through():
         WRONG_ID_TYPE,
         TpuSliceBootstrapRun,
     )
-    from workflows.tpu.compensation import delete_slice, describe
+    from workflows.tpu.compensation import delete_slice
 
 # The child's id became tpu-bootstrap-<slice>.run: "-run" could be another slice's supervisor.
 CHILD_ID_PATCH = "bootstrap-child-id-dot-run"
@@ -63,6 +64,9 @@ CHILD_ID_PATCH = "bootstrap-child-id-dot-run"
 PROJECT_MEMO_PATCH = "bootstrap-project-memo"
 # A long stuck compensation continues as new with this memo entry (a SupervisorResume).
 RESUME_MEMO = "keeper-compensation"
+# A create that found the name held by another run (a live slice a completed run handed
+# over) created nothing: the supervisor fails without compensating, so it never touches it.
+NAME_TAKEN_PATCH = "bootstrap-name-taken-no-compensation"
 
 
 @workflow.defn(
@@ -155,11 +159,11 @@ class TpuSliceBootstrap:
                 search_attributes=sa.for_slice(request.slice_name, request.zone),
             )
         except ChildWorkflowError as err:
-            failure = _failure_of(err, self._status.phase)
+            failure = _failure_of(err, self._stopped_in())
             await self._compensate_and_close(failure, isinstance(err.cause, CancelledError))
         except asyncio.CancelledError:
             failure = BootstrapFailure(
-                phase=self._status.phase, kind="cancelled", message="bootstrap cancelled"
+                phase=self._stopped_in(), kind="cancelled", message="bootstrap cancelled"
             )
             await self._compensate_and_close(failure, True)
         self._finish(result)
@@ -174,16 +178,37 @@ class TpuSliceBootstrap:
         """Deletes what the bootstrap created, then closes as cancelled or failed."""
         self._failure = failure
         self._cancelled = cancelled
-        report, cancel_seen = await run_to_completion(
-            self._compensate(failure.message, resume), on_cancel=self._note_cancel
+        if failure.kind == "taken" and workflow.patched(NAME_TAKEN_PATCH):
+            # Nothing of this run exists; what does belongs to another run and stays.
+            report: DeletionReport | None = None
+            cancel_seen = False
+        else:
+            report, cancel_seen = await run_to_completion(
+                self._compensate(failure.message, resume), on_cancel=self._note_cancel
+            )
+        assert self._status is not None
+        child = self._status.child_compensation
+        if report is not None:
+            report = merge_reports(child, report)
+        cleanup = cleanup_summary(
+            report,
+            kind=failure.kind,
+            by_child=bool(child and child.deleted),
+            slice_name=self._ref.slice_name,
         )
-        failure = failure.model_copy(update={"compensation": report})
+        failure = failure.model_copy(
+            update={
+                "compensation": report,
+                "cleanup": cleanup,
+                "compensated_by_child": bool(child and child.deleted),
+            }
+        )
         cancelled = cancelled or cancel_seen or self._cancel_seen
         await self._close(Phase.CANCELLED if cancelled else Phase.FAILED, failure, report)
         if cancelled:
             raise asyncio.CancelledError(failure.message)
         raise ApplicationError(
-            f"{failure.message}; compensation: {describe(report)}",
+            f"{failure.message}; compensation: {cleanup}",
             failure,
             type=FAILURE_TYPE,
             non_retryable=True,
@@ -270,16 +295,29 @@ class TpuSliceBootstrap:
             self._request, memo={PROJECT_MEMO: self._request.project, RESUME_MEMO: resume}
         )
 
-    async def _close(self, phase: Phase, failure: BootstrapFailure, report: DeletionReport) -> None:
+    def _stopped_in(self) -> Phase:
+        """The phase the bootstrap was in, not the child's compensate that followed it."""
         assert self._status is not None
+        if self._status.phase in (Phase.COMPENSATE, Phase.FAILED, Phase.CANCELLED):
+            return self._status.failed_phase or self._status.phase
+        return self._status.phase
+
+    async def _close(
+        self, phase: Phase, failure: BootstrapFailure, report: DeletionReport | None
+    ) -> None:
+        assert self._status is not None
+        gone = report is not None and not report.not_ours and self._ref.queued
         self._status = self._status.model_copy(
             update={
                 "phase": phase,
+                "failed_phase": failure.phase,
                 "error": failure.message,
                 "failing_vms": failure.failing_vms or self._status.failing_vms,
-                "compensation": describe(report),
+                "compensation": failure.cleanup or "",
                 "compensation_stuck": False,
                 "phase_deadline_at": None,
+                # What was last seen is gone now; the view must not show it as current.
+                "qr_state": "deleted" if gone else self._status.qr_state,
             }
         )
         workflow.upsert_search_attributes([sa.PHASE.value_set(phase.value)])

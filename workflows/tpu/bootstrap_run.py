@@ -30,6 +30,7 @@ with workflow.unsafe.imports_passed_through():
         BootstrapStatus,
         CompensationProgress,
         CreateSliceInput,
+        DeletionReport,
         HealthCheckInput,
         HealthReport,
         ObserveInput,
@@ -43,9 +44,9 @@ with workflow.unsafe.imports_passed_through():
         wrong_id_message,
     )
     from domain.tpu.observation import SliceObservation, bucket, progress_key
-    from domain.tpu.phases import Phase, backstop, deadlines
-    from domain.tpu.qr_state import QrStage
-    from domain.tpu.status_view import render_details
+    from domain.tpu.outcome import cleanup_summary
+    from domain.tpu.phases import Phase, backstop, deadlines, reached, wait_plan
+    from domain.tpu.status_view import failing_vm_list, render_details
     from workflows.common.shielded import run_to_completion
     from workflows.tpu import activity_options as opts
     from workflows.tpu.compensation import delete_slice
@@ -65,6 +66,11 @@ DEADLINE_LAST_LOOK_PATCH = "phase-deadline-last-look"
 CONTINUE_AS_NEW_PATCH = "child-compensation-continue-as-new"
 RESUME_MEMO = "keeper-compensation"
 CANCELLED_TYPE = "BootstrapCancelled"
+# A cancelled child tells its supervisor what its own compensation deleted (one more
+# progress signal), so the supervisor's failure says who deleted what.
+CANCEL_REPORT_PATCH = "child-cancel-report"
+# The create's ALREADY_EXISTS for another run's resource (activities/tpu/cloud.py).
+NAME_TAKEN_TYPE = "SliceNameTaken"
 LAST_LOOK = RetryPolicy(maximum_attempts=1)
 
 
@@ -110,33 +116,18 @@ class TpuSliceBootstrapRun:
             )
         try:
             obs = await self._submit()
-            if req.capacity.queued:
+            submitted_at = self._phase_started_at
+            for step in wait_plan(req):
                 obs = await self._wait_phase(
-                    Phase.ASSIGN,
-                    self._phase_started_at,
-                    lambda o: o.stage in (QrStage.PROVISIONING, QrStage.ACTIVE),
+                    step.phase,
+                    submitted_at if step.from_submission else workflow.now(),
+                    lambda o, goal=step.goal: reached(o, goal),
                     obs,
-                    "wait for capacity to be assigned",
+                    step.what,
                 )
-                obs = await self._wait_phase(
-                    Phase.PROVISION,
-                    workflow.now(),
-                    lambda o: o.stage is QrStage.ACTIVE,
-                    obs,
-                    "wait for the queued resource to become ACTIVE",
-                )
-                ready_from = workflow.now()
-            else:
-                ready_from = self._phase_started_at
-            obs = await self._wait_phase(
-                Phase.READY,
-                ready_from,
-                lambda o: o.cloud_ready,
-                obs,
-                "wait for every node READY and every VM an IP",
-            )
             await self._health(obs)
         except PhaseFailed as failed:
+            self._status = self._status_copy(failed_phase=failed.failure.phase)
             await self._enter(Phase.FAILED, None, error=failed.failure.message)
             await self._flush_signals()
             raise ApplicationError(
@@ -175,7 +166,11 @@ class TpuSliceBootstrapRun:
             )
         except ActivityError as err:
             _reraise_cancellation(err)
-            raise PhaseFailed(self._failure(Phase.SUBMIT, "error", err)) from None
+            cause = err.cause
+            taken = isinstance(cause, ApplicationError) and cause.type == NAME_TAKEN_TYPE
+            raise PhaseFailed(
+                self._failure(Phase.SUBMIT, "taken" if taken else "error", err)
+            ) from None
         return SliceObservation(
             expected_nodes=len(self._ref.node_ids), expected_vms=req.expected_vms
         )
@@ -298,23 +293,16 @@ class TpuSliceBootstrapRun:
                     raise PhaseFailed(self._failure(Phase.HEALTH, "error", err)) from None
                 final = await self._health_at_deadline(deadline_at, obs)
                 if final is None or not final.all_healthy:
-                    last = final or _last_health_report(err)
-                    failing = last.failing if last else []
-                    names = ", ".join(f"{f.node}/{f.index} {f.ip}" for f in failing[:10])
-                    more = f" and {len(failing) - 10} more" if len(failing) > 10 else ""
                     raise PhaseFailed(
-                        BootstrapFailure(
-                            phase=Phase.HEALTH,
-                            kind="deadline",
-                            message=f"health deadline ({format_duration(budget)}) exceeded: "
-                            f"{len(failing)} of {len(obs.endpoints)} VMs not healthy: "
-                            f"{names}{more}",
-                            failing_vms=failing,
-                        )
+                        self._health_failure(budget, obs, final or _last_health_report(err))
                     ) from None
                 report = final
             last_bucket = bucket(report.healthy, report.total)
-            self._status = self._status_copy(vms_healthy=report.healthy, failing_vms=report.failing)
+            self._status = self._status_copy(
+                vms_healthy=report.healthy,
+                failing_vms=report.failing,
+                vms_failing=report.total - report.healthy,
+            )
             await self._publish()
         return report
 
@@ -338,6 +326,25 @@ class TpuSliceBootstrapRun:
             return _last_health_report(err)
 
     # -- failure and compensation ---------------------------------------------------------
+
+    def _health_failure(
+        self, budget: timedelta, obs: SliceObservation, last: HealthReport | None
+    ) -> BootstrapFailure:
+        """Names the failing VMs and why; counts come from the round, not from its list."""
+        assert self._status is not None
+        failing = last.failing if last else []
+        count = last.total - last.healthy if last else len(failing)
+        if len(self._status.failing_vms) > len(failing):
+            # A retried attempt's details carry only the first few; the last full round
+            # this workflow saw names them all.
+            failing = self._status.failing_vms
+        return BootstrapFailure(
+            phase=Phase.HEALTH,
+            kind="deadline",
+            message=f"health deadline ({format_duration(budget)}) exceeded: "
+            f"{count} of {len(obs.endpoints)} VMs not healthy: {failing_vm_list(failing, count)}",
+            failing_vms=failing,
+        )
 
     def _raise_if_terminal(self, phase: Phase, obs: SliceObservation) -> None:
         reason = obs.terminal_reason
@@ -372,13 +379,27 @@ class TpuSliceBootstrapRun:
         return BootstrapFailure(phase=phase, kind=kind, message=f"{phase.value}: {message}")
 
     async def _compensate_on_cancel(self, resume: CompensationProgress | None = None) -> None:
-        await run_to_completion(self._compensate(resume))
-        self._status = self._status_copy(phase=Phase.CANCELLED, compensation="deleted")
-        workflow.set_current_details(render_details(self._status))
+        report, _ = await run_to_completion(self._compensate(resume))
+        self._status = self._status_copy(
+            phase=Phase.CANCELLED,
+            compensation=cleanup_summary(report),
+            child_compensation=report,
+            phase_deadline_at=None,
+        )
+        if workflow.patched(CANCEL_REPORT_PATCH):
+            # The supervisor compensates after this child too, and would otherwise only
+            # find everything already gone.
+            await self._publish()
+            await self._flush_signals()
+        else:
+            workflow.set_current_details(render_details(self._status))
 
-    async def _compensate(self, resume: CompensationProgress | None) -> None:
+    async def _compensate(self, resume: CompensationProgress | None) -> DeletionReport:
+        assert self._status is not None
+        if resume is None and self._status.failed_phase is None:
+            self._status = self._status_copy(failed_phase=self._status.phase)
         await self._enter(Phase.COMPENSATE, None)
-        await delete_slice(
+        return await delete_slice(
             self._ref,
             self._inp.owner.workflow_id,
             self._inp.owner.run_id,

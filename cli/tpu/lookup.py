@@ -1,0 +1,75 @@
+"""Where a slice stands: its bootstrap and, once that handed it over, its teardown."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
+
+from cli.temporal_ops import describe_as
+from domain.tpu.models import BootstrapResult, DeletionReport
+from domain.tpu.naming import (
+    BOOTSTRAP_WORKFLOW_TYPE,
+    TEARDOWN_WORKFLOW_TYPE,
+    bootstrap_workflow_id,
+    teardown_workflow_id,
+)
+from domain.tpu.outcome import is_live, slice_state
+
+
+def status_name(description: Any) -> str | None:
+    if description is None or description.status is None:
+        return None
+    return WorkflowExecutionStatus(description.status).name
+
+
+@dataclass
+class SliceWorkflows:
+    bootstrap: WorkflowHandle[Any, BootstrapResult]
+    bootstrap_description: Any  # None: no bootstrap of this name
+    teardown: WorkflowHandle[Any, DeletionReport]
+    # Only a teardown that started after the bootstrap closed releases this slice; an older
+    # one released an earlier slice of the same name.
+    teardown_description: Any
+
+    @property
+    def exists(self) -> bool:
+        return self.bootstrap_description is not None
+
+    @property
+    def bootstrap_status(self) -> str:
+        return status_name(self.bootstrap_description) or "NOT_FOUND"
+
+    @property
+    def teardown_status(self) -> str | None:
+        return status_name(self.teardown_description)
+
+    @property
+    def live(self) -> bool:
+        return is_live(self.bootstrap_status, self.teardown_status)
+
+    def state(self, phase: str | None) -> str:
+        return slice_state(self.bootstrap_status, phase, self.teardown_status)
+
+
+def _after(teardown: Any, bootstrap: Any) -> bool:
+    closed: datetime | None = getattr(bootstrap, "close_time", None)
+    started: datetime | None = getattr(teardown, "start_time", None)
+    return closed is not None and started is not None and started >= closed
+
+
+async def slice_workflows(client: Client, slice_name: str) -> SliceWorkflows:
+    """Refuses (exit 1) when either id holds a workflow of another type."""
+    bootstrap = client.get_workflow_handle(
+        bootstrap_workflow_id(slice_name), result_type=BootstrapResult
+    )
+    teardown = client.get_workflow_handle(
+        teardown_workflow_id(slice_name), result_type=DeletionReport
+    )
+    described = await describe_as(bootstrap, BOOTSTRAP_WORKFLOW_TYPE)
+    teardown_described = await describe_as(teardown, TEARDOWN_WORKFLOW_TYPE)
+    if described is None or not _after(teardown_described, described):
+        teardown_described = None
+    return SliceWorkflows(bootstrap, described, teardown, teardown_described)

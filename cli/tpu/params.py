@@ -1,0 +1,147 @@
+"""`keeper tpu bootstrap`'s arguments: parsed and checked in the CLI's own names.
+
+A bad value is refused (exit 2) naming the flag it came from, before anything connects or
+starts; the request model's field names never reach the operator.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import click
+from pydantic import ValidationError
+
+from cli.output import UsageProblem
+from domain.common.durations import FORMS, documented_duration
+from domain.tpu.phases import DEFAULT_DEADLINES, Phase
+from domain.tpu.slice_request import SliceRequest
+from domain.tpu.topology import topology_problem
+from runtime.settings import Settings
+
+# A request field -> the argument or option that sets it.
+FLAGS = {
+    "slice_name": "SLICE_NAME",
+    "accelerator_type": "--accelerator-type",
+    "capacity": "--capacity",
+    "reservation_name": "--reservation",
+    "guaranteed_min_duration": "--min-duration",
+    "runtime_version": "--runtime-version",
+    "node_count": "--node-count",
+    "vms_per_node": "--vms-per-node",
+    "project": "--project (or tpu.project in the settings)",
+    "zone": "--zone (or tpu.zone in the settings)",
+    "health_port": "--health-port",
+    "health_path": "--health-path",
+    "labels": "--label",
+    "poll_interval": "--poll-interval (or bootstrap.poll_interval in the settings)",
+    "deadlines.assign": "--assign-deadline",
+    "deadlines.provision": "--provision-deadline",
+    "deadlines.ready": "--ready-deadline",
+    "deadlines.health": "--health-deadline",
+}
+
+
+class Duration(click.ParamType):
+    """A positive duration: "30s", "10m", "1h30m", ISO-8601 or seconds."""
+
+    name = "duration"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, timedelta):
+            return value
+        if isinstance(value, str) and value.strip().startswith("-"):
+            self.fail(f"{value!r}: a duration must be longer than 0, e.g. 10m", param, ctx)
+        try:
+            parsed = documented_duration(value)
+        except ValueError:
+            self.fail(f"{value!r} is not a duration: expected {FORMS}", param, ctx)
+        if not isinstance(parsed, timedelta):
+            self.fail(f"{value!r} is not a duration: expected {FORMS}", param, ctx)
+        if parsed <= timedelta(0):
+            self.fail(f"{value!r}: a duration must be longer than 0, e.g. 10m", param, ctx)
+        return parsed
+
+
+DURATION = Duration()
+
+
+def parse_labels(values: tuple[str, ...]) -> dict[str, str]:
+    labels = {}
+    for value in values:
+        key, sep, text = value.partition("=")
+        if not sep:
+            raise UsageProblem(f"{value!r} is not KEY=VALUE", param_hint="--label")
+        labels[key] = text
+    return labels
+
+
+def _where(loc: tuple[int | str, ...]) -> str | None:
+    path = ".".join(str(p) for p in loc)
+    for field, flag in FLAGS.items():
+        if path == field or path.startswith(field + "."):
+            return flag
+    return path or None
+
+
+# Plain words for the fields whose rule is a pattern (pydantic would quote the regex).
+PATTERN_WORDS = {
+    "SLICE_NAME": "must be 1-40 characters of lowercase letters, digits and '-', starting "
+    "with a letter and not ending with '-'",
+    FLAGS["project"]: "must be a GCP project id: 6-30 lowercase letters, digits and '-'",
+    FLAGS["zone"]: "must be a zone such as us-central2-b",
+    FLAGS["reservation_name"]: "must be a reservation id: lowercase letters, digits and '-'",
+    FLAGS["health_path"]: "must be a URL path starting with '/'",
+}
+
+
+def _plain(message: str, where: str | None, kind: str) -> str:
+    if kind == "string_pattern_mismatch" and where in PATTERN_WORDS:
+        return PATTERN_WORDS[where]
+    return message.removeprefix("Value error, ")
+
+
+def validation_message(err: ValidationError, accelerator_type: str | None = None) -> str:
+    """Every problem of a request, each naming the flag that sets the field."""
+    lines = []
+    for problem in err.errors():
+        where = _where(tuple(problem["loc"]))
+        message = _plain(problem["msg"], where, problem["type"])
+        if where == FLAGS["accelerator_type"] and accelerator_type is not None:
+            # The pattern's own message is a regular expression; say it in words.
+            message = topology_problem(accelerator_type) or message
+        lines.append(f"  {where}: {message}" if where else f"  {message}")
+    return "invalid slice request; nothing was started:\n" + "\n".join(lines)
+
+
+def build_request(settings: Settings, fields: dict[str, Any]) -> SliceRequest:
+    """Validates the whole request before anything is started (exit 2 naming the flags)."""
+    configured = {
+        Phase.ASSIGN: settings.bootstrap.assign,
+        Phase.PROVISION: settings.bootstrap.provision,
+        Phase.READY: settings.bootstrap.ready,
+        Phase.HEALTH: settings.bootstrap.health,
+    }
+    # Only budgets that differ from the defaults become overrides, so the size rule for
+    # ready/health still applies to a stock configuration.
+    deadlines = {
+        phase.value: value
+        for phase, value in configured.items()
+        if value != DEFAULT_DEADLINES[phase]
+    }
+    deadlines.update(fields.pop("deadlines", {}) or {})
+    merged = {
+        "project": settings.tpu.project,
+        "zone": settings.tpu.zone,
+        "poll_interval": settings.bootstrap.poll_interval,
+        "health_port": settings.default_health_port(),
+        **{k: v for k, v in fields.items() if v not in (None, (), {})},
+        "deadlines": deadlines,
+    }
+    try:
+        return SliceRequest.model_validate(merged)
+    except ValidationError as err:
+        accelerator = merged.get("accelerator_type")
+        raise UsageProblem(
+            validation_message(err, accelerator if isinstance(accelerator, str) else None)
+        ) from None

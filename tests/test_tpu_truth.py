@@ -1,0 +1,394 @@
+"""`keeper tpu` tells a slice's real life: an unknown name is an error, a failed or cancelled
+phase reads as such with what compensation really did, a live slice is never bootstrapped
+over, health failures name their VMs, and a log gets one line per change of state."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import socket
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+import yaml
+from temporalio.api.workflowservice.v1 import GetSystemInfoRequest
+from temporalio.client import Client, WorkflowFailureError
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError, RPCStatusCode
+from temporalio.testing import WorkflowEnvironment
+
+from domain.tpu.models import BootstrapFailure, BootstrapResult
+from domain.tpu.naming import bootstrap_run_workflow_id, bootstrap_workflow_id, teardown_workflow_id
+from domain.tpu.phases import Phase
+from emulators.tpu import Scenario, TpuEmulator
+from runtime import search_attributes as sa
+from tests.e2e_support import REPO, wait_for_phase, write_config
+from tests.harness import assert_no_leaks, env_flag, running_worker, slice_request, tool_path
+from tests.test_replay import write_recording
+from workflows.tpu.bootstrap import TpuSliceBootstrap
+
+pytestmark = pytest.mark.e2e
+
+STOCKOUT = Scenario(
+    assign_after=None,
+    terminal={"state": "FAILED", "after": 0.5, "message": "no more capacity in zone"},
+)
+
+
+async def keeper(config: Path, *args: str) -> tuple[int, str, str]:
+    """The CLI as a user runs it, with stdout and stderr captured (not a terminal)."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "cli.main", "--config", str(config), *args,
+        cwd=REPO, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out, err = await asyncio.wait_for(process.communicate(), 120)
+    return process.returncode or 0, out.decode(), err.decode()
+
+
+def _names() -> tuple[str, str]:
+    return f"keeper-truth-{uuid.uuid4().hex[:6]}", f"tr-{uuid.uuid4().hex[:6]}"
+
+
+async def test_delete_of_an_unknown_slice_is_refused_and_starts_nothing(
+    dev_env: WorkflowEnvironment, emu: TpuEmulator, tmp_path: Path
+):
+    queue, name = _names()
+    config = write_config(tmp_path / "keeper.yaml", dev_env, emu, queue)
+    code, out, err = await keeper(config, "tpu", "delete", name)
+    assert code == 1, err
+    assert f"no slice named {name}" in err
+    assert "keeper tpu list" in err
+    assert "already gone" not in err + out
+    code, out, err = await keeper(config, "tpu", "delete", name, "--json")
+    assert code == 1, err
+    error = json.loads(out)["error"]
+    assert error["slice"] == name and "keeper tpu list" in error["hint"]
+    with pytest.raises(RPCError) as raised:
+        await dev_env.client.get_workflow_handle(teardown_workflow_id(name)).describe()
+    assert raised.value.status is RPCStatusCode.NOT_FOUND
+    # The same for status and cancel: an unknown name is an error, not a usage problem.
+    for command in ("status", "cancel"):
+        code, _, err = await keeper(config, "tpu", command, name)
+        assert code == 1 and f"no slice named {name}" in err, (command, err)
+
+
+async def test_a_failed_phase_reads_failed_with_what_compensation_deleted(
+    dev_env: WorkflowEnvironment, emu: TpuEmulator, tmp_path: Path
+):
+    queue, name = _names()
+    emu.set_scenario(name, STOCKOUT)
+    config = write_config(tmp_path / "keeper.yaml", dev_env, emu, queue)
+    async with running_worker(dev_env.client, emu, task_queue=f"{queue}-tpu"):
+        code, out, err = await keeper(
+            config, "tpu", "bootstrap", name, "-a", "v4-8", "-c", "reserved",
+            "--reservation", "res-a", "--poll-interval", "1s", "--wait",
+        )  # fmt: skip
+        assert code == 1, err
+        assert out == ""  # a failure is a diagnostic, not data
+        assert "bootstrap failed: assign:" in err and "no more capacity in zone" in err
+        assert f"Compensation: deleted {name}." in err
+        assert "Nothing of this bootstrap is left running." in err
+
+        code, out, err = await keeper(config, "tpu", "status", name)
+        assert code == 0, err
+        rows = {line.split("│")[1].strip(): line for line in out.splitlines() if "│" in line}
+        assert "failed" in rows["assign"] and "done" not in rows["assign"], out
+        assert "done" in rows["submit"]
+        assert f"tpu-bootstrap-{name}: failed (bootstrap FAILED)" in out
+        assert "QR deleted" in out
+
+        code, out, err = await keeper(config, "tpu", "status", name, "--json")
+        shown = json.loads(out)
+        assert shown["slice_state"] == "failed"
+        assert shown["progress"]["failed_phase"] == "assign"
+        assert shown["progress"]["compensation"] == f"deleted {name}"
+    assert_no_leaks(emu)
+
+
+async def test_a_cancel_exits_0_and_says_who_deleted_what(
+    dev_env: WorkflowEnvironment, emu: TpuEmulator, tmp_path: Path
+):
+    queue, name = _names()
+    emu.set_scenario(name, Scenario(assign_after=None))
+    config = write_config(tmp_path / "keeper.yaml", dev_env, emu, queue)
+    async with running_worker(dev_env.client, emu, task_queue=f"{queue}-tpu"):
+        code, out, err = await keeper(
+            config, "tpu", "bootstrap", name, "-a", "v4-8", "-c", "reserved",
+            "--reservation", "res-a", "--poll-interval", "1s", "--json",
+        )  # fmt: skip
+        assert code == 0, err
+        started = json.loads(out)
+        assert started["workflow_id"] == bootstrap_workflow_id(name) and started["run_id"]
+        handle = dev_env.client.get_workflow_handle(started["workflow_id"])
+        await wait_for_phase(handle, Phase.ASSIGN)
+
+        code, out, err = await keeper(config, "tpu", "cancel", name)
+        assert code == 0, err
+        # The phase child compensates when cancelled; its report survives the supervisor's
+        # own confirmation, which finds everything already gone.
+        assert f"{name}: cancelled; compensation: the phase workflow deleted {name}" in out
+
+        code, out, err = await keeper(config, "tpu", "status", name, "--json")
+        shown = json.loads(out)
+        assert shown["status"] == "CANCELED" and shown["slice_state"] == "cancelled"
+        progress = shown["progress"]
+        assert progress["phase"] == "cancelled" and progress["failed_phase"] == "assign"
+        assert progress["qr_state"] == "deleted"
+        assert "during compensate" not in progress["error"]
+        assert progress["error"] == "bootstrap cancelled during assign"
+        code, out, err = await keeper(config, "tpu", "status", name)
+        assert "WAITING_FOR_RESOURCES" not in out
+        rows = {line.split("│")[1].strip(): line for line in out.splitlines() if "│" in line}
+        assert "cancelled" in rows["assign"], out
+
+        code, out, err = await keeper(config, "tpu", "cancel", name, "--json")
+        assert code == 1
+        assert json.loads(out)["error"]["status"] == "CANCELED"
+    assert_no_leaks(emu)
+
+
+async def test_a_second_bootstrap_never_touches_the_slice_a_completed_run_handed_over(
+    dev_env: WorkflowEnvironment, emu: TpuEmulator
+):
+    queue, name = _names()
+    emu.set_scenario(name, Scenario(assign_after=0.2, active_after=0.2, ips_after=0.1))
+    request = slice_request(name, accelerator_type="v4-8", poll_interval="1s")
+    async with running_worker(dev_env.client, emu, task_queue=queue):
+        first = await dev_env.client.execute_workflow(
+            TpuSliceBootstrap.run,
+            request,
+            id=bootstrap_workflow_id(name),
+            task_queue=queue,
+            result_type=BootstrapResult,
+        )
+        assert first.vms
+        # Past the CLI's refusal (a second start by hand): the create finds the QR taken.
+        second = await dev_env.client.start_workflow(
+            TpuSliceBootstrap.run, request, id=bootstrap_workflow_id(name), task_queue=queue
+        )
+        with pytest.raises(WorkflowFailureError) as raised:
+            await asyncio.wait_for(second.result(), 60)
+        cause = raised.value.cause
+        assert isinstance(cause, ApplicationError)
+        failure = BootstrapFailure.model_validate(cause.details[0])
+        assert failure.kind == "taken" and failure.phase is Phase.SUBMIT
+        assert failure.compensation is None
+        assert failure.cleanup is not None
+        assert "nothing was created and nothing was deleted" in failure.cleanup
+        assert "left alone" in cause.message
+        history = await second.fetch_history()
+        scheduled = [
+            e.activity_task_scheduled_event_attributes.activity_type.name
+            for e in history.events
+            if e.HasField("activity_task_scheduled_event_attributes")
+        ]
+        assert "delete_slice" not in scheduled
+        assert emu.leaks(set()) != []  # the first run's slice is still there, untouched
+        assert emu.leaks({name}) == []
+        await dev_env.client.execute_workflow(
+            "TpuSliceTeardown",
+            {"slice_name": name, "project": request.project, "zone": request.zone},
+            id=teardown_workflow_id(name),
+            task_queue=queue,
+        )
+    assert_no_leaks(emu)
+
+
+async def test_health_failures_name_the_vms_and_why_everywhere(
+    dev_env: WorkflowEnvironment, emu: TpuEmulator, tmp_path: Path
+):
+    queue, name = _names()
+    emu.set_scenario(name, Scenario(assign_after=0, active_after=0, ips_after=0, unhealthy_vms=[1]))
+    config = write_config(tmp_path / "keeper.yaml", dev_env, emu, queue)
+    async with running_worker(dev_env.client, emu, task_queue=f"{queue}-tpu"):
+        code, out, err = await keeper(
+            config, "tpu", "bootstrap", name, "-a", "v4-16", "-c", "reserved",
+            "--reservation", "res-a", "--poll-interval", "1s", "--health-deadline", "3s",
+            "--wait",
+        )  # fmt: skip
+        assert code == 1, err
+        failing = f"{name}/1 "
+        live = [line for line in err.splitlines() if line.startswith(f"{name}: health")]
+        assert any("VMs failing health" in line and failing in line for line in live), err
+        assert any("(HTTP 503)" in line for line in live), err
+        failed = next(line for line in err.splitlines() if "bootstrap failed" in line)
+        assert "1 of 2 VMs not healthy" in failed and failing in failed
+        assert "(HTTP 503)" in failed
+        code, out, err = await keeper(config, "tpu", "status", name)
+        assert code == 0, err
+        assert "1 VMs failing health" in out and "(HTTP 503)" in out
+    assert_no_leaks(emu)
+
+
+async def test_the_log_view_writes_a_line_per_change_not_per_second(
+    dev_env: WorkflowEnvironment, emu: TpuEmulator, tmp_path: Path
+):
+    queue, name = _names()
+    # Eight seconds in assign: a countdown in the line would write one line each second.
+    emu.set_scenario(name, Scenario(assign_after=8, active_after=0.2, ips_after=0.1))
+    config = write_config(tmp_path / "keeper.yaml", dev_env, emu, queue)
+    async with running_worker(dev_env.client, emu, task_queue=f"{queue}-tpu"):
+        code, out, err = await keeper(
+            config, "tpu", "bootstrap", name, "-a", "v4-8", "-c", "reserved",
+            "--reservation", "res-a", "--poll-interval", "1s", "--wait",
+        )  # fmt: skip
+        assert code == 0, err
+        code, _, _ = await keeper(config, "tpu", "delete", name)
+        assert code == 0
+    assert f"slice {name} is ready" in out
+    lines = [line for line in err.splitlines() if line.startswith(f"{name}: ")]
+    assign = [line for line in lines if line.startswith(f"{name}: assign")]
+    # One line per QR state seen while assigning (CREATING, ACCEPTED, WAITING_FOR_RESOURCES
+    # at most), never one per second of the wait.
+    assert 1 <= len(assign) <= 4, "\n".join(assign)
+    assert len(lines) == len(set(lines)), "a line repeats although nothing changed"
+    assert all("left)" not in line for line in lines)
+    assert_no_leaks(emu)
+
+
+# ---- recordings of the commands these changes added (tests/test_replay.py replays them) --
+
+
+@pytest.mark.skipif(not env_flag("KEEPER_RECORD_HISTORIES"), reason="recording is on demand")
+async def test_record_cancel_and_name_taken(dev_env: WorkflowEnvironment, emu: TpuEmulator):
+    """Since `child-cancel-report` and `bootstrap-name-taken-no-compensation`."""
+    cancelled = slice_request("replay-cancel", poll_interval="1s")
+    taken = slice_request("replay-taken", poll_interval="1s")
+    emu.set_scenario(cancelled.slice_name, Scenario(assign_after=None))
+    emu.set_scenario(taken.slice_name, Scenario(assign_after=0.2, active_after=0.2))
+    async with running_worker(dev_env.client, emu) as worker:
+        handle = await dev_env.client.start_workflow(
+            TpuSliceBootstrap.run,
+            cancelled,
+            id=bootstrap_workflow_id(cancelled.slice_name),
+            task_queue=worker.task_queue,
+        )
+        await wait_for_phase(handle, Phase.ASSIGN)
+        await handle.cancel()
+        with contextlib.suppress(WorkflowFailureError):
+            await asyncio.wait_for(handle.result(), 60)
+        for request in (taken, taken):
+            second = await dev_env.client.start_workflow(
+                TpuSliceBootstrap.run,
+                request,
+                id=bootstrap_workflow_id(request.slice_name),
+                task_queue=worker.task_queue,
+            )
+            with contextlib.suppress(WorkflowFailureError):
+                await asyncio.wait_for(second.result(), 60)
+        recordings = {
+            "cancel-during-assign": cancelled.slice_name,
+            "name-taken": taken.slice_name,
+        }
+        for label, slice_name in recordings.items():
+            for suffix, workflow_id in (
+                ("supervisor", bootstrap_workflow_id(slice_name)),
+                ("child", bootstrap_run_workflow_id(slice_name)),
+            ):
+                history = await dev_env.client.get_workflow_handle(workflow_id).fetch_history()
+                write_recording(f"{label}.{suffix}.json", history.to_json())
+        await dev_env.client.execute_workflow(
+            "TpuSliceTeardown",
+            {"slice_name": taken.slice_name, "project": taken.project, "zone": taken.zone},
+            id=teardown_workflow_id(taken.slice_name),
+            task_queue=worker.task_queue,
+        )
+    assert_no_leaks(emu)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class RestartableServer:
+    """A Temporal dev server on a fixed port and db file, stopped and started again."""
+
+    def __init__(self, db: Path) -> None:
+        self.port = _free_port()
+        self.db = db
+        self.process: asyncio.subprocess.Process | None = None
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    async def start(self) -> None:
+        argv = [
+            tool_path("temporal"), "server", "start-dev", "--ip", "127.0.0.1",
+            "--port", str(self.port), "--db-filename", str(self.db), "--headless",
+            "--log-level", "error",
+        ]  # fmt: skip
+        for key in sa.ALL:
+            argv += ["--search-attribute", f"{key.name}=Keyword"]
+        self.process = await asyncio.create_subprocess_exec(
+            *argv, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL
+        )
+        loop = asyncio.get_running_loop()
+        end = loop.time() + 60
+        while loop.time() < end:
+            try:
+                client = await Client.connect(self.address)
+                await client.workflow_service.get_system_info(GetSystemInfoRequest())
+                return
+            except Exception:  # not listening yet
+                await asyncio.sleep(0.2)
+        raise AssertionError(f"Temporal dev server on {self.address} did not come up")
+
+    async def stop(self) -> None:
+        assert self.process is not None
+        self.process.terminate()
+        await asyncio.wait_for(self.process.wait(), 30)
+
+
+async def test_bootstrap_wait_keeps_waiting_through_a_server_restart(
+    emu: TpuEmulator, tmp_path: Path
+):
+    server = RestartableServer(tmp_path / "temporal.db")
+    await server.start()
+    try:
+        client = await Client.connect(server.address, data_converter=pydantic_data_converter)
+        queue, name = _names()
+        emu.set_scenario(name, Scenario(assign_after=8, active_after=0.2, ips_after=0.1))
+        config = tmp_path / "keeper.yaml"
+        config.write_text(
+            yaml.safe_dump(
+                {
+                    "temporal": {"address": server.address, "namespace": "default",
+                                 "task_queue": queue},
+                    "tpu": {"endpoint": "emulator", "emulator_address": emu.grpc_target,
+                            "project": "keeper-test", "zone": "us-central2-b"},
+                }
+            )
+        )  # fmt: skip
+        async with running_worker(client, emu, task_queue=f"{queue}-tpu"):
+            cli_run = asyncio.create_task(
+                keeper(
+                    config, "tpu", "bootstrap", name, "-a", "v4-8", "-c", "reserved",
+                    "--reservation", "res-a", "--poll-interval", "1s", "--wait",
+                )
+            )  # fmt: skip
+            handle = client.get_workflow_handle(bootstrap_workflow_id(name))
+            await wait_for_phase(handle, Phase.ASSIGN)
+            await server.stop()
+            # Down for longer than the SDK's own retries of a call (about 10 s), so the CLI's
+            # wait fails and it must reconnect by itself.
+            await asyncio.sleep(14)
+            assert not cli_run.done()
+            await server.start()
+            code, out, err = await cli_run
+            assert code == 0, err
+            assert f"slice {name} is ready" in out
+            assert "reconnecting" in err, err
+            assert "Traceback" not in err
+            code, _, _ = await keeper(config, "tpu", "delete", name)
+            assert code == 0
+    finally:
+        if server.process is not None and server.process.returncode is None:
+            await server.stop()
+    assert_no_leaks(emu)
