@@ -241,7 +241,12 @@ def tpu() -> None:
     type=DURATION,
     help="Guaranteed tier minimum, e.g. 24h.",
 )
-@click.option("--runtime-version", default="tpu-ubuntu2204-base", show_default=True)
+@click.option(
+    "--runtime-version",
+    default="tpu-ubuntu2204-base",
+    show_default=True,
+    help="The TPU VM software version (runtime) the nodes boot.",
+)
 @click.option(
     "--node-count", type=int, default=1, show_default=True, help=">1 asks for a multislice."
 )
@@ -251,7 +256,12 @@ def tpu() -> None:
 @click.option(
     "--health-port", type=int, help="Default: emulator.vm_health_port on the emulator, else 8080."
 )
-@click.option("--health-path", default="/health", show_default=True)
+@click.option(
+    "--health-path",
+    default="/health",
+    show_default=True,
+    help="HTTP path each VM answers 200 on once healthy.",
+)
 @click.option("--label", "labels", multiple=True, help="KEY=VALUE node label; repeatable.")
 @click.option(
     "--assign-deadline",
@@ -616,8 +626,18 @@ def cancel(keeper: KeeperContext, out: Output, slice_name: str, wait: bool) -> N
 @click.option("--project", help="GCP project (default: tpu.project in the settings).")
 @click.option("--zone", help="Zone (default: tpu.zone in the settings).")
 @click.option("--node-count", type=int, default=1, show_default=True, help="Nodes of a multislice.")
-@click.option("--reason", default="operator teardown", show_default=True)
-@click.option("--wait/--no-wait", default=True, show_default=True)
+@click.option(
+    "--reason",
+    default="operator teardown",
+    show_default=True,
+    help="Why the slice is released; shown in the teardown's history.",
+)
+@click.option(
+    "--wait/--no-wait",
+    default=True,
+    show_default=True,
+    help="Wait until the teardown confirms every resource deleted.",
+)
 @json_options
 @pass_keeper
 def delete(
