@@ -480,7 +480,13 @@ def status(keeper: KeeperContext, out: Output, slice_name: str, wait: bool) -> N
 
 
 @tpu.command(name="list")
-@click.option("--limit", type=click.IntRange(1, 1000), default=100, show_default=True)
+@click.option(
+    "--limit",
+    type=click.IntRange(1, 1000),
+    default=100,
+    show_default=True,
+    help="Show at most this many slices, newest first.",
+)
 @json_options
 @pass_keeper
 def list_slices(keeper: KeeperContext, out: Output, limit: int) -> None:
