@@ -18,6 +18,7 @@ from cli.output import (
     INTERRUPTED,
     OK,
     CommandFailed,
+    format_options,
     report_error,
     use_json,
 )
@@ -53,14 +54,9 @@ from cli.worker import worker
     help="Temporal namespace for this command: overrides temporal.namespace and "
     "TEMPORAL_NAMESPACE.",
 )
-@click.option("--json", "as_json", is_flag=True, help="Every command prints one JSON document.")
-@click.option(
-    "-o",
-    "--output",
-    "output_format",
-    type=click.Choice(["text", "json"]),
-    default=None,
-    help="Output format of every command (`-o json` is `--json`).",
+@format_options(
+    "Every command prints one JSON document.",
+    "Output format of every command (`-o json` is `--json`).",
 )
 @click.option(
     "--version",

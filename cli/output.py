@@ -98,18 +98,28 @@ class Output:
         click.echo(text, err=True)
 
 
+def format_options(json_help: str, output_help: str) -> Callable[[F], F]:
+    """`--json` (as `as_json`) and `-o/--output [text|json]` (as `output_format`): the pair
+    every command and the `keeper` group take."""
+
+    def add(func: F) -> F:
+        func = click.option(
+            "-o",
+            "--output",
+            "output_format",
+            type=click.Choice(["text", "json"]),
+            default=None,
+            help=output_help,
+        )(func)
+        return click.option("--json", "as_json", is_flag=True, help=json_help)(func)
+
+    return add
+
+
 def json_options(func: F) -> F:
     """Adds `--json` and `-o/--output [text|json]` and passes `out: Output`."""
 
-    @click.option("--json", "as_json", is_flag=True, help="Print one JSON document on stdout.")
-    @click.option(
-        "-o",
-        "--output",
-        "output_format",
-        type=click.Choice(["text", "json"]),
-        default=None,
-        help="Output format (`-o json` is `--json`).",
-    )
+    @format_options("Print one JSON document on stdout.", "Output format (`-o json` is `--json`).")
     @functools.wraps(func)
     def wrapper(*args: Any, as_json: bool, output_format: str | None, **kwargs: Any) -> Any:
         if output_format == "text":

@@ -8,8 +8,9 @@ failed or cancelled bootstrap that was waited for, or an unknown slice) / 2 (a b
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 from pydantic import ValidationError
@@ -43,7 +44,7 @@ from domain.tpu.naming import (
     teardown_workflow_id,
 )
 from domain.tpu.outcome import cleanup_summary, left_running, slice_state
-from domain.tpu.phases import Phase, default_budget_text, plan_text
+from domain.tpu.phases import DEFAULT_DEADLINES, Phase, default_budget_text, plan_text
 from domain.tpu.slice_request import Capacity, SliceRequest
 from domain.tpu.status_view import static_summary
 from runtime.settings import Settings
@@ -54,6 +55,7 @@ from workflows.tpu.sweeper import TpuSweeper
 from workflows.tpu.teardown import TpuSliceTeardown
 
 # The live view, notes and a failure's text: diagnostics, never data.
+F = TypeVar("F", bound=Callable[..., Any])
 console = Console(stderr=True)
 
 
@@ -212,6 +214,17 @@ async def wait_and_report(
     return 0
 
 
+def deadline_options(func: F) -> F:
+    """`--<phase>-deadline` for each budgeted phase, in the phases' order, from their table."""
+    for phase in reversed(DEFAULT_DEADLINES):
+        func = click.option(
+            f"--{phase.value}-deadline",
+            type=DURATION,
+            help=f"Override the {phase.value} budget (default {default_budget_text(phase)}).",
+        )(func)
+    return func
+
+
 @click.group(
     help=f"""Bootstrap TPU slices and release them.
 
@@ -263,26 +276,7 @@ def tpu() -> None:
     help="HTTP path each VM answers 200 on once healthy.",
 )
 @click.option("--label", "labels", multiple=True, help="KEY=VALUE node label; repeatable.")
-@click.option(
-    "--assign-deadline",
-    type=DURATION,
-    help=f"Override the assign budget (default {default_budget_text(Phase.ASSIGN)}).",
-)
-@click.option(
-    "--provision-deadline",
-    type=DURATION,
-    help=f"Override the provision budget (default {default_budget_text(Phase.PROVISION)}).",
-)
-@click.option(
-    "--ready-deadline",
-    type=DURATION,
-    help=f"Override the ready budget (default {default_budget_text(Phase.READY)}).",
-)
-@click.option(
-    "--health-deadline",
-    type=DURATION,
-    help=f"Override the health budget (default {default_budget_text(Phase.HEALTH)}).",
-)
+@deadline_options
 @click.option(
     "--poll-interval",
     type=DURATION,
@@ -299,10 +293,7 @@ def bootstrap(keeper: KeeperContext, out: Output, **options: Any) -> None:
     --wait: 0 ready, 1 failed or cancelled (and cleaned up).
     """
     wait = options.pop("wait")
-    deadlines = {
-        phase: options.pop(f"{phase}_deadline")
-        for phase in ("assign", "provision", "ready", "health")
-    }
+    deadlines = {phase.value: options.pop(f"{phase.value}_deadline") for phase in DEFAULT_DEADLINES}
     options["labels"] = parse_labels(options.pop("labels"))
     options["deadlines"] = {k: v for k, v in deadlines.items() if v}
     if options["node_count"] == 1:

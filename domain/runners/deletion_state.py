@@ -7,45 +7,13 @@ UI's current details and a carried-over run are all derived from it (`view_of`,
 
 from __future__ import annotations
 
-from datetime import datetime
-
-from pydantic import BaseModel, ConfigDict, Field
-
 from domain.runners.deletion_view import DeletionView
 from domain.runners.models import DeletionOutcome, DeletionResult, DeletionStep
 
 
-class DeletionState(BaseModel):
-    model_config = ConfigDict(validate_assignment=True)
+class DeletionState(DeletionView):
+    """Everything the view shows, plus what only the workflow needs to decide."""
 
-    runner: str
-    scale_set: str = ""
-    step: DeletionStep = DeletionStep.READ
-    status: str = ""  # the record's instance status as last read or written
-    force: bool = False
-    github: str = "-"  # the last GitHub answer
-    github_attempts: int = 0
-    provider: str = "-"  # the last provider answer
-    provider_attempts: int = 0
-    busy_since: datetime | None = None
-    decision: str | None = None  # busy-timeout decision, escalation, leak
-    next_try_at: datetime | None = None
-    requests: list[str] = Field(default_factory=list)
-    cancel_requested: bool = False
-    error: str | None = None
-    escalated: bool = False
-    # What the deletion waits on while Temporal retries a call for it (no history event per
-    # attempt); the pending activity has the attempt count, last answer and next try.
-    waiting: str | None = None
-    rejected: list[str] = Field(default_factory=list)
-    run: int = 1
-    # The tombstone is written: the runner is deleted, whatever still runs after it.
-    tombstoned: bool = False
-    # Work that goes on after the tombstone (a busy runner's registration, removed once it
-    # is offline); the deletion's outcome no longer depends on it.
-    background: str | None = None
-    leaked_provider_id: str | None = None
-    recovered: bool = False
     # A refused GitHub token: what it needs, until GitHub accepts one.
     attention: str | None = None
 
