@@ -18,7 +18,7 @@ KEEPER_ARGS ?=
 KEEPER := $(strip $(BIN)/keeper $(KEEPER_ARGS))
 
 .DEFAULT_GOAL := help
-.PHONY: help venv postgres test demo up down status lint fmt clean
+.PHONY: help venv postgres test demo up down status lint fmt proto clean
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
@@ -69,6 +69,10 @@ lint: $(STAMP) ## ruff check, ruff format --check and the import contracts
 fmt: $(STAMP) ## apply ruff's fixes and formatting
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
+
+# The stubs are committed; tests/test_spur_wire.py fails when they no longer match the .proto.
+proto: $(STAMP) ## regenerate the gRPC stubs in wire/ from their .proto files
+	$(BIN)/python -m grpc_tools.protoc -I. --python_out=. --pyi_out=. --grpc_python_out=. wire/spur/slurm.proto
 
 clean: ## remove .venv and .dev (stop the stack first with `make down`)
 	@if [ -x $(BIN)/keeper ]; then $(BIN)/keeper $(KEEPER_ARGS) dev down || true; fi

@@ -1,0 +1,1 @@
+"""Job reclaim: adapters over spur's controller, its agents and keeper's reclaim memory."""

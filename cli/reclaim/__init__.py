@@ -1,0 +1,1 @@
+"""`keeper reclaim`: list, status, report, release and the heartbeat tap."""

@@ -1,0 +1,1 @@
+"""A spur controller and its agents, speaking the same proto (wire/spur)."""

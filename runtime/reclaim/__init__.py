@@ -1,0 +1,1 @@
+"""Job reclaim: spur clients, the heartbeat tap and the intake."""

@@ -1,0 +1,1 @@
+"""spur's `slurm` gRPC package: the subset job reclaim speaks (slurm.proto)."""

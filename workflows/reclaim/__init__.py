@@ -1,0 +1,1 @@
+"""Job reclaim: the JobReclaim workflow, one per fence key."""
