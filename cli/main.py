@@ -22,6 +22,7 @@ from cli.output import (
     report_error,
     use_json,
 )
+from cli.reclaim.commands import reclaim
 from cli.runners.commands import runner
 from cli.runners.demo import demo as _runner_demo  # noqa: F401 - registers `runner demo`
 from cli.tpu.commands import tpu
@@ -112,6 +113,7 @@ def _check_address(address: str) -> None:
 cli.add_command(completion)
 cli.add_command(dev)
 cli.add_command(emulator)
+cli.add_command(reclaim)
 cli.add_command(runner)
 cli.add_command(tpu)
 cli.add_command(worker)

@@ -4,10 +4,15 @@ what `keeper dev up` and the tests register, and what a real cluster needs
 
 from temporalio.common import SearchAttributeKey
 
+from runtime.reclaim.search_attributes import RECLAIM_ATTRIBUTES
 from runtime.runners.search_attributes import RUNNER_ATTRIBUTES
 from runtime.tpu.search_attributes import SLICE_ATTRIBUTES
 
-ALL: tuple[SearchAttributeKey[str], ...] = (*SLICE_ATTRIBUTES, *RUNNER_ATTRIBUTES)
+ALL: tuple[SearchAttributeKey[str], ...] = (
+    *SLICE_ATTRIBUTES,
+    *RUNNER_ATTRIBUTES,
+    *RECLAIM_ATTRIBUTES,
+)
 
 
 def registrations() -> dict[str, str]:

@@ -36,6 +36,9 @@ from temporalio.envconfig import ClientConfigTLS
 
 from domain.common.durations import HumanDuration
 from domain.common.secret_text import header_secret_problem
+from domain.reclaim.identity import NodeNameError, canonical_node
+from domain.reclaim.policy import ReclaimPolicy
+from domain.reclaim.steps import Mode
 from domain.runners.github import DEFAULT_MAX_RETRY_AFTER_S
 from domain.runners.models import DeletionPolicy
 from domain.runners.provider import DEFAULT_LEASE_MARGIN
@@ -52,7 +55,7 @@ class _Section(BaseModel):
 
 
 # The workflow families a worker can serve, each on its own task queue (workers/families/).
-FAMILY_NAMES = ("tpu", "runners")
+FAMILY_NAMES = ("tpu", "runners", "reclaim")
 
 
 class TemporalSettings(_Section):
@@ -274,6 +277,53 @@ class RunnerSettings(_Section):
     max_concurrent_deletions: int = Field(default=200, ge=1, le=5000)
 
 
+class ReclaimSettings(_Section):
+    """Job reclaim beside a spur controller (docs/reclaim.md)."""
+
+    # observe: every decision is made and shown (UI, `keeper reclaim list`) and nothing is
+    # cancelled or drained; act: keeper cancels, kills and drains. Start in observe.
+    mode: Mode = Mode.OBSERVE
+    # The real controller: what the tap forwards to and what keeper reads and drains.
+    controller_address: str = "127.0.0.1:6817"
+    # Where the tap listens: the agents' controller address (spurd --controller).
+    tap_address: str = "127.0.0.1:6819"
+    # The HTTP intake (POST /report) served beside the tap.
+    intake_address: str = "127.0.0.1:6820"
+    # The bearer token for the controller and agents: KEEPER_SPUR_TOKEN wins over this file;
+    # it never enters a workflow payload. Unset and no variable: calls go anonymous.
+    token_file: Path | None = None
+    # keeper's reclaim memory (holdings first seen, jobs seen, epochs, drains it owns):
+    # sqlite:///path or postgresql://user@host:5432/db.
+    store_url: str = "sqlite:///.dev/reclaim.db"
+    call_timeout: HumanDuration = Field(default=timedelta(seconds=10), gt=timedelta(0))
+    # spur's own controller-to-agent cancel deadline is 5 s.
+    cancel_timeout: HumanDuration = Field(default=timedelta(seconds=5), gt=timedelta(0))
+    # Node names that differ by more than case or domain: name -> the node it is
+    # (domain/reclaim/identity.py has the rule for the rest).
+    node_aliases: dict[str, str] = Field(default_factory=dict)
+    # The timing rules (domain/reclaim/policy.py).
+    timing: ReclaimPolicy = Field(default_factory=ReclaimPolicy)
+    # How long the intake gathers heartbeats before one controller read decides them all.
+    batch_window: HumanDuration = Field(default=timedelta(milliseconds=200), gt=timedelta(0))
+
+    @field_validator("node_aliases")
+    @classmethod
+    def _aliases_are_names(cls, value: dict[str, str]) -> dict[str, str]:
+        for name, node in value.items():
+            try:
+                canonical_node(name)
+                canonical_node(node)
+            except NodeNameError as err:
+                raise ValueError(f"{name}: {err}") from None
+        return value
+
+    @field_validator("controller_address", "tap_address", "intake_address")
+    @classmethod
+    def _host_port(cls, value: str, info: ValidationInfo) -> str:
+        dev_ports.split_address(value, f"reclaim.{info.field_name}")
+        return value
+
+
 class Settings(_Section):
     temporal: TemporalSettings = Field(default_factory=TemporalSettings)
     tpu: TpuSettings = Field(default_factory=TpuSettings)
@@ -284,6 +334,7 @@ class Settings(_Section):
     tracing: TracingSettings = Field(default_factory=TracingSettings)
     worker: WorkerSettings = Field(default_factory=WorkerSettings)
     runners: RunnerSettings = Field(default_factory=RunnerSettings)
+    reclaim: ReclaimSettings = Field(default_factory=ReclaimSettings)
     dev: DevSettings = Field(default_factory=DevSettings)
 
     @model_validator(mode="after")
@@ -318,6 +369,10 @@ ENV_OVERRIDES: dict[str, str] = {
     "KEEPER_GITHUB_TOKEN_FILE": "runners.github.token_file",
     "KEEPER_PROVIDER_EXECUTABLE": "runners.provider.executable",
     "KEEPER_PROVIDER_CONFIG_FILE": "runners.provider.config_file",
+    "KEEPER_RECLAIM_MODE": "reclaim.mode",
+    "KEEPER_SPUR_CONTROLLER": "reclaim.controller_address",
+    "KEEPER_SPUR_TOKEN_FILE": "reclaim.token_file",
+    "KEEPER_RECLAIM_STORE_URL": "reclaim.store_url",
     "KEEPER_BUILD_ID": "worker.build_id",
     "KEEPER_WORKER_VERSIONED": "worker.versioned",
     "KEEPER_WORKER_FAMILIES": "worker.families",

@@ -11,6 +11,7 @@ from pydantic import ValidationError
 from temporalio.client import Client
 from temporalio.worker import Interceptor
 
+from runtime.reclaim.deps import ReclaimDeps
 from runtime.runners.deps import RunnerDeps
 from runtime.settings import Settings
 from workers.families import FAMILIES
@@ -36,9 +37,12 @@ def build_activities(
     client: Client,
     tpu_client: tpu_v2.TpuAsyncClient,
     runners: RunnerDeps,
+    reclaim: ReclaimDeps | None = None,
 ) -> list[Callable[..., Any]]:
-    """Every family's activities on clients the caller opened (tests and benchmarks)."""
+    """Every family's activities on clients the caller opened (tests and benchmarks); the
+    reclaim family's only when its clients are given."""
     return [
         *FAMILIES["tpu"].activities(settings, client, TpuDeps(tpu_client)),
         *FAMILIES["runners"].activities(settings, client, runners),
+        *(FAMILIES["reclaim"].activities(settings, client, reclaim) if reclaim else []),
     ]

@@ -9,9 +9,10 @@ that serves it), its activities built on those clients, and its schedules. `keep
 from __future__ import annotations
 
 from workers.families.family import Family, ScheduleSpecOf
+from workers.families.reclaim import RECLAIM
 from workers.families.runners import RUNNERS
 from workers.families.tpu import TPU
 
-FAMILIES: dict[str, Family] = {family.name: family for family in (TPU, RUNNERS)}
+FAMILIES: dict[str, Family] = {family.name: family for family in (TPU, RUNNERS, RECLAIM)}
 
 __all__ = ["FAMILIES", "Family", "ScheduleSpecOf"]

@@ -1,0 +1,138 @@
+"""Activities of a job reclaim: the controller's view, the agent's cancel, the drain.
+
+Thin adapters over injected clients. Each destructive activity is idempotent: a cancel for a
+job the agent no longer holds does nothing on spur's side, a drain keeper already made is
+found and kept, and an undrain leaves a node alone unless the drain on it is keeper's and no
+other keeper reclaim still needs it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime
+
+from temporalio import activity
+
+from domain.reclaim.calls import (
+    AssessCall,
+    Assessment,
+    CancelCall,
+    CancelResult,
+    CloseCall,
+    DrainCall,
+    DrainResult,
+    NodeView,
+    UndrainCall,
+    UndrainResult,
+)
+from runtime.reclaim.agent_client import AgentCancelTimedOut, AgentUnreachable, SpurAgents
+from runtime.reclaim.assess import Assessor
+from runtime.reclaim.controller_client import SpurController
+from runtime.reclaim.views import drained_by_keeper, node_state_name
+from runtime.settings import ReclaimSettings
+from store.reclaim import ReclaimMemory
+from wire.spur import slurm_pb2
+
+
+class ReclaimActivities:
+    def __init__(
+        self,
+        settings: ReclaimSettings,
+        controller: SpurController,
+        agents: SpurAgents,
+        memory: ReclaimMemory,
+    ) -> None:
+        self.settings = settings
+        self.controller = controller
+        self.agents = agents
+        self.memory = memory
+        self.assessor = Assessor(controller, memory, settings)
+
+    async def _controller_name(self, node: str) -> str:
+        """The name the controller knows the node by: the one its agent registered with."""
+        record = await asyncio.to_thread(self.memory.node, node)
+        return record.hostname if record is not None and record.hostname else node
+
+    async def _node(self, node: str) -> NodeView:
+        name = await self._controller_name(node)
+        for info in await self.controller.get_nodes(nodelist=name):
+            if info.name == name:
+                return NodeView(
+                    name=info.name,
+                    state=node_state_name(info.state),
+                    reason=info.state_reason,
+                    drained_by_keeper=drained_by_keeper(info),
+                )
+        return NodeView(name=name, state="not listed")
+
+    @activity.defn(name="reclaim_assess")
+    async def assess(self, call: AssessCall) -> Assessment:
+        """Reads the controller now and decides the holding afresh (never from history)."""
+        decision = await self.assessor.assess(call.holding)
+        return Assessment(
+            decision=decision,
+            mode=self.settings.mode,
+            node=await self._node(call.holding.node),
+            read_at=datetime.now(UTC),
+        )
+
+    @activity.defn(name="reclaim_cancel")
+    async def cancel(self, call: CancelCall) -> CancelResult:
+        """One cancel on the holding's agent, at the address it registered last."""
+        node = await asyncio.to_thread(self.memory.node, call.holding.node)
+        if node is None or not node.address:
+            return CancelResult(
+                delivered=False,
+                error=f"keeper knows no address for {call.holding.node}'s agent: it has not "
+                "registered through the tap since keeper started",
+            )
+        agent = f"{node.address}:{node.port}"
+        try:
+            await self.agents.cancel_job(node.address, node.port, call.holding.job_id, call.signal)
+        except AgentCancelTimedOut as err:
+            return CancelResult(delivered=False, error=f"timed out (it may have acted): {err}",
+                                agent=agent)  # fmt: skip
+        except AgentUnreachable as err:
+            return CancelResult(delivered=False, error=f"unreachable: {err}", agent=agent)
+        return CancelResult(delivered=True, agent=agent)
+
+    @activity.defn(name="reclaim_drain")
+    async def drain(self, call: DrainCall) -> DrainResult:
+        node = call.holding.node
+        name = await self._controller_name(node)
+        await asyncio.to_thread(
+            self.memory.record_drain, node, call.workflow_id, call.reason, datetime.now(UTC)
+        )
+        current = await self._node(node)
+        if current.drained_by_keeper and current.reason == call.reason:
+            return DrainResult(node=name, actual_state=current.state)
+        answer = await self.controller.drain_node(name, call.reason)
+        return DrainResult(node=name, actual_state=answer.actual_state)
+
+    @activity.defn(name="reclaim_undrain")
+    async def undrain(self, call: UndrainCall) -> UndrainResult:
+        node = call.holding.node
+        await asyncio.to_thread(self.memory.clear_drain, node, call.workflow_id, datetime.now(UTC))
+        others = await asyncio.to_thread(self.memory.node_drain_holders, node)
+        if others:
+            return UndrainResult(
+                resumed=False, why=f"keeper still holds {node} drained for {', '.join(others)}"
+            )
+        current = await self._node(node)
+        if not current.drained_by_keeper:
+            why = (
+                f"{node} is {current.state}"
+                + (f" ({current.reason})" if current.reason else "")
+                + ": not a drain keeper made, so keeper leaves it"
+            )
+            return UndrainResult(resumed=False, why=why)
+        await self.controller.update_node(current.name, state=slurm_pb2.NODE_IDLE, reason="")
+        return UndrainResult(resumed=True, why=f"{node} resumed: keeper's drain lifted")
+
+    @activity.defn(name="reclaim_close")
+    async def close(self, call: CloseCall) -> None:
+        h = call.holding
+        await asyncio.to_thread(
+            self.memory.close_holding,
+            h.node, h.job_id, h.sighting, str(call.outcome), datetime.now(UTC),
+        )  # fmt: skip

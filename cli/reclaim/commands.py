@@ -1,0 +1,296 @@
+"""`keeper reclaim`: the reclaims in flight, one reclaim's status, reports, an operator's
+release, and the heartbeat tap.
+
+Every command follows cli/output.py: data on stdout, diagnostics on stderr, `--json` /
+`-o json` for one JSON document, exit 0 (done), 1 (failed) or 2 (a bad argument).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+from datetime import UTC, datetime
+from typing import Any
+
+import click
+from temporalio.client import Client, WorkflowExecutionStatus
+
+from cli.context import KeeperContext, pass_keeper
+from cli.output import CommandFailed, Output, UsageProblem, json_options, rfc3339
+from cli.temporal_ops import client_for, describe_or_none
+from domain.common.untrusted import terminal_text
+from domain.reclaim.calls import OperatorRelease
+from domain.reclaim.identity import NodeNameError, canonical_node
+from domain.reclaim.models import RECLAIM_WORKFLOW_TYPE, RELEASE_SIGNAL
+from domain.reclaim.view import ReclaimView
+from runtime.reclaim import search_attributes as sa
+from runtime.reclaim.intake import Report
+from runtime.reclaim.service import handled_json, open_intake, run_tap
+from runtime.settings import Settings
+
+JOB_ID = click.IntRange(0, 2**32 - 1)
+REASON_LIMIT = OperatorRelease.model_fields["reason"].metadata[0].max_length
+
+
+@click.group()
+def reclaim() -> None:
+    """Release what spur agents hold for jobs the controller has moved on from.
+
+    `keeper reclaim tap` runs the heartbeat tap agents use as their controller address; its
+    intake starts one JobReclaim workflow per stale holding. reclaim.mode `observe` (the
+    default) decides and shows every step without sending anything; `act` cancels, kills
+    and drains (docs/reclaim.md).
+    """
+
+
+def _node(settings: Settings, name: str) -> str:
+    try:
+        return canonical_node(name, settings.reclaim.node_aliases)
+    except NodeNameError as err:
+        raise UsageProblem(f"{err}; nothing was done", "NODE") from None
+
+
+def _query_for(node: str | None, job: int | None, running: bool) -> str:
+    parts = [f'WorkflowType="{RECLAIM_WORKFLOW_TYPE}"']
+    if running:
+        parts.append('ExecutionStatus="Running"')
+    if node is not None:
+        parts.append(f'{sa.NODE.name}="{node}"')
+    if job is not None:
+        parts.append(f'{sa.JOB_ID.name}="{job}"')
+    return " AND ".join(parts)
+
+
+async def _view(client: Client, workflow_id: str) -> ReclaimView | None:
+    try:
+        return await client.get_workflow_handle(workflow_id).query(
+            "status", result_type=ReclaimView
+        )
+    except Exception:  # a closed run without a worker, or a worker restarting
+        return None
+
+
+def _row(wf: Any, view: ReclaimView | None) -> dict[str, Any]:
+    attrs = wf.typed_search_attributes
+    last = view.last.decision if view and view.last else None
+    return {
+        "workflow_id": wf.id,
+        "run_id": wf.run_id,
+        "node": attrs.get(sa.NODE),
+        "job_id": attrs.get(sa.JOB_ID),
+        "step": attrs.get(sa.RECLAIM_STEP),
+        "status": WorkflowExecutionStatus(wf.status).name if wf.status else None,
+        "mode": view.mode.value if view else None,
+        "verdict": last.verdict.value if last else None,
+        "reason": last.reason.value if last else None,
+        "cancels_sent": view.attempts if view else None,
+        "drained": view.drained if view else None,
+        "last_action": view.actions[-1] if view and view.actions else None,
+        "started_at": rfc3339(wf.start_time),
+        "ui_url": None,
+    }
+
+
+@reclaim.command(name="list")
+@click.option("--all", "show_all", is_flag=True, help="Closed reclaims too, not only running.")
+@click.option("--node", "node_name", default=None, help="Only the reclaims of this node.")
+@click.option(
+    "--limit", type=click.IntRange(1, 1000), default=100, show_default=True,
+    help="Show at most this many reclaims, newest first.",
+)  # fmt: skip
+@json_options
+@pass_keeper
+def list_reclaims(
+    keeper: KeeperContext, out: Output, show_all: bool, node_name: str | None, limit: int
+) -> None:
+    """List the reclaims in flight: node, job, step, verdict, and what each did or (in
+    observe mode) would do."""
+    settings = keeper.settings
+    node = _node(settings, node_name) if node_name is not None else None
+
+    async def run() -> int:
+        client = await client_for(settings)
+        found = [
+            wf
+            async for wf in client.list_workflows(_query_for(node, None, not show_all), limit=limit)
+        ]
+        found.sort(key=lambda w: w.start_time, reverse=True)
+        views = await asyncio.gather(*(_view(client, wf.id) for wf in found))
+        rows = [_row(wf, v) for wf, v in zip(found, views, strict=True)]
+        for r in rows:
+            r["ui_url"] = settings.temporal.workflow_url(r["workflow_id"])
+        if out.json:
+            out.data({"mode": settings.reclaim.mode.value, "reclaims": rows})
+            return 0
+        if not rows:
+            out.note("no reclaims" + ("" if show_all else " in flight (--all shows closed ones)"))
+            return 0
+        header = ("NODE", "JOB", "STEP", "STATUS", "VERDICT", "LAST")
+        table = [header] + [
+            (
+                terminal_text(r["node"] or "-"),
+                str(r["job_id"] or "-"),
+                r["step"] or "-",
+                r["status"] or "-",
+                f"{r['verdict']} ({r['reason']})" if r["verdict"] else "-",
+                terminal_text(r["last_action"] or "-"),
+            )
+            for r in rows
+        ]
+        widths = [max(len(row[i]) for row in table) for i in range(len(header) - 1)]
+        for row in table:
+            cells = [c.ljust(w) for c, w in zip(row[:-1], widths, strict=True)] + [row[-1]]
+            out.line("  ".join(cells).rstrip())
+        return 0
+
+    raise SystemExit(asyncio.run(run()))
+
+
+@reclaim.command()
+@click.argument("node_name", metavar="NODE")
+@click.argument("job", type=JOB_ID)
+@json_options
+@pass_keeper
+def status(keeper: KeeperContext, out: Output, node_name: str, job: int) -> None:
+    """Show the reclaim of JOB on NODE: step, verdict, the controller view it last read,
+    evidence, cancels sent, drain."""
+    settings = keeper.settings
+    node = _node(settings, node_name)
+
+    async def run() -> int:
+        client = await client_for(settings)
+        found = [wf async for wf in client.list_workflows(_query_for(node, job, False), limit=20)]
+        if not found:
+            raise CommandFailed(
+                f"no reclaim of job {job} on {node}",
+                hint="`keeper reclaim list --all` shows every reclaim; a holding keeper "
+                "spares gets none.",
+                node=node, job_id=job,
+            )  # fmt: skip
+        wf = max(found, key=lambda w: w.start_time)
+        view = await _view(client, wf.id)
+        row = _row(wf, view)
+        row["ui_url"] = settings.temporal.workflow_url(wf.id)
+        description = await describe_or_none(client.get_workflow_handle(wf.id))
+        details = getattr(description, "current_details", None) if description else None
+        if out.json:
+            out.data({**row, "view": view.model_dump(mode="json") if view else None})
+            return 0
+        out.line(f"{row['workflow_id']}  {row['status']}  step {row['step']}")
+        if details:
+            for line in str(details).splitlines():
+                out.line(terminal_text(line, limit=400))
+        elif view is not None:
+            out.line(f"verdict {row['verdict']} ({row['reason']}); last: {row['last_action']}")
+        out.line(f"ui: {row['ui_url']}")
+        return 0
+
+    raise SystemExit(asyncio.run(run()))
+
+
+@reclaim.command()
+@click.argument("node_name", metavar="NODE")
+@click.argument("jobs", metavar="JOB...", nargs=-1, required=True, type=JOB_ID)
+@json_options
+@pass_keeper
+def report(keeper: KeeperContext, out: Output, node_name: str, jobs: tuple[int, ...]) -> None:
+    """Report that NODE holds JOB...: decided like a heartbeat, and a reclaim started for
+    each stale one. A report names only what it lists: it is never evidence that anything
+    else was released."""
+    settings = keeper.settings
+    _node(settings, node_name)
+
+    async def run() -> int:
+        client = await client_for(settings)
+        async with open_intake(settings, client) as intake:
+            handled = await intake.process(
+                [Report(node_name, tuple(jobs), datetime.now(UTC), complete=False, source="cli")]
+            )
+        rows = [handled_json(h) for h in handled]
+        if out.json:
+            out.data({"mode": settings.reclaim.mode.value, "handled": rows})
+            return 0
+        for r in rows:
+            wf = f" -> {r['workflow_id']}" if r["workflow_id"] else ""
+            out.line(
+                f"{r['node']} job {r['job_id']}: {r['verdict']} ({r['reason']}){wf}\n"
+                f"  {terminal_text(r['detail'])}"
+            )
+        return 0
+
+    raise SystemExit(asyncio.run(run()))
+
+
+@reclaim.command()
+@click.argument("node_name", metavar="NODE")
+@click.argument("job", type=JOB_ID)
+@click.option("--reason", default="", help=f"Why (at most {REASON_LIMIT} characters).")
+@click.option("--by", default="operator", show_default=True, help="Who vouches.")
+@json_options
+@pass_keeper
+def release(
+    keeper: KeeperContext, out: Output, node_name: str, job: int, reason: str, by: str
+) -> None:
+    """Vouch that NODE's agent no longer holds JOB: its reclaim ends and lifts keeper's
+    drain. Use it after freeing the job on the node by hand."""
+    settings = keeper.settings
+    node = _node(settings, node_name)
+    if len(reason) > REASON_LIMIT:
+        raise UsageProblem(f"at most {REASON_LIMIT} characters, got {len(reason)}", "--reason")
+
+    async def run() -> int:
+        client = await client_for(settings)
+        found = [wf async for wf in client.list_workflows(_query_for(node, job, True), limit=20)]
+        if not found:
+            raise CommandFailed(
+                f"no reclaim of job {job} on {node} is running; nothing was signalled",
+                hint="`keeper reclaim list` shows the reclaims in flight.",
+                node=node, job_id=job,
+            )  # fmt: skip
+        for wf in found:
+            await client.get_workflow_handle(wf.id).signal(
+                RELEASE_SIGNAL, OperatorRelease(by=by, reason=reason)
+            )
+        ids = [wf.id for wf in found]
+        if out.json:
+            out.data({"released": ids, "node": node, "job_id": job})
+        else:
+            for wf_id in ids:
+                out.line(f"released {wf_id}")
+        return 0
+
+    raise SystemExit(asyncio.run(run()))
+
+
+@reclaim.command()
+@pass_keeper
+def tap(keeper: KeeperContext) -> None:
+    """Run the heartbeat tap in the foreground: agents dial reclaim.tap_address as their
+    controller; every RPC is forwarded to reclaim.controller_address unchanged, and what
+    agents report holding goes to the intake (and reclaim.intake_address's POST /report)."""
+    settings = keeper.settings
+
+    async def run() -> int:
+        client: Client | None
+        try:
+            client = await client_for(settings)
+        except click.ClickException as err:
+            # Forwarding never waits for Temporal: the intake starts nothing until it is back.
+            click.echo(f"warning: {err.format_message()}", err=True)
+            client = None
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        async with run_tap(settings, client) as (_tap, _intake, intake_port):
+            click.echo(
+                f"tap on {settings.reclaim.tap_address} -> {settings.reclaim.controller_address}"
+                f"; intake on port {intake_port}; mode {settings.reclaim.mode.value}",
+                err=True,
+            )
+            with contextlib.suppress(asyncio.CancelledError):
+                await stop.wait()
+        return 0
+
+    raise SystemExit(asyncio.run(run()))

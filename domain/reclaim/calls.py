@@ -1,0 +1,125 @@
+"""What the JobReclaim workflow and its activities pass each other, and its input and result.
+
+Nothing here carries a secret: the agents' and controller's token stays in the worker.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from domain.reclaim.evidence import ReleaseTally
+from domain.reclaim.models import Decision, Holding
+from domain.reclaim.policy import ReclaimPolicy
+from domain.reclaim.steps import Mode, Outcome, Step
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class NodeView(_Model):
+    """The holding's node as the controller lists it."""
+
+    name: str = ""
+    state: str = ""
+    reason: str = ""
+    # The node carries a drain keeper made (its reason is keeper's).
+    drained_by_keeper: bool = False
+
+
+class Assessment(_Model):
+    """A fresh read of the controller, decided: what the next step acts on."""
+
+    decision: Decision
+    mode: Mode
+    node: NodeView = Field(default_factory=NodeView)
+    read_at: datetime
+
+
+class AssessCall(_Model):
+    holding: Holding
+    workflow_id: str
+
+
+class CancelCall(_Model):
+    holding: Holding
+    signal: int
+    attempt: int
+
+
+class CancelResult(_Model):
+    # The agent answered; it always answers Empty, so this says the cancel arrived, not what
+    # it did (the heartbeats say that).
+    delivered: bool
+    # Why not, for the operator (a timeout may still have acted).
+    error: str = ""
+    agent: str = ""
+
+
+class DrainCall(_Model):
+    holding: Holding
+    workflow_id: str
+    reason: str
+
+
+class DrainResult(_Model):
+    node: str
+    actual_state: str
+
+
+class UndrainCall(_Model):
+    holding: Holding
+    workflow_id: str
+    reason: str
+
+
+class UndrainResult(_Model):
+    # The node was resumed; false when another drain (keeper's for another holding, or
+    # anyone else's) keeps it drained.
+    resumed: bool
+    why: str
+
+
+class CloseCall(_Model):
+    holding: Holding
+    workflow_id: str
+    outcome: Outcome
+
+
+class OperatorRelease(_Model):
+    """`keeper reclaim release`: an operator vouches that the agent no longer holds the job."""
+
+    by: str = Field(default="operator", max_length=200)
+    reason: str = Field(default="", max_length=500)
+
+
+class ReclaimCarry(_Model):
+    """What a run hands to the next when it continues as new."""
+
+    step: Step
+    attempts: int = 0
+    drained: bool = False
+    tally: ReleaseTally = Field(default_factory=ReleaseTally)
+    last: Assessment | None = None
+
+
+class JobReclaimInput(_Model):
+    holding: Holding
+    # The intake's verdict that started it; the workflow re-reads before acting on it.
+    first: Decision
+    policy: ReclaimPolicy = Field(default_factory=ReclaimPolicy)
+    carry: ReclaimCarry | None = None
+
+
+class JobReclaimResult(_Model):
+    outcome: Outcome
+    holding: Holding
+    attempts: int
+    # Whether keeper drained the node on the way, and whether it lifted that drain.
+    drained: bool
+    undrained: bool
+    mode: Mode
+    last: Assessment | None = None
+    detail: str = ""

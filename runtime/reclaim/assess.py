@@ -1,0 +1,64 @@
+"""One read of the controller, folded into keeper's memory and decided: the step the intake
+takes for a batch of heartbeats and the workflow takes before every destructive step."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Collection, Iterable
+from datetime import UTC, datetime
+
+from domain.reclaim.decide import decide
+from domain.reclaim.epoch import observe
+from domain.reclaim.identity import canonical_node
+from domain.reclaim.models import ControllerView, Decision, EpochState, Holding
+from runtime.reclaim.controller_client import SpurController
+from runtime.reclaim.views import controller_view
+from runtime.settings import ReclaimSettings
+from store.reclaim import ReclaimMemory
+
+
+class Assessor:
+    def __init__(
+        self, controller: SpurController, memory: ReclaimMemory, settings: ReclaimSettings
+    ) -> None:
+        self.controller = controller
+        self.memory = memory
+        self.settings = settings
+
+    def canonical(self, name: str) -> str:
+        return canonical_node(name, self.settings.node_aliases)
+
+    async def read(self, job_ids: Collection[int]) -> tuple[ControllerView, EpochState]:
+        """A view of `job_ids` read now (after every heartbeat it will decide), folded into
+        memory: the epoch it shows, with the jobs it shows remembered."""
+        infos = await self.controller.get_jobs(job_ids=sorted(set(job_ids))) if job_ids else []
+        view = controller_view(infos, datetime.now(UTC), self.settings.node_aliases)
+        epoch = await asyncio.to_thread(self._fold, view)
+        return view, epoch
+
+    def _fold(self, view: ControllerView) -> EpochState:
+        epoch = self.memory.epoch()
+        known = self.memory.known_jobs(view.jobs)
+        observation = observe(view, epoch, known, self.settings.timing.clock_skew)
+        if observation.new_epoch or observation.remember or observation.epoch != epoch:
+            self.memory.record_observation(observation)
+        return observation.epoch
+
+    async def decide(
+        self, holdings: Iterable[Holding], view: ControllerView, epoch: EpochState
+    ) -> list[tuple[Holding, Decision]]:
+        holdings = list(holdings)
+        return await asyncio.to_thread(self._decide, holdings, view, epoch)
+
+    def _decide(
+        self, holdings: list[Holding], view: ControllerView, epoch: EpochState
+    ) -> list[tuple[Holding, Decision]]:
+        known = self.memory.known_jobs([h.job_id for h in holdings])
+        nodes = self.memory.known_nodes()
+        policy = self.settings.timing
+        return [(h, decide(h, view, epoch, known.get(h.job_id), nodes, policy)) for h in holdings]
+
+    async def assess(self, holding: Holding) -> Decision:
+        view, epoch = await self.read([holding.job_id])
+        ((_, decision),) = await self.decide([holding], view, epoch)
+        return decision

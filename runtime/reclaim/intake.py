@@ -1,0 +1,261 @@
+"""The reclaim intake: what agents report holding, decided, and handed to workflows.
+
+Reports come from the heartbeat tap (every Heartbeat an agent sends: a complete listing),
+from `keeper reclaim report` and from the HTTP endpoint (a partial listing: the jobs it
+names). The intake gathers them for `reclaim.batch_window`, reads the controller once for
+the whole batch (a view newer than every report it decides), folds that view into keeper's
+memory, records each holding's first sighting, and decides every holding
+(domain/reclaim/decide.py). Then:
+
+| holding | what the intake does |
+|---|---|
+| spare | nothing: no workflow is started or signalled |
+| stale (reclaim or quarantine), no workflow yet | signal-with-start its JobReclaim (USE_EXISTING) |
+| has a workflow | signals `evidence` when a complete heartbeat's answer changes (held / absent) |
+
+An empty heartbeat starts, signals and decides nothing (spur sends one whenever the agent's
+job map is busy). Nothing here can block or fail the tap's forwarding: the tap hands events
+over through a bounded queue, and an error here is logged and counted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from temporalio.client import Client
+from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
+
+from domain.reclaim.calls import JobReclaimInput
+from domain.reclaim.evidence import BeatEvidence, BeatReport, evidence_of
+from domain.reclaim.identity import NodeNameError
+from domain.reclaim.models import EVIDENCE_SIGNAL, RECLAIM_WORKFLOW_TYPE, Decision, Holding
+from runtime.reclaim import search_attributes as sa
+from runtime.reclaim.assess import Assessor
+from runtime.settings import Settings
+
+log = logging.getLogger("keeper.reclaim.intake")
+# spur's default agent port, when RegisterAgent says 0.
+DEFAULT_AGENT_PORT = 6818
+# Reports waiting for the next batch; beyond it, the oldest are dropped (and counted): the
+# next heartbeat of the same node says the same again.
+MAX_PENDING = 50_000
+
+
+@dataclass(frozen=True)
+class Report:
+    hostname: str
+    job_ids: tuple[int, ...]
+    received_at: datetime
+    # A heartbeat lists everything the agent holds; a report only the jobs it names.
+    complete: bool
+    source: str = "heartbeat"
+
+
+@dataclass(frozen=True)
+class Handled:
+    """What the intake made of one reported holding."""
+
+    node: str
+    job_id: int
+    decision: Decision
+    workflow_id: str | None
+    started: bool
+
+
+@dataclass
+class IntakeCounters:
+    reports: int = 0
+    empty: int = 0
+    bad_names: int = 0
+    dropped: int = 0
+    started: int = 0
+    signalled: int = 0
+    errors: int = 0
+    batches: int = 0
+
+
+@dataclass
+class Intake:
+    assessor: Assessor
+    client: Client | None
+    settings: Settings
+    counters: IntakeCounters = field(default_factory=IntakeCounters)
+    _pending: list[Report] = field(default_factory=list)
+    _wake: asyncio.Event = field(default_factory=asyncio.Event)
+
+    @property
+    def memory(self):  # type: ignore[no-untyped-def]
+        return self.assessor.memory
+
+    @property
+    def task_queue(self) -> str:
+        return self.settings.temporal.family_queue("reclaim")
+
+    # ---- what the tap hands over ---------------------------------------------------------
+
+    async def registered(self, hostname: str, address: str, port: int, at: datetime) -> None:
+        try:
+            node = self.assessor.canonical(hostname)
+        except NodeNameError:
+            self.counters.bad_names += 1
+            return
+        await asyncio.to_thread(
+            self.memory.register_node,
+            node, hostname, address, port or DEFAULT_AGENT_PORT, "", at,
+        )  # fmt: skip
+
+    def offer(self, report: Report) -> None:
+        """Queues a report for the next batch; never blocks."""
+        self.counters.reports += 1
+        if not report.job_ids:
+            self.counters.empty += 1
+        self._pending.append(report)
+        if len(self._pending) > MAX_PENDING:
+            del self._pending[0]
+            self.counters.dropped += 1
+        self._wake.set()
+
+    async def run(self) -> None:
+        """Decides the queued reports a batch at a time, until cancelled."""
+        window = self.settings.reclaim.batch_window.total_seconds()
+        while True:
+            await self._wake.wait()
+            await asyncio.sleep(window)
+            self._wake.clear()
+            batch, self._pending = self._pending, []
+            if not batch:
+                continue
+            try:
+                await self.process(batch)
+            except Exception:
+                self.counters.errors += 1
+                log.exception("reclaim intake: a batch of %d reports failed", len(batch))
+
+    # ---- deciding ------------------------------------------------------------------------
+
+    async def process(self, reports: Sequence[Report]) -> list[Handled]:
+        """Decides every reported holding in `reports` against one controller read."""
+        self.counters.batches += 1
+        by_node: list[tuple[str, Report]] = []
+        for report in reports:
+            try:
+                by_node.append((self.assessor.canonical(report.hostname), report))
+            except NodeNameError:
+                self.counters.bad_names += 1
+        for node, report in by_node:
+            await asyncio.to_thread(self.memory.touch_node, node, report.received_at)
+        await self._learn_nodes({node for node, _ in by_node})
+        listed = [(n, r) for n, r in by_node if r.job_ids]
+        if not listed:
+            return []
+        job_ids = {j for _, r in listed for j in r.job_ids}
+        for node, _ in listed:
+            for holding, _wf in await asyncio.to_thread(self.memory.open_workflows_of, node):
+                job_ids.add(holding.job_id)
+        view, epoch = await self.assessor.read(job_ids)
+        handled: list[Handled] = []
+        for node, report in listed:
+            holdings = await asyncio.to_thread(
+                self.memory.sight, node, list(report.job_ids), report.received_at, epoch.epoch
+            )
+            decided = await self.assessor.decide(holdings, view, epoch)
+            attached = dict(
+                ((h.job_id, h.sighting), wf)
+                for h, wf in await asyncio.to_thread(self.memory.open_workflows_of, node)
+            )
+            for holding, decision in decided:
+                workflow_id = attached.get((holding.job_id, holding.sighting))
+                started = False
+                if workflow_id is None and decision.stale:
+                    workflow_id = await self._start(holding, decision, report)
+                    started = workflow_id is not None
+                handled.append(Handled(node, holding.job_id, decision, workflow_id, started))
+            if report.complete:
+                await self._signal_evidence(node, report)
+        return handled
+
+    async def _learn_nodes(self, nodes: set[str]) -> None:
+        """Nodes keeper has not seen register (the tap started after them) are learned from
+        the controller's node list: known, though without an agent address yet."""
+        known = await asyncio.to_thread(self.memory.known_nodes)
+        if nodes <= known:
+            return
+        now = datetime.now(UTC)
+        for info in await self.assessor.controller.get_nodes():
+            with contextlib.suppress(NodeNameError):
+                node = self.assessor.canonical(info.name)
+                if node in nodes and node not in known:
+                    await asyncio.to_thread(
+                        self.memory.register_node, node, info.name, "", 0, "", now
+                    )
+
+    async def _start(self, holding: Holding, decision: Decision, report: Report) -> str | None:
+        if self.client is None:
+            return None
+        workflow_id = holding.workflow_id
+        first = BeatReport(evidence=BeatEvidence.HELD, at=report.received_at)
+        try:
+            await self.client.start_workflow(
+                RECLAIM_WORKFLOW_TYPE,
+                JobReclaimInput(
+                    holding=holding, first=decision, policy=self.settings.reclaim.timing
+                ),
+                id=workflow_id,
+                task_queue=self.task_queue,
+                id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+                id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+                start_signal=EVIDENCE_SIGNAL,
+                start_signal_args=[first],
+                search_attributes=sa.for_holding(holding.node, holding.job_id, "assess"),
+                static_summary=f"reclaim job {holding.job_id} held by {holding.node}: "
+                f"{decision.verdict.value} ({decision.reason.value})",
+            )
+        except Exception as err:
+            # The holding stays without a workflow: the next heartbeat tries again.
+            self.counters.errors += 1
+            log.warning("could not start %s: %s", workflow_id, err)
+            return None
+        self.counters.started += 1
+        await asyncio.to_thread(
+            self.memory.attach_workflow, holding.node, holding.job_id, holding.sighting, workflow_id
+        )
+        await asyncio.to_thread(
+            self.memory.set_last_signalled,
+            holding.node, holding.job_id, holding.sighting, BeatEvidence.HELD.value,
+        )  # fmt: skip
+        return workflow_id
+
+    async def _signal_evidence(self, node: str, report: Report) -> None:
+        """Tells each open reclaim of `node` what this complete heartbeat showed, when that
+        differs from what it was last told."""
+        if self.client is None:
+            return
+        for holding, workflow_id in await asyncio.to_thread(self.memory.open_workflows_of, node):
+            evidence = evidence_of(report.job_ids, holding.job_id)
+            if evidence is BeatEvidence.SILENT:
+                continue
+            last = await asyncio.to_thread(
+                self.memory.last_signalled, holding.node, holding.job_id, holding.sighting
+            )
+            # Absent counts each heartbeat (the workflow wants several in a row); held only
+            # when it changes.
+            if evidence is BeatEvidence.HELD and last == BeatEvidence.HELD.value:
+                continue
+            try:
+                await self.client.get_workflow_handle(workflow_id).signal(
+                    EVIDENCE_SIGNAL, BeatReport(evidence=evidence, at=report.received_at)
+                )
+            except Exception as err:
+                self.counters.errors += 1
+                log.warning("could not signal %s: %s", workflow_id, err)
+                continue
+            self.counters.signalled += 1
+            await asyncio.to_thread(
+                self.memory.set_last_signalled,
+                holding.node, holding.job_id, holding.sighting, evidence.value,
+            )  # fmt: skip

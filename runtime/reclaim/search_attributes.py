@@ -1,0 +1,20 @@
+"""The search attributes of the job-reclaim family's workflows: the one place their names live."""
+
+from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
+
+NODE = SearchAttributeKey.for_keyword("Node")
+JOB_ID = SearchAttributeKey.for_keyword("JobId")
+RECLAIM_STEP = SearchAttributeKey.for_keyword("ReclaimStep")
+
+RECLAIM_ATTRIBUTES = (NODE, JOB_ID, RECLAIM_STEP)
+
+
+def for_holding(node: str, job_id: int, step: str) -> TypedSearchAttributes:
+    """Set at the start, so a reclaim is findable by node and job before its first task."""
+    return TypedSearchAttributes(
+        [
+            SearchAttributePair(NODE, node),
+            SearchAttributePair(JOB_ID, str(job_id)),
+            SearchAttributePair(RECLAIM_STEP, step),
+        ]
+    )

@@ -1,0 +1,160 @@
+"""`keeper reclaim tap`: the heartbeat tap, the intake behind it and the HTTP intake, in one
+process beside (not inside) the worker, so agents keep reaching their controller while
+workers restart."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import asdict
+from datetime import UTC, datetime
+from typing import Any
+
+from aiohttp import web
+from temporalio.client import Client
+
+from runtime.dev_ports import split_address
+from runtime.reclaim.assess import Assessor
+from runtime.reclaim.controller_client import SpurController
+from runtime.reclaim.deps import spur_token
+from runtime.reclaim.intake import Handled, Intake, Report
+from runtime.reclaim.tap import HeartbeatTap, TapEvent
+from runtime.settings import Settings
+from store.reclaim import ReclaimMemory, open_reclaim_memory
+from wire.spur import slurm_pb2
+
+log = logging.getLogger("keeper.reclaim.tap")
+HEARTBEAT = "/slurm.SlurmController/Heartbeat"
+REGISTER = "/slurm.SlurmController/RegisterAgent"
+MAX_REPORTED_JOBS = 4096
+
+
+def handled_json(h: Handled) -> dict[str, Any]:
+    return {
+        "node": h.node,
+        "job_id": h.job_id,
+        "verdict": h.decision.verdict.value,
+        "reason": h.decision.reason.value,
+        "detail": h.decision.detail,
+        "workflow_id": h.workflow_id,
+        "started": h.started,
+    }
+
+
+def _peer_host(peer: str) -> str:
+    # grpc peers read "ipv4:10.0.0.7:51234" or "ipv6:[::1]:51234".
+    _, _, rest = peer.partition(":")
+    host, _, _ = rest.rpartition(":")
+    return host.strip("[]")
+
+
+async def on_tap_event(intake: Intake, event: TapEvent) -> None:
+    if event.method == REGISTER and isinstance(event.message, slurm_pb2.RegisterAgentRequest):
+        msg = event.message
+        await intake.registered(
+            msg.hostname, msg.address or _peer_host(event.peer), msg.port, event.received_at
+        )
+    elif event.method == HEARTBEAT and isinstance(event.message, slurm_pb2.HeartbeatRequest):
+        msg = event.message
+        intake.offer(
+            Report(
+                hostname=msg.hostname,
+                job_ids=tuple(j.job_id for j in msg.running_jobs),
+                received_at=event.received_at,
+                complete=True,
+            )
+        )
+
+
+def parse_report(body: Any) -> tuple[str, tuple[int, ...]]:
+    """A POST /report body: {"node": "gpu-node-07", "jobs": [1234, 1240]}."""
+    if not isinstance(body, dict):
+        raise ValueError('the body must be a JSON object: {"node": "...", "jobs": [...]}')
+    unknown = sorted(set(body) - {"node", "jobs"})
+    if unknown:
+        raise ValueError(f"unknown field {unknown[0]!r}; the fields are node and jobs")
+    node = body.get("node")
+    if not isinstance(node, str) or not node.strip():
+        raise ValueError("node: a node name is required")
+    jobs = body.get("jobs")
+    if not isinstance(jobs, list) or not jobs:
+        raise ValueError("jobs: a non-empty list of job ids is required")
+    if len(jobs) > MAX_REPORTED_JOBS:
+        raise ValueError(f"jobs: at most {MAX_REPORTED_JOBS} job ids per report")
+    for j in jobs:
+        if isinstance(j, bool) or not isinstance(j, int) or not 0 <= j < 2**32:
+            raise ValueError(f"jobs: {j!r} is not a job id (an integer from 0 to 4294967295)")
+    return node, tuple(jobs)
+
+
+def intake_app(intake: Intake) -> web.Application:
+    async def report(request: web.Request) -> web.Response:
+        try:
+            node, jobs = parse_report(await request.json())
+        except ValueError as err:
+            return web.json_response({"error": str(err)}, status=400)
+        handled = await intake.process(
+            [Report(node, jobs, datetime.now(UTC), complete=False, source="http")]
+        )
+        return web.json_response({"handled": [handled_json(h) for h in handled]})
+
+    async def health(_request: web.Request) -> web.Response:
+        return web.json_response({"status": "ok", "intake": asdict(intake.counters)})
+
+    app = web.Application()
+    app.router.add_post("/report", report)
+    app.router.add_get("/healthz", health)
+    return app
+
+
+@contextlib.asynccontextmanager
+async def open_intake(settings: Settings, client: Client | None) -> AsyncIterator[Intake]:
+    """An intake on its own controller client and memory, closed on exit."""
+    controller = SpurController(
+        settings.reclaim.controller_address,
+        timeout=settings.reclaim.call_timeout.total_seconds(),
+        token=spur_token(settings.reclaim),
+    )
+    memory: ReclaimMemory = open_reclaim_memory(settings.reclaim.store_url)
+    try:
+        yield Intake(Assessor(controller, memory, settings.reclaim), client, settings)
+    finally:
+        await controller.aclose()
+        memory.close()
+
+
+@contextlib.asynccontextmanager
+async def run_tap(
+    settings: Settings, client: Client | None
+) -> AsyncIterator[tuple[HeartbeatTap, Intake, int]]:
+    """The tap, its intake loop and the HTTP intake, serving until the block exits."""
+    async with open_intake(settings, client) as intake:
+        tap_host, tap_port = split_address(settings.reclaim.tap_address, "reclaim.tap_address")
+
+        async def observer(event: TapEvent) -> None:
+            await on_tap_event(intake, event)
+
+        tap = HeartbeatTap(
+            upstream=settings.reclaim.controller_address,
+            host=tap_host,
+            port=tap_port,
+            observer=observer,
+        )
+        await tap.start()
+        runner = web.AppRunner(intake_app(intake), access_log=None)
+        await runner.setup()
+        host, port = split_address(settings.reclaim.intake_address, "reclaim.intake_address")
+        site = web.TCPSite(runner, host, port)
+        await site.start()
+        bound = port or runner.addresses[0][1]
+        loop = asyncio.create_task(intake.run(), name="reclaim-intake")
+        try:
+            yield tap, intake, bound
+        finally:
+            loop.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await loop
+            await runner.cleanup()
+            await tap.stop()

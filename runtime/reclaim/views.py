@@ -1,0 +1,64 @@
+"""spur's wire messages as keeper's domain views: canonical node ids, aware datetimes."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
+
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from domain.reclaim.identity import NodeNameError, canonical_node, expand_nodelist
+from domain.reclaim.jobs import JobState
+from domain.reclaim.models import ControllerView, JobView
+from wire.spur import slurm_pb2
+
+# The prefix of every drain reason keeper writes: how it tells its own drains from others'.
+DRAIN_REASON_PREFIX = "keeper-reclaim:"
+
+
+def _time(ts: Timestamp, present: bool) -> datetime | None:
+    if not present or (ts.seconds == 0 and ts.nanos == 0):
+        return None
+    return ts.ToDatetime(tzinfo=UTC)
+
+
+def job_view(info: slurm_pb2.JobInfo, aliases: Mapping[str, str]) -> JobView:
+    nodes: set[str] = set()
+    try:
+        for name in expand_nodelist(info.nodelist):
+            nodes.add(canonical_node(name, aliases))
+    except NodeNameError:
+        # A nodelist keeper cannot read names no node it could compare: as good as empty,
+        # which spares the job (domain/reclaim/decide.py row 5).
+        nodes = set()
+    try:
+        state = JobState(info.state)
+    except ValueError:
+        state = JobState.PENDING  # an unknown state is treated as possibly mid-dispatch
+    return JobView(
+        job_id=info.job_id,
+        state=state,
+        submit_time=_time(info.submit_time, info.HasField("submit_time")),
+        end_time=_time(info.end_time, info.HasField("end_time")),
+        nodes=frozenset(nodes),
+        nodelist=info.nodelist,
+    )
+
+
+def controller_view(
+    jobs: Iterable[slurm_pb2.JobInfo], read_at: datetime, aliases: Mapping[str, str]
+) -> ControllerView:
+    return ControllerView(read_at=read_at, jobs={j.job_id: job_view(j, aliases) for j in jobs})
+
+
+def node_state_name(state: int) -> str:
+    try:
+        return slurm_pb2.NodeState.Name(state).removeprefix("NODE_").lower()
+    except ValueError:
+        return str(state)
+
+
+def drained_by_keeper(node: slurm_pb2.NodeInfo) -> bool:
+    return node.state in (slurm_pb2.NODE_DRAIN, slurm_pb2.NODE_DRAINING) and (
+        node.state_reason.startswith(DRAIN_REASON_PREFIX)
+    )
