@@ -303,6 +303,9 @@ class ReclaimSettings(_Section):
     node_aliases: dict[str, str] = Field(default_factory=dict)
     # The timing rules (domain/reclaim/policy.py).
     timing: ReclaimPolicy = Field(default_factory=ReclaimPolicy)
+    # How often the intake reads every job (the watermark and the epoch need the whole job
+    # map); in between it reads only the jobs a batch reports.
+    full_read_interval: HumanDuration = Field(default=timedelta(seconds=60), gt=timedelta(0))
     # How long the intake gathers heartbeats before one controller read decides them all.
     batch_window: HumanDuration = Field(default=timedelta(milliseconds=200), gt=timedelta(0))
 

@@ -55,7 +55,7 @@ class ReclaimActivities:
 
     async def _node(self, node: str) -> NodeView:
         name = await self._controller_name(node)
-        for info in await self.controller.get_nodes(nodelist=name):
+        for info in await self.controller.get_nodes():
             if info.name == name:
                 return NodeView(
                     name=info.name,

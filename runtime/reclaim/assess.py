@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from domain.reclaim.decide import decide
 from domain.reclaim.epoch import observe
 from domain.reclaim.identity import canonical_node
+from domain.reclaim.jobs import ACTIVE
 from domain.reclaim.models import ControllerView, Decision, EpochState, Holding
 from runtime.reclaim.controller_client import SpurController
 from runtime.reclaim.views import controller_view
@@ -28,13 +29,31 @@ class Assessor:
     def canonical(self, name: str) -> str:
         return canonical_node(name, self.settings.node_aliases)
 
-    async def read(self, job_ids: Collection[int]) -> tuple[ControllerView, EpochState]:
-        """A view of `job_ids` read now (after every heartbeat it will decide), folded into
-        memory: the epoch it shows, with the jobs it shows remembered."""
-        infos = await self.controller.get_jobs(job_ids=sorted(set(job_ids))) if job_ids else []
+    async def read(
+        self, job_ids: Collection[int], *, everything: bool = False
+    ) -> tuple[ControllerView, EpochState]:
+        """A view of `job_ids` (or of every job) read now, after every heartbeat it will
+        decide, folded into memory: the epoch it shows, with the jobs it shows remembered."""
+        if everything:
+            infos = await self.controller.get_jobs()
+        elif job_ids:
+            infos = await self.controller.get_jobs(job_ids=sorted(set(job_ids)))
+        else:
+            infos = []
         view = controller_view(infos, datetime.now(UTC), self.settings.node_aliases)
         epoch = await asyncio.to_thread(self._fold, view)
         return view, epoch
+
+    async def active_by_node(self) -> dict[str, set[int]]:
+        """node -> the jobs the controller has running there (allocation committed): what
+        a complete heartbeat of that node must list."""
+        infos = await self.controller.get_jobs(states=sorted(ACTIVE))
+        view = controller_view(infos, datetime.now(UTC), self.settings.node_aliases)
+        by_node: dict[str, set[int]] = {}
+        for job in view.jobs.values():
+            for node in job.nodes:
+                by_node.setdefault(node, set()).add(job.job_id)
+        return by_node
 
     def _fold(self, view: ControllerView) -> EpochState:
         epoch = self.memory.epoch()

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from runtime.reclaim.agent_client import SpurAgents
 from runtime.reclaim.assess import Assessor
 from runtime.reclaim.controller_client import SpurController
-from runtime.reclaim.credentials import SpurToken
+from runtime.reclaim.credentials import TOKEN_ENV, SpurToken
 from runtime.settings import ReclaimSettings
 from store.reclaim import ReclaimMemory, open_reclaim_memory
 
@@ -29,8 +31,12 @@ class ReclaimDeps:
         self.memory.close()
 
 
-def spur_token(settings: ReclaimSettings) -> SpurToken:
-    return SpurToken(file=settings.token_file)
+def spur_token(settings: ReclaimSettings, env: Mapping[str, str] | None = None) -> SpurToken:
+    """KEEPER_SPUR_TOKEN wins over reclaim.token_file; with neither, calls go anonymous."""
+    env = os.environ if env is None else env
+    if env.get(TOKEN_ENV, "").strip() or settings.token_file is None:
+        return SpurToken(environ=env)
+    return SpurToken(path=settings.token_file)
 
 
 def open_reclaim_deps(settings: ReclaimSettings) -> ReclaimDeps:

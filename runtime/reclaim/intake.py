@@ -11,11 +11,13 @@ memory, records each holding's first sighting, and decides every holding
 |---|---|
 | spare | nothing: no workflow is started or signalled |
 | stale (reclaim or quarantine), no workflow yet | signal-with-start its JobReclaim (USE_EXISTING) |
-| has a workflow | signals `evidence` when a complete heartbeat's answer changes (held / absent) |
+| has a workflow | signals `evidence` when a heartbeat's answer changes (held / absent) |
 
 An empty heartbeat starts, signals and decides nothing (spur sends one whenever the agent's
-job map is busy). Nothing here can block or fail the tap's forwarding: the tap hands events
-over through a bounded queue, and an error here is logged and counted.
+job map is busy), and a heartbeat that omits a job the controller runs on that node is
+partial: what it omits is no evidence of release. Nothing here can block or fail the tap's
+forwarding: the tap hands events over through a bounded queue, and an error here is logged
+and counted.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -87,6 +90,15 @@ class Intake:
     counters: IntakeCounters = field(default_factory=IntakeCounters)
     _pending: list[Report] = field(default_factory=list)
     _wake: asyncio.Event = field(default_factory=asyncio.Event)
+    _last_full: float | None = None
+    _busy: bool = False
+    _settled: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def idle(self) -> None:
+        """Returns once every report offered so far has been decided (tests, shutdown)."""
+        if self._pending or self._busy:
+            self._settled.clear()
+            await self._settled.wait()
 
     @property
     def memory(self):  # type: ignore[no-untyped-def]
@@ -127,14 +139,18 @@ class Intake:
             await self._wake.wait()
             await asyncio.sleep(window)
             self._wake.clear()
+            self._busy = True
             batch, self._pending = self._pending, []
-            if not batch:
-                continue
             try:
-                await self.process(batch)
+                if batch:
+                    await self.process(batch)
             except Exception:
                 self.counters.errors += 1
                 log.exception("reclaim intake: a batch of %d reports failed", len(batch))
+            finally:
+                self._busy = False
+                if not self._pending:
+                    self._settled.set()
 
     # ---- deciding ------------------------------------------------------------------------
 
@@ -157,7 +173,10 @@ class Intake:
         for node, _ in listed:
             for holding, _wf in await asyncio.to_thread(self.memory.open_workflows_of, node):
                 job_ids.add(holding.job_id)
-        view, epoch = await self.assessor.read(job_ids)
+        view, epoch = await self.assessor.read(job_ids, everything=self._full_read_due())
+        # What each node must be holding by the controller's account: a heartbeat that
+        # omits any of it is partial, and says nothing about what it omits.
+        active = await self.assessor.active_by_node() if any(r.complete for _, r in listed) else {}
         handled: list[Handled] = []
         for node, report in listed:
             holdings = await asyncio.to_thread(
@@ -176,8 +195,19 @@ class Intake:
                     started = workflow_id is not None
                 handled.append(Handled(node, holding.job_id, decision, workflow_id, started))
             if report.complete:
-                await self._signal_evidence(node, report)
+                whole = active.get(node, set()) <= set(report.job_ids)
+                await self._signal_evidence(node, report, whole)
         return handled
+
+    def _full_read_due(self) -> bool:
+        """Every job, now and then: the watermark and the epoch need the whole job map, a
+        batch's decisions only the jobs it reports."""
+        now = time.monotonic()
+        interval = self.settings.reclaim.full_read_interval.total_seconds()
+        if self._last_full is not None and now - self._last_full < interval:
+            return False
+        self._last_full = now
+        return True
 
     async def _learn_nodes(self, nodes: set[str]) -> None:
         """Nodes keeper has not seen register (the tap started after them) are learned from
@@ -225,37 +255,35 @@ class Intake:
             self.memory.attach_workflow, holding.node, holding.job_id, holding.sighting, workflow_id
         )
         await asyncio.to_thread(
-            self.memory.set_last_signalled,
-            holding.node, holding.job_id, holding.sighting, BeatEvidence.HELD.value,
-        )  # fmt: skip
+            self.memory.set_last_signalled, holding.node, holding.job_id, holding.sighting, first
+        )
         return workflow_id
 
-    async def _signal_evidence(self, node: str, report: Report) -> None:
-        """Tells each open reclaim of `node` what this complete heartbeat showed, when that
-        differs from what it was last told."""
+    async def _signal_evidence(self, node: str, report: Report, whole: bool) -> None:
+        """Tells each open reclaim of `node` what this heartbeat showed, when that differs
+        from what it was last told. A heartbeat that omits a job the controller runs on the
+        node (`whole` false) is partial: its omissions are no evidence."""
         if self.client is None:
             return
         for holding, workflow_id in await asyncio.to_thread(self.memory.open_workflows_of, node):
             evidence = evidence_of(report.job_ids, holding.job_id)
-            if evidence is BeatEvidence.SILENT:
+            if evidence is BeatEvidence.SILENT or (evidence is BeatEvidence.ABSENT and not whole):
                 continue
             last = await asyncio.to_thread(
                 self.memory.last_signalled, holding.node, holding.job_id, holding.sighting
             )
             # Absent counts each heartbeat (the workflow wants several in a row); held only
             # when it changes.
-            if evidence is BeatEvidence.HELD and last == BeatEvidence.HELD.value:
+            if evidence is BeatEvidence.HELD and last and last.evidence is BeatEvidence.HELD:
                 continue
+            told = BeatReport(evidence=evidence, at=report.received_at)
             try:
-                await self.client.get_workflow_handle(workflow_id).signal(
-                    EVIDENCE_SIGNAL, BeatReport(evidence=evidence, at=report.received_at)
-                )
+                await self.client.get_workflow_handle(workflow_id).signal(EVIDENCE_SIGNAL, told)
             except Exception as err:
                 self.counters.errors += 1
                 log.warning("could not signal %s: %s", workflow_id, err)
                 continue
             self.counters.signalled += 1
             await asyncio.to_thread(
-                self.memory.set_last_signalled,
-                holding.node, holding.job_id, holding.sighting, evidence.value,
-            )  # fmt: skip
+                self.memory.set_last_signalled, holding.node, holding.job_id, holding.sighting, told
+            )

@@ -1,0 +1,173 @@
+"""A job-reclaim world: the spur emulator, keeper's tap in front of its controller, the
+intake, the reclaim memory and a worker for the reclaim family, on the dev server.
+
+Agents dial the tap as their controller, as they would in production, so every heartbeat a
+test sends goes through the real forwarding path and the real intake.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import uuid
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from temporalio.client import Client, WorkflowHandle
+from temporalio.worker import Worker
+
+from domain.reclaim.calls import JobReclaimResult
+from domain.reclaim.policy import ReclaimPolicy
+from domain.reclaim.steps import Mode
+from emulators.spur import SpurEmulator, SpurEmulatorConfig
+from emulators.spur.config import AgentSpec, numbered_agents
+from runtime.reclaim.deps import open_reclaim_deps
+from runtime.reclaim.intake import Intake
+from runtime.reclaim.service import run_tap
+from runtime.reclaim.tap import HeartbeatTap
+from runtime.settings import ReclaimSettings, Settings
+from workers.families.reclaim import reclaim_activities
+from workers.registry import WORKFLOW_FAILURE_EXCEPTION_TYPES, WORKFLOW_INTERCEPTORS
+from workflows.reclaim.job_reclaim import JobReclaim
+
+# Fast enough for a test, slow enough that each step is seen: two graceful cancels and one
+# forced kill, each followed by a short wait for evidence.
+FAST = ReclaimPolicy(
+    end_grace=timedelta(minutes=2),
+    graceful_tries=2,
+    forced_tries=1,
+    retry_initial=timedelta(seconds=1),
+    retry_max=timedelta(seconds=2),
+    release_beats=2,
+    drained_recheck=timedelta(seconds=1),
+    history_events_limit=400,
+)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+async def until(check: Callable[[], Any], timeout: float = 20.0, what: str = "") -> Any:
+    """Polls `check` (sync or async) until it returns something truthy."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        value = check()
+        if asyncio.iscoroutine(value):
+            value = await value
+        if value:
+            return value
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"timed out waiting for {what or check}")
+        await asyncio.sleep(0.05)
+
+
+@dataclass
+class ReclaimWorld:
+    emu: SpurEmulator
+    settings: Settings
+    client: Client
+    tap: HeartbeatTap
+    intake: Intake
+    intake_port: int
+    _worker: Worker | None = None
+    _stack: contextlib.AsyncExitStack = field(default_factory=contextlib.AsyncExitStack)
+
+    @property
+    def memory(self):  # type: ignore[no-untyped-def]
+        return self.intake.memory
+
+    async def beat(self, node: str) -> list[int]:
+        """One heartbeat of `node`'s agent through the tap, decided by the intake."""
+        before = self.intake.counters.reports
+        sent = await self.emu.beat_now(node)
+        await self.tap.drained()
+        await until(lambda: self.intake.counters.reports > before, what=f"{node}'s heartbeat")
+        await self.intake.idle()
+        return sent
+
+    async def start_worker(self) -> None:
+        if self._worker is not None:
+            return
+        deps = open_reclaim_deps(self.settings.reclaim)
+        self._stack.push_async_callback(deps.aclose)
+        worker = Worker(
+            self.client,
+            task_queue=self.settings.temporal.family_queue("reclaim"),
+            workflows=[JobReclaim],
+            activities=reclaim_activities(self.settings, self.client, deps),
+            interceptors=WORKFLOW_INTERCEPTORS,
+            workflow_failure_exception_types=WORKFLOW_FAILURE_EXCEPTION_TYPES,
+            graceful_shutdown_timeout=timedelta(seconds=1),
+        )
+        await self._stack.enter_async_context(worker)
+        self._worker = worker
+
+    def workflows(self, node: str | None = None) -> list[tuple[Any, str]]:
+        """(holding, workflow id) of every holding that has a reclaim."""
+        nodes = [node] if node else sorted(self.memory.known_nodes())
+        return [pair for n in nodes for pair in self.memory.open_workflows_of(n)]
+
+    def handle(self, workflow_id: str) -> WorkflowHandle[Any, JobReclaimResult]:
+        return self.client.get_workflow_handle(workflow_id, result_type=JobReclaimResult)
+
+    async def result(self, workflow_id: str, timeout: float = 30.0) -> JobReclaimResult:
+        return await asyncio.wait_for(self.handle(workflow_id).result(), timeout)
+
+    def cancels(self, job_id: int | None = None) -> list[Any]:
+        return [c for c in self.emu.cancels() if job_id is None or c.job_id == job_id]
+
+
+@contextlib.asynccontextmanager
+async def reclaim_world(
+    client: Client,
+    tmp_path: Path,
+    *,
+    agents: list[AgentSpec] | None = None,
+    mode: Mode = Mode.ACT,
+    policy: ReclaimPolicy = FAST,
+    worker: bool = True,
+) -> AsyncIterator[ReclaimWorld]:
+    controller_port = free_port()
+    settings = Settings()
+    settings.temporal.task_queue = f"reclaim-test-{uuid.uuid4().hex[:8]}"
+    settings.reclaim = ReclaimSettings(
+        mode=mode,
+        controller_address=f"127.0.0.1:{controller_port}",
+        tap_address="127.0.0.1:0",
+        intake_address="127.0.0.1:0",
+        store_url=f"sqlite:///{tmp_path / 'reclaim.db'}",
+        call_timeout=timedelta(seconds=5),
+        cancel_timeout=timedelta(seconds=1),
+        timing=policy,
+        batch_window=timedelta(milliseconds=20),
+    )
+    async with contextlib.AsyncExitStack() as stack:
+        tap, intake, intake_port = await stack.enter_async_context(run_tap(settings, client))
+        emu = SpurEmulator(
+            SpurEmulatorConfig(
+                controller_port=controller_port,
+                agents=agents if agents is not None else numbered_agents(3),
+                controller_address=f"127.0.0.1:{tap.port}",
+                kill_grace=0.2,
+            )
+        )
+        await emu.start()
+        stack.push_async_callback(emu.stop)
+        world = ReclaimWorld(emu, settings, client, tap, intake, intake_port)
+        stack.push_async_callback(world._stack.aclose)
+        # Every agent registered through the tap: keeper knows its address.
+        await tap.drained()
+        await intake.idle()
+        await until(
+            lambda: len(intake.memory.known_nodes()) >= len(emu.agents), what="registrations"
+        )
+        if worker:
+            await world.start_worker()
+        yield world
