@@ -39,6 +39,9 @@ def parse_args(argv: list[str] | None = None) -> SpurEmulatorConfig:
         "--controller-address", default=None, help="where agents dial (e.g. a proxy)"
     )
     parser.add_argument("--kill-grace", type=float, default=DEFAULT_KILL_GRACE)
+    parser.add_argument(
+        "--heartbeat-timeout", type=float, default=None, help="silent nodes go DOWN on advance"
+    )
     parser.add_argument("--token", default=None, help="require this Bearer token")
     parser.add_argument("--log-level", default="INFO")
     args = parser.parse_args(argv)
@@ -56,6 +59,7 @@ def parse_args(argv: list[str] | None = None) -> SpurEmulatorConfig:
         heartbeat_interval=args.heartbeat_interval or None,
         controller_address=args.controller_address,
         kill_grace=args.kill_grace,
+        heartbeat_timeout=args.heartbeat_timeout,
         token=args.token,
     )
 

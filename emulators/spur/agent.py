@@ -70,13 +70,12 @@ class Agent(slurm_pb2_grpc.SlurmAgentServicer):
         self._port = server.add_insecure_port(f"{self.settings.host}:{self.settings.port}")
         await server.start()
         self._server = server
+        # spurd registers at startup, before its first heartbeat.
+        with contextlib.suppress(grpc.aio.AioRpcError, AgentDown):
+            await self.register()
         interval = self.settings.heartbeat_interval
         if interval:
             self._loop = asyncio.create_task(self._beat_forever(interval), name=self.state.node)
-        else:
-            # spurd registers at startup; with no loop, do that once here.
-            with contextlib.suppress(grpc.aio.AioRpcError, AgentDown):
-                await self.register()
 
     async def stop(self) -> None:
         tasks = [t for t in (self._loop, *self._timers) if t is not None]

@@ -44,8 +44,10 @@ class SpurEmulatorConfig:
     token: str | None = None
     # None: no follower. Otherwise the port (0 = free) of a replica that is not the leader.
     follower_port: int | None = None
-    # Nodes silent for longer go DOWN on advance(); spur's heartbeat_timeout_secs.
-    heartbeat_timeout: float = 90.0
+    # Nodes silent for longer go DOWN "Not responding" on advance() (spur's
+    # heartbeat_timeout_secs, 90 there). None turns the health tick off: advance() jumps the
+    # emulator clock while agents beat in real time, so every node would look silent.
+    heartbeat_timeout: float | None = None
     # Per-RPC deadline of an agent's calls to the controller.
     agent_rpc_timeout: float = 5.0
 

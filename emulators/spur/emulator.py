@@ -292,7 +292,8 @@ class SpurEmulator(Served):
     def advance(self, seconds: float) -> list[int]:
         """Move the clock, then run the scheduler tick: age out jobs, mark silent nodes DOWN."""
         self.clock.advance(seconds)
-        self.cluster.mark_unresponsive(self.config.heartbeat_timeout)
+        if self.config.heartbeat_timeout is not None:
+            self.cluster.mark_unresponsive(self.config.heartbeat_timeout)
         return self.cluster.evict()
 
     def evict(self) -> list[int]:
