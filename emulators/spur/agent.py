@@ -58,7 +58,6 @@ class Agent(slurm_pb2_grpc.SlurmAgentServicer):
         self._server: grpc.aio.Server | None = None
         self._port: int | None = None
         self._channel: grpc.aio.Channel | None = None
-        self._channel_target: str | None = None
         self._loop: asyncio.Task[None] | None = None
         self._timers: set[asyncio.Task[None]] = set()
 
@@ -106,13 +105,9 @@ class Agent(slurm_pb2_grpc.SlurmAgentServicer):
     # ------------------------------------------------------------- talking to the controller
 
     def _stub(self) -> slurm_pb2_grpc.SlurmControllerStub:
-        target = self.controller_address()
-        if self._channel is None or self._channel_target != target:
-            if self._channel is not None:
-                # Closing is async; the old channel has nothing in flight between beats.
-                asyncio.get_running_loop().create_task(self._channel.close())
-            self._channel = grpc.aio.insecure_channel(target)
-            self._channel_target = target
+        # One channel for the agent's life: the controller address is fixed at start.
+        if self._channel is None:
+            self._channel = grpc.aio.insecure_channel(self.controller_address())
         return slurm_pb2_grpc.SlurmControllerStub(self._channel)
 
     def _metadata(self) -> tuple[tuple[str, str], ...]:
