@@ -1,1 +1,26 @@
-"""A spur controller and its agents, speaking the same proto (wire/spur)."""
+"""Local stand-in for spur's controller and its node agents, on spur's gRPC protocol.
+
+    from emulators.spur import SpurEmulator, SpurEmulatorConfig, AgentSpec
+
+See docs/spur-emulator.md.
+"""
+
+from emulators.spur.agent import AgentDown
+from emulators.spur.clock import EmulatorClock, ManualClock
+from emulators.spur.config import AgentSpec, SpurEmulatorConfig, hostname_variants, numbered_agents
+from emulators.spur.emulator import SpurEmulator
+from emulators.spur.holdings import CancelRecord
+from emulators.spur.serve import serve
+
+__all__ = [
+    "AgentDown",
+    "AgentSpec",
+    "CancelRecord",
+    "EmulatorClock",
+    "ManualClock",
+    "SpurEmulator",
+    "SpurEmulatorConfig",
+    "hostname_variants",
+    "numbered_agents",
+    "serve",
+]
