@@ -76,6 +76,13 @@ class _Capture:
 
 class _Echo(grpc.GenericRpcHandler):
     def service(self, details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler:
+        async def repeat(request: bytes, context: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:
+            for n in range(3):
+                yield request + bytes([n])
+
+        if details.method.endswith("/Watch"):  # type: ignore[attr-defined]
+            return grpc.unary_stream_rpc_method_handler(repeat)
+
         async def reverse(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
             return request[::-1]
 
@@ -256,6 +263,15 @@ async def test_methods_the_proto_does_not_declare_are_forwarded(
     tap, channel = await tap_for()
     assert await channel.unary_unary(method)(b"\x01\x02\x03", timeout=5) == b"\x03\x02\x01"
     assert tap.counters.forwarded == 1 and tap.counters.observed == 0
+
+
+async def test_a_streaming_method_the_proto_does_not_declare_is_forwarded(
+    tap_for: Callable[..., Any],
+) -> None:
+    tap, channel = await tap_for()
+    call = channel.unary_stream("/slurm.SlurmController/Watch")(b"w", timeout=5)
+    assert [m async for m in call] == [b"w\x00", b"w\x01", b"w\x02"]
+    assert tap.counters.forwarded == 1
 
 
 async def test_the_callers_deadline_is_the_upstream_deadline(

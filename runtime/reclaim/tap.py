@@ -37,6 +37,20 @@ _OBSERVED: dict[str, type[Message]] = {
 }
 DEFAULT_QUEUE_SIZE = 4096
 
+
+def _unary_methods() -> frozenset[str]:
+    return frozenset(
+        f"/{service.full_name}/{method.name}"
+        for service in slurm_pb2.DESCRIPTOR.services_by_name.values()
+        for method in service.methods
+        if not method.client_streaming and not method.server_streaming
+    )
+
+
+# Methods the proto declares unary take the unary path; any other path, declared or not,
+# streams. A method spur adds later is forwarded all the same, only less cheaply.
+UNARY_METHODS = _unary_methods()
+
 # The transport sets these for each hop itself; passing them on would duplicate or contradict it.
 _HOP_HEADERS = frozenset(
     {"content-type", "te", "user-agent", "host", "connection", "content-length", "trailer"}
@@ -182,24 +196,48 @@ class HeartbeatTap:
 
     # ------------------------------------------------------------- forwarding
 
-    async def forward(
-        self, method: str, requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext
-    ) -> AsyncIterator[bytes]:
+    async def forward_unary(
+        self, method: str, request: bytes, context: grpc.aio.ServicerContext
+    ) -> bytes:
+        """A method the proto declares unary: one message each way, the cheaper call shape."""
         received_at = datetime.now(UTC)
         assert self._channel is not None
-        observed = method in _OBSERVED
-        copies: list[bytes] = []
-        upstream_requests = _tee(requests, copies) if observed else requests
-        call = self._channel.stream_stream(method)(
-            upstream_requests,
+        call = self._channel.unary_unary(method)(
+            request,
             metadata=_forwardable(context.invocation_metadata()),
             timeout=context.time_remaining(),
         )
         try:
-            headers = await call.initial_metadata()
-            forwarded_headers = _forwardable(headers)
-            if forwarded_headers:
-                await context.send_initial_metadata(forwarded_headers)
+            await self._relay_headers(call, context)
+            try:
+                response: bytes | None = await call
+            except grpc.aio.AioRpcError:
+                response = None
+            code = await call.code()
+            trailers = _forwardable(await call.trailing_metadata())
+            details = await call.details()
+        finally:
+            call.cancel()
+        self.counters.forwarded += 1
+        if method in _OBSERVED:
+            self._offer(_Copy(method, request, context.peer(), received_at, code))
+        if code is not grpc.StatusCode.OK or response is None:
+            await context.abort(code, details or "", trailers)
+        context.set_trailing_metadata(trailers)
+        return response
+
+    async def forward_stream(
+        self, method: str, requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[bytes]:
+        """Any other method: its shape is unknown, and stream-stream carries every shape."""
+        assert self._channel is not None
+        call = self._channel.stream_stream(method)(
+            requests,
+            metadata=_forwardable(context.invocation_metadata()),
+            timeout=context.time_remaining(),
+        )
+        try:
+            await self._relay_headers(call, context)
             with contextlib.suppress(grpc.aio.AioRpcError):
                 async for response in call:
                     yield response
@@ -212,10 +250,14 @@ class HeartbeatTap:
             # The agent went away or its deadline passed: the upstream call goes with it.
             call.cancel()
         self.counters.forwarded += 1
-        if observed:
-            peer = context.peer()
-            for payload in copies:
-                self._offer(_Copy(method, payload, peer, received_at, code))
+
+    @staticmethod
+    async def _relay_headers(call: grpc.aio.Call, context: grpc.aio.ServicerContext) -> None:
+        # Sent only when the upstream sent some: a Trailers-Only error (how tonic answers
+        # most failures) must stay Trailers-Only for the agent.
+        headers = _forwardable(await call.initial_metadata())
+        if headers:
+            await context.send_initial_metadata(headers)
 
     def _offer(self, copy: _Copy) -> None:
         assert self._queue is not None
@@ -261,21 +303,20 @@ class HeartbeatTap:
             )
 
 
-async def _tee(requests: AsyncIterator[bytes], copies: list[bytes]) -> AsyncIterator[bytes]:
-    async for request in requests:
-        copies.append(request)
-        yield request
-
-
 class _PassThrough(grpc.GenericRpcHandler):
-    """Claims every method: stream-stream carries unary, server- and client-streaming calls
-    alike, and with no (de)serializers the messages stay bytes."""
+    """Claims every method, with no (de)serializers so the messages stay bytes."""
 
     def __init__(self, tap: HeartbeatTap) -> None:
         self._tap = tap
 
     def service(self, handler_call_details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler:
         method: str = handler_call_details.method  # type: ignore[attr-defined]
-        # A partial of the async generator method, not a wrapper function: grpc picks how to
-        # run a handler by inspecting it, and an extra generator layer would cost every call.
-        return grpc.stream_stream_rpc_method_handler(functools.partial(self._tap.forward, method))
+        # Partials of the tap's methods, not wrapper functions: grpc picks how to run a
+        # handler by inspecting it, and an extra coroutine layer would cost every call.
+        if method in UNARY_METHODS:
+            return grpc.unary_unary_rpc_method_handler(
+                functools.partial(self._tap.forward_unary, method)
+            )
+        return grpc.stream_stream_rpc_method_handler(
+            functools.partial(self._tap.forward_stream, method)
+        )
