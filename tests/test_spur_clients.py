@@ -197,6 +197,11 @@ def test_a_token_that_cannot_be_a_header_is_refused_without_showing_it(bad: str)
     assert "KEEPER_SPUR_TOKEN" in str(caught.value)
 
 
+def test_a_token_file_that_cannot_be_read_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(SpurTokenError, match=r"spur token file .* cannot be read"):
+        SpurToken(path=tmp_path / "missing")
+
+
 def test_the_token_never_shows_in_a_repr(tmp_path: Path) -> None:
     assert TOKEN not in repr(_token()) and TOKEN not in str(_token())
     client = SpurController("127.0.0.1:1", token=_token())
@@ -220,6 +225,24 @@ async def test_a_redirect_is_followed_and_the_leader_remembered(serve: Serve) ->
     assert leader.calls[0][2]["authorization"] == f"Bearer {TOKEN}"
     update = leader.calls[1][1]
     assert update.reason == "reclaiming" and not update.HasField("state")
+
+
+async def test_a_leader_that_stops_answering_is_forgotten(serve: Serve) -> None:
+    follower, leader = Controller(), Controller()
+    server = grpc.aio.server()
+    slurm_pb2_grpc.add_SlurmControllerServicer_to_server(leader, server)
+    follower.redirect_to = f"127.0.0.1:{server.add_insecure_port('127.0.0.1:0')}"
+    await server.start()
+    async with SpurController(await serve(follower), timeout=5) as client:
+        await client.ping()
+        assert client.leader == follower.redirect_to
+        await server.stop(None)
+        with pytest.raises(SpurUnavailable):
+            await client.ping()
+        assert client.leader is None
+        follower.redirect_to = None  # the follower was elected
+        assert (await client.ping()).hostname == "ctld-1"
+    assert len(follower.calls) == 2
 
 
 async def test_a_redirect_in_the_response_headers_is_followed_too(serve: Serve) -> None:

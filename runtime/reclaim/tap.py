@@ -183,6 +183,7 @@ class HeartbeatTap:
             drainer.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await drainer
+        self._queue = None  # what was still queued is discarded, and no drained() waits on it
         channel, self._channel = self._channel, None
         if channel is not None:
             await channel.close()
