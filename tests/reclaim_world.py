@@ -54,9 +54,9 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-async def until(check: Callable[[], Any], timeout: float = 20.0, what: str = "") -> Any:
+async def until(check: Callable[[], Any], within: float = 20.0, what: str = "") -> Any:
     """Polls `check` (sync or async) until it returns something truthy."""
-    deadline = asyncio.get_running_loop().time() + timeout
+    deadline = asyncio.get_running_loop().time() + within
     while True:
         value = check()
         if asyncio.iscoroutine(value):
@@ -117,8 +117,8 @@ class ReclaimWorld:
     def handle(self, workflow_id: str) -> WorkflowHandle[Any, JobReclaimResult]:
         return self.client.get_workflow_handle(workflow_id, result_type=JobReclaimResult)
 
-    async def result(self, workflow_id: str, timeout: float = 30.0) -> JobReclaimResult:
-        return await asyncio.wait_for(self.handle(workflow_id).result(), timeout)
+    async def result(self, workflow_id: str, within: float = 30.0) -> JobReclaimResult:
+        return await asyncio.wait_for(self.handle(workflow_id).result(), within)
 
     def cancels(self, job_id: int | None = None) -> list[Any]:
         return [c for c in self.emu.cancels() if job_id is None or c.job_id == job_id]

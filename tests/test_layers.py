@@ -13,7 +13,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 LINT = Path(sys.executable).parent / "lint-imports"
-PACKAGES = ("cli", "workers", "workflows", "activities", "runtime", "store", "emulators", "domain")
+PACKAGES = (
+    "cli", "workers", "workflows", "activities", "runtime", "store", "emulators", "wire", "domain",
+)  # fmt: skip
 
 
 def lint(cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -34,11 +36,17 @@ def test_keepers_imports_keep_every_contract() -> None:
     assert "0 broken" in done.stdout
 
 
+FAMILY_DIRS = (
+    "tpu", "runners", "reclaim", "families", "families/tpu", "families/runners",
+    "families/reclaim",
+)  # fmt: skip
+
+
 def _tree(tmp: Path, modules: dict[str, str]) -> Path:
     """A copy of keeper's contracts over a made-up tree of the same packages."""
     (tmp / "pyproject.toml").write_text((ROOT / "pyproject.toml").read_text())
     for package in PACKAGES:
-        for sub in ("", "tpu", "runners", "families", "families/tpu", "families/runners"):
+        for sub in ("", *FAMILY_DIRS):
             d = tmp / package / sub
             d.mkdir(parents=True, exist_ok=True)
             (d / "__init__.py").touch()
@@ -58,6 +66,8 @@ def _tree(tmp: Path, modules: dict[str, str]) -> Path:
         ({"activities.tpu.a": "import workflows.tpu\n"}, "layers point one way"),
         ({"runtime.x": "import activities.tpu\n"}, "layers point one way"),
         ({"store.s": "import emulators.tpu\n"}, "layers point one way"),
+        ({"domain.reclaim.r": "import domain.runners\n"}, "own domain packages"),
+        ({"emulators.e": "import runtime.settings\n"}, "layers point one way"),
         (
             {
                 "runtime.tpu.c": "import runtime.common\n",

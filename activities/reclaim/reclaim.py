@@ -106,6 +106,12 @@ class ReclaimActivities:
         current = await self._node(node)
         if current.drained_by_keeper and current.reason == call.reason:
             return DrainResult(node=name, actual_state=current.state)
+        if current.state in ("drain", "draining") and not current.drained_by_keeper:
+            # Someone else's drain already stops dispatch; rewriting its reason would make it
+            # look like keeper's, and keeper would later lift it.
+            return DrainResult(
+                node=name, actual_state=f"{current.state} already ({current.reason})"
+            )
         answer = await self.controller.drain_node(name, call.reason)
         return DrainResult(node=name, actual_state=answer.actual_state)
 

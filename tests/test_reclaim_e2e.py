@@ -1,0 +1,545 @@
+"""Job reclaim end to end: spur's agents heartbeat through keeper's tap, the intake decides,
+JobReclaim workflows act on the dev server, and the spur emulator records every cancel and
+drain, so each test proves both what was released and that no live job was touched.
+
+One test per edge case of docs/reclaim.md (and the reference list it answers). Each test has
+its own emulator, tap, memory and task queue, and node names of its own, so tests never see
+each other's reclaims.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from temporalio.client import WorkflowExecutionStatus
+from temporalio.testing import WorkflowEnvironment
+
+from domain.reclaim.models import Reason, Verdict
+from domain.reclaim.steps import Mode, Outcome
+from domain.reclaim.view import ReclaimView
+from emulators.spur.config import AgentSpec
+from runtime.reclaim import search_attributes as sa
+from tests.reclaim_world import FAST, ReclaimWorld, reclaim_world, until
+
+pytestmark = pytest.mark.e2e
+HOUR = 3600.0
+
+
+def nodes(count: int = 3) -> list[AgentSpec]:
+    prefix = f"n{uuid.uuid4().hex[:6]}-"
+    return [AgentSpec(node=f"{prefix}{i:02d}") for i in range(1, count + 1)]
+
+
+def names(world: ReclaimWorld) -> list[str]:
+    return list(world.emu.agents)
+
+
+def ended_long_ago(world: ReclaimWorld, job_id: int, seconds: float = HOUR) -> None:
+    """Backdates a finished job, as if it ended `seconds` ago."""
+    job = world.emu.cluster.job(job_id)
+    assert job.end_time is not None
+    job.end_time -= seconds
+
+
+def live(world: ReclaimWorld, node: str) -> int:
+    """A job running on `node`: it keeps the node's heartbeats non-empty and complete."""
+    (job,) = world.emu.submit(nodes=[node])
+    return job.job_id
+
+
+def stale(world: ReclaimWorld, node: str) -> int:
+    """A job that finished an hour ago and that `node`'s agent still holds."""
+    (job,) = world.emu.submit(nodes=[node])
+    world.emu.complete(job.job_id, leak=True)
+    ended_long_ago(world, job.job_id)
+    return job.job_id
+
+
+def only_workflow(world: ReclaimWorld, node: str, job_id: int) -> str:
+    found = [wf for h, wf in world.workflows(node) if h.job_id == job_id]
+    assert len(found) == 1, found
+    return found[0]
+
+
+async def view_of(world: ReclaimWorld, workflow_id: str) -> ReclaimView:
+    return await world.handle(workflow_id).query("status", result_type=ReclaimView)
+
+
+async def released_after_beats(world: ReclaimWorld, node: str, workflow_id: str) -> Any:
+    """Beats `node` until its reclaim ends (each beat is evidence once the job is freed)."""
+    for _ in range(FAST.release_beats + 2):
+        await world.beat(node)
+        desc = await world.handle(workflow_id).describe()
+        if desc.status is not WorkflowExecutionStatus.RUNNING:
+            break
+    return await world.result(workflow_id)
+
+
+def assert_no_live_job_was_cancelled(world: ReclaimWorld) -> None:
+    touched = [c for c in world.cancels() if c.live_here]
+    assert not touched, touched
+
+
+@pytest.fixture
+async def client(dev_env: WorkflowEnvironment) -> Any:
+    return dev_env.client
+
+
+async def test_a_terminal_job_still_held_is_cancelled_once_and_released(
+    client: Any, tmp_path: Path
+) -> None:
+    async with reclaim_world(client, tmp_path, agents=nodes()) as w:
+        node = names(w)[0]
+        keep = live(w, node)
+        job = stale(w, node)
+        await w.beat(node)
+        wf = only_workflow(w, node, job)
+        await until(lambda: w.cancels(job), what="the graceful cancel")
+        await until(lambda: job not in w.emu.holdings(node), what="the agent to let go")
+        result = await released_after_beats(w, node, wf)
+        assert result.outcome is Outcome.RELEASED
+        assert result.attempts == 1 and not result.drained
+        ((cancel,),) = [w.cancels(job)]
+        assert cancel.signal == 0 and cancel.node == node
+        assert keep in w.emu.holdings(node) and not w.cancels(keep)
+        assert result.last is not None and result.last.decision.reason is Reason.TERMINAL
+        assert_no_live_job_was_cancelled(w)
+
+
+async def test_a_job_that_ended_moments_ago_is_spared(client: Any, tmp_path: Path) -> None:
+    async with reclaim_world(client, tmp_path, agents=nodes()) as w:
+        node = names(w)[0]
+        (job,) = w.emu.submit(nodes=[node])
+        w.emu.complete(job.job_id, leak=True)  # now: within the 2 minute grace
+        await w.beat(node)
+        assert w.workflows(node) == []
+        assert w.cancels() == []
+        (holding,) = w.memory.holdings(node)
+        assert holding.job_id == job.job_id
+
+
+async def test_an_aged_out_job_keeper_saw_finish_is_reclaimed(client: Any, tmp_path: Path) -> None:
+    async with reclaim_world(client, tmp_path, agents=nodes()) as w:
+        node = names(w)[0]
+        keep = live(w, node)
+        (job,) = w.emu.submit(nodes=[node])
+        w.emu.complete(job.job_id, leak=True)
+        await w.beat(node)  # spared (just ended), and keeper saw it finished
+        assert w.workflows(node) == []
+        ended_long_ago(w, job.job_id)
+        w.emu.cluster.retention = 60.0
+        assert job.job_id in w.emu.evict()
+        await w.beat(node)
+        wf = only_workflow(w, node, job.job_id)
+        await until(lambda: job.job_id not in w.emu.holdings(node), what="the release")
+        result = await released_after_beats(w, node, wf)
+        assert result.outcome is Outcome.RELEASED
+        assert result.last is not None and result.last.decision.reason is Reason.AGED_OUT
+        assert keep in w.emu.holdings(node)
+        assert_no_live_job_was_cancelled(w)
+
+
+@pytest.mark.parametrize("offset", [0, 3])
+async def test_untracked_ids_at_or_above_the_watermark_are_spared(
+    client: Any, tmp_path: Path, offset: int
+) -> None:
+    async with reclaim_world(client, tmp_path, agents=nodes()) as w:
+        node, other = names(w)[:2]
+        jobs = [w.emu.submit(nodes=[other])[0].job_id for _ in range(4)]
+        watermark = max(jobs) + 1
+        # An id the controller has not stored (yet): a launch racing the submit's commit.
+        w.emu.hold(node, watermark + offset)
+        keep = live(w, node)
+        await w.beat(node)
+        assert w.workflows(node) == [] and w.cancels() == []
+        assert keep in w.emu.holdings(node)
+
+
+async def test_an_untracked_id_below_the_watermark_keeper_never_saw_is_quarantined(
+    client: Any, tmp_path: Path
+) -> None:
+    async with reclaim_world(client, tmp_path, agents=nodes()) as w:
+        node, other = names(w)[:2]
+        jobs = [w.emu.submit(nodes=[other])[0].job_id for _ in range(4)]
+        gone = jobs[1]
+        w.emu.complete(gone)
+        ended_long_ago(w, gone)
+        w.emu.cluster.retention = 60.0
+        assert gone in w.emu.evict()  # aged out before keeper ever saw it
+        w.emu.hold(node, gone)
+        await w.beat(node)
+        wf = only_workflow(w, node, gone)
+        await until(lambda: w.emu.cluster.drains, what="the drain")
+        view = await view_of(w, wf)
+        assert view.last is not None and view.last.decision.reason is Reason.NEVER_SEEN
+        assert view.drained and "keeper reclaim release" in view.attention
+        assert w.cancels() == []
+        (drain,) = w.emu.cluster.drains
+        assert drain["name"] == node and drain["reason"].startswith("keeper-reclaim:")
+
+
+async def test_an_array_parent_id_consumed_but_never_stored_is_never_cancelled(
+    client: Any, tmp_path: Path
+) -> None:
+    async with reclaim_world(client, tmp_path, agents=nodes()) as w:
+        node = names(w)[0]
+        tasks = w.emu.submit(array_size=2)
+        parent = min(t.job_id for t in tasks) - 1
+        w.emu.hold(node, parent)
+        await w.beat(node)
+        wf = only_workflow(w, node, parent)
+        await until(lambda: w.emu.cluster.drains, what="the drain")
+        view = await view_of(w, wf)
+        assert view.last is not None
+        assert view.last.decision.verdict is Verdict.QUARANTINE
+        assert view.last.decision.reason is Reason.NEVER_SEEN
+        assert w.cancels() == []
+
+
+async def test_a_wiped_controller_reissuing_ids_cancels_nothing_and_quarantines(
+    client: Any, tmp_path: Path
+) -> None:
+    async with reclaim_world(client, tmp_path, agents=nodes()) as w:
+        node, other = names(w)[:2]
+        before = [w.emu.submit()[0].job_id for _ in range(4)]
+        (pre_wipe,) = w.emu.submit(nodes=[node])  # live, and it stays live on the agent
+        await w.beat(node)
+        assert w.workflows(node) == []
+        w.emu.wipe()
+        for n in names(w):
+            await w.beat(n)  # NOT_FOUND: each agent registers again, through the tap
+        # The new counter passes the live pre-wipe id; its new owner runs on another node.
+        reissued = [w.emu.submit()[0].job_id for _ in range(len(before) + 2)]
+        assert pre_wipe.job_id in reissued
+        w.emu.dispatch(pre_wipe.job_id, [other])
+        await w.beat(node)
+        wf = only_workflow(w, node, pre_wipe.job_id)
+        await until(lambda: w.emu.cluster.drains, what="the quarantine drain")
+        view = await view_of(w, wf)
+        assert view.last is not None
+        assert view.last.decision.verdict is Verdict.QUARANTINE
+        assert view.last.decision.reason in {Reason.OTHER_EPOCH, Reason.PREDATES_JOB}
+        assert w.memory.epoch().epoch == 2
+        assert w.cancels() == []  # neither the pre-wipe run nor its namesake was touched
+        assert pre_wipe.job_id in w.emu.holdings(node)
+        assert pre_wipe.job_id in w.emu.holdings(other)
+
+
+async def test_a_job_requeued_elsewhere_is_stopped_on_the_old_node_only(
+    client: Any, tmp_path: Path
+) -> None:
+    async with reclaim_world(client, tmp_path, agents=nodes()) as w:
+        node, other = names(w)[:2]
+        keep = live(w, node)
+        (job,) = w.emu.submit(nodes=[node])
+        w.emu.wrong_eviction(job.job_id, [other])
+        await w.beat(node)
+        wf = only_workflow(w, node, job.job_id)
+        await until(lambda: job.job_id not in w.emu.holdings(node), what="the old run to stop")
+        result = await released_after_beats(w, node, wf)
+        assert result.outcome is Outcome.RELEASED
+        assert result.last is not None
+        assert result.last.decision.reason is Reason.ACTIVE_ELSEWHERE
+        assert {c.node for c in w.cancels()} == {node}
+        assert job.job_id in w.emu.holdings(other)
+        assert keep in w.emu.holdings(node)
+        assert_no_live_job_was_cancelled(w)
+
+
+@pytest.mark.parametrize("how", ["here", "not-committed", "multi-node", "pending"])
+async def test_a_job_that_may_be_live_on_the_node_is_spared(
+    client: Any, tmp_path: Path, how: str
+) -> None:
+    async with reclaim_world(client, tmp_path, agents=nodes()) as w:
+        node, other = names(w)[:2]
+        if how == "here":
+            w.emu.submit(nodes=[node])
+        elif how == "not-committed":
+            w.emu.submit(nodes=[node], commit=False)
+        elif how == "multi-node":
+            w.emu.submit(nodes=[node, other])
+            await w.beat(other)
+        else:
+            (job,) = w.emu.submit()
+            w.emu.hold(node, job.job_id)  # mid-dispatch: the agent has it, the job is PENDING
+        await w.beat(node)
+        assert w.workflows() == [] and w.cancels() == []
+
+
+@pytest.mark.parametrize("back_to", ["pending", "this-node"])
+async def test_a_job_that_comes_back_before_the_send_is_not_cancelled(
+    client: Any, tmp_path: Path, back_to: str
+) -> None:
+    # The intake decided on one read; the workflow reads again before it sends.
+    async with reclaim_world(client, tmp_path, agents=nodes(), worker=False) as w:
+        node, other = names(w)[:2]
+        (job,) = w.emu.submit(nodes=[node])
+        w.emu.wrong_eviction(job.job_id, [other])
+        await w.beat(node)
+        wf = only_workflow(w, node, job.job_id)
+        if back_to == "pending":
+            w.emu.requeue(job.job_id, leak=True)
+        else:
+            # Requeued again, to this node: a new run attempt the old cancel must not kill.
+            w.emu.requeue(job.job_id, to_nodes=[node], leak=True)
+        await w.start_worker()
+        result = await w.result(wf)
+        assert result.outcome is Outcome.SPARED
+        assert result.last is not None
+        expected = Reason.WAITING if back_to == "pending" else Reason.ACTIVE_HERE
+        assert result.last.decision.reason is expected
+        assert w.cancels() == []
+
+
+async def test_hostname_spellings_are_one_node(client: Any, tmp_path: Path) -> None:
+    prefix = f"n{uuid.uuid4().hex[:6]}"
+    agents = [
+        AgentSpec(node=f"{prefix}-a"),
+        AgentSpec(node=f"{prefix}-b", hostname=f"{prefix.upper()}-B"),
+        AgentSpec(node=f"{prefix}-c", hostname=f"{prefix}-c.cluster.local"),
+    ]
+    async with reclaim_world(client, tmp_path, agents=agents) as w:
+        _, upper, fqdn = names(w)
+        w.emu.submit(nodes=[upper])  # the nodelist says prefix-b, the agent PREFIX-B
+        w.emu.submit(nodes=[fqdn])
+        keep = live(w, fqdn)
+        job = stale(w, fqdn)
+        await w.beat(upper)
+        assert w.workflows(upper) == []
+        await w.beat(fqdn)
+        (only,) = w.workflows()
+        assert only[0].node == fqdn and only[0].job_id == job
+        await until(lambda: job not in w.emu.holdings(fqdn), what="the release")
+        result = await released_after_beats(w, fqdn, only[1])
+        assert result.outcome is Outcome.RELEASED
+        assert {c.node for c in w.cancels()} == {fqdn}
+        assert keep in w.emu.holdings(fqdn)
+        assert_no_live_job_was_cancelled(w)
+
+
+async def test_a_report_for_an_unknown_node_is_quarantined_without_a_drain(
+    client: Any, tmp_path: Path
+) -> None:
+    async with reclaim_world(client, tmp_path, agents=nodes()) as w:
+        url = f"http://127.0.0.1:{w.intake_port}/report"
+        async with httpx.AsyncClient() as http:
+            bad = await http.post(url, json={"node": "ghost", "jobs": ["x"]})
+            assert bad.status_code == 400 and "jobs" in bad.json()["error"]
+            answer = await http.post(
+                url, json={"node": f"ghost-{uuid.uuid4().hex[:6]}", "jobs": [7]}
+            )
+        assert answer.status_code == 200
+        (handled,) = answer.json()["handled"]
+        assert handled["verdict"] == "quarantine" and handled["reason"] == "unknown-node"
+        wf = handled["workflow_id"]
+        await until(lambda: view_of(w, wf), what="the reclaim to start")
+        view = await until(lambda: _attention(w, wf), what="the attention")
+        assert "not a node the controller lists" in view.attention
+        await w.handle(wf).signal("release", {"by": "test", "reason": "freed by hand"})
+        result = await w.result(wf)
+        assert result.outcome is Outcome.OPERATOR_RELEASED and not result.drained
+        assert w.emu.cluster.drains == [] and w.cancels() == []
+
+
+async def _attention(w: ReclaimWorld, wf: str) -> ReclaimView | None:
+    view = await view_of(w, wf)
+    return view if view.attention else None
+
+
+async def test_duplicate_heartbeats_make_one_workflow_and_one_cancel(
+    client: Any, tmp_path: Path
+) -> None:
+    slow = FAST.model_copy(update={"retry_initial": timedelta(minutes=5)})
+    async with reclaim_world(client, tmp_path, agents=nodes(), policy=slow) as w:
+        node = names(w)[0]
+        w.emu.set_cancel_timeout(node, 0.0, acts=False)  # the agent keeps holding it
+        live(w, node)
+        job = stale(w, node)
+        for _ in range(100):
+            await w.emu.beat_now(node)
+        await w.tap.drained()
+        await w.intake.idle()
+        await w.beat(node)
+        wf = only_workflow(w, node, job)
+        await until(lambda: w.cancels(job), what="the cancel")
+        for _ in range(20):
+            await w.emu.beat_now(node)
+        await w.beat(node)
+        found = [
+            e async for e in client.list_workflows(f'WorkflowType="JobReclaim" AND Node="{node}"')
+        ]
+        assert [e.id for e in found] == [wf]
+        assert len(w.cancels(job)) == 1
+        assert w.intake.counters.started == 1
+
+
+async def test_empty_heartbeats_start_nothing_and_prove_nothing(
+    client: Any, tmp_path: Path
+) -> None:
+    async with reclaim_world(client, tmp_path, agents=nodes()) as w:
+        node = names(w)[0]
+        live(w, node)
+        job = stale(w, node)
+        w.emu.set_contention(node, "empty")
+        for _ in range(3):
+            assert await w.beat(node) == []
+        assert w.workflows() == []
+        w.emu.set_contention(node, "off")
+        await w.beat(node)
+        wf = only_workflow(w, node, job)
+        await until(lambda: job not in w.emu.holdings(node), what="the release")
+        w.emu.set_contention(node, "empty")
+        for _ in range(FAST.release_beats + 1):
+            await w.beat(node)
+        view = await view_of(w, wf)
+        assert view.tally.absent_in_a_row == 0
+        assert (await w.handle(wf).describe()).status is WorkflowExecutionStatus.RUNNING
+        w.emu.set_contention(node, "off")
+        result = await released_after_beats(w, node, wf)
+        assert result.outcome is Outcome.RELEASED
+
+
+async def test_a_partial_heartbeat_omitting_a_live_job_is_no_evidence(
+    client: Any, tmp_path: Path
+) -> None:
+    async with reclaim_world(client, tmp_path, agents=nodes(), worker=False) as w:
+        node = names(w)[0]
+        keep = live(w, node)
+        also = live(w, node)
+        job = stale(w, node)
+        await w.beat(node)
+        wf = only_workflow(w, node, job)
+        # Omits the stale job, and a live one: a busy map, not a release.
+        w.emu.set_contention(node, "partial", omit=[job, keep])
+        for _ in range(FAST.release_beats + 1):
+            assert await w.beat(node) == [also]
+        await w.start_worker()
+        view = await until(lambda: _assessed(w, wf), what="the first read")
+        assert view.tally.absent_in_a_row == 0
+
+
+async def _assessed(w: ReclaimWorld, wf: str) -> ReclaimView | None:
+    view = await view_of(w, wf)
+    return view if view.last is not None else None
+
+
+async def test_cancels_that_time_out_escalate_to_a_kill_then_a_drain_keeper_lifts(
+    client: Any, tmp_path: Path
+) -> None:
+    async with reclaim_world(client, tmp_path, agents=nodes()) as w:
+        node = names(w)[0]
+        live(w, node)
+        job = stale(w, node)
+        w.emu.set_cancel_timeout(node, 3.0, acts=False)
+        await w.beat(node)
+        wf = only_workflow(w, node, job)
+        await until(lambda: w.emu.cluster.drains, within=30, what="the drain")
+        signals = [c.signal for c in w.cancels(job)]
+        assert signals == [0] * FAST.graceful_tries + [9] * FAST.forced_tries
+        view = await view_of(w, wf)
+        assert view.drained and "not delivered" in " ".join(view.actions)
+        # Someone frees it on the node; the agent's heartbeats then show it.
+        w.emu.agent(node).state.release(job)
+        result = await released_after_beats(w, node, wf)
+        assert result.outcome is Outcome.RELEASED
+        assert result.drained and result.undrained
+        resumed = [u for u in w.emu.cluster.updates if u["name"] == node]
+        assert resumed and resumed[-1]["state"] == "IDLE"
+
+
+async def test_keeper_never_lifts_a_drain_it_did_not_make(client: Any, tmp_path: Path) -> None:
+    async with reclaim_world(client, tmp_path, agents=nodes()) as w:
+        node = names(w)[0]
+        w.emu.cluster.drain(node, "maintenance: PSU swap")
+        tasks = w.emu.submit(array_size=1)
+        parent = tasks[0].job_id - 1
+        w.emu.hold(node, parent)  # quarantine: keeper would drain
+        await w.beat(node)
+        wf = only_workflow(w, node, parent)
+        await until(lambda: _drained(w, wf), what="the quarantine step")
+        await w.handle(wf).signal("release", {"by": "test"})
+        result = await w.result(wf)
+        assert result.outcome is Outcome.OPERATOR_RELEASED and not result.undrained
+        assert w.emu.cluster.node(node).state_reason == "maintenance: PSU swap"
+        assert w.emu.cluster.updates == []
+
+
+async def _drained(w: ReclaimWorld, wf: str) -> ReclaimView | None:
+    view = await view_of(w, wf)
+    return view if view.step.value == "drained" else None
+
+
+async def test_an_agent_restarted_mid_reclaim_gets_the_next_cancel(
+    client: Any, tmp_path: Path
+) -> None:
+    async with reclaim_world(client, tmp_path, agents=nodes()) as w:
+        node = names(w)[0]
+        live(w, node)
+        job = stale(w, node)
+        w.emu.set_cancel_timeout(node, 3.0, acts=False)
+        await w.beat(node)
+        wf = only_workflow(w, node, job)
+        await until(lambda: w.cancels(job), what="the first cancel")
+        before = w.memory.node(node)
+        await w.emu.restart_agent(node, keep_holdings=True)  # a new boot, registered again
+        w.emu.set_cancel_timeout(node, 0.0)
+        await w.tap.drained()
+        await until(lambda: w.memory.node(node).registered_at > before.registered_at,
+                    what="the new registration")  # fmt: skip
+        await until(lambda: job not in w.emu.holdings(node), within=30, what="the release")
+        result = await released_after_beats(w, node, wf)
+        assert result.outcome is Outcome.RELEASED
+        assert_no_live_job_was_cancelled(w)
+
+
+async def test_observe_mode_decides_and_shows_but_sends_nothing_until_act(
+    client: Any, tmp_path: Path
+) -> None:
+    async with reclaim_world(client, tmp_path, agents=nodes(), mode=Mode.OBSERVE) as w:
+        node = names(w)[0]
+        live(w, node)
+        job = stale(w, node)
+        await w.beat(node)
+        wf = only_workflow(w, node, job)
+        view = await until(lambda: _observing(w, wf), what="the observing step")
+        assert any("would send signal 0" in a for a in view.actions)
+        assert w.cancels() == [] and w.emu.cluster.drains == []
+        desc = await w.handle(wf).describe()
+        assert desc.typed_search_attributes.get(sa.RECLAIM_STEP) == "observing"
+        w.settings.reclaim.mode = Mode.ACT  # the deployment switches; the run follows
+        await until(lambda: w.cancels(job), within=30, what="the first cancel after the switch")
+
+
+async def _observing(w: ReclaimWorld, wf: str) -> ReclaimView | None:
+    view = await view_of(w, wf)
+    return view if view.step.value == "observing" else None
+
+
+async def test_cancelling_a_reclaim_lifts_the_drain_it_made(client: Any, tmp_path: Path) -> None:
+    async with reclaim_world(client, tmp_path, agents=nodes()) as w:
+        node = names(w)[0]
+        tasks = w.emu.submit(array_size=1)
+        parent = tasks[0].job_id - 1
+        w.emu.hold(node, parent)
+        await w.beat(node)
+        wf = only_workflow(w, node, parent)
+        await until(lambda: w.emu.cluster.drains, what="the drain")
+        await w.handle(wf).cancel()
+        await until(
+            lambda: [u for u in w.emu.cluster.updates if u["name"] == node],
+            what="the undrain",
+        )
+        desc = await w.handle(wf).describe()
+        await until(lambda: _closed(w, wf), what="the cancelled run to close")
+        assert w.emu.cluster.node(node).state_reason == ""
+        assert desc is not None
+
+
+async def _closed(w: ReclaimWorld, wf: str) -> bool:
+    desc = await w.handle(wf).describe()
+    return desc.status is not WorkflowExecutionStatus.RUNNING
