@@ -1,5 +1,15 @@
-"""The runner store: runner records on SQLite (embedded default) or PostgreSQL."""
+"""keeper's stores on SQLite (embedded default) or PostgreSQL: the runner store and the
+reclaim memory."""
 
+from store.database import open_engine
+from store.reclaim import (
+    AgentNode,
+    DrainRecord,
+    ReclaimMemory,
+    UnknownHolding,
+    WorkflowConflict,
+    open_reclaim_memory,
+)
 from store.runners.store import (
     AuditEntry,
     BadRow,
@@ -18,18 +28,25 @@ from store.runners.store import (
 )
 
 __all__ = [
+    "AgentNode",
     "AuditEntry",
     "BadRow",
     "CasResult",
+    "DrainRecord",
     "InvalidRecord",
     "LaneWriteRefused",
     "Leak",
     "LeaseResult",
+    "ReclaimMemory",
     "RecordScan",
     "RunnerExists",
     "RunnerStore",
     "StoreUnavailable",
+    "UnknownHolding",
     "UnknownRunner",
+    "WorkflowConflict",
+    "open_engine",
+    "open_reclaim_memory",
     "open_store",
     "redacted_url",
 ]

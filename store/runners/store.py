@@ -15,16 +15,12 @@ a transaction across anything but its own SQL.
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
-from urllib.parse import quote, unquote
 
 from pydantic import ValidationError
 from sqlalchemy import (
@@ -32,9 +28,7 @@ from sqlalchemy import (
     Engine,
     Select,
     String,
-    create_engine,
     delete,
-    event,
     func,
     insert,
     or_,
@@ -42,10 +36,8 @@ from sqlalchemy import (
     type_coerce,
     update,
 )
-from sqlalchemy.engine import make_url
 from sqlalchemy.exc import IntegrityError
 
-from domain.common.secret_text import scrub
 from domain.runners.models import RUNNER_NAME_RE, RunnerRecord, deletion_workflow_id, utcnow
 from domain.runners.record_check import provider_id_problem, record_problems
 from domain.runners.status import (
@@ -55,6 +47,8 @@ from domain.runners.status import (
     check_transition,
     on_lane,
 )
+from store.database import StoreUnavailable, open_engine, redacted_url, without_password
+from store.database import normalise_url as _normalise_url
 from store.runners.schema import audit, instance_leases, leaks, metadata, reconcile_marks, runners
 
 log = logging.getLogger("keeper.store")
@@ -87,11 +81,6 @@ class InvalidRecord(ValueError):
         super().__init__(
             f"runner {name!r} refused: {'; '.join(self.problems)}; nothing was written"
         )
-
-
-class StoreUnavailable(RuntimeError):
-    """The runner store could not be opened. The message shows the URL with its password
-    replaced by ***, and never the password itself."""
 
 
 @dataclass(frozen=True)
@@ -239,65 +228,13 @@ def _bad_row(values: Mapping[str, Any], problems: Iterable[object]) -> BadRow:
     )
 
 
-# user:password@ in a URL SQLAlchemy cannot parse; greedy, since a password may hold '@'.
-_USERINFO = re.compile(r"(//[^/:@]*:)(.*)@")
-
-
-def _url_passwords(url: str) -> list[str]:
-    """The password as SQLAlchemy reads it, and as the widest user:...@ match reads it: a
-    password with an unescaped '/' or '@' is split differently by the two."""
-    found = [unquote(m.group(2)) for m in [_USERINFO.search(url)] if m]
-    with contextlib.suppress(Exception):
-        found.append(make_url(url).password or "")
-    return [p for p in found if p]
-
-
-def redacted_url(url: str) -> str:
-    """The URL as it may be printed or logged: its password replaced by ***."""
-    widest = _USERINFO.search(url)
-    try:
-        parsed = make_url(url)
-    except Exception:
-        parsed = None
-    if parsed is not None and (widest is None or unquote(widest.group(2)) == parsed.password):
-        return parsed.render_as_string(hide_password=True)
-    # SQLAlchemy cannot read it, or reads less of it as the password than is there.
-    return _USERINFO.sub(r"\1***@", url) if widest else url
-
-
 def _without_password(url: str, text: str) -> str:
-    passwords = _url_passwords(url)
-    return scrub(text, [*passwords, *(quote(p, safe="") for p in passwords)])
+    return without_password(url, text)
 
 
 def normalise_url(url: str) -> str:
     """Accepts plain `postgresql://` and `sqlite:///` URLs; picks the drivers keeper ships."""
-    try:
-        parsed = make_url(url)
-    except Exception as err:
-        raise ValueError(
-            f"runner store url {redacted_url(url)!r} cannot be read "
-            f"({_without_password(url, str(err))}); "
-            "use sqlite:///path/to/runners.db or postgresql://user@host:5432/db"
-        ) from None
-    if parsed.drivername in ("postgresql", "postgres"):
-        parsed = parsed.set(drivername="postgresql+psycopg")
-    elif not parsed.drivername.startswith(("postgresql", "sqlite")):
-        raise ValueError(
-            f"runner store url {parsed.render_as_string(hide_password=True)!r}: "
-            "use sqlite:///path/to/runners.db or postgresql://user@host:5432/db"
-        )
-    return parsed.render_as_string(hide_password=False)
-
-
-def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
-    cursor = dbapi_conn.cursor()
-    # WAL lets the CLI read while a worker writes; busy_timeout makes writers queue
-    # instead of failing when several worker threads write at once.
-    cursor.execute("PRAGMA journal_mode=WAL")
-    cursor.execute("PRAGMA busy_timeout=10000")
-    cursor.execute("PRAGMA synchronous=NORMAL")
-    cursor.close()
+    return _normalise_url(url, "runner store")
 
 
 def open_store(url: str, *, create: bool = True) -> RunnerStore:
@@ -313,18 +250,7 @@ def open_store(url: str, *, create: bool = True) -> RunnerStore:
 
 
 def _open(url: str, *, create: bool) -> RunnerStore:
-    url = normalise_url(url)
-    parsed = make_url(url)
-    kwargs: dict[str, Any] = {"future": True}
-    if parsed.drivername.startswith("sqlite"):
-        if parsed.database and parsed.database != ":memory:":
-            Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
-        kwargs["connect_args"] = {"timeout": 10, "check_same_thread": False}
-    else:
-        kwargs.update(pool_size=10, max_overflow=20, pool_pre_ping=True)
-    engine = create_engine(url, **kwargs)
-    if parsed.drivername.startswith("sqlite"):
-        event.listen(engine, "connect", _sqlite_pragmas)
+    engine = open_engine(url, "runner store")
     store = RunnerStore(engine)
     if create:
         try:

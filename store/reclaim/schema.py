@@ -1,0 +1,91 @@
+"""Tables of keeper's reclaim memory, all prefixed `reclaim_` so they can share the runner
+store's database. Portable SQL only: the same schema runs on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    Column,
+    DateTime,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+)
+
+metadata = MetaData()
+
+# One row (id 1): the controller's current epoch as keeper last observed it.
+epochs = Table(
+    "reclaim_epoch",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("epoch", Integer, nullable=False),
+    Column("high_id", BigInteger, nullable=False),
+    Column("high_submit", DateTime(timezone=True)),
+    Column("started_at", DateTime(timezone=True)),
+    Column("why", Text, nullable=False),
+)
+
+# Job ids keeper saw issued, per epoch: the proof an untracked id was issued and not live.
+jobs = Table(
+    "reclaim_jobs",
+    metadata,
+    Column("epoch", Integer, primary_key=True),
+    Column("job_id", BigInteger, primary_key=True),
+    Column("submit_time", DateTime(timezone=True)),
+    Column("finalized", Boolean, nullable=False),
+    Column("last_state", Integer, nullable=False),
+    Column("last_seen", DateTime(timezone=True), nullable=False),
+)
+
+nodes = Table(
+    "reclaim_nodes",
+    metadata,
+    Column("node_id", String(128), primary_key=True),
+    Column("hostname", String(255), nullable=False),
+    Column("address", String(255), nullable=False),
+    Column("port", Integer, nullable=False),
+    Column("boot", String(255), nullable=False),
+    Column("registered_at", DateTime(timezone=True), nullable=False),
+    Column("last_beat_at", DateTime(timezone=True)),
+)
+
+# The fence: one row per (node, job id, sighting). `is_open` is 1 while open and NULL once
+# closed, so the unique constraint allows one open holding per (node, job id) and any number
+# of closed ones (NULLs are distinct in a unique constraint on both back ends).
+holdings = Table(
+    "reclaim_holdings",
+    metadata,
+    Column("node_id", String(128), primary_key=True),
+    Column("job_id", BigInteger, primary_key=True),
+    Column("sighting", Integer, primary_key=True),
+    Column("epoch", Integer, nullable=False),
+    Column("first_seen", DateTime(timezone=True), nullable=False),
+    Column("last_reported_at", DateTime(timezone=True), nullable=False),
+    Column("is_open", Integer),
+    Column("closed_at", DateTime(timezone=True)),
+    Column("outcome", String(64)),
+    Column("workflow_id", String(255)),
+    # The evidence last signalled to the holding's workflow (change-only signalling).
+    Column("signalled_evidence", String(16)),
+    Column("signalled_at", DateTime(timezone=True)),
+    Column("signalled_boot", String(255)),
+    UniqueConstraint("node_id", "job_id", "is_open", name="reclaim_holdings_one_open"),
+    Index("reclaim_holdings_open_node", "is_open", "node_id"),
+)
+
+# Drains keeper made: a node stays drained while any of them is open.
+drains = Table(
+    "reclaim_drains",
+    metadata,
+    Column("node_id", String(128), primary_key=True),
+    Column("workflow_id", String(255), primary_key=True),
+    Column("reason", Text, nullable=False),
+    Column("drained_at", DateTime(timezone=True), nullable=False),
+    Column("cleared_at", DateTime(timezone=True)),
+)
