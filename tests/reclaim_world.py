@@ -32,6 +32,7 @@ from runtime.reclaim.tap import HeartbeatTap
 from runtime.settings import ReclaimSettings, Settings
 from workers.families.reclaim import reclaim_activities
 from workers.registry import WORKFLOW_FAILURE_EXCEPTION_TYPES, WORKFLOW_INTERCEPTORS
+from workers.versioning import workflow_runner
 from workflows.reclaim.job_reclaim import JobReclaim
 
 # Fast enough for a test, slow enough that each step is seen: two graceful cancels and one
@@ -45,6 +46,9 @@ FAST = ReclaimPolicy(
     release_beats=2,
     drained_recheck=timedelta(seconds=1),
     history_events_limit=400,
+    # The emulator and keeper share this host's clock; a wipe's reissued ids come within
+    # a second of the originals here, not minutes as in production.
+    clock_skew=timedelta(milliseconds=50),
 )
 
 
@@ -105,6 +109,7 @@ class ReclaimWorld:
             interceptors=WORKFLOW_INTERCEPTORS,
             workflow_failure_exception_types=WORKFLOW_FAILURE_EXCEPTION_TYPES,
             graceful_shutdown_timeout=timedelta(seconds=1),
+            workflow_runner=workflow_runner(None),
         )
         await self._stack.enter_async_context(worker)
         self._worker = worker

@@ -18,6 +18,7 @@ is re-read every `drained_recheck`; the run continues as new before its history 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from datetime import timedelta
 from typing import NoReturn
@@ -107,7 +108,8 @@ class JobReclaim:
         self._publish()
         try:
             outcome = await self._reclaim()
-        except CancelledError:
+        except (asyncio.CancelledError, CancelledError):
+            # A cancel arrives as asyncio's in a timer or wait, as Temporal's from an activity.
             await self._lift_drain_on_cancel()
             raise
         except _RollOver:
