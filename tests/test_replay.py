@@ -32,6 +32,7 @@ from temporalio.client import WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
+from domain.reclaim.models import Holding
 from domain.runners.models import deletion_workflow_id
 from domain.tpu.naming import bootstrap_run_workflow_id, bootstrap_workflow_id, teardown_workflow_id
 from domain.tpu.slice_request import Capacity
@@ -199,6 +200,7 @@ CANONICAL_IDS: dict[str, Callable[[dict[str, Any]], str]] = {
     "TpuSliceBootstrapRun": lambda inp: bootstrap_run_workflow_id(inp["request"]["slice_name"]),
     "TpuSliceTeardown": lambda inp: teardown_workflow_id(inp["slice_name"]),
     "RunnerDeletion": lambda inp: deletion_workflow_id(inp["runner"]),
+    "JobReclaim": lambda inp: Holding.model_validate(inp["holding"]).workflow_id,
 }
 
 

@@ -103,6 +103,15 @@ class JobReclaim:
                 last=carry.last,
             )
         self._sa_step = self._view.step
+        if workflow.info().typed_search_attributes.get(sa.NODE) is None:
+            # Started by hand (`temporal workflow start`): findable by node and job anyway.
+            workflow.upsert_search_attributes(
+                [
+                    sa.NODE.value_set(inp.holding.node),
+                    sa.JOB_ID.value_set(str(inp.holding.job_id)),
+                    sa.RECLAIM_STEP.value_set(self._view.step.value),
+                ]
+            )
         if carry is None:
             self._act(f"started: {inp.first.verdict.value} ({inp.first.reason.value})")
         self._publish()
