@@ -551,3 +551,35 @@ async def test_cancelling_a_reclaim_lifts_the_drain_it_made(client: Any, tmp_pat
 async def _closed(w: ReclaimWorld, wf: str) -> bool:
     desc = await w.handle(wf).describe()
     return desc.status is not WorkflowExecutionStatus.RUNNING
+
+
+async def test_a_long_drain_continues_as_new_and_its_history_stays_bounded(
+    client: Any, tmp_path: Path
+) -> None:
+    brisk = FAST.model_copy(
+        update={"drained_recheck": timedelta(milliseconds=50), "history_events_limit": 200}
+    )
+    async with reclaim_world(client, tmp_path, agents=nodes(), policy=brisk) as w:
+        node = names(w)[0]
+        parent = w.emu.submit(array_size=1)[0].job_id - 1
+        w.emu.hold(node, parent)  # quarantined: drained until someone frees it
+        await w.beat(node)
+        wf = only_workflow(w, node, parent)
+        first = (await w.handle(wf).describe()).run_id
+
+        async def rolled_over() -> bool:
+            runs = [e async for e in client.list_workflows(f'WorkflowId="{wf}"')]
+            return len(runs) >= 2
+
+        await until(rolled_over, within=60, what="a continue-as-new")
+        runs = [e async for e in client.list_workflows(f'WorkflowId="{wf}"')]
+        for run in runs:
+            if run.run_id == first or run.status is not WorkflowExecutionStatus.RUNNING:
+                history = await client.get_workflow_handle(wf, run_id=run.run_id).fetch_history()
+                assert len(history.events) <= brisk.history_events_limit + 20
+        assert len(w.emu.cluster.drains) == 1  # the next run knew the node was drained
+        view = await view_of(w, wf)
+        assert view.drained and view.step.value == "drained"
+        await w.handle(wf).signal("release", {"by": "test"})
+        result = await w.result(wf)
+        assert result.outcome is Outcome.OPERATOR_RELEASED and result.undrained
