@@ -84,6 +84,10 @@ def test_a_state_change_updates_the_remembered_job(memory: ReclaimMemory) -> Non
     fold(memory, view(at(20), job(7, S.COMPLETED, submit=1)))
     known = memory.known_jobs([7])[7]
     assert known.finalized and known.last_state is S.COMPLETED and known.last_seen == at(20)
+    # The first observation, recorded again by a retried activity, brings back nothing older.
+    older = observe(view(at(10), job(7, submit=1)), memory.epoch(), {}, SKEW)
+    memory.record_observation(older)
+    assert memory.known_jobs([7])[7] == known
 
 
 def test_a_first_observation_of_100000_jobs_is_bulk(memory: ReclaimMemory) -> None:

@@ -264,13 +264,16 @@ class ReclaimMemory:
             )
             stored = self._stored_ids(conn, state.epoch, [r["job_id"] for r in rows])
             _bulk_insert(conn, jobs, [r for r in rows if r["job_id"] not in stored])
-            changed = [{**r, "k_epoch": r["epoch"], "k_job": r["job_id"]}
+            changed = [{**r, "k_epoch": r["epoch"], "k_job": r["job_id"],
+                        "k_seen": r["last_seen_us"]}
                        for r in rows if r["job_id"] in stored]  # fmt: skip
             if changed:
+                # An observation run again after a later one must not bring back older news.
                 conn.execute(
                     update(jobs)
                     .where(jobs.c.epoch == bindparam("k_epoch"))
-                    .where(jobs.c.job_id == bindparam("k_job")),
+                    .where(jobs.c.job_id == bindparam("k_job"))
+                    .where(jobs.c.last_seen_us <= bindparam("k_seen")),
                     changed,
                 )
 
