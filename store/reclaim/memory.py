@@ -14,7 +14,18 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
-from sqlalchemy import Connection, Engine, and_, delete, func, insert, select, update
+from sqlalchemy import (
+    Connection,
+    Engine,
+    Table,
+    and_,
+    bindparam,
+    delete,
+    func,
+    insert,
+    select,
+    update,
+)
 from sqlalchemy.exc import IntegrityError
 
 from domain.reclaim.epoch import Observation
@@ -28,6 +39,9 @@ from store.reclaim.schema import drains, epochs, holdings, jobs, metadata, nodes
 # Ids per IN (...) list and rows per executemany batch: well under SQLite's bound-parameter
 # limit, and large enough that a 100,000-job first observation is a few hundred statements.
 CHUNK = 500
+# Bound parameters per bulk INSERT statement: psycopg caches the parse of a statement with
+# at most 50 (psycopg._queries.MAX_CACHED_STATEMENT_PARAMS).
+_CACHED_PARAMS = 48
 # Tries of a write that lost a race for a unique key to a concurrent writer of the same rows.
 WRITE_ROUNDS = 3
 # The intake prunes open holdings without a workflow that no heartbeat listed for this long
@@ -74,6 +88,19 @@ def _at(value: datetime) -> datetime:
     return out
 
 
+_EPOCH_START = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _micros(value: datetime) -> int:
+    if value.tzinfo is None:
+        raise ValueError(f"{value.isoformat()} has no time zone; keeper stores UTC")
+    return (value - _EPOCH_START) // timedelta(microseconds=1)
+
+
+def _from_micros(value: int) -> datetime:
+    return _EPOCH_START + timedelta(microseconds=value)
+
+
 def _node_id(node_id: str) -> str:
     if not isinstance(node_id, str) or not NODE_ID_RE.match(node_id):
         raise ValueError(
@@ -91,6 +118,38 @@ def _job_id(job_id: int) -> int:
 def _chunks(items: Sequence[_T], size: int = CHUNK) -> Iterator[Sequence[_T]]:
     for start in range(0, len(items), size):
         yield items[start : start + size]
+
+
+def _bulk_insert(conn: Connection, table: Table, rows: Sequence[dict[str, Any]]) -> None:
+    """INSERTs `rows` through the driver's executemany, a few rows per statement.
+
+    SQLAlchemy's per-row parameter processing, and on PostgreSQL one statement per row, cost
+    far more than the database on a 100,000-row write. A few rows per multi-row VALUES keeps
+    the statement small enough for psycopg to cache its parse and prepare it once, and
+    psycopg pipelines an executemany; sqlite3 runs it in C. Multi-row VALUES is standard SQL
+    on both back ends, and the values are plain ints, bools and strings."""
+    if not rows:
+        return
+    keys = list(rows[0])
+    marker = {"qmark": "?", "format": "%s", "pyformat": "%s"}.get(conn.dialect.paramstyle)
+    if marker is None:  # a driver keeper does not ship: the plain, slower way
+        conn.execute(insert(table), list(rows))
+        return
+    quote = conn.dialect.identifier_preparer.quote
+    head = f"INSERT INTO {quote(table.name)} ({','.join(quote(k) for k in keys)}) VALUES "
+    one = "(" + ",".join([marker] * len(keys)) + ")"
+    group = max(1, _CACHED_PARAMS // len(keys))
+    whole = len(rows) - len(rows) % group
+    batches = [(group, rows[:whole]), (len(rows) - whole, rows[whole:])]
+    for size, part in batches:
+        if not part:
+            continue
+        sql = head + ",".join([one] * size)
+        params = [
+            tuple(row[k] for row in part[i : i + size] for k in keys)
+            for i in range(0, len(part), size)
+        ]
+        conn.exec_driver_sql(sql, params)
 
 
 def open_reclaim_memory(url: str, *, create: bool = True) -> ReclaimMemory:
@@ -203,25 +262,54 @@ class ReclaimMemory:
                     why=state.why,
                 )
             )
-            for chunk in _chunks(rows):
-                ids = [r["job_id"] for r in chunk]
+            stored = self._stored_ids(conn, state.epoch, [r["job_id"] for r in rows])
+            _bulk_insert(conn, jobs, [r for r in rows if r["job_id"] not in stored])
+            changed = [{**r, "k_epoch": r["epoch"], "k_job": r["job_id"],
+                        "k_seen": r["last_seen_us"]}
+                       for r in rows if r["job_id"] in stored]  # fmt: skip
+            if changed:
+                # An observation run again after a later one must not bring back older news.
                 conn.execute(
-                    delete(jobs).where(jobs.c.epoch == state.epoch).where(jobs.c.job_id.in_(ids))
+                    update(jobs)
+                    .where(jobs.c.epoch == bindparam("k_epoch"))
+                    .where(jobs.c.job_id == bindparam("k_job"))
+                    .where(jobs.c.last_seen_us <= bindparam("k_seen")),
+                    changed,
                 )
-                conn.execute(insert(jobs), list(chunk))
 
         self._retry(work)
+
+    @staticmethod
+    def _stored_ids(conn: Connection, epoch: int, ids: Sequence[int]) -> set[int]:
+        """Which of `ids` the epoch already remembers. For many ids one read of all the
+        epoch's ids (plain integers) beats hundreds of IN (...) lists."""
+        if not ids:
+            return set()
+        query = select(jobs.c.job_id).where(jobs.c.epoch == epoch)
+        if len(ids) > 4 * CHUNK:
+            return set(conn.execute(query).scalars()) & set(ids)
+        found: set[int] = set()
+        for chunk in _chunks(ids):
+            found.update(conn.execute(query.where(jobs.c.job_id.in_(chunk))).scalars())
+        return found
 
     @staticmethod
     def _job_row(job: KnownJob) -> dict[str, Any]:
         return {
             "epoch": job.epoch,
             "job_id": _job_id(job.job_id),
-            "submit_time": _maybe_utc(job.submit_time, "submit_time"),
+            "submit_us": None if job.submit_time is None else _micros(job.submit_time),
             "finalized": job.finalized,
             "last_state": int(job.last_state),
-            "last_seen": _utc(job.last_seen, "last_seen"),
+            "last_seen_us": _micros(job.last_seen),
         }
+
+    def known_job_count(self) -> int:
+        """How many job ids the current epoch remembers."""
+        with self.engine.connect() as conn:
+            current = self._read_epoch(conn).epoch
+            query = select(func.count()).select_from(jobs).where(jobs.c.epoch == current)
+            return int(conn.execute(query).scalar_one())
 
     def known_jobs(self, job_ids: Iterable[int] | None = None) -> dict[int, KnownJob]:
         """keeper's memory of the current epoch's jobs: those in `job_ids`, or all of them."""
@@ -235,14 +323,16 @@ class ReclaimMemory:
                 found = []
                 for chunk in _chunks(wanted):
                     found.extend(conn.execute(query.where(jobs.c.job_id.in_(chunk))))
+        # model_construct: these rows were KnownJobs when written, and validating 100,000 of
+        # them again on every view would cost more than the read.
         return {
-            row.job_id: KnownJob(
+            row.job_id: KnownJob.model_construct(
                 job_id=row.job_id,
                 epoch=row.epoch,
-                submit_time=_aware(row.submit_time),
+                submit_time=None if row.submit_us is None else _from_micros(row.submit_us),
                 finalized=bool(row.finalized),
                 last_state=JobState(row.last_state),
-                last_seen=_at(row.last_seen),
+                last_seen=_from_micros(row.last_seen_us),
             )
             for row in found
         }

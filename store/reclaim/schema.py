@@ -32,15 +32,18 @@ epochs = Table(
 )
 
 # Job ids keeper saw issued, per epoch: the proof an untracked id was issued and not live.
+# Written in bulk (a first observation lists every job the controller tracks, 100,000 and
+# more), so times are microseconds since 1970 UTC: integers cross both drivers without the
+# per-value datetime formatting and parsing that would dominate such a write.
 jobs = Table(
     "reclaim_jobs",
     metadata,
     Column("epoch", Integer, primary_key=True),
     Column("job_id", BigInteger, primary_key=True),
-    Column("submit_time", DateTime(timezone=True)),
+    Column("submit_us", BigInteger),
     Column("finalized", Boolean, nullable=False),
     Column("last_state", Integer, nullable=False),
-    Column("last_seen", DateTime(timezone=True), nullable=False),
+    Column("last_seen_us", BigInteger, nullable=False),
 )
 
 nodes = Table(

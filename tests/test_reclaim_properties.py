@@ -1,0 +1,417 @@
+"""Property-based job reclaim: the pure rules driven through a model of the whole loop.
+
+A controller (ids from a counter, submit times from a clock, allocations committed apart
+from RUNNING, terminal aging with retention, requeues to another or the same node with a new
+run attempt, wrong evictions where the old node keeps running, wipes that restart the ids),
+agents that hold jobs and report them under varying spellings of their hostname (heartbeats
+may be empty or duplicated; agents restart), and keeper: `observe` and a dict model of its
+memory on every non-empty heartbeat, `decide` on each holding sighted, and one reclaim
+driver per stale holding that follows `steps.attempts`, reading the controller afresh and
+deciding again before every cancel, and sending only on `reclaim`. No servers.
+
+Whatever the interleaving:
+
+- safety: no cancel is ever sent for a job that, at the moment of sending, is active on that
+  node in the controller (after canonicalisation, committed or being committed), and no
+  holding that was live on its node when the controller was wiped is ever cancelled;
+- liveness: once the controller is quiet (its in-flight commits done, no more operations;
+  heartbeats keep coming and list every holding), every stale holding ends released (a
+  cancel delivered and the agent dropped it) or quarantined (its driver drained the node).
+
+The model assumes what keeper's design does: the heartbeat tap sees every holding before a
+wipe (the wipe begins with one full heartbeat from every agent). A holding keeper first sees
+after a wiped controller reissued its id to a later job is indistinguishable from that job's:
+no fence keeper has can tell them apart, and spur's heartbeat carries no run attempt.
+
+`make test` runs a modest, derandomized number of examples. To run 10,000 deterministically:
+`KEEPER_PROPERTY_EXAMPLES=10000 pytest -s tests/test_reclaim_properties.py` (the seed,
+KEEPER_PROPERTY_SEED or a fixed default, is printed; the same seed replays the same run).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+from hypothesis import HealthCheck, given, note, seed, settings
+from hypothesis import strategies as st
+
+from domain.reclaim.decide import decide
+from domain.reclaim.epoch import observe
+from domain.reclaim.evidence import BeatReport, ReleaseTally, evidence_of
+from domain.reclaim.identity import canonical_node, canonical_nodes
+from domain.reclaim.jobs import ACTIVE, FINALIZED, TERMINAL, WAITING, JobState
+from domain.reclaim.models import (
+    ControllerView,
+    Decision,
+    EpochState,
+    Holding,
+    JobView,
+    KnownJob,
+    Verdict,
+)
+from domain.reclaim.policy import ReclaimPolicy
+from domain.reclaim.steps import Attempt, attempts
+
+EXAMPLES_ENV = os.environ.get("KEEPER_PROPERTY_EXAMPLES")
+EXAMPLES = int(EXAMPLES_ENV or "60")
+SEED = int(os.environ.get("KEEPER_PROPERTY_SEED", "20260501"))
+POLICY = ReclaimPolicy()
+RETENTION = timedelta(minutes=30)
+T0 = datetime(2026, 5, 1, tzinfo=UTC)
+NODES = ("gpu-node-01", "gpu-node-02", "gpu-node-03")
+# How each node's name is written: the agent picks one per heartbeat, the controller keeps
+# the one it registered with.
+SPELLINGS = {n: (n, n.upper(), f"{n}.cluster.local", f"{n.upper()}.Cluster.Local.") for n in NODES}
+S = JobState
+
+
+# ---- the controller and its agents ---------------------------------------------------------
+
+
+@dataclass
+class CJob:
+    job_id: int
+    submit: datetime
+    state: JobState = S.PENDING
+    # Committed allocation, as the controller writes the names; `target` is where the run
+    # goes before the commit.
+    nodes: tuple[str, ...] = ()
+    target: tuple[str, ...] = ()
+    end: datetime | None = None
+    attempt: int = 0
+
+
+@dataclass
+class Agent:
+    node: str  # canonical, for the model's bookkeeping only
+    # job id -> the run attempt this agent holds, tagged with the controller incarnation.
+    held: dict[int, tuple[int, int, int]] = field(default_factory=dict)
+    boot: int = 1
+
+
+@dataclass
+class World:
+    clock: datetime = T0
+    incarnation: int = 1
+    next_id: int = 1
+    jobs: dict[int, CJob] = field(default_factory=dict)
+    agents: dict[str, Agent] = field(default_factory=lambda: {n: Agent(n) for n in NODES})
+    registered_as: dict[str, str] = field(default_factory=lambda: {n: n for n in NODES})
+    # (node, incarnation, job id, attempt) live on that node when the controller was wiped.
+    pre_wipe_live: set[tuple[str, int, int, int]] = field(default_factory=set)
+    cancels: list[str] = field(default_factory=list)
+
+    def tick(self, seconds: int) -> None:
+        self.clock += timedelta(seconds=seconds)
+
+    def active_on(self, job_id: int, node: str) -> bool:
+        job = self.jobs.get(job_id)
+        if job is None or job.state not in ACTIVE:
+            return False
+        return node in canonical_nodes(job.nodes or job.target)
+
+    def view(self) -> ControllerView:
+        return ControllerView(
+            read_at=self.clock,
+            jobs={
+                j.job_id: JobView(
+                    job_id=j.job_id,
+                    state=j.state,
+                    submit_time=j.submit,
+                    end_time=j.end,
+                    nodes=canonical_nodes(j.nodes),
+                    nodelist=",".join(j.nodes),
+                )
+                for j in self.jobs.values()
+            },
+        )
+
+    def hold(self, job: CJob, nodes: tuple[str, ...]) -> None:
+        for node in nodes:
+            self.agents[node].held[job.job_id] = (self.incarnation, job.job_id, job.attempt)
+
+    def release(self, job: CJob, leak: bool) -> None:
+        # A leak: the agent keeps the reservation the controller is done with (the failure).
+        if leak:
+            return
+        for name in job.nodes:
+            held = self.agents[canonical_node(name)].held
+            if held.get(job.job_id, (0, 0, 0))[2] == job.attempt:
+                del held[job.job_id]
+
+    def cancel(self, node: str, job_id: int, delivered: bool) -> None:
+        """An agent cancel, checked for safety at the moment it is sent."""
+        assert not self.active_on(job_id, node), (
+            f"cancel of job {job_id} on {node} while the controller runs it there"
+        )
+        held = self.agents[node].held.get(job_id)
+        if held is not None:
+            assert (node, *held) not in self.pre_wipe_live, (
+                f"cancel of job {job_id} on {node}, a run live there before the wipe"
+            )
+        self.cancels.append(f"{node}:{job_id}")
+        if delivered:
+            self.agents[node].held.pop(job_id, None)
+
+
+# ---- keeper --------------------------------------------------------------------------------
+
+
+@dataclass
+class Driver:
+    """One reclaim workflow: the attempts left, and the release evidence so far."""
+
+    holding: Holding
+    plan: list[Attempt]
+    step: int = 0
+    tally: ReleaseTally = field(default_factory=ReleaseTally)
+    drained: bool = False
+    outcome: str = ""
+
+
+@dataclass
+class Keeper:
+    world: World
+    epoch: EpochState = field(default_factory=EpochState)
+    known: dict[int, KnownJob] = field(default_factory=dict)
+    nodes: set[str] = field(default_factory=lambda: set(NODES))
+    open: dict[tuple[str, int], Holding] = field(default_factory=dict)
+    last_sighting: dict[tuple[str, int], int] = field(default_factory=dict)
+    drivers: dict[tuple[str, int], Driver] = field(default_factory=dict)
+    finished: list[Driver] = field(default_factory=list)
+
+    def read(self) -> ControllerView:
+        """A fresh read of the controller, folded into the memory before anything decides."""
+        view = self.world.view()
+        obs = observe(view, self.epoch, self.known, POLICY.clock_skew)
+        if obs.new_epoch:
+            self.known = {}
+        self.epoch = obs.epoch
+        self.known.update({k.job_id: k for k in obs.remember})
+        return view
+
+    def decide(self, holding: Holding, view: ControllerView) -> Decision:
+        known = self.known.get(holding.job_id)
+        return decide(holding, view, self.epoch, known, self.nodes, POLICY)
+
+    def heartbeat(self, hostname: str, reported: list[int]) -> None:
+        node = canonical_node(hostname)
+        at = self.world.clock
+        for key, driver in list(self.drivers.items()):
+            if key[0] != node:
+                continue
+            report = BeatReport(evidence=evidence_of(reported, key[1]), at=at)
+            driver.tally = driver.tally.add(report)
+            if driver.tally.released(POLICY.release_beats):
+                self.close(key, "released")
+        if not reported:
+            return  # an empty heartbeat is evidence of nothing, and sights nothing
+        view = self.read()
+        for job_id in sorted(set(reported)):
+            key = (node, job_id)
+            if key not in self.open:
+                sighting = self.last_sighting.get(key, 0) + 1
+                self.last_sighting[key] = sighting
+                self.open[key] = Holding(node=node, job_id=job_id, epoch=self.epoch.epoch,
+                                         first_seen=at, sighting=sighting)  # fmt: skip
+            if key in self.drivers:
+                continue
+            decision = self.decide(self.open[key], view)
+            if decision.stale:
+                driver = Driver(self.open[key], attempts(POLICY))
+                driver.drained = decision.verdict is Verdict.QUARANTINE
+                self.drivers[key] = driver
+
+    def close(self, key: tuple[str, int], outcome: str) -> None:
+        driver = self.drivers.pop(key)
+        driver.outcome = outcome
+        self.finished.append(driver)
+        del self.open[key]
+
+    def drive(self, key: tuple[str, int], delivered: bool) -> None:
+        """The driver's timer fired: read afresh, decide again, and cancel only on reclaim."""
+        driver = self.drivers[key]
+        if driver.drained:
+            return  # drained: waits for release evidence (or an operator)
+        decision = self.decide(driver.holding, self.read())
+        if decision.verdict is Verdict.SPARE:
+            self.close(key, "spared")
+            return
+        if decision.verdict is Verdict.QUARANTINE or driver.step >= len(driver.plan):
+            driver.drained = True
+            return
+        self.world.cancel(key[0], key[1], delivered)
+        driver.step += 1
+
+
+# ---- operations ----------------------------------------------------------------------------
+
+PICK = st.integers(0, 10_000)
+SUBMIT = st.tuples(st.just("submit"), st.booleans())
+DISPATCH = st.tuples(st.just("dispatch"), PICK, PICK, st.integers(1, 2), st.booleans())
+COMMIT = st.tuples(st.just("commit"), PICK)
+FINISH = st.tuples(st.just("finish"), PICK, st.booleans(), st.sampled_from(sorted(TERMINAL)))
+REQUEUE = st.tuples(st.just("requeue"), PICK, st.booleans())
+BEAT = st.tuples(st.just("beat"), PICK, PICK, st.booleans(), st.booleans())
+DRIVE = st.tuples(st.just("drive"), PICK, st.booleans())
+RESTART = st.tuples(st.just("restart"), PICK, st.booleans(), PICK)
+TICK = st.tuples(st.just("tick"), st.integers(3, 4000))
+# Weighted by repetition: the steps that make and find stale holdings come often, wipes,
+# restarts and aging now and then.
+_BY_KIND = {"submit": SUBMIT, "dispatch": DISPATCH, "commit": COMMIT, "finish": FINISH,
+            "requeue": REQUEUE, "beat": BEAT, "drive": DRIVE, "tick": TICK, "restart": RESTART,
+            "age": st.just(("age",)), "wipe": st.just(("wipe",))}  # fmt: skip
+_WEIGHTS = {"submit": 4, "dispatch": 4, "commit": 2, "finish": 3, "requeue": 2, "beat": 8,
+            "drive": 6, "tick": 3, "restart": 1, "age": 1, "wipe": 1}  # fmt: skip
+OPS = st.sampled_from([k for k, n in _WEIGHTS.items() for _ in range(n)]).flatmap(
+    lambda kind: _BY_KIND[kind]
+)
+
+
+def _pick(items: list, index: int):  # type: ignore[type-arg]
+    return items[index % len(items)] if items else None
+
+
+def _beat(world: World, keeper: Keeper, node: str, spelling: int, empty: bool) -> None:
+    reported = [] if empty else sorted(world.agents[node].held)
+    keeper.heartbeat(SPELLINGS[node][spelling % 4], reported)
+
+
+def apply(world: World, keeper: Keeper, op: tuple) -> None:  # type: ignore[type-arg]
+    kind = op[0]
+    world.tick(3)  # every step takes time: ids grow with submit times within an incarnation
+    if kind == "submit":
+        if op[1]:
+            world.next_id += 1  # an array parent: the id is consumed, never stored
+        world.jobs[world.next_id] = CJob(world.next_id, world.clock)
+        world.next_id += 1
+    elif kind == "dispatch":
+        job = _pick([j for j in world.jobs.values() if j.state in WAITING], op[1])
+        if job is None:
+            return
+        first = op[2] % len(NODES)
+        nodes = tuple(NODES[(first + i) % len(NODES)] for i in range(op[3]))
+        job.state, job.attempt, job.end = S.RUNNING, job.attempt + 1, None
+        job.target = tuple(world.registered_as[n] for n in nodes)
+        job.nodes = job.target if op[4] else ()
+        world.hold(job, nodes)
+    elif kind == "commit":
+        job = _pick([j for j in world.jobs.values() if j.state in ACTIVE and not j.nodes], op[1])
+        if job is not None:
+            job.nodes = job.target
+    elif kind in ("finish", "requeue"):
+        job = _pick([j for j in world.jobs.values() if j.state in ACTIVE and j.nodes], op[1])
+        if job is None:
+            return
+        # A requeue with a leak is a wrong eviction: the old nodes keep running the old run.
+        world.release(job, leak=op[2])
+        job.state = op[3] if kind == "finish" else S.REQUEUED
+        job.end = world.clock
+    elif kind == "age":
+        for job in list(world.jobs.values()):
+            if job.state in FINALIZED and job.end and world.clock - job.end > RETENTION:
+                del world.jobs[job.job_id]
+    elif kind == "wipe":
+        for node in NODES:  # the tap saw every holding before the controller went down
+            _beat(world, keeper, node, 0, empty=False)
+        for node, agent in world.agents.items():
+            world.pre_wipe_live |= {
+                (node, *held)
+                for job_id, held in agent.held.items()
+                if world.active_on(job_id, node)
+            }
+        world.jobs, world.next_id = {}, 1
+        world.incarnation += 1
+    elif kind == "beat":
+        node = _pick(list(NODES), op[1])
+        _beat(world, keeper, node, op[2], empty=op[3])
+        if op[4]:  # the same heartbeat again
+            _beat(world, keeper, node, op[2], empty=op[3])
+    elif kind == "drive":
+        key = _pick(sorted(keeper.drivers), op[1])
+        if key is not None:
+            keeper.drive(key, delivered=op[2])
+    elif kind == "restart":
+        node = _pick(list(NODES), op[1])
+        agent = world.agents[node]
+        agent.boot += 1
+        # It registers again, perhaps under another spelling of its name; jobs committed
+        # before keep the name they were committed with.
+        world.registered_as[node] = SPELLINGS[node][op[3] % 4]
+        if op[2]:  # the restart took the agent's runs with it
+            agent.held.clear()
+    elif kind == "tick":
+        world.tick(op[1])
+
+
+def quiet(world: World, keeper: Keeper) -> None:
+    """The controller finishes its in-flight commits and goes quiet; heartbeats keep coming,
+    listing every holding, and every driver's timer fires, until nothing changes."""
+    for job in world.jobs.values():
+        if job.state in ACTIVE and not job.nodes:
+            job.nodes = job.target
+    rounds = len(attempts(POLICY)) + POLICY.release_beats + 4
+    for _ in range(rounds):
+        world.tick(int(max(POLICY.end_grace, POLICY.retry_max).total_seconds()) + 1)
+        for node in NODES:
+            _beat(world, keeper, node, 0, empty=False)
+        for key in sorted(keeper.drivers):
+            if key in keeper.drivers:
+                keeper.drive(key, delivered=True)
+
+
+def stale(world: World, node: str, job_id: int) -> bool:
+    """Ground truth: the controller is done with this node's run of the job. A waiting job may
+    be on its way here (decide rule 4 spares it, and the quiet controller never dispatches)."""
+    job = world.jobs.get(job_id)
+    held = world.agents[node].held[job_id]
+    if held[0] != world.incarnation or job is None:
+        return True
+    if job.state in WAITING:
+        return False
+    return job.state in TERMINAL or node not in canonical_nodes(job.nodes)
+
+
+_printed = itertools.count()
+
+
+def _settings():  # type: ignore[no-untyped-def]
+    common = {
+        "max_examples": EXAMPLES,
+        "deadline": None,
+        "database": None,
+        "suppress_health_check": [HealthCheck.too_slow],
+        "print_blob": True,
+    }
+    if EXAMPLES_ENV:
+        return settings(**common)
+    return settings(derandomize=True, **common)
+
+
+@seed(SEED)
+@_settings()
+@given(
+    ops=st.lists(OPS, min_size=40, max_size=160),
+    spelled=st.lists(st.integers(0, 3), min_size=len(NODES), max_size=len(NODES)),
+)
+def test_reclaim_is_safe_and_live(ops: list[tuple], spelled: list[int]) -> None:  # type: ignore[type-arg]
+    if EXAMPLES_ENV and next(_printed) == 0:
+        print(f"reclaim properties: {EXAMPLES} examples, KEEPER_PROPERTY_SEED={SEED}")
+    world = World()
+    world.registered_as = {n: SPELLINGS[n][i] for n, i in zip(NODES, spelled, strict=True)}
+    keeper = Keeper(world)
+    for op in ops:
+        apply(world, keeper, op)  # safety is asserted at every cancel
+    quiet(world, keeper)
+    for node, agent in world.agents.items():
+        for job_id in sorted(agent.held):
+            if not stale(world, node, job_id):
+                continue
+            driver = keeper.drivers.get((node, job_id))
+            note(f"left: {node} job {job_id} held {agent.held[job_id]}, driver {driver}")
+            assert driver is not None and driver.drained, (
+                f"stale holding of job {job_id} on {node} neither released nor quarantined"
+            )
