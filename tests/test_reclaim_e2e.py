@@ -302,6 +302,15 @@ async def test_a_job_that_comes_back_before_the_send_is_not_cancelled(
         expected = Reason.WAITING if back_to == "pending" else Reason.ACTIVE_HERE
         assert result.last.decision.reason is expected
         assert w.cancels() == []
+        # The holding keeps its fence (first sighting, epoch) and no longer has a reclaim:
+        # when it turns stale again, a reclaim starts under the same fence key.
+        (kept,) = [h for h in w.memory.holdings(node) if h.job_id == job.job_id]
+        assert kept == result.holding and w.workflows(node) == []
+        if back_to == "this-node":
+            w.emu.complete(job.job_id, leak=True)
+            ended_long_ago(w, job.job_id)
+            await w.beat(node)
+            assert only_workflow(w, node, job.job_id) == wf
 
 
 async def test_hostname_spellings_are_one_node(client: Any, tmp_path: Path) -> None:

@@ -242,3 +242,25 @@ def test_errors_name_the_url_without_its_password(tmp_path) -> None:
     missing = f"sqlite:///{tmp_path / 'none.db'}"
     with pytest.raises(StoreUnavailable, match="reclaim_epoch"):
         open_reclaim_memory(missing, create=False)
+
+
+def test_a_detached_holding_keeps_its_fence_and_can_be_watched_again(tmp_path) -> None:
+    from datetime import UTC, datetime
+
+    from store.reclaim import open_reclaim_memory
+
+    memory = open_reclaim_memory(f"sqlite:///{tmp_path / 'm.db'}")
+    try:
+        at = datetime(2026, 12, 1, 9, tzinfo=UTC)
+        memory.register_node("gpu-node-07", "gpu-node-07", "10.0.0.7", 6818, "", at)
+        (held,) = memory.sight("gpu-node-07", [42], at, 1)
+        memory.attach_workflow("gpu-node-07", 42, held.sighting, held.workflow_id)
+        assert not memory.detach_workflow("gpu-node-07", 42, held.sighting, "someone-else")
+        assert memory.detach_workflow("gpu-node-07", 42, held.sighting, held.workflow_id)
+        assert memory.open_workflows_of("gpu-node-07") == []
+        (again,) = memory.sight("gpu-node-07", [42], datetime(2026, 12, 1, 10, tzinfo=UTC), 1)
+        assert again == held  # same first sighting and epoch
+        memory.attach_workflow("gpu-node-07", 42, held.sighting, held.workflow_id)
+        assert memory.open_workflows_of("gpu-node-07") == [(held, held.workflow_id)]
+    finally:
+        memory.close()

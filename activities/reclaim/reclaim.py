@@ -25,6 +25,7 @@ from domain.reclaim.calls import (
     UndrainCall,
     UndrainResult,
 )
+from domain.reclaim.steps import Outcome
 from runtime.reclaim.agent_client import AgentCancelTimedOut, AgentUnreachable, SpurAgents
 from runtime.reclaim.assess import Assessor
 from runtime.reclaim.controller_client import SpurController
@@ -32,6 +33,8 @@ from runtime.reclaim.views import drained_by_keeper, node_state_name
 from runtime.settings import ReclaimSettings
 from store.reclaim import ReclaimMemory
 from wire.spur import slurm_pb2
+
+RELEASED_OUTCOMES = frozenset({Outcome.RELEASED, Outcome.OPERATOR_RELEASED})
 
 
 class ReclaimActivities:
@@ -137,8 +140,16 @@ class ReclaimActivities:
 
     @activity.defn(name="reclaim_close")
     async def close(self, call: CloseCall) -> None:
+        """A released holding is closed (the agent let go: a later report is a new sighting).
+        A spared or cancelled one stays open with its fence, only without this workflow, so
+        its first sighting and epoch keep guarding it."""
         h = call.holding
-        await asyncio.to_thread(
-            self.memory.close_holding,
-            h.node, h.job_id, h.sighting, str(call.outcome), datetime.now(UTC),
-        )  # fmt: skip
+        if call.outcome in RELEASED_OUTCOMES:
+            await asyncio.to_thread(
+                self.memory.close_holding,
+                h.node, h.job_id, h.sighting, str(call.outcome), datetime.now(UTC),
+            )  # fmt: skip
+        else:
+            await asyncio.to_thread(
+                self.memory.detach_workflow, h.node, h.job_id, h.sighting, call.workflow_id
+            )

@@ -542,6 +542,21 @@ class ReclaimMemory:
                 .values(workflow_id=workflow_id)
             )
 
+    def detach_workflow(self, node_id: str, job_id: int, sighting: int, workflow_id: str) -> bool:
+        """The holding stays open, with its first sighting and epoch (its fence), but no
+        longer watched by `workflow_id`: a spared or cancelled reclaim ends, and a later stale
+        verdict starts a new one under the same fence key. True when this call detached it;
+        a holding watched by another workflow, or by none, is left as it is."""
+        with self.engine.begin() as conn:
+            self._require(conn, node_id, job_id, sighting)
+            done = conn.execute(
+                update(holdings)
+                .where(self._key(node_id, job_id, sighting))
+                .where(holdings.c.workflow_id == workflow_id)
+                .values(workflow_id=None, signalled_evidence=None, signalled_at=None)
+            )
+            return done.rowcount == 1
+
     def open_workflows_of(self, node_id: str) -> list[tuple[Holding, str]]:
         """The open holdings of `node_id` with a workflow, and that workflow's id: whom the
         intake signals each heartbeat's evidence to."""
