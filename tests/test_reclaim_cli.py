@@ -27,6 +27,7 @@ from temporalio.testing import WorkflowEnvironment
 from cli.main import run
 from cli.reclaim.commands import reclaim
 from domain.reclaim.steps import Mode, Outcome
+from runtime.reclaim.service import parse_report
 from tests.e2e_support import dev_address
 from tests.reclaim_world import ReclaimWorld, free_port, reclaim_world, until
 from tests.test_reclaim_e2e import live, names, nodes, only_workflow, stale
@@ -374,3 +375,33 @@ def test_the_reclaim_group_lists_its_commands(tmp_path: Path) -> None:
     assert result.code == 0 and result.out.startswith("Usage: keeper reclaim [OPTIONS]")
     for name in ("list", "status", "report", "release", "tap"):
         assert f"  {name}" in result.out
+
+
+# ---- the HTTP intake refuses what the CLI refuses --------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("body", "says"),
+    [
+        ({"node": "bad name!", "jobs": [1]}, "node: 'bad name!' is not a host name"),
+        ({"node": " ", "jobs": [1]}, "node: a node name is required"),
+        ({"node": "gpu-node-07", "jobs": [2**32]}, "0 to 4294967295"),
+        ({"node": "gpu-node-07", "jobs": ["12"]}, "'12' is not a job id"),
+        ({"node": "gpu-node-07", "jobs": [True]}, "True is not a job id"),
+        ({"node": "gpu-node-07", "jobs": []}, "jobs: a non-empty list"),
+        ({"node": "gpu-node-07"}, "jobs: a non-empty list"),
+        ({"node": "gpu-node-07", "jobs": [1], "mode": "act"}, "unknown field 'mode'"),
+        (["gpu-node-07", 1], "a JSON object"),
+    ],
+)
+def test_a_bad_http_report_is_refused_naming_the_field(body: Any, says: str) -> None:
+    with pytest.raises(ValueError) as caught:
+        parse_report(body)
+    assert says in str(caught.value)
+
+
+def test_a_good_http_report_is_read_as_given() -> None:
+    assert parse_report({"node": "GPU-NODE-07.cluster", "jobs": [0, 4294967295]}) == (
+        "GPU-NODE-07.cluster",
+        (0, 4294967295),
+    )
