@@ -45,6 +45,7 @@ from domain.runners.provider import DEFAULT_LEASE_MARGIN
 from domain.tpu.phases import DEFAULT_DEADLINES, Phase
 from domain.tpu.slice_request import SliceRequest
 from runtime import dev_ports, temporal_env
+from store.database import normalise_url
 
 DEFAULT_CONFIG_FILE = "temporal-dev.yaml"
 CONFIG_ENV = "KEEPER_CONFIG"
@@ -323,7 +324,29 @@ class ReclaimSettings(_Section):
     @field_validator("controller_address", "tap_address", "intake_address")
     @classmethod
     def _host_port(cls, value: str, info: ValidationInfo) -> str:
-        dev_ports.split_address(value, f"reclaim.{info.field_name}")
+        setting = f"reclaim.{info.field_name}"
+        if value != value.strip() or any(c.isspace() for c in value):
+            raise ValueError(f"{setting} {value!r} is not HOST:PORT (it contains a space)")
+        _, port = dev_ports.split_address(value, setting)
+        # The tap and the intake may listen on port 0 (any free port); keeper dials the
+        # controller, which needs a real one.
+        least = 1 if info.field_name == "controller_address" else 0
+        if not least <= port <= 65535:
+            raise ValueError(f"{setting} {value!r}: port {port} is not between {least} and 65535")
+        return value
+
+    @field_validator("store_url")
+    @classmethod
+    def _usable_store(cls, value: str) -> str:
+        # The message shows the URL with its password hidden.
+        normalise_url(value, "reclaim memory")
+        return value
+
+    @field_validator("token_file")
+    @classmethod
+    def _token_file_named(cls, value: Path | None) -> Path | None:
+        if value is not None and str(value) in ("", "."):
+            raise ValueError("reclaim.token_file is empty; name the file, or leave it unset")
         return value
 
 

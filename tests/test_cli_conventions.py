@@ -384,7 +384,11 @@ def test_worker_check_prints_the_plan_without_a_server(config: Path) -> None:
     plan = json.loads(as_json.stdout)
     assert plan["status"] == "ok" and plan["namespace"] == "from-file"
     queues = {family["name"]: family["task_queue"] for family in plan["families"]}
-    assert queues == {"tpu": "keeper-tpu", "runners": "keeper-runners"}
+    assert queues == {
+        "tpu": "keeper-tpu",
+        "runners": "keeper-runners",
+        "reclaim": "keeper-reclaim",
+    }
     assert plan["legacy_task_queue"] == "keeper"
     tpu = json.loads(tpu_only.stdout)
     assert [family["name"] for family in tpu["families"]] == ["tpu"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import click
@@ -18,19 +18,24 @@ from temporalio.client import Client, WorkflowExecutionStatus
 
 from cli.context import KeeperContext, pass_keeper
 from cli.output import CommandFailed, Output, UsageProblem, json_options, rfc3339
-from cli.temporal_ops import client_for, describe_or_none
+from cli.temporal_ops import client_for
 from domain.common.untrusted import terminal_text
 from domain.reclaim.calls import OperatorRelease
 from domain.reclaim.identity import NodeNameError, canonical_node
 from domain.reclaim.models import RECLAIM_WORKFLOW_TYPE, RELEASE_SIGNAL
-from domain.reclaim.view import ReclaimView
+from domain.reclaim.view import ReclaimView, render_details
 from runtime.reclaim import search_attributes as sa
+from runtime.reclaim.credentials import SpurTokenError
 from runtime.reclaim.intake import Report
 from runtime.reclaim.service import handled_json, open_intake, run_tap
+from runtime.reclaim.spur_errors import SpurDenied, SpurError
 from runtime.settings import Settings
+from store import StoreUnavailable
 
 JOB_ID = click.IntRange(0, 2**32 - 1)
 REASON_LIMIT = OperatorRelease.model_fields["reason"].metadata[0].max_length
+BY_LIMIT = OperatorRelease.model_fields["by"].metadata[0].max_length
+QUERY_TIMEOUT = timedelta(seconds=3)
 
 
 @click.group()
@@ -44,11 +49,41 @@ def reclaim() -> None:
     """
 
 
-def _node(settings: Settings, name: str) -> str:
+def _node(settings: Settings, name: str, param: str = "NODE") -> str:
     try:
         return canonical_node(name, settings.reclaim.node_aliases)
     except NodeNameError as err:
-        raise UsageProblem(f"{err}; nothing was done", "NODE") from None
+        raise UsageProblem(f"{err}; nothing was done", param) from None
+
+
+def _job_id(value: str | None) -> int | None:
+    # The JobId search attribute is a keyword; every command shows job ids as numbers.
+    try:
+        return int(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+def _spur_failure(settings: Settings, err: Exception) -> CommandFailed:
+    """A report that could not be decided: what failed and which setting to check."""
+    controller = settings.reclaim.controller_address
+    if isinstance(err, StoreUnavailable):
+        hint = "Check reclaim.store_url (or KEEPER_RECLAIM_STORE_URL)."
+    elif isinstance(err, SpurTokenError | SpurDenied):
+        hint = (
+            "Check the spur token: KEEPER_SPUR_TOKEN, or the file reclaim.token_file "
+            "(KEEPER_SPUR_TOKEN_FILE) names."
+        )
+    else:
+        hint = (
+            f"Check that the spur controller answers at {controller} "
+            "(reclaim.controller_address, KEEPER_SPUR_CONTROLLER)."
+        )
+    return CommandFailed(
+        f"the report could not be decided; nothing was started: {err}",
+        hint=hint,
+        controller_address=controller,
+    )
 
 
 def _query_for(node: str | None, job: int | None, running: bool) -> str:
@@ -62,10 +97,12 @@ def _query_for(node: str | None, job: int | None, running: bool) -> str:
     return " AND ".join(parts)
 
 
-async def _view(client: Client, workflow_id: str) -> ReclaimView | None:
+async def _view(client: Client, workflow_id: str, run_id: str | None = None) -> ReclaimView | None:
+    # A query of a run no worker serves (closed, its queue gone) waits for one until the
+    # RPC deadline: bounded here, so a list of old reclaims answers in seconds.
     try:
-        return await client.get_workflow_handle(workflow_id).query(
-            "status", result_type=ReclaimView
+        return await client.get_workflow_handle(workflow_id, run_id=run_id).query(
+            "status", result_type=ReclaimView, rpc_timeout=QUERY_TIMEOUT
         )
     except Exception:  # a closed run without a worker, or a worker restarting
         return None
@@ -78,7 +115,7 @@ def _row(wf: Any, view: ReclaimView | None) -> dict[str, Any]:
         "workflow_id": wf.id,
         "run_id": wf.run_id,
         "node": attrs.get(sa.NODE),
-        "job_id": attrs.get(sa.JOB_ID),
+        "job_id": _job_id(attrs.get(sa.JOB_ID)),
         "step": attrs.get(sa.RECLAIM_STEP),
         "status": WorkflowExecutionStatus(wf.status).name if wf.status else None,
         "mode": view.mode.value if view else None,
@@ -107,7 +144,7 @@ def list_reclaims(
     """List the reclaims in flight: node, job, step, verdict, and what each did or (in
     observe mode) would do."""
     settings = keeper.settings
-    node = _node(settings, node_name) if node_name is not None else None
+    node = _node(settings, node_name, "--node") if node_name is not None else None
 
     async def run() -> int:
         client = await client_for(settings)
@@ -116,7 +153,7 @@ def list_reclaims(
             async for wf in client.list_workflows(_query_for(node, None, not show_all), limit=limit)
         ]
         found.sort(key=lambda w: w.start_time, reverse=True)
-        views = await asyncio.gather(*(_view(client, wf.id) for wf in found))
+        views = await asyncio.gather(*(_view(client, wf.id, wf.run_id) for wf in found))
         rows = [_row(wf, v) for wf, v in zip(found, views, strict=True)]
         for r in rows:
             r["ui_url"] = settings.temporal.workflow_url(r["workflow_id"])
@@ -130,7 +167,7 @@ def list_reclaims(
         table = [header] + [
             (
                 terminal_text(r["node"] or "-"),
-                str(r["job_id"] or "-"),
+                "-" if r["job_id"] is None else str(r["job_id"]),
                 r["step"] or "-",
                 r["status"] or "-",
                 f"{r['verdict']} ({r['reason']})" if r["verdict"] else "-",
@@ -169,20 +206,20 @@ def status(keeper: KeeperContext, out: Output, node_name: str, job: int) -> None
                 node=node, job_id=job,
             )  # fmt: skip
         wf = max(found, key=lambda w: w.start_time)
-        view = await _view(client, wf.id)
+        view = await _view(client, wf.id, wf.run_id)
         row = _row(wf, view)
         row["ui_url"] = settings.temporal.workflow_url(wf.id)
-        description = await describe_or_none(client.get_workflow_handle(wf.id))
-        details = getattr(description, "current_details", None) if description else None
         if out.json:
             out.data({**row, "view": view.model_dump(mode="json") if view else None})
             return 0
         out.line(f"{row['workflow_id']}  {row['status']}  step {row['step']}")
-        if details:
-            for line in str(details).splitlines():
+        if view is not None:
+            # What the Temporal UI shows as the current details, from the same view.
+            details = render_details(view, settings.reclaim.timing.release_beats)
+            for line in details.splitlines():
                 out.line(terminal_text(line, limit=400))
-        elif view is not None:
-            out.line(f"verdict {row['verdict']} ({row['reason']}); last: {row['last_action']}")
+        else:
+            out.line("no details: the run answers no query (closed, or no worker serves it)")
         out.line(f"ui: {row['ui_url']}")
         return 0
 
@@ -203,11 +240,26 @@ def report(keeper: KeeperContext, out: Output, node_name: str, jobs: tuple[int, 
 
     async def run() -> int:
         client = await client_for(settings)
-        async with open_intake(settings, client) as intake:
-            handled = await intake.process(
-                [Report(node_name, tuple(jobs), datetime.now(UTC), complete=False, source="cli")]
-            )
+        try:
+            async with open_intake(settings, client) as intake:
+                handled = await intake.process(
+                    [
+                        Report(
+                            node_name, tuple(jobs), datetime.now(UTC), complete=False, source="cli"
+                        )
+                    ]
+                )
+        except (SpurError, SpurTokenError, StoreUnavailable) as err:
+            raise _spur_failure(settings, err) from None
         rows = [handled_json(h) for h in handled]
+        unstarted = [r for r in rows if r["verdict"] != "spare" and not r["workflow_id"]]
+        if unstarted:
+            jobs_text = ", ".join(str(r["job_id"]) for r in unstarted)
+            raise CommandFailed(
+                f"no reclaim could be started for job {jobs_text} on {unstarted[0]['node']}",
+                hint="The warning above says why; report again once Temporal accepts starts.",
+                handled=rows,
+            )
         if out.json:
             out.data({"mode": settings.reclaim.mode.value, "handled": rows})
             return 0
@@ -226,7 +278,10 @@ def report(keeper: KeeperContext, out: Output, node_name: str, jobs: tuple[int, 
 @click.argument("node_name", metavar="NODE")
 @click.argument("job", type=JOB_ID)
 @click.option("--reason", default="", help=f"Why (at most {REASON_LIMIT} characters).")
-@click.option("--by", default="operator", show_default=True, help="Who vouches.")
+@click.option(
+    "--by", default="operator", show_default=True,
+    help=f"Who vouches (1 to {BY_LIMIT} characters).",
+)  # fmt: skip
 @json_options
 @pass_keeper
 def release(
@@ -238,6 +293,8 @@ def release(
     node = _node(settings, node_name)
     if len(reason) > REASON_LIMIT:
         raise UsageProblem(f"at most {REASON_LIMIT} characters, got {len(reason)}", "--reason")
+    if not by.strip() or len(by) > BY_LIMIT:
+        raise UsageProblem(f"1 to {BY_LIMIT} characters, got {len(by)}", "--by")
 
     async def run() -> int:
         client = await client_for(settings)

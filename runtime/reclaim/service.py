@@ -15,6 +15,7 @@ from typing import Any
 from aiohttp import web
 from temporalio.client import Client
 
+from domain.reclaim.identity import NodeNameError, canonical_node
 from runtime.dev_ports import split_address
 from runtime.reclaim.assess import Assessor
 from runtime.reclaim.controller_client import SpurController
@@ -78,6 +79,11 @@ def parse_report(body: Any) -> tuple[str, tuple[int, ...]]:
     node = body.get("node")
     if not isinstance(node, str) or not node.strip():
         raise ValueError("node: a node name is required")
+    try:
+        canonical_node(node)  # the aliases map names, never make a bad one good
+    except NodeNameError as err:
+        # As `keeper reclaim report` refuses it: a 400, not a report that decides nothing.
+        raise ValueError(f"node: {err}") from None
     jobs = body.get("jobs")
     if not isinstance(jobs, list) or not jobs:
         raise ValueError("jobs: a non-empty list of job ids is required")
