@@ -310,6 +310,12 @@ class ReclaimSettings(_Section):
     # How long the intake gathers heartbeats before one controller read decides them all.
     batch_window: HumanDuration = Field(default=timedelta(milliseconds=200), gt=timedelta(0))
 
+    @field_validator("mode", mode="before")
+    @classmethod
+    def _any_case(cls, value: Any) -> Any:
+        # KEEPER_RECLAIM_MODE=ACT means act.
+        return value.strip().lower() if isinstance(value, str) else value
+
     @field_validator("node_aliases")
     @classmethod
     def _aliases_are_names(cls, value: dict[str, str]) -> dict[str, str]:

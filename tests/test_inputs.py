@@ -126,15 +126,8 @@ def _locations(err: ValidationError) -> set[str]:
         (JobReclaimInput, _reclaim(("first", "verdict"), "kill"), "first.verdict"),
         (JobReclaimInput, _reclaim(("policy",), {"graceful_tries": 0}), "policy.graceful_tries"),
         (JobReclaimInput, _reclaim(("mode",), "act"), "mode"),
-        pytest.param(
-            JobReclaimInput, _reclaim(("holding", "job_id"), "1234"), "holding.job_id",
-            marks=pytest.mark.xfail(strict=True, reason="domain/reclaim models are not strict"),
-        ),
-        pytest.param(
-            JobReclaimInput, _reclaim(("policy",), {"graceful_tries": "3"}),
-            "policy.graceful_tries",
-            marks=pytest.mark.xfail(strict=True, reason="domain/reclaim models are not strict"),
-        ),
+        (JobReclaimInput, _reclaim(("holding", "job_id"), "1234"), "holding.job_id"),
+        (JobReclaimInput, _reclaim(("policy",), {"graceful_tries": "3"}), "policy.graceful_tries"),
     ],
 )  # fmt: skip
 def test_outside_input_is_strict(model: type[Any], data: dict[str, Any], field: str) -> None:

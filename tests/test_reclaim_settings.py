@@ -162,3 +162,11 @@ def test_a_store_url_password_is_never_quoted(tmp_path: Path) -> None:
         load_settings(config, env={})
     assert "reclaim.store_url" in str(caught.value)
     assert "Pw-4417-secret" not in str(caught.value)
+
+
+def test_counts_are_strict_and_the_mode_takes_any_case(tmp_path: Path) -> None:
+    quoted = write(tmp_path, {"reclaim": {"timing": {"release_beats": "2"}}})
+    with pytest.raises(SettingsError, match=r"reclaim\.timing\.release_beats"):
+        load_settings(quoted, env={})
+    plain = write(tmp_path, {})
+    assert load_settings(plain, env={"KEEPER_RECLAIM_MODE": "ACT"}).reclaim.mode is Mode.ACT

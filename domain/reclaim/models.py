@@ -83,12 +83,13 @@ class Holding(_Frozen):
     """A (node, job id) an agent reported holding, as keeper first saw it."""
 
     node: str
-    job_id: int = Field(ge=0, le=2**32 - 1)
+    # Strict: a quoted "1234" from outside is reported, not taken as 1234.
+    job_id: int = Field(ge=0, le=2**32 - 1, strict=True)
     # The controller epoch current when keeper first saw the holding.
-    epoch: int = Field(ge=1)
+    epoch: int = Field(ge=1, strict=True)
     first_seen: datetime
     # The n-th time this node was seen holding this job id after not holding it.
-    sighting: int = Field(default=1, ge=1)
+    sighting: int = Field(default=1, ge=1, strict=True)
 
     @field_validator("node")
     @classmethod

@@ -11,6 +11,7 @@ from domain.common.durations import HumanDuration
 
 
 class ReclaimPolicy(BaseModel):
+    # Counts are strict: a quoted "3" in a settings file or an input is reported by name.
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     # A job that ended less than this ago is spared: the heartbeat may have crossed its
@@ -18,18 +19,18 @@ class ReclaimPolicy(BaseModel):
     end_grace: HumanDuration = Field(default=timedelta(minutes=2), ge=timedelta(0))
     # Graceful cancels (signal 0) before the forced kill, and forced kills (signal 9)
     # before the node is drained.
-    graceful_tries: int = Field(default=3, ge=1, le=20)
-    forced_tries: int = Field(default=2, ge=0, le=20)
+    graceful_tries: int = Field(default=3, ge=1, le=20, strict=True)
+    forced_tries: int = Field(default=2, ge=0, le=20, strict=True)
     # The wait for release evidence after a cancel; it doubles each try up to retry_max.
     retry_initial: HumanDuration = Field(default=timedelta(seconds=45), gt=timedelta(0))
     retry_max: HumanDuration = Field(default=timedelta(minutes=10), gt=timedelta(0))
     # Heartbeats in a row that list other jobs but not this one: the release evidence.
     # Empty heartbeats never count (spur sends one whenever the agent's map is busy).
-    release_beats: int = Field(default=2, ge=1, le=10)
+    release_beats: int = Field(default=2, ge=1, le=10, strict=True)
     # While a node is drained, how often keeper reads the controller again.
     drained_recheck: HumanDuration = Field(default=timedelta(minutes=10), gt=timedelta(0))
     # A run that waits this many events continues as new (the history stays bounded).
-    history_events_limit: int = Field(default=2000, ge=200, le=40000)
+    history_events_limit: int = Field(default=2000, ge=200, le=40000, strict=True)
     # How far the controller's and keeper's clocks may disagree when comparing a submit
     # time with when keeper first saw a holding.
     clock_skew: HumanDuration = Field(default=timedelta(seconds=2), ge=timedelta(0))
