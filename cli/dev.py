@@ -1,4 +1,5 @@
-"""`keeper dev`: the local stack (Temporal dev server, TPU emulator, worker) in one command."""
+"""`keeper dev`: the local stack (Temporal dev server, emulators, reclaim tap, worker) in one
+command."""
 
 from __future__ import annotations
 
@@ -41,7 +42,7 @@ def _stack(
 
 @click.group()
 def dev() -> None:
-    """Run keeper's local stack: a Temporal dev server, the TPU emulator and a worker.
+    """Run keeper's local stack: a Temporal dev server, the emulators, the tap and a worker.
 
     \b
       keeper dev up        start whatever is not running yet and wait until it is healthy
@@ -50,7 +51,7 @@ def dev() -> None:
 
     Everything comes from the settings file (--config, default ./temporal-dev.yaml) and
     the environment on top of it. Each component runs detached in its own process group,
-    logs to <worker.log_dir>/{temporal,emulator,worker}.log (default .dev/logs/) and is
+    logs to <worker.log_dir>/<component>.log (default .dev/logs/) and is
     tracked by a pid file in run/ next to temporal.db_file (default .dev/run/).
 
     With --json, `up`, `down` and `status` print the status report (`keeper dev status
@@ -90,7 +91,7 @@ def _report(keeper: KeeperContext) -> dict[str, Any]:
 @click.option(
     "--no-worker",
     is_flag=True,
-    help="Start Temporal and the emulator only; run `keeper worker` yourself (e.g. in a debugger).",
+    help="Start everything but the worker; run `keeper worker` yourself (e.g. in a debugger).",
 )
 @click.option(
     "--port-base",
@@ -99,7 +100,8 @@ def _report(keeper: KeeperContext) -> dict[str, Any]:
     metavar="N",
     help="Move every port of the stack, for a second stack on this host: N Temporal gRPC, "
     "N+1 its UI, N+2/N+3 the TPU emulator's gRPC/control, N+4 the GitHub emulator, N+5 "
-    "the VMs' health port (dev.port_base, KEEPER_DEV_PORT_BASE).",
+    "the VMs' health port, N+6/N+7 the spur emulator's controller/control, N+8/N+9 the "
+    "reclaim tap and its HTTP intake (dev.port_base, KEEPER_DEV_PORT_BASE).",
 )
 @json_options
 @pass_keeper
@@ -116,6 +118,16 @@ def up(
                 checks that the server is reachable.
       emulator  `python -m emulators.tpu` on emulator.host/grpc_port/control_port,
                 only when tpu.endpoint is `emulator`.
+      github    `python -m emulators.github` on emulator.github_port, only when
+                runners.github.api_url points at it.
+      spur      `python -m emulators.spur`: a spur controller on
+                emulator.spur_controller_port, its control API on spur_control_port, and
+                emulator.spur_agents agents that dial reclaim.tap_address and beat every
+                emulator.spur_heartbeat_interval; only when reclaim.controller_address is
+                that controller. Healthy once every agent registered through the tap.
+      tap       `keeper reclaim tap` on reclaim.tap_address, forwarding to
+                reclaim.controller_address, with its HTTP intake on
+                reclaim.intake_address; started once Temporal is healthy.
       worker    `keeper worker`, healthy once it polls each served family's queue and, as a
                 Worker Deployment version (worker.versioned), once its build is the
                 current version of worker.deployment_name: `up` makes it current, so
@@ -168,8 +180,9 @@ def up(
 def down(keeper: KeeperContext, purge: bool, timeout: float, out: Output) -> None:
     """Stop the processes that `keeper dev up` started.
 
-    Only processes recorded in the pid files are stopped (worker first, then emulator,
-    then Temporal): SIGTERM to the process group, then SIGKILL after --timeout seconds.
+    Only processes recorded in the pid files are stopped (worker first, then the tap, the
+    emulators, and Temporal last): SIGTERM to the process group, then SIGKILL after
+    --timeout seconds.
     Pid files are removed. Anything else, including a Temporal server or worker you
     started yourself, is left alone. The dev database is kept unless --purge is given.
     """
@@ -224,7 +237,8 @@ def status(keeper: KeeperContext, out: Output) -> None:
     """Show each component: running or stopped, pid, address, health, log file.
 
     Also prints the Temporal UI URL. Exit code 0 when every component the settings need is
-    healthy, 3 otherwise (the emulator is not needed when tpu.endpoint is `gcp`). A
+    healthy, 3 otherwise (a disabled component is not needed, e.g. the TPU emulator when
+    tpu.endpoint is `gcp`). A
     versioned worker whose build is not the current version gets no tasks and is reported
     unhealthy; `keeper dev up` makes it current.
 
@@ -236,8 +250,8 @@ def status(keeper: KeeperContext, out: Output) -> None:
     --json prints one object:
       {"healthy": bool, "ui_url": str, "config_file": str, "port_base": int|null,
        "recorded": bool, "run_dir": str,
-       "components": {"temporal"|"emulator"|"worker": {"mode", "state", "pid",
-         "address", "ports", "healthy", "detail", "log_file", "started_at"}}}
+       "components": {"temporal"|"emulator"|"github"|"spur"|"tap"|"worker": {"mode",
+         "state", "pid", "address", "ports", "healthy", "detail", "log_file", "started_at"}}}
     state is running, stopped, external (a remote Temporal) or disabled; started_at is
     RFC 3339 UTC.
     """

@@ -18,6 +18,7 @@ import yaml
 from pydantic import ValidationError
 
 from cli.context import KeeperContext, pass_keeper
+from cli.emulator_spur import spur
 from cli.output import CommandFailed, OneOf, Output, UsageProblem, json_options, rfc3339
 from domain.common.durations import documented_duration
 from domain.tpu.slice_request import SLICE_NAME_PATTERN
@@ -38,7 +39,8 @@ def emulator() -> None:
     (what the worker dials when tpu.endpoint is `emulator`) and a small HTTP control API
     on emulator.control_port, which every command here except `serve` talks to.
     `keeper dev up` starts it in the background; `keeper emulator serve` runs it in the
-    foreground instead.
+    foreground instead. `keeper emulator spur ...` drives the spur emulator job reclaim
+    runs against.
     """
 
 
@@ -448,3 +450,5 @@ def _utc(moment: Any) -> Any:
 fault.help = (fault.help or "").format(
     methods=", ".join(FAULT_METHODS), codes=", ".join(ERROR_CODES)
 )
+
+emulator.add_command(spur)

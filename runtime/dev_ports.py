@@ -1,6 +1,6 @@
 """The local stack's ports: one base moves them all, and the addresses that must agree with
-them (where the worker dials the TPU emulator, where it finds the GitHub emulator) are
-derived from them rather than repeated.
+them (where the worker dials the TPU emulator, where it finds the GitHub emulator, which
+spur controller job reclaim reads) are derived from them rather than repeated.
 
 With `dev.port_base` N (or KEEPER_DEV_PORT_BASE, or `keeper dev up --port-base N`):
 
@@ -12,6 +12,14 @@ With `dev.port_base` N (or KEEPER_DEV_PORT_BASE, or `keeper dev up --port-base N
 | N+3 | TPU emulator control API, `emulator.control_port` |
 | N+4 | GitHub emulator, `emulator.github_port` |
 | N+5 | emulated VMs' health endpoints, `emulator.vm_health_port` |
+| N+6 | spur emulator's controller gRPC, `emulator.spur_controller_port` |
+| N+7 | spur emulator's control API, `emulator.spur_control_port` |
+| N+8 | job reclaim's heartbeat tap, the port of `reclaim.tap_address` |
+| N+9 | job reclaim's HTTP intake, the port of `reclaim.intake_address` |
+
+Without a base: 7233, 8233, 8470, 8471, 8472, 8080, then spur's own controller port 6817,
+6821, 6819 and 6820. `reclaim.controller_address` follows the spur emulator's controller
+when it is unset.
 
 A port set explicitly must equal the one the base gives; a contradiction is refused.
 """
@@ -32,7 +40,13 @@ PORT_OFFSETS = {
     "emulator.control_port": 3,
     "emulator.github_port": 4,
     "emulator.vm_health_port": 5,
+    "emulator.spur_controller_port": 6,
+    "emulator.spur_control_port": 7,
+    "reclaim.tap_address": 8,
+    "reclaim.intake_address": 9,
 }
+# HOST:PORT settings among them: the base moves only their port.
+_ADDRESS_KEYS = frozenset({"temporal.address", "reclaim.tap_address", "reclaim.intake_address"})
 PORT_SPAN = max(PORT_OFFSETS.values()) + 1
 # Below 1024 needs root; the top leaves room for every offset.
 PORT_BASE_MIN = 1024
@@ -60,6 +74,10 @@ def is_local(host: str) -> bool:
 def dial_host(host: str) -> str:
     """The address a client on this host dials to reach a server listening on `host`."""
     host = _WILDCARD.get(host, host)
+    return f"[{host}]" if ":" in host else host
+
+
+def _bracketed(host: str) -> str:
     return f"[{host}]" if ":" in host else host
 
 
@@ -112,6 +130,29 @@ def derive(settings: Settings, sources: dict[str, str]) -> None:
                 f"serves port {emu.github_port} ({_emulator_origin(base, 'emulator.github_port')})"
                 ": leave runners.github.api_url unset to derive it, or make the two agree"
             )
+    _derive_spur_controller(settings, base, sources)
+
+
+def _derive_spur_controller(settings: Settings, base: int | None, sources: dict[str, str]) -> None:
+    """reclaim.controller_address follows the spur emulator's controller when unset; a local
+    address on another port contradicts it (a remote controller is a real spur: no emulator)."""
+    emu = settings.emulator
+    reclaim = settings.reclaim
+    served = f"{dial_host(emu.host)}:{emu.spur_controller_port}"
+    if "controller_address" not in reclaim.model_fields_set:
+        reclaim.controller_address = served
+        return
+    if base is None and not _explicit(settings, "emulator.spur_controller_port"):
+        return
+    host, port = split_address(reclaim.controller_address, "reclaim.controller_address")
+    if is_local(host) and port != emu.spur_controller_port:
+        raise PortConflict(
+            f"reclaim.controller_address is {reclaim.controller_address} "
+            f"({_source(sources, 'reclaim.controller_address')}) but the spur emulator's "
+            f"controller serves {served} "
+            f"({_emulator_origin(base, 'emulator.spur_controller_port')}): leave "
+            "reclaim.controller_address unset to derive it, or make the two agree"
+        )
 
 
 def _emulator_origin(base: int | None, dotted: str) -> str:
@@ -119,18 +160,19 @@ def _emulator_origin(base: int | None, dotted: str) -> str:
 
 
 def _apply_base(settings: Settings, base: int, sources: dict[str, str]) -> None:
-    temporal = settings.temporal
     for dotted, offset in PORT_OFFSETS.items():
         want = base + offset
         section_name, key = dotted.split(".")
         section = getattr(settings, section_name)
-        if dotted == "temporal.address":
-            host, have = split_address(temporal.address)
+        if dotted in _ADDRESS_KEYS:
+            host, have = split_address(getattr(section, key), dotted)
             if not _explicit(settings, dotted):
-                temporal.address = f"{dial_host(host)}:{want}"
+                # Temporal's address is dialled; the tap and the intake listen on theirs.
+                shown = dial_host(host) if dotted == "temporal.address" else _bracketed(host)
+                setattr(section, key, f"{shown}:{want}")
                 continue
             if not is_local(host):
-                continue  # a remote Temporal: the stack starts no server, so no port to move
+                continue  # a remote server: the stack starts nothing there, so no port to move
         else:
             have = getattr(section, key)
             if not _explicit(settings, dotted):

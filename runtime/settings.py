@@ -142,7 +142,8 @@ class BootstrapSettings(_Section):
 
 class DevSettings(_Section):
     # Moves every port of the local stack at once, for a second stack on one host:
-    # base+0 Temporal gRPC ... base+5 VM health (runtime/dev_ports.py).
+    # base+0 Temporal gRPC ... base+5 VM health, base+6..9 spur emulator and reclaim tap
+    # (runtime/dev_ports.py).
     port_base: int | None = Field(
         default=None, ge=dev_ports.PORT_BASE_MIN, le=dev_ports.PORT_BASE_MAX
     )
@@ -156,6 +157,16 @@ class EmulatorSettings(_Section):
     vm_health_port: int = 8080
     github_port: int = 8472
     scenario_file: Path | None = Path("emulators/scenarios/demo.yaml")
+    # The spur emulator (emulators/spur) the dev stack runs for job reclaim: its controller
+    # (spur's own port; reclaim.controller_address follows it when unset), its control API,
+    # and its agents, gpu-node-01 .. NN on free ports, which dial reclaim.tap_address.
+    spur_controller_port: int = 6817
+    spur_control_port: int = 6821
+    spur_agents: int = Field(default=3, ge=1, le=64)
+    # spurd beats every 30 s; the dev stack's agents beat faster so the demo is quick.
+    spur_heartbeat_interval: HumanDuration = Field(default=timedelta(seconds=2), gt=timedelta(0))
+    # spurd's SIGTERM -> SIGKILL delay is 5 s.
+    spur_kill_grace: HumanDuration = Field(default=timedelta(seconds=1), ge=timedelta(0))
 
 
 class SweeperSettings(_Section):
@@ -285,6 +296,7 @@ class ReclaimSettings(_Section):
     # cancelled or drained; act: keeper cancels, kills and drains. Start in observe.
     mode: Mode = Mode.OBSERVE
     # The real controller: what the tap forwards to and what keeper reads and drains.
+    # Unset: emulator.host:emulator.spur_controller_port, the dev stack's spur emulator.
     controller_address: str = "127.0.0.1:6817"
     # Where the tap listens: the agents' controller address (spurd --controller).
     tap_address: str = "127.0.0.1:6819"

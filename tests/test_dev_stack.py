@@ -39,7 +39,7 @@ NEEDS_EMULATOR = pytest.mark.skipif(
     reason="emulators.tpu is not importable yet: the worker needs the emulator (tpu=gcp "
     "would need real credentials), so the full-stack test cannot run",
 )
-COMPONENTS = ("temporal", "emulator", "worker")
+COMPONENTS = ("temporal", "emulator", "github", "spur", "tap", "worker")
 
 
 def free_ports(count: int) -> list[int]:
@@ -127,7 +127,9 @@ def _clean_env() -> dict[str, str]:
 
 
 def _write_config(root: Path, tpu_endpoint: str) -> tuple[Path, dict[str, int]]:
-    grpc, ui, emu_grpc, emu_control, vm_health, github = free_ports(6)
+    grpc, ui, emu_grpc, emu_control, vm_health, github, spur, spur_control, tap, intake = (
+        free_ports(10)
+    )
     ports = {
         "grpc": grpc,
         "ui": ui,
@@ -135,6 +137,10 @@ def _write_config(root: Path, tpu_endpoint: str) -> tuple[Path, dict[str, int]]:
         "emu_control": emu_control,
         "vm_health": vm_health,
         "github": github,
+        "spur": spur,
+        "spur_control": spur_control,
+        "tap": tap,
+        "intake": intake,
     }
     config = {
         "temporal": {
@@ -154,6 +160,19 @@ def _write_config(root: Path, tpu_endpoint: str) -> tuple[Path, dict[str, int]]:
             "vm_health_port": vm_health,
             "github_port": github,
             "scenario_file": None,
+            "spur_controller_port": spur,
+            "spur_control_port": spur_control,
+            "spur_agents": 2,
+            "spur_heartbeat_interval": "1s",
+            "spur_kill_grace": "200ms",
+        },
+        # reclaim.controller_address is derived from the spur emulator's controller port.
+        "reclaim": {
+            "mode": "act",
+            "tap_address": f"127.0.0.1:{tap}",
+            "intake_address": f"127.0.0.1:{intake}",
+            "store_url": f"sqlite:///{root / '.dev' / 'reclaim.db'}",
+            "timing": {"end_grace": "2s", "retry_initial": "3s", "retry_max": "10s"},
         },
         "runners": {
             "store_url": f"sqlite:///{root / '.dev' / 'runners.db'}",
@@ -217,10 +236,16 @@ def test_up_is_healthy_idempotent_recovers_a_dead_worker_and_down_stops_everythi
     assert code == 0, report
     assert report["healthy"] is True
     assert report["ui_url"] == f"http://127.0.0.1:{keeper.ports['ui']}"
-    for name in ("temporal", "emulator"):
+    for name in ("temporal", "emulator", "github", "spur", "tap"):
         component = report["components"][name]
         assert component["state"] == "running", component
         assert component["healthy"] is True, component
+    spur = report["components"]["spur"]
+    assert spur["ports"] == {"gRPC": keeper.ports["spur"], "control": keeper.ports["spur_control"]}
+    assert "2 of 2 agents registered" in spur["detail"], spur
+    tap = report["components"]["tap"]
+    assert tap["ports"] == {"gRPC": keeper.ports["tap"], "intake": keeper.ports["intake"]}
+    assert tap["address"] == f"127.0.0.1:{keeper.ports['tap']} -> 127.0.0.1:{keeper.ports['spur']}"
     # The worker is `keeper worker` (cli/worker.py): healthy means it polls the task queue.
     worker = report["components"]["worker"]
     assert worker["state"] == "running" and worker["healthy"] is True, (
@@ -232,7 +257,7 @@ def test_up_is_healthy_idempotent_recovers_a_dead_worker_and_down_stops_everythi
 
     # Idempotent: a second `up` starts nothing.
     again = keeper.ok("dev", "up")
-    assert again.stdout.count("already running") == 4, again.stdout
+    assert again.stdout.count("already running") == len(COMPONENTS), again.stdout
     assert keeper.pids() == first
 
     # Only some running: a dead worker is noticed by status and restarted alone by `up`.
@@ -242,9 +267,26 @@ def test_up_is_healthy_idempotent_recovers_a_dead_worker_and_down_stops_everythi
     assert code == 3 and report["components"]["worker"]["state"] == "stopped", report
     keeper.ok("dev", "up")
     second = keeper.pids()
-    assert second["temporal"] == first["temporal"]
-    assert second["emulator"] == first["emulator"]
+    for name in COMPONENTS[:-1]:
+        assert second[name] == first[name], name
     assert second["worker"] not in (None, first["worker"])
+
+    # Job reclaim on this stack: the demo leaks a job on a spur agent, the tap's intake starts
+    # a reclaim, the (restarted) worker releases it, and the cancel log shows no live job hit.
+    demo = keeper.run("reclaim", "demo", "--json", "--timeout", "60")
+    assert demo.returncode == 0, _explain(("reclaim", "demo", "--json"), demo)
+    released = json.loads(demo.stdout)
+    assert released["outcome"] == "released" and released["mode"] == "act", released
+    assert released["workflow_id"].startswith(f"reclaim-{released['node']}-{released['job_id']}-")
+    assert released["live_cancels"] == [] and released["live_job_held"] is True, released
+    assert [c["signal"] for c in released["cancels"]] == [0], released
+    assert "reclaim started" in demo.stderr and "reclaim ended: released" in demo.stderr
+    spur_state = json.loads(keeper.ok("emulator", "spur", "state", "--json").stdout)
+    jobs = {j["job_id"]: j for j in spur_state["jobs"]}
+    assert jobs[released["job_id"]]["state"] == "JOB_COMPLETED"
+    assert not any(c["live_here"] for c in spur_state["cancels"]), spur_state["cancels"]
+    holdings = {a["node"]: a["holdings"] for a in spur_state["agents"]}
+    assert holdings[released["node"]] == [], holdings  # the demo ended its running job too
 
     # The emulator's control API through `keeper emulator`.
     state = json.loads(keeper.ok("emulator", "state", "--json").stdout)
@@ -337,6 +379,14 @@ def test_a_second_stack_on_another_port_base_runs_beside_the_first_and_is_found_
         "control": second.ports["emulator.control_port"],
     }
     assert components["github"]["ports"] == {"HTTP": second.ports["emulator.github_port"]}
+    assert components["spur"]["ports"] == {
+        "gRPC": second.ports["emulator.spur_controller_port"],
+        "control": second.ports["emulator.spur_control_port"],
+    }
+    assert components["tap"]["ports"] == {
+        "gRPC": second.ports["reclaim.tap_address"],
+        "intake": second.ports["reclaim.intake_address"],
+    }
     assert all(c["healthy"] for c in components.values()), components
     emulator_argv = PidRecord.load(second.run_dir / "emulator.pid").argv  # type: ignore[union-attr]
     health_flag = emulator_argv.index("--vm-health-port")
@@ -449,6 +499,13 @@ def test_command_lines_follow_the_settings(tmp_path: Path) -> None:
     assert "SliceName=Keyword" in temporal and "--search-attribute" in temporal
     assert "--db-filename" in temporal
     assert "--scenario-file" not in components["emulator"].argv  # unset in this config
+    spur = components["spur"].argv
+    assert spur[1:3] == ("-m", "emulators.spur")
+    assert ("--controller-port", str(ports["spur"])) == spur[spur.index("--controller-port") :][:2]
+    # The agents dial the tap, which forwards to the emulator's controller.
+    assert spur[spur.index("--controller-address") + 1] == f"127.0.0.1:{ports['tap']}"
+    assert spur[spur.index("--heartbeat-interval") + 1] == "1"
+    assert components["tap"].argv[-4:] == ("--config", str(config.resolve()), "reclaim", "tap")
     assert components["worker"].argv[-3:] == ("--config", str(config.resolve()), "worker")
     assert run_dir(load_settings(config, env={})) == tmp_path / ".dev" / "run"
 

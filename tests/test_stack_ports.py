@@ -52,8 +52,24 @@ def test_a_port_base_moves_every_port_and_what_dials_them(tmp_path: Path) -> Non
     assert _flag(emulator, "--vm-health-port") == str(BASE + 5)
     github = components["github"]
     assert github.mode == "managed" and _flag(github.argv, "--port") == str(BASE + 4)
+    # Job reclaim: the spur emulator's controller and control API, the tap and its intake.
+    assert (emu.spur_controller_port, emu.spur_control_port) == (BASE + 6, BASE + 7)
+    reclaim = settings.reclaim
+    assert reclaim.controller_address == f"127.0.0.1:{BASE + 6}"
+    assert reclaim.tap_address == f"127.0.0.1:{BASE + 8}"
+    assert reclaim.intake_address == f"127.0.0.1:{BASE + 9}"
+    spur = components["spur"]
+    assert spur.mode == "managed"
+    assert _flag(spur.argv, "--controller-port") == str(BASE + 6)
+    assert _flag(spur.argv, "--control-port") == str(BASE + 7)
+    # The agents dial the tap as their controller, not the emulator's controller itself.
+    assert _flag(spur.argv, "--controller-address") == f"127.0.0.1:{BASE + 8}"
+    tap = components["tap"]
+    assert tap.mode == "managed" and tap.argv[-2:] == ("reclaim", "tap")
+    assert [p.number for p in tap.ports] == [BASE + 8, BASE + 9]
     numbers = [p.number for c in components.values() for p in c.ports]
-    assert sorted(numbers) == list(range(BASE, BASE + 5))  # the sixth is the VMs'
+    # Every port but the VMs' (N+5) is one a component listens on.
+    assert sorted(numbers) == [n for n in range(BASE, BASE + 10) if n != BASE + 5]
 
     # The environment variable and the file agree; explicit values equal to the base's pass.
     by_env = _load(tmp_path, {}, KEEPER_DEV_PORT_BASE=str(BASE))
@@ -75,6 +91,18 @@ def test_without_a_base_the_dialled_addresses_follow_the_emulator_section(tmp_pa
     assert defaults.runners.github.api_url == "http://127.0.0.1:8472"
     assert defaults.temporal.address == "127.0.0.1:7233"
     assert defaults.emulator.vm_health_port == 8080
+    # spur's own controller port for the emulator's controller, and what job reclaim dials.
+    assert defaults.emulator.spur_controller_port == 6817
+    assert defaults.reclaim.controller_address == "127.0.0.1:6817"
+    assert (defaults.reclaim.tap_address, defaults.reclaim.intake_address) == (
+        "127.0.0.1:6819",
+        "127.0.0.1:6820",
+    )
+    assert defaults.emulator.spur_control_port == 6821
+    moved = _load(tmp_path, {"emulator": {"spur_controller_port": 9200}})
+    assert moved.reclaim.controller_address == "127.0.0.1:9200"
+    spur = plan(moved, None)["spur"]
+    assert spur.mode == "managed" and _flag(spur.argv, "--controller-address") == "127.0.0.1:6819"
 
 
 @pytest.mark.parametrize(
@@ -105,6 +133,29 @@ def test_without_a_base_the_dialled_addresses_follow_the_emulator_section(tmp_pa
             {"KEEPER_GITHUB_API_URL": "http://127.0.0.1:8472"},
             ["runners.github.api_url is http://127.0.0.1:8472 (KEEPER_GITHUB_API_URL)", "9101"],
         ),
+        (
+            {"dev": {"port_base": BASE}},
+            {"KEEPER_SPUR_CONTROLLER": "127.0.0.1:6817"},
+            [
+                "reclaim.controller_address is 127.0.0.1:6817 (KEEPER_SPUR_CONTROLLER)",
+                f"dev.port_base {BASE} + 6",
+            ],
+        ),
+        (
+            {"emulator": {"spur_controller_port": 9200}},
+            {"KEEPER_SPUR_CONTROLLER": "localhost:6817"},
+            ["reclaim.controller_address is localhost:6817", "emulator.spur_controller_port"],
+        ),
+        (
+            {"dev": {"port_base": BASE}, "reclaim": {"tap_address": "127.0.0.1:6819"}},
+            {},
+            [f"reclaim.tap_address gives port 6819 (the config file) but dev.port_base {BASE}"],
+        ),
+        (
+            {"dev": {"port_base": BASE}, "reclaim": {"intake_address": "127.0.0.1:6820"}},
+            {},
+            [f"reclaim.intake_address gives port 6820 (the config file) but dev.port_base {BASE}"],
+        ),
     ],
 )
 def test_a_contradiction_is_refused_naming_both_sides(
@@ -132,9 +183,23 @@ def test_what_the_stack_does_not_run_is_not_a_contradiction(tmp_path: Path) -> N
     components = plan(remote, None)
     assert components["temporal"].mode == "external"
     assert components["github"].mode == "disabled"
+    # A real spur controller: the dev stack runs no spur emulator, the tap sits in front of it.
+    real = _load(
+        tmp_path, {"dev": {"port_base": BASE}}, KEEPER_SPUR_CONTROLLER="spur.internal:6817"
+    )
+    assert real.reclaim.controller_address == "spur.internal:6817"
+    assert real.reclaim.tap_address == f"127.0.0.1:{BASE + 8}"
+    components = plan(real, None)
+    assert components["spur"].mode == "disabled"
+    assert "reclaim.controller_address" in components["spur"].disabled_because
+    assert components["tap"].mode == "managed"
+    assert components["tap"].address == f"127.0.0.1:{BASE + 8} -> spur.internal:6817"
+    # Explicit values equal to the base's pass.
+    same = {"dev": {"port_base": BASE}, "reclaim": {"tap_address": f"127.0.0.1:{BASE + 8}"}}
+    assert _load(tmp_path, same).reclaim.tap_address == f"127.0.0.1:{BASE + 8}"
 
 
-@pytest.mark.parametrize("base", ["80", "65531", "many"])
+@pytest.mark.parametrize("base", ["80", "65527", "many"])
 def test_a_port_base_out_of_range_names_the_setting(tmp_path: Path, base: str) -> None:
     with pytest.raises(SettingsError, match=r"dev\.port_base"):
         _load(tmp_path, {}, KEEPER_DEV_PORT_BASE=base)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from runtime.dev_ports import is_local, split_address
+from runtime.dev_ports import dial_host, is_local, split_address
 from runtime.search_attributes import registrations as search_attribute_registrations
 from runtime.settings import Settings, TpuEndpoint
 from runtime.tools import find_tool
@@ -15,8 +15,10 @@ from runtime.tools import find_tool
 TEMPORAL = "temporal"
 EMULATOR = "emulator"
 GITHUB = "github"
+SPUR = "spur"
+TAP = "tap"
 WORKER = "worker"
-COMPONENTS = (TEMPORAL, EMULATOR, GITHUB, WORKER)
+COMPONENTS = (TEMPORAL, EMULATOR, GITHUB, SPUR, TAP, WORKER)
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,8 @@ class Component:
     address: str
     log_file: Path
     pid_file: Path
+    # Why a disabled component is not part of this configuration.
+    disabled_because: str = ""
 
     @property
     def managed(self) -> bool:
@@ -132,10 +136,40 @@ def plan(settings: Settings, config_file: str | None) -> dict[str, Component]:
         "WARNING",
     )
 
-    worker_argv: tuple[str, ...] = (sys.executable, "-m", "cli.main")
+    keeper_argv: tuple[str, ...] = (sys.executable, "-m", "cli.main")
     if config_file:
-        worker_argv += ("--config", str(Path(config_file).resolve()))
-    worker_argv += ("worker",)
+        keeper_argv += ("--config", str(Path(config_file).resolve()))
+    worker_argv = (*keeper_argv, "worker")
+    tap_argv = (*keeper_argv, "reclaim", "tap")
+
+    reclaim = settings.reclaim
+    tap_host, tap_port = split_address(reclaim.tap_address, "reclaim.tap_address")
+    intake_host, intake_port = split_address(reclaim.intake_address, "reclaim.intake_address")
+    spur_managed = spur_emulator_serves(settings)
+    spur_argv: tuple[str, ...] = (
+        sys.executable,
+        "-m",
+        "emulators.spur",
+        "--host",
+        emu.host,
+        "--controller-port",
+        str(emu.spur_controller_port),
+        "--control-port",
+        str(emu.spur_control_port),
+        # Agents on free ports: RegisterAgent tells the controller (and the tap) where.
+        "--agent-base-port",
+        "0",
+        "--agents",
+        str(emu.spur_agents),
+        "--controller-address",
+        f"{dial_host(tap_host)}:{tap_port}",
+        "--heartbeat-interval",
+        f"{emu.spur_heartbeat_interval.total_seconds():g}",
+        "--kill-grace",
+        f"{emu.spur_kill_grace.total_seconds():g}",
+        "--log-level",
+        "WARNING",
+    )
 
     return {
         TEMPORAL: Component(
@@ -161,6 +195,7 @@ def plan(settings: Settings, config_file: str | None) -> dict[str, Component]:
             address=f"{emu.host}:{emu.grpc_port}",
             log_file=logs / "emulator.log",
             pid_file=pids / "emulator.pid",
+            disabled_because="tpu.endpoint is not emulator",
         ),
         GITHUB: Component(
             name=GITHUB,
@@ -170,6 +205,33 @@ def plan(settings: Settings, config_file: str | None) -> dict[str, Component]:
             address=f"{gh_host}:{gh_port}",
             log_file=logs / "github.log",
             pid_file=pids / "github.pid",
+            disabled_because="runners.github.api_url is not the GitHub emulator",
+        ),
+        SPUR: Component(
+            name=SPUR,
+            mode="managed" if spur_managed else "disabled",
+            argv=spur_argv,
+            ports=(
+                Port(emu.host, emu.spur_controller_port, "gRPC", "emulator.spur_controller_port"),
+                Port(emu.host, emu.spur_control_port, "control", "emulator.spur_control_port"),
+            ),
+            address=f"{emu.host}:{emu.spur_controller_port}",
+            log_file=logs / "spur.log",
+            pid_file=pids / "spur.pid",
+            disabled_because="reclaim.controller_address is not the spur emulator's controller",
+        ),
+        TAP: Component(
+            name=TAP,
+            mode="managed" if is_local(tap_host) else "disabled",
+            argv=tap_argv,
+            ports=(
+                Port(tap_host, tap_port, "gRPC", "reclaim.tap_address"),
+                Port(intake_host, intake_port, "intake", "reclaim.intake_address"),
+            ),
+            address=f"{reclaim.tap_address} -> {reclaim.controller_address}",
+            log_file=logs / "tap.log",
+            pid_file=pids / "tap.pid",
+            disabled_because="reclaim.tap_address is not on this host",
         ),
         WORKER: Component(
             name=WORKER,
@@ -196,6 +258,13 @@ def github_emulator_address(settings: Settings) -> tuple[str, int, bool]:
     port = settings.emulator.github_port
     managed = url.scheme == "http" and is_local(url.hostname or "") and (url.port or 80) == port
     return host, port, managed
+
+
+def spur_emulator_serves(settings: Settings) -> bool:
+    """Whether reclaim.controller_address is the spur emulator's controller (only then does
+    the dev stack start the emulator; a real controller elsewhere is left to itself)."""
+    host, port = split_address(settings.reclaim.controller_address, "reclaim.controller_address")
+    return is_local(host) and port == settings.emulator.spur_controller_port
 
 
 def emulator_address_mismatch(settings: Settings) -> str | None:

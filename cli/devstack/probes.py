@@ -6,6 +6,7 @@ import asyncio
 import gc
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import httpx
 from temporalio.api.enums.v1 import TaskQueueType
@@ -15,6 +16,7 @@ from temporalio.client import Client
 from temporalio.common import WorkerDeploymentVersion
 from temporalio.runtime import Runtime, TelemetryConfig
 
+from runtime.dev_ports import dial_host, split_address
 from runtime.settings import Settings
 from runtime.temporal_client import connect_options
 from workers.versioning import current_build_id, make_current
@@ -109,6 +111,53 @@ class Probes:
     async def github_emulator(self) -> Health:
         base = self.settings.runners.github.api_url.rstrip("/")
         return await self.http_ok(f"{base}/_emulator/healthz", want_200=True)
+
+    async def _json(self, url: str) -> tuple[Health, Any]:
+        try:
+            async with httpx.AsyncClient(timeout=HTTP_TIMEOUT) as http:
+                response = await http.get(url)
+        except httpx.HTTPError as err:
+            return Health(False, f"{url}: {_first_line(err)}"), None
+        if response.status_code != 200:
+            return Health(False, f"{url}: HTTP {response.status_code}"), None
+        try:
+            return Health(True, f"{url}: HTTP 200"), response.json()
+        except ValueError:
+            return Health(False, f"{url}: not JSON"), None
+
+    async def spur_emulator(self) -> Health:
+        """Healthy once the control API answers and every agent has registered (through
+        the tap, which forwards RegisterAgent to the emulator's controller)."""
+        emu = self.settings.emulator
+        host = dial_host(emu.host)
+        health, state = await self._json(f"http://{host}:{emu.spur_control_port}/state")
+        if not health.ok:
+            return health
+        agents = state.get("agents", []) if isinstance(state, dict) else []
+        registered = [a for a in agents if a.get("registered")]
+        what = (
+            f"controller {host}:{emu.spur_controller_port}, {len(registered)} of "
+            f"{len(agents)} agents registered"
+        )
+        if len(registered) < len(agents):
+            return Health(False, f"{what} (through {self.settings.reclaim.tap_address})")
+        return Health(True, what)
+
+    async def reclaim_tap(self) -> Health:
+        """The tap process answers on its HTTP intake once the tap, the intake and the
+        intake's controller client are up."""
+        host, port = split_address(self.settings.reclaim.intake_address, "reclaim.intake_address")
+        health, body = await self._json(f"http://{dial_host(host)}:{port}/healthz")
+        if not health.ok:
+            return health
+        counters = body.get("intake", {}) if isinstance(body, dict) else {}
+        reports = counters.get("reports")
+        return Health(
+            True,
+            f"tap {self.settings.reclaim.tap_address}, intake {dial_host(host)}:{port}"
+            + (f", {reports} reports received" if reports is not None else "")
+            + f", mode {self.settings.reclaim.mode.value}",
+        )
 
     async def workflow_pollers(self, task_queue: str) -> tuple[str | None, list[Poller]]:
         """The task queue's workflow pollers, or why they could not be listed."""

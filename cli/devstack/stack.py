@@ -19,6 +19,8 @@ import click
 from cli.devstack.layout import (
     EMULATOR,
     GITHUB,
+    SPUR,
+    TAP,
     TEMPORAL,
     TEMPORAL_MISSING,
     WORKER,
@@ -187,6 +189,10 @@ class Stack:
             return await probes.emulator()
         if comp.name == GITHUB:
             return await probes.github_emulator()
+        if comp.name == SPUR:
+            return await probes.spur_emulator()
+        if comp.name == TAP:
+            return await probes.reclaim_tap()
         if running is None:
             return Health(False, "not running")
         # Healthy once it polls the queue of every family it serves.
@@ -288,18 +294,23 @@ class Stack:
             await self._check_external_temporal(probes, deadline)
 
         prepare_runner_files(self.settings)
-        for name in (TEMPORAL, EMULATOR, GITHUB):
+        for name in (TEMPORAL, EMULATOR, GITHUB, SPUR):
             comp = self.components[name]
             if comp in to_start:
                 running[name] = self._start(comp)
         if TEMPORAL in running:
             await self._wait(running[TEMPORAL], probes, deadline, budget)
-        # The worker needs Temporal at start-up; it dials the emulator lazily, so it can
-        # start while the emulator is still coming up.
+        # The tap reaches Temporal at start-up and forwards to the spur emulator's controller
+        # lazily; the spur agents register at their next heartbeat once the tap is up. The
+        # worker needs Temporal at start-up; it dials the emulators lazily, so it can start
+        # while they are still coming up.
+        tap = self.components[TAP]
+        if tap in to_start:
+            running[TAP] = self._start(tap)
         worker = self.components[WORKER]
         if with_worker and worker in to_start:
             running[WORKER] = self._start(worker)
-        for name in (EMULATOR, GITHUB):
+        for name in (EMULATOR, GITHUB, TAP, SPUR):
             if name in running:
                 await self._wait(running[name], probes, deadline, budget)
         if with_worker:
@@ -340,7 +351,7 @@ class Stack:
                 continue
             record = PidRecord.load(comp.pid_file)
             if record is not None and is_ours(record):
-                why = "tpu.endpoint is not emulator" if comp.mode == "disabled" else "--no-worker"
+                why = comp.disabled_because if comp.mode == "disabled" else "--no-worker"
                 say(
                     comp.name,
                     f"still running from an earlier `up` (pid {record.pid}); left alone "
@@ -392,6 +403,13 @@ class Stack:
                 "installed in this environment.\n"
                 "Reinstall with `pip install -e '.[dev]'`, or run against GCP with "
                 "KEEPER_TPU_ENDPOINT=gcp."
+            )
+        if SPUR in names and importlib.util.find_spec("emulators.spur") is None:
+            raise StackError(
+                "reclaim.controller_address is the spur emulator's controller but the spur "
+                "emulator (emulators.spur) is not installed in this environment.\n"
+                "Reinstall with `pip install -e '.[dev]'`, or point KEEPER_SPUR_CONTROLLER at "
+                "a real spur controller."
             )
 
     async def _check_external_temporal(self, probes: Probes, deadline: float) -> None:
@@ -480,7 +498,7 @@ class Stack:
             run_dir(self.settings).rmdir()  # only when empty
 
     def _down(self, grace: float, purge: bool) -> None:
-        for name in (WORKER, GITHUB, EMULATOR, TEMPORAL):
+        for name in (WORKER, TAP, SPUR, GITHUB, EMULATOR, TEMPORAL):
             comp = self.components[name]
             record = PidRecord.load(comp.pid_file)
             if record is None:
@@ -573,10 +591,10 @@ class Stack:
             entry.update(state="running", pid=record.pid, healthy=health.ok, detail=health.detail)
             entry["started_at"] = record.started_at
             if comp.mode == "disabled":
-                entry["detail"] += " (not needed: tpu.endpoint is not emulator)"
+                entry["detail"] += f" (not needed: {comp.disabled_because})"
             return entry
         if comp.mode == "disabled":
-            entry.update(state="disabled", healthy=None, detail="tpu.endpoint is not emulator")
+            entry.update(state="disabled", healthy=None, detail=comp.disabled_because)
             return entry
         notes = []
         if record is not None:

@@ -18,6 +18,7 @@ from temporalio.client import Client, WorkflowExecutionStatus
 
 from cli.context import KeeperContext, pass_keeper
 from cli.output import CommandFailed, Output, UsageProblem, json_options, rfc3339
+from cli.reclaim.demo import demo
 from cli.temporal_ops import client_for
 from domain.common.untrusted import terminal_text
 from domain.reclaim.calls import OperatorRelease
@@ -351,3 +352,6 @@ def tap(keeper: KeeperContext) -> None:
         return 0
 
     raise SystemExit(asyncio.run(run()))
+
+
+reclaim.add_command(demo)
