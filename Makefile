@@ -53,7 +53,7 @@ demo: $(STAMP) ## start the local stack, then a demo TPU bootstrap, a runner del
 	$(KEEPER) runner demo
 	$(KEEPER) reclaim demo
 
-up: $(STAMP) ## start the local stack only (Temporal, TPU emulator, worker)
+up: $(STAMP) ## start the local stack only (Temporal, the emulators, the reclaim tap, worker)
 	$(KEEPER) dev up
 
 down: $(STAMP) ## stop the local stack
