@@ -40,6 +40,7 @@ from domain.reclaim.models import EVIDENCE_SIGNAL, RECLAIM_WORKFLOW_TYPE, Decisi
 from runtime.reclaim import search_attributes as sa
 from runtime.reclaim.assess import Assessor
 from runtime.settings import Settings
+from store.reclaim import FORGET_AFTER
 
 log = logging.getLogger("keeper.reclaim.intake")
 # spur's default agent port, when RegisterAgent says 0.
@@ -173,7 +174,10 @@ class Intake:
         for node, _ in listed:
             for holding, _wf in await asyncio.to_thread(self.memory.open_workflows_of, node):
                 job_ids.add(holding.job_id)
-        view, epoch = await self.assessor.read(job_ids, everything=self._full_read_due())
+        everything = self._full_read_due()
+        if everything:
+            await self._forget_quiet_holdings()
+        view, epoch = await self.assessor.read(job_ids, everything=everything)
         # What each node must be holding by the controller's account: a heartbeat that
         # omits any of it is partial, and says nothing about what it omits.
         active = await self.assessor.active_by_node() if any(r.complete for _, r in listed) else {}
@@ -208,6 +212,14 @@ class Intake:
             return False
         self._last_full = now
         return True
+
+    async def _forget_quiet_holdings(self) -> None:
+        """Holdings no heartbeat has listed for FORGET_AFTER and no reclaim watches are
+        pruned with each full read, so the memory stays bounded on a busy cluster."""
+        before = datetime.now(UTC) - FORGET_AFTER
+        forgotten = await asyncio.to_thread(self.memory.forget, before)
+        if forgotten:
+            log.info("reclaim memory: forgot %d holdings not reported since %s", forgotten, before)
 
     async def _learn_nodes(self, nodes: set[str]) -> None:
         """Nodes keeper has not seen register (the tap started after them) are learned from
