@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import dataclasses
 import os
 import random
 import statistics
@@ -65,8 +64,6 @@ PER_NODE = 8
 JOBS = 100_000
 FIRST_ID = 400_001  # the controller has been up a while: ids below it aged out
 SEED = 20261201
-# (b) times the product's decide on every SAMPLE-th holding (see pure()).
-SAMPLE = 20
 S = JobState
 
 
@@ -190,18 +187,6 @@ class Cluster:
         return out
 
 
-@dataclasses.dataclass(frozen=True)
-class FixedMaxView(ControllerView):
-    """A view whose highest job id is computed once, at construction (benchmark only)."""
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "_max", max(self.jobs, default=0))
-
-    @property
-    def max_job_id(self) -> int:
-        return self._max  # type: ignore[attr-defined,no-any-return]
-
-
 def _stats(values: list[float]) -> dict[str, Any]:
     return {
         "median_s": round(statistics.median(values), 4),
@@ -261,35 +246,14 @@ def pure(cluster: Cluster, reps: int) -> tuple[dict[str, Any], ControllerView, C
     def decide_over(holdings: list[Holding], v: ControllerView) -> list[Any]:
         return [decide(h, v, epoch, known.get(h.job_id), nodes, policy) for h in holdings]
 
-    # As the product runs it: `decide` reads `view.max_job_id`, a max over every job of the
-    # view, once per holding. Over all 80,000 holdings that is minutes here, so it is timed
-    # on every SAMPLE-th holding and the 80,000 figure is a model (per holding x 80,000).
-    sample = cluster.holdings[::SAMPLE]
-    times, _ = _timed(lambda: decide_over(sample, view), max(1, reps - 2))
-    figures["b_decide_product_sample"] = _figure(times, len(sample), "holding")
-    per = statistics.median(times) / len(sample)
-    figures["b_decide_product_sample"]["MODEL_all_holdings_s"] = round(
-        per * len(cluster.holdings), 1
-    )
-    _progress(f"(b) decide (product), {len(sample)} holdings: median "
-              f"{statistics.median(times):.3f} s")  # fmt: skip
-    t = time.perf_counter()
-    for _ in range(20):
-        _ = view.max_job_id
-    figures["b_max_job_id_per_call_ms"] = round((time.perf_counter() - t) / 20 * 1000, 3)
-
-    # The same decisions over all 80,000 with the view's highest id computed once (a view
-    # whose max_job_id is a stored value): the rest of decide's cost. Not the product's path.
-    fixed = FixedMaxView(read_at=view.read_at, jobs=view.jobs)
-    times, decisions = _timed(lambda: decide_over(cluster.holdings, fixed), reps)
-    figures["b_decide_max_once"] = _figure(times, len(cluster.holdings), "holding")
+    # As the product runs it, over all 80,000 holdings against the one view.
+    times, decisions = _timed(lambda: decide_over(cluster.holdings, view), reps)
+    figures["b_decide"] = _figure(times, len(cluster.holdings), "holding")
     verdicts = Counter(d.verdict.value for d in decisions)
     reasons = Counter(f"{d.verdict.value}/{d.reason.value}" for d in decisions)
-    figures["b_decide_max_once"]["verdicts"] = dict(sorted(verdicts.items()))
-    figures["b_decide_max_once"]["reasons"] = dict(sorted(reasons.items()))
-    same = decide_over(sample, view) == [decisions[i] for i in range(0, len(decisions), SAMPLE)]
-    figures["b_decide_max_once"]["same_decisions_as_product_on_sample"] = same
-    _progress(f"(b) decide (max once): median {statistics.median(times):.3f} s, {dict(verdicts)}")
+    figures["b_decide"]["verdicts"] = dict(sorted(verdicts.items()))
+    figures["b_decide"]["reasons"] = dict(sorted(reasons.items()))
+    _progress(f"(b) decide: median {statistics.median(times):.3f} s, {dict(verdicts)}")
     return figures, view, verdicts
 
 
@@ -435,15 +399,9 @@ def _line(name: str, fig: dict[str, Any]) -> str:
 def _print(figures: dict[str, Any]) -> None:
     print(f"cluster: {NODES} nodes x {PER_NODE} holdings, {JOBS} jobs in the view")
     print("pure (domain + views):")
-    for key in ("d_controller_view", "a_observe_first", "a_observe_steady",
-                "b_decide_product_sample", "b_decide_max_once"):  # fmt: skip
+    for key in ("d_controller_view", "a_observe_first", "a_observe_steady", "b_decide"):
         print(_line(key, figures[key]))
-    product = figures["b_decide_product_sample"]
-    print(f"  MODEL, not measured: the product's decide over all {NODES * PER_NODE} holdings "
-          f"= {product['MODEL_all_holdings_s']} s (per holding x {NODES * PER_NODE}); "
-          f"view.max_job_id costs {figures['b_max_job_id_per_call_ms']} ms a call")  # fmt: skip
-    mo = figures["b_decide_max_once"]
-    print(f"  same decisions on the sample: {mo['same_decisions_as_product_on_sample']}")
+    mo = figures["b_decide"]
     print(f"  verdicts: {mo['verdicts']}")
     for reason, n in mo["reasons"].items():
         print(f"    {reason:40} {n}")
@@ -473,9 +431,7 @@ def main() -> None:
     cluster = Cluster(now)
     _progress(f"built the cluster in {time.perf_counter() - t:.1f} s")
     figures, view, _ = pure(cluster, args.reps)
-    # decide after the memory calls runs on the max-once view: the product's is minutes here.
-    fixed = FixedMaxView(read_at=view.read_at, jobs=view.jobs)
-    figures["memory"] = memory_figures(cluster, fixed, args.db_reps, not args.no_postgres)
+    figures["memory"] = memory_figures(cluster, view, args.db_reps, not args.no_postgres)
     shape = Counter(JobState(i.state).name for i in cluster.infos)
     figures["cluster"] = {
         "nodes": NODES,

@@ -7,6 +7,7 @@ import re
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
+from functools import cached_property
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -43,8 +44,9 @@ class ControllerView:
     read_at: datetime
     jobs: dict[int, JobView] = field(default_factory=dict)
 
-    @property
+    @cached_property
     def max_job_id(self) -> int:
+        # Once per view: decide() reads it for every holding, and a view may hold 100,000.
         return max(self.jobs, default=0)
 
 

@@ -22,15 +22,27 @@ def _time(ts: Timestamp, present: bool) -> datetime | None:
     return ts.ToDatetime(tzinfo=UTC)
 
 
-def job_view(info: slurm_pb2.JobInfo, aliases: Mapping[str, str]) -> JobView:
-    nodes: set[str] = set()
+def _nodes_of(nodelist: str, aliases: Mapping[str, str]) -> frozenset[str]:
     try:
-        for name in expand_nodelist(info.nodelist):
-            nodes.add(canonical_node(name, aliases))
+        return frozenset(canonical_node(name, aliases) for name in expand_nodelist(nodelist))
     except NodeNameError:
         # A nodelist keeper cannot read names no node it could compare: as good as empty,
         # which spares the job (domain/reclaim/decide.py row 5).
-        nodes = set()
+        return frozenset()
+
+
+def job_view(
+    info: slurm_pb2.JobInfo,
+    aliases: Mapping[str, str],
+    seen: dict[str, frozenset[str]] | None = None,
+) -> JobView:
+    """`seen` caches nodelists already resolved in this read: a big view repeats them."""
+    if seen is None:
+        nodes = _nodes_of(info.nodelist, aliases)
+    else:
+        nodes = seen.get(info.nodelist)  # type: ignore[assignment]
+        if nodes is None:
+            nodes = seen[info.nodelist] = _nodes_of(info.nodelist, aliases)
     try:
         state = JobState(info.state)
     except ValueError:
@@ -40,7 +52,7 @@ def job_view(info: slurm_pb2.JobInfo, aliases: Mapping[str, str]) -> JobView:
         state=state,
         submit_time=_time(info.submit_time, info.HasField("submit_time")),
         end_time=_time(info.end_time, info.HasField("end_time")),
-        nodes=frozenset(nodes),
+        nodes=nodes,
         nodelist=info.nodelist,
     )
 
@@ -48,7 +60,10 @@ def job_view(info: slurm_pb2.JobInfo, aliases: Mapping[str, str]) -> JobView:
 def controller_view(
     jobs: Iterable[slurm_pb2.JobInfo], read_at: datetime, aliases: Mapping[str, str]
 ) -> ControllerView:
-    return ControllerView(read_at=read_at, jobs={j.job_id: job_view(j, aliases) for j in jobs})
+    seen: dict[str, frozenset[str]] = {}
+    return ControllerView(
+        read_at=read_at, jobs={j.job_id: job_view(j, aliases, seen) for j in jobs}
+    )
 
 
 def node_state_name(state: int) -> str:
