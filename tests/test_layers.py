@@ -13,6 +13,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 LINT = Path(sys.executable).parent / "lint-imports"
+FAMILIES = ("tpu", "runners", "reclaim")
 PACKAGES = ("cli", "workers", "workflows", "activities", "runtime", "store", "emulators", "domain")
 
 
@@ -38,7 +39,8 @@ def _tree(tmp: Path, modules: dict[str, str]) -> Path:
     """A copy of keeper's contracts over a made-up tree of the same packages."""
     (tmp / "pyproject.toml").write_text((ROOT / "pyproject.toml").read_text())
     for package in PACKAGES:
-        for sub in ("", "tpu", "runners", "families", "families/tpu", "families/runners"):
+        # Every family the contracts name (pyproject.toml), so each contract's modules exist.
+        for sub in ("", *FAMILIES, "families", *(f"families/{f}" for f in FAMILIES)):
             d = tmp / package / sub
             d.mkdir(parents=True, exist_ok=True)
             (d / "__init__.py").touch()
