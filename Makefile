@@ -44,8 +44,12 @@ postgres: ## install Debian's postgresql server if no server binaries are found
 		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq postgresql >/dev/null \
 		|| { echo "could not install postgresql; install it (apt-get install postgresql) and rerun" >&2; exit 1; }; fi
 
+# In parallel with pytest-xdist: one worker per core, at most four (each worker runs its own
+# Temporal dev server, PostgreSQL and emulators). TEST_WORKERS=0 runs serially; PYTEST_ARGS
+# comes last, so an `-n` there overrides it too.
+TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); [ "$$n" -gt 4 ] && n=4; echo $$n)
 test: $(STAMP) postgres ## run the tests (PYTEST_ARGS='-k dev_stack -x' to narrow)
-	KEEPER_REQUIRE_POSTGRES=1 $(BIN)/pytest -q $(PYTEST_ARGS)
+	KEEPER_REQUIRE_POSTGRES=1 $(BIN)/pytest -q -n $(TEST_WORKERS) --dist worksteal $(PYTEST_ARGS)
 
 demo: $(STAMP) ## start the local stack, then a demo TPU bootstrap, a runner deletion and a job reclaim
 	$(KEEPER) dev up

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import socket
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -14,7 +15,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
 from emulators.tpu import EmulatorConfig, TpuEmulator
-from emulators.tpu.testing import follow_clock
+from emulators.tpu.testing import follow_clock, free_port
 from runtime import search_attributes as sa
 from store import RunnerStore, open_store
 from tests.harness import env_flag, register_search_attributes, tool_path
@@ -52,17 +53,49 @@ async def dev_env() -> AsyncIterator[WorkflowEnvironment]:
         yield env
 
 
+# The port a claim on a loopback prefix is held on (see claimed_ip_prefix).
+_PREFIX_CLAIM_PORT = 18079
+
+
+@contextlib.contextmanager
+def claimed_ip_prefix() -> Iterator[str]:
+    """A loopback prefix no other test process on this machine is using, held until exit.
+
+    The emulated VMs of a workflow test listen on the request's health port (8080) at their
+    own loopback addresses, so two processes with one prefix would bind the same address.
+    Each process (an xdist worker, another worktree's suite) claims its prefix by listening
+    on <prefix>.255.255, an address the emulator never hands out; the claim ends with the
+    process, even a killed one. The candidates start at one derived from the pid so
+    concurrent processes rarely try the same one first. 127.20 is the dev stack's, 127.27-29
+    and 127.33-127.44 are other tests' and the benchmarks'; 100-249 avoids all of them.
+    """
+    start = os.getpid() % 150
+    for step in range(150):
+        prefix = f"127.{100 + (start + step) % 150}"
+        claim = socket.socket()
+        try:
+            claim.bind((f"{prefix}.255.255", _PREFIX_CLAIM_PORT))
+            claim.listen(1)
+        except OSError:
+            claim.close()
+            continue
+        with claim:
+            yield prefix
+        return
+    raise RuntimeError("every loopback prefix 127.100-127.249 is claimed by another process")
+
+
 @pytest.fixture(scope="session")
 async def shared_emulator() -> AsyncIterator[TpuEmulator]:
-    # A loopback prefix of this run's own, so two suites on one machine never bind the same
-    # VM address (127.20 is the dev stack's, 127.33-127.43 the benchmarks').
-    prefix = f"127.{100 + os.getpid() % 150}"
-    emu = TpuEmulator(EmulatorConfig(ip_prefix=prefix, vm_health_port=18080))
-    await emu.start()
-    try:
-        yield emu
-    finally:
-        await emu.stop()
+    # A loopback prefix of this process's own, so neither the other xdist worker nor another
+    # suite on this machine binds the same VM address, and a free default health port.
+    with claimed_ip_prefix() as prefix:
+        emu = TpuEmulator(EmulatorConfig(ip_prefix=prefix, vm_health_port=free_port()))
+        await emu.start()
+        try:
+            yield emu
+        finally:
+            await emu.stop()
 
 
 @pytest.fixture

@@ -82,6 +82,9 @@ def write_config(
         "health": {"timeout": "1s"},
         "worker": {"log_dir": str(path.parent), "graceful_shutdown": "1s", "versioned": False},
         "sweeper": {"interval": "1h"},
+        # Beside the config, not the default .dev/runners.db in the worker's working
+        # directory (the repository), which every concurrent test's worker would share.
+        "runners": {"store_url": f"sqlite:///{path.parent / 'runners.db'}"},
     }
     path.write_text(yaml.safe_dump(config))
     return path

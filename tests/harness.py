@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
+import shutil
+import tempfile
 import uuid
 from collections.abc import AsyncIterator
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 from temporalio.api.enums.v1 import IndexedValueType
@@ -42,8 +46,24 @@ async def register_search_attributes(client: Client) -> None:
     )
 
 
+_scratch: Path | None = None
+
+
+def _scratch_dir() -> Path:
+    """A directory of this test process's own, removed when it exits."""
+    global _scratch
+    if _scratch is None:
+        _scratch = Path(tempfile.mkdtemp(prefix="keeper-tests-"))
+        atexit.register(shutil.rmtree, _scratch, ignore_errors=True)
+    return _scratch
+
+
 def test_settings() -> Settings:
     settings = Settings()
+    # Workers built from these settings without a runner world still open a runner store:
+    # one of this process's own, not the default .dev/runners.db in the working directory
+    # (the repository), which every xdist worker would otherwise share.
+    settings.runners.store_url = f"sqlite:///{_scratch_dir() / 'runners.db'}"
     settings.health.timeout = timedelta(seconds=0.5)
     settings.tpu.call_timeout = timedelta(seconds=5)
     settings.worker.graceful_shutdown = timedelta(seconds=1)
