@@ -37,7 +37,8 @@ class Spur:
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
-        self.emu = SpurEmulator(SpurEmulatorConfig(agents=numbered_agents(2), kill_grace=0.05))
+        # A graceful cancel stays "terminating" for the whole test: two reads see one state.
+        self.emu = SpurEmulator(SpurEmulatorConfig(agents=numbered_agents(2), kill_grace=60.0))
         self.run(self.emu.start)
 
     def run(self, func: Callable[[], Awaitable[T]]) -> T:

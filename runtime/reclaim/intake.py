@@ -156,52 +156,79 @@ class Intake:
     # ---- deciding ------------------------------------------------------------------------
 
     async def process(self, reports: Sequence[Report]) -> list[Handled]:
-        """Decides every reported holding in `reports` against one controller read."""
+        """Decides every reported holding in `reports` against one controller read.
+
+        The memory is read and written a node at a time in one thread hop per step, not per
+        report: a batch holds many heartbeats, often several of one node."""
         self.counters.batches += 1
-        by_node: list[tuple[str, Report]] = []
-        for report in reports:
+        by_node: dict[str, list[Report]] = {}
+        for report in sorted(reports, key=lambda r: r.received_at):
             try:
-                by_node.append((self.assessor.canonical(report.hostname), report))
+                by_node.setdefault(self.assessor.canonical(report.hostname), []).append(report)
             except NodeNameError:
                 self.counters.bad_names += 1
-        for node, report in by_node:
-            await asyncio.to_thread(self.memory.touch_node, node, report.received_at)
-        await self._learn_nodes({node for node, _ in by_node})
-        listed = [(n, r) for n, r in by_node if r.job_ids]
+        await asyncio.to_thread(self._touch, by_node)
+        await self._learn_nodes(set(by_node))
+        listed = {n: rs for n, rs in by_node.items() if any(r.job_ids for r in rs)}
         if not listed:
             return []
-        job_ids = {j for _, r in listed for j in r.job_ids}
-        for node, _ in listed:
-            for holding, _wf in await asyncio.to_thread(self.memory.open_workflows_of, node):
-                job_ids.add(holding.job_id)
+        watched = await asyncio.to_thread(self._watched, list(listed))
+        job_ids = {j for rs in listed.values() for r in rs for j in r.job_ids}
+        job_ids |= {h.job_id for pairs in watched.values() for h, _ in pairs}
         everything = self._full_read_due()
         if everything:
             await self._forget_quiet_holdings()
         view, epoch = await self.assessor.read(job_ids, everything=everything)
         # What each node must be holding by the controller's account: a heartbeat that
         # omits any of it is partial, and says nothing about what it omits.
-        active = await self.assessor.active_by_node() if any(r.complete for _, r in listed) else {}
+        complete = any(r.complete for rs in listed.values() for r in rs)
+        active = await self.assessor.active_by_node() if complete else {}
+        sighted = await asyncio.to_thread(self._sight, listed, epoch.epoch)
+        decided = await self.assessor.decide([h for _, h, _ in sighted], view, epoch)
         handled: list[Handled] = []
-        for node, report in listed:
-            holdings = await asyncio.to_thread(
-                self.memory.sight, node, list(report.job_ids), report.received_at, epoch.epoch
-            )
-            decided = await self.assessor.decide(holdings, view, epoch)
-            attached = dict(
-                ((h.job_id, h.sighting), wf)
-                for h, wf in await asyncio.to_thread(self.memory.open_workflows_of, node)
-            )
-            for holding, decision in decided:
-                workflow_id = attached.get((holding.job_id, holding.sighting))
-                started = False
-                if workflow_id is None and decision.stale:
-                    workflow_id = await self._start(holding, decision, report)
-                    started = workflow_id is not None
-                handled.append(Handled(node, holding.job_id, decision, workflow_id, started))
-            if report.complete:
-                whole = active.get(node, set()) <= set(report.job_ids)
-                await self._signal_evidence(node, report, whole)
+        for (node, holding, first), (_, decision) in zip(sighted, decided, strict=True):
+            attached = {(h.job_id, h.sighting): wf for h, wf in watched.get(node, [])}
+            workflow_id = attached.get((holding.job_id, holding.sighting))
+            started = False
+            if workflow_id is None and decision.stale:
+                workflow_id = await self._start(holding, decision, first)
+                started = workflow_id is not None
+                if started:
+                    watched.setdefault(node, []).append((holding, workflow_id))
+            handled.append(Handled(node, holding.job_id, decision, workflow_id, started))
+        for node, node_reports in listed.items():
+            for report in node_reports:
+                if report.complete and report.job_ids:
+                    whole = active.get(node, set()) <= set(report.job_ids)
+                    await self._signal_evidence(watched.get(node, []), report, whole)
         return handled
+
+    def _touch(self, by_node: dict[str, list[Report]]) -> None:
+        for node, node_reports in by_node.items():
+            self.memory.touch_node(node, node_reports[-1].received_at)
+
+    def _watched(self, nodes: list[str]) -> dict[str, list[tuple[Holding, str]]]:
+        return {node: self.memory.open_workflows_of(node) for node in nodes}
+
+    def _sight(
+        self, listed: dict[str, list[Report]], epoch: int
+    ) -> list[tuple[str, Holding, Report]]:
+        """Each reported holding once, first seen at the earliest report that lists it."""
+        out: list[tuple[str, Holding, Report]] = []
+        for node, node_reports in listed.items():
+            first: dict[int, Report] = {}
+            for report in node_reports:  # oldest first
+                for job_id in report.job_ids:
+                    first.setdefault(job_id, report)
+            by_report: dict[int, list[int]] = {}
+            for job_id, report in first.items():
+                by_report.setdefault(id(report), []).append(job_id)
+            reports_by_id = {id(r): r for r in first.values()}
+            for key, ids in by_report.items():
+                report = reports_by_id[key]
+                for holding in self.memory.sight(node, ids, report.received_at, epoch):
+                    out.append((node, holding, report))
+        return out
 
     def _full_read_due(self) -> bool:
         """Every job, now and then: the watermark and the epoch need the whole job map, a
@@ -271,13 +298,17 @@ class Intake:
         )
         return workflow_id
 
-    async def _signal_evidence(self, node: str, report: Report, whole: bool) -> None:
-        """Tells each open reclaim of `node` what this heartbeat showed, when that differs
-        from what it was last told. A heartbeat that omits a job the controller runs on the
-        node (`whole` false) is partial: its omissions are no evidence."""
+    async def _signal_evidence(
+        self, watched: list[tuple[Holding, str]], report: Report, whole: bool
+    ) -> None:
+        """Tells each open reclaim of the report's node what this heartbeat showed, when that
+        differs from what it was last told. A heartbeat that omits a job the controller runs
+        on the node (`whole` false) is partial: its omissions are no evidence."""
         if self.client is None:
             return
-        for holding, workflow_id in await asyncio.to_thread(self.memory.open_workflows_of, node):
+        for holding, workflow_id in watched:
+            if report.received_at < holding.first_seen:
+                continue  # from before the holding was seen: evidence of nothing about it
             evidence = evidence_of(report.job_ids, holding.job_id)
             if evidence is BeatEvidence.SILENT or (evidence is BeatEvidence.ABSENT and not whole):
                 continue
