@@ -88,11 +88,15 @@ class ReclaimWorld:
         return self.intake.memory
 
     async def beat(self, node: str) -> list[int]:
-        """One heartbeat of `node`'s agent through the tap, decided by the intake."""
-        before = self.intake.counters.reports
+        """One heartbeat of `node`'s agent through the tap, decided by the intake (or, when
+        the controller refused it, counted and ignored)."""
+        counters = self.intake.counters
+        before = counters.reports + counters.refused
         sent = await self.emu.beat_now(node)
         await self.tap.drained()
-        await until(lambda: self.intake.counters.reports > before, what=f"{node}'s heartbeat")
+        await until(
+            lambda: counters.reports + counters.refused > before, what=f"{node}'s heartbeat"
+        )
         await self.intake.idle()
         return sent
 

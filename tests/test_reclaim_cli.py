@@ -166,7 +166,8 @@ async def test_report_list_status_and_release_of_an_observed_reclaim(
 
         # The list shows what observe mode would do, and sends nothing.
         async def observing() -> dict[str, Any] | None:
-            done = await keeper(config, "reclaim", "list", "--json")
+            # Other tests' reclaims share this dev server: this node's only.
+            done = await keeper(config, "reclaim", "list", "--node", node, "--json")
             assert done.code == 0, done
             found = done.json()["reclaims"]
             return found[0] if found and found[0]["step"] == "observing" else None
@@ -182,7 +183,7 @@ async def test_report_list_status_and_release_of_an_observed_reclaim(
         assert re.fullmatch(RFC3339, row["started_at"]) and row["ui_url"].endswith(f"/{wf}")
         assert w.cancels() == [] and w.emu.cluster.drains == []
 
-        text = await keeper(config, "reclaim", "list")
+        text = await keeper(config, "reclaim", "list", "--node", node)
         assert text.code == 0 and text.err == "", text
         header, line = text.out.splitlines()
         assert header.split() == ["NODE", "JOB", "STEP", "STATUS", "VERDICT", "LAST"]
@@ -252,7 +253,8 @@ async def test_report_list_status_and_release_of_an_observed_reclaim(
         closed = await keeper(config, "reclaim", "list", "--all", "--json")
         ((listed,),) = [[r for r in closed.json()["reclaims"] if r["workflow_id"] == wf]]
         assert listed["status"] == "COMPLETED"
-        assert (await keeper(config, "reclaim", "list", "--json")).json()["reclaims"] == []
+        running = await keeper(config, "reclaim", "list", "--node", node, "--json")
+        assert running.json()["reclaims"] == []
 
     # No worker serves the closed reclaim any more: it is still listed, at once, without
     # what only its query could say.

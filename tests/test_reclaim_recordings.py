@@ -1,7 +1,8 @@
 """Recordings of JobReclaim runs, replayed by tests/test_replay.py like every other
-recording. On demand, into a new folder:
+recording: tests/histories/2026-12-01-reclaim/ from before the `reclaim-cleanup-on-every-exit`
+patch, tests/histories/2026-12-01-reclaim-cleanup/ after it. On demand, into a new folder:
 
-    KEEPER_RECORD_HISTORIES=1 KEEPER_HISTORY_DIR=2026-12-01-reclaim \\
+    KEEPER_RECORD_HISTORIES=1 KEEPER_HISTORY_DIR=2026-12-01-reclaim-cleanup \\
         pytest tests/test_reclaim_recordings.py
 """
 

@@ -57,6 +57,7 @@ BEHAVIOURS = {
     "TpuSweeper": VersioningBehavior.PINNED,
     "RunnerDeletion": VersioningBehavior.AUTO_UPGRADE,
     "RunnerReconciler": VersioningBehavior.PINNED,
+    "JobReclaim": VersioningBehavior.AUTO_UPGRADE,
 }
 UNVERSIONED = ""  # the build id a history records for a task an unversioned worker completed
 

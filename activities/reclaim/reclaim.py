@@ -25,8 +25,9 @@ from domain.reclaim.calls import (
     UndrainCall,
     UndrainResult,
 )
-from domain.reclaim.steps import Outcome
-from runtime.reclaim.agent_client import AgentCancelTimedOut, AgentUnreachable, SpurAgents
+from domain.reclaim.models import Verdict
+from domain.reclaim.steps import Mode, Outcome
+from runtime.reclaim.agent_client import AgentCancelError, AgentCancelTimedOut, SpurAgents
 from runtime.reclaim.assess import Assessor
 from runtime.reclaim.controller_client import SpurController
 from runtime.reclaim.views import drained_by_keeper, node_state_name
@@ -34,7 +35,10 @@ from runtime.settings import ReclaimSettings
 from store.reclaim import ReclaimMemory
 from wire.spur import slurm_pb2
 
-RELEASED_OUTCOMES = frozenset({Outcome.RELEASED, Outcome.OPERATOR_RELEASED})
+# Only evidence closes a holding: after an operator's release the holding keeps its fence
+# (first sighting, epoch), so an agent that still reports it is decided as before, never as a
+# new holding of whatever job the id names now.
+RELEASED_OUTCOMES = frozenset({Outcome.RELEASED})
 
 
 class ReclaimActivities:
@@ -81,23 +85,38 @@ class ReclaimActivities:
 
     @activity.defn(name="reclaim_cancel")
     async def cancel(self, call: CancelCall) -> CancelResult:
-        """One cancel on the holding's agent, at the address it registered last."""
+        """One cancel on the holding's agent, at the address it registered last, decided
+        afresh in this same call: the controller is read and the holding decided right
+        before the send, so a retry after a crash, or a task that waited in the queue, never
+        sends on an older read. Anything but `reclaim` (or observe mode) sends nothing."""
+        decision = await self.assessor.assess(call.holding)
+        if self.settings.mode is not Mode.ACT or decision.verdict is not Verdict.RECLAIM:
+            why = (
+                "observe mode"
+                if self.settings.mode is not Mode.ACT
+                else f"a fresh read says {decision.verdict.value} ({decision.reason.value})"
+            )
+            return CancelResult(delivered=False, error=f"not sent: {why}", decision=decision)
         node = await asyncio.to_thread(self.memory.node, call.holding.node)
         if node is None or not node.address:
             return CancelResult(
                 delivered=False,
                 error=f"keeper knows no address for {call.holding.node}'s agent: it has not "
                 "registered through the tap since keeper started",
+                decision=decision,
             )
         agent = f"{node.address}:{node.port}"
         try:
             await self.agents.cancel_job(node.address, node.port, call.holding.job_id, call.signal)
         except AgentCancelTimedOut as err:
             return CancelResult(delivered=False, error=f"timed out (it may have acted): {err}",
-                                agent=agent)  # fmt: skip
-        except AgentUnreachable as err:
-            return CancelResult(delivered=False, error=f"unreachable: {err}", agent=agent)
-        return CancelResult(delivered=True, agent=agent)
+                                agent=agent, sent=True, decision=decision)  # fmt: skip
+        except AgentCancelError as err:
+            # Unreachable, refused: an answer for the escalation to count, never a failure
+            # of the workflow (which would leave its drain behind).
+            return CancelResult(delivered=False, error=f"not delivered: {err}", agent=agent,
+                                decision=decision)  # fmt: skip
+        return CancelResult(delivered=True, agent=agent, sent=True, decision=decision)
 
     @activity.defn(name="reclaim_drain")
     async def drain(self, call: DrainCall) -> DrainResult:

@@ -334,14 +334,19 @@ def tap(keeper: KeeperContext) -> None:
         try:
             client = await client_for(settings)
         except click.ClickException as err:
-            # Forwarding never waits for Temporal: the intake starts nothing until it is back.
+            # Forwarding never waits for Temporal: the intake connects again every 10 s, and
+            # starts nothing until it is back.
             click.echo(f"warning: {err.format_message()}", err=True)
             client = None
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
-        async with run_tap(settings, client) as (_tap, _intake, intake_port):
+
+        async def reconnect() -> Client:
+            return await client_for(settings)
+
+        async with run_tap(settings, client, reconnect) as (_tap, _intake, intake_port):
             click.echo(
                 f"tap on {settings.reclaim.tap_address} -> {settings.reclaim.controller_address}"
                 f"; intake on port {intake_port}; mode {settings.reclaim.mode.value}",

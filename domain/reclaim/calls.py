@@ -56,6 +56,10 @@ class CancelResult(_Model):
     # Why not, for the operator (a timeout may still have acted).
     error: str = ""
     agent: str = ""
+    # The call went out (delivered, or timed out and so perhaps acted on).
+    sent: bool = False
+    # The fresh decision the call acted on (None in results recorded before it had one).
+    decision: Decision | None = None
 
 
 class DrainCall(_Model):
@@ -103,6 +107,10 @@ class ReclaimCarry(_Model):
     drained: bool = False
     tally: ReleaseTally = Field(default_factory=ReleaseTally)
     last: Assessment | None = None
+    # An operator's release that arrived before the roll-over, and what needs attention.
+    operator: OperatorRelease | None = None
+    attention: str = ""
+    actions: list[str] = Field(default_factory=list)
 
 
 class JobReclaimInput(_Model):

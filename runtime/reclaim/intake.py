@@ -26,7 +26,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -45,6 +45,8 @@ from store.reclaim import FORGET_AFTER
 log = logging.getLogger("keeper.reclaim.intake")
 # spur's default agent port, when RegisterAgent says 0.
 DEFAULT_AGENT_PORT = 6818
+# How often an intake without Temporal tries to connect again.
+RECONNECT_S = 10.0
 # Reports waiting for the next batch; beyond it, the oldest are dropped (and counted): the
 # next heartbeat of the same node says the same again.
 MAX_PENDING = 50_000
@@ -81,6 +83,10 @@ class IntakeCounters:
     signalled: int = 0
     errors: int = 0
     batches: int = 0
+    # Tap events the controller refused (never decided), and starts skipped for want of
+    # a Temporal connection.
+    refused: int = 0
+    no_temporal: int = 0
 
 
 @dataclass
@@ -91,6 +97,9 @@ class Intake:
     counters: IntakeCounters = field(default_factory=IntakeCounters)
     _pending: list[Report] = field(default_factory=list)
     _wake: asyncio.Event = field(default_factory=asyncio.Event)
+    # How to connect to Temporal when `client` is None (the tap started during an outage).
+    connect: Callable[[], Awaitable[Client]] | None = None
+    _last_connect: float | None = None
     _last_full: float | None = None
     _busy: bool = False
     _settled: asyncio.Event = field(default_factory=asyncio.Event)
@@ -263,9 +272,25 @@ class Intake:
                         self.memory.register_node, node, info.name, "", 0, "", now
                     )
 
+    async def _temporal(self) -> Client | None:
+        """The Temporal client, connected again (at most every RECONNECT_S) when the tap
+        started without one: a tap outlives a Temporal outage."""
+        if self.client is None and self.connect is not None:
+            now = time.monotonic()
+            if self._last_connect is None or now - self._last_connect >= RECONNECT_S:
+                self._last_connect = now
+                try:
+                    self.client = await self.connect()
+                    log.info("reclaim intake: connected to Temporal")
+                except Exception as err:
+                    log.warning("reclaim intake: Temporal still unreachable: %s", err)
+        return self.client
+
     async def _start(self, holding: Holding, decision: Decision, report: Report) -> str | None:
-        if self.client is None:
+        if await self._temporal() is None:
+            self.counters.no_temporal += 1
             return None
+        assert self.client is not None
         workflow_id = holding.workflow_id
         first = BeatReport(evidence=BeatEvidence.HELD, at=report.received_at)
         try:
@@ -304,8 +329,9 @@ class Intake:
         """Tells each open reclaim of the report's node what this heartbeat showed, when that
         differs from what it was last told. A heartbeat that omits a job the controller runs
         on the node (`whole` false) is partial: its omissions are no evidence."""
-        if self.client is None:
+        if not watched or await self._temporal() is None:
             return
+        assert self.client is not None
         for holding, workflow_id in watched:
             if report.received_at < holding.first_seen:
                 continue  # from before the holding was seen: evidence of nothing about it

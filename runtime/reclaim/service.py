@@ -7,11 +7,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import Any
 
+import grpc
 from aiohttp import web
 from temporalio.client import Client
 
@@ -23,6 +24,7 @@ from runtime.reclaim.deps import spur_token
 from runtime.reclaim.intake import Handled, Intake, Report
 from runtime.reclaim.tap import HeartbeatTap, TapEvent
 from runtime.settings import Settings
+from store.database import StoreUnavailable
 from store.reclaim import ReclaimMemory, open_reclaim_memory
 from wire.spur import slurm_pb2
 
@@ -52,6 +54,12 @@ def _peer_host(peer: str) -> str:
 
 
 async def on_tap_event(intake: Intake, event: TapEvent) -> None:
+    if event.status is not grpc.StatusCode.OK:
+        # The controller refused it (an unknown or unregistered node, a denied token, a
+        # hostname its node token does not bind): what it claims is nobody's evidence, and a
+        # refused registration's address is nobody's.
+        intake.counters.refused += 1
+        return
     if event.method == REGISTER and isinstance(event.message, slurm_pb2.RegisterAgentRequest):
         msg = event.message
         await intake.registered(
@@ -116,7 +124,11 @@ def intake_app(intake: Intake) -> web.Application:
 
 
 @contextlib.asynccontextmanager
-async def open_intake(settings: Settings, client: Client | None) -> AsyncIterator[Intake]:
+async def open_intake(
+    settings: Settings,
+    client: Client | None,
+    connect: Callable[[], Awaitable[Client]] | None = None,
+) -> AsyncIterator[Intake]:
     """An intake on its own controller client and memory, closed on exit."""
     controller = SpurController(
         settings.reclaim.controller_address,
@@ -125,30 +137,63 @@ async def open_intake(settings: Settings, client: Client | None) -> AsyncIterato
     )
     memory: ReclaimMemory = open_reclaim_memory(settings.reclaim.store_url)
     try:
-        yield Intake(Assessor(controller, memory, settings.reclaim), client, settings)
+        yield Intake(
+            Assessor(controller, memory, settings.reclaim), client, settings, connect=connect
+        )
     finally:
         await controller.aclose()
         memory.close()
 
 
+STORE_RETRY_S = 5.0
+
+
+async def _open_intake_retrying(
+    stack: contextlib.AsyncExitStack,
+    settings: Settings,
+    client: Client | None,
+    connect: Callable[[], Awaitable[Client]] | None,
+) -> Intake:
+    """Opens the intake's memory, again every STORE_RETRY_S until it opens: the tap
+    forwards all the while, since agents must reach their controller whatever keeper's own
+    store does."""
+    while True:
+        try:
+            return await stack.enter_async_context(open_intake(settings, client, connect))
+        except StoreUnavailable as err:
+            log.error(
+                "reclaim memory unavailable (%s); forwarding goes on, the intake starts when "
+                "it opens (retrying every %.0fs)", err, STORE_RETRY_S,
+            )  # fmt: skip
+            await asyncio.sleep(STORE_RETRY_S)
+
+
 @contextlib.asynccontextmanager
 async def run_tap(
-    settings: Settings, client: Client | None
+    settings: Settings,
+    client: Client | None,
+    connect: Callable[[], Awaitable[Client]] | None = None,
 ) -> AsyncIterator[tuple[HeartbeatTap, Intake, int]]:
-    """The tap, its intake loop and the HTTP intake, serving until the block exits."""
-    async with open_intake(settings, client) as intake:
-        tap_host, tap_port = split_address(settings.reclaim.tap_address, "reclaim.tap_address")
+    """The tap, its intake loop and the HTTP intake, serving until the block exits. The tap
+    starts first and forwards from then on, whether or not the intake ever can."""
+    ready: list[Intake] = []
 
-        async def observer(event: TapEvent) -> None:
-            await on_tap_event(intake, event)
+    async def observer(event: TapEvent) -> None:
+        if ready:
+            await on_tap_event(ready[0], event)
 
-        tap = HeartbeatTap(
-            upstream=settings.reclaim.controller_address,
-            host=tap_host,
-            port=tap_port,
-            observer=observer,
-        )
-        await tap.start()
+    tap_host, tap_port = split_address(settings.reclaim.tap_address, "reclaim.tap_address")
+    tap = HeartbeatTap(
+        upstream=settings.reclaim.controller_address,
+        host=tap_host,
+        port=tap_port,
+        observer=observer,
+    )
+    await tap.start()
+    async with contextlib.AsyncExitStack() as stack:
+        stack.push_async_callback(tap.stop)
+        intake = await _open_intake_retrying(stack, settings, client, connect)
+        ready.append(intake)
         runner = web.AppRunner(intake_app(intake), access_log=None)
         await runner.setup()
         host, port = split_address(settings.reclaim.intake_address, "reclaim.intake_address")
@@ -163,4 +208,3 @@ async def run_tap(
             with contextlib.suppress(asyncio.CancelledError):
                 await loop
             await runner.cleanup()
-            await tap.stop()

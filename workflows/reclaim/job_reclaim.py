@@ -58,6 +58,11 @@ with workflow.unsafe.imports_passed_through():
     from workflows.reclaim import activity_options as opts
 
 
+# Runs past this patch lift their drain on every way out: a cancel while the drain call was
+# still running, a cancel or failure during the finish, any failure.
+CLEANUP_ON_EVERY_EXIT = "reclaim-cleanup-on-every-exit"
+
+
 class _RollOver(Exception):
     """The history is long enough: hand over to a new run at the next safe point."""
 
@@ -73,12 +78,19 @@ class JobReclaim:
         self._view: ReclaimView | None = None
         self._operator: OperatorRelease | None = None
         self._sa_step: Step | None = None
+        # Signals handled before the run has its view (the start signal, a signal that
+        # arrives with a continue-as-new) wait here, in order, so none is lost.
+        self._early: list[BeatReport] = []
+        # A drain was asked for (it may have been made even if its answer never came back).
+        self._drain_requested = False
 
     @workflow.signal(name=EVIDENCE_SIGNAL, description="What a later heartbeat showed.")
     def evidence(self, report: BeatReport) -> None:
-        if self._view is not None:
-            self._view.tally = self._view.tally.add(report)
-            self._publish()
+        if self._view is None:
+            self._early.append(report)
+            return
+        self._view.tally = self._view.tally.add(report)
+        self._publish()
 
     @workflow.signal(name=RELEASE_SIGNAL, description="An operator vouches for the release.")
     def release(self, release: OperatorRelease) -> None:
@@ -101,7 +113,15 @@ class JobReclaim:
                 drained=carry.drained,
                 tally=carry.tally,
                 last=carry.last,
+                attention=carry.attention,
+                actions=list(carry.actions),
             )
+            self._drain_requested = carry.drained
+            if self._operator is None:
+                self._operator = carry.operator
+        for early in self._early:
+            self._view.tally = self._view.tally.add(early)
+        self._early.clear()
         self._sa_step = self._view.step
         if workflow.info().typed_search_attributes.get(sa.NODE) is None:
             # Started by hand (`temporal workflow start`): findable by node and job anyway.
@@ -115,14 +135,22 @@ class JobReclaim:
         if carry is None:
             self._act(f"started: {inp.first.verdict.value} ({inp.first.reason.value})")
         self._publish()
+        cleanup_everywhere = workflow.patched(CLEANUP_ON_EVERY_EXIT)
         try:
             outcome = await self._reclaim()
+            if cleanup_everywhere:
+                return await self._finish(outcome)
         except (asyncio.CancelledError, CancelledError):
             # A cancel arrives as asyncio's in a timer or wait, as Temporal's from an activity.
-            await self._lift_drain_on_cancel()
+            await self._lift_drain_on_cancel(cleanup_everywhere)
             raise
         except _RollOver:
             await self._continue_as_new()
+        except Exception:
+            # Whatever failed the run, a drain it made does not outlive it.
+            if cleanup_everywhere:
+                await self._lift_drain_on_cancel(True, why="failed")
+            raise
         return await self._finish(outcome)
 
     # ---- the escalation ------------------------------------------------------------------
@@ -157,13 +185,18 @@ class JobReclaim:
                 summary=f"signal {attempt.signal} to job {inp.holding.job_id} on "
                 f"{inp.holding.node} (try {attempt.overall})",
             )
-            view.attempts += 1
             what = f"signal {attempt.signal} ({attempt.step.value} {attempt.try_in_step})"
-            self._act(
-                f"{what} delivered to {result.agent}"
-                if result.delivered
-                else f"{what} not delivered: {result.error}"
-            )
+            if result.decision is not None and not result.sent:
+                # The activity's own fresh read found nothing to cancel (or observe mode):
+                # no try was spent; the next read decides what follows.
+                self._act(f"{what} {result.error}")
+            else:
+                view.attempts += 1
+                self._act(
+                    f"{what} delivered to {result.agent}"
+                    if result.delivered
+                    else f"{what} not delivered: {result.error}"
+                )
             await self._wait(inp.policy.wait_after(attempt.overall))
 
     def _observe(self, a: Assessment, plan: list[Attempt]) -> None:
@@ -192,6 +225,7 @@ class JobReclaim:
         if view.drained:
             return
         reason = self._drain_reason(a)
+        self._drain_requested = True
         result = await workflow.execute_activity_method(
             ReclaimActivities.drain,
             DrainCall(holding=inp.holding, workflow_id=workflow.info().workflow_id, reason=reason),
@@ -259,10 +293,12 @@ class JobReclaim:
 
     # ---- the end -------------------------------------------------------------------------
 
-    async def _undrain(self) -> bool:
+    async def _undrain(self, requested: bool = False) -> bool:
+        """Lifts keeper's drain: the one it made, or (`requested`) one it asked for whose
+        answer never came back; the activity leaves any drain that is not keeper's."""
         inp, view = self._inp, self._view
         assert inp is not None and view is not None
-        if not view.drained:
+        if not view.drained and not (requested and self._drain_requested):
             return False
         result = await workflow.execute_activity_method(
             ReclaimActivities.undrain,
@@ -302,14 +338,16 @@ class JobReclaim:
             detail=view.actions[-1] if view.actions else "",
         )
 
-    async def _lift_drain_on_cancel(self) -> None:
-        """A cancelled reclaim leaves nothing of its own behind: its drain is lifted."""
+    async def _lift_drain_on_cancel(self, requested: bool = False, why: str = "cancelled") -> None:
+        """A cancelled (or failed) reclaim leaves nothing of its own behind: its drain is
+        lifted, even one whose activity was still running when the cancel came."""
         view = self._view
         assert view is not None
-        self._act("cancelled: lifting keeper's drain" if view.drained else "cancelled")
+        lifting = view.drained or (requested and self._drain_requested)
+        self._act(f"{why}: lifting keeper's drain" if lifting else why)
 
         async def cleanup() -> None:
-            await self._undrain()
+            await self._undrain(requested)
             assert self._inp is not None
             await workflow.execute_activity_method(
                 ReclaimActivities.close,
@@ -341,9 +379,12 @@ class JobReclaim:
         carry = ReclaimCarry(
             step=view.step,
             attempts=view.attempts,
-            drained=view.drained,
+            drained=view.drained or self._drain_requested,
             tally=view.tally,
             last=view.last,
+            operator=self._operator,
+            attention=view.attention,
+            actions=view.actions[-MAX_ACTIONS:],
         )
         workflow.continue_as_new(inp.model_copy(update={"carry": carry}))
 
