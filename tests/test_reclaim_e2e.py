@@ -679,3 +679,23 @@ async def test_the_tap_forwards_while_its_store_cannot_open(client: Any, tmp_pat
 async def _serve(settings: Any) -> None:
     async with run_tap(settings, None):
         await asyncio.Event().wait()
+
+
+async def test_a_terminated_reclaims_drain_is_lifted_by_the_intake(
+    client: Any, tmp_path: Path
+) -> None:
+    # Terminate runs no workflow code: the intake finds the drain's reclaim gone and lifts it.
+    async with reclaim_world(client, tmp_path, agents=nodes()) as w:
+        node = names(w)[0]
+        parent = w.emu.submit(array_size=1)[0].job_id - 1
+        w.emu.hold(node, parent)
+        await w.beat(node)
+        wf = only_workflow(w, node, parent)
+        await until(lambda: w.emu.cluster.drains, what="the drain")
+        await w.handle(wf).terminate(reason="test: an operator terminated it")
+        w.emu.agent(node).state.release(parent)  # freed by hand meanwhile
+        w.intake._last_housekeeping = None  # the next batch does the housekeeping
+        await w.beat(node)
+        assert w.memory.drains(node) == []
+        (update,) = [u for u in w.emu.cluster.updates if u["name"] == node]
+        assert update["state"] == "NODE_IDLE" and w.emu.cluster.node(node).state_reason == ""

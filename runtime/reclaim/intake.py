@@ -30,8 +30,9 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
+from temporalio.service import RPCError, RPCStatusCode
 
 from domain.reclaim.calls import JobReclaimInput
 from domain.reclaim.evidence import BeatEvidence, BeatReport, evidence_of
@@ -39,8 +40,10 @@ from domain.reclaim.identity import NodeNameError
 from domain.reclaim.models import EVIDENCE_SIGNAL, RECLAIM_WORKFLOW_TYPE, Decision, Holding
 from runtime.reclaim import search_attributes as sa
 from runtime.reclaim.assess import Assessor
+from runtime.reclaim.views import drained_by_keeper
 from runtime.settings import Settings
 from store.reclaim import FORGET_AFTER
+from wire.spur import slurm_pb2
 
 log = logging.getLogger("keeper.reclaim.intake")
 # spur's default agent port, when RegisterAgent says 0.
@@ -101,6 +104,7 @@ class Intake:
     connect: Callable[[], Awaitable[Client]] | None = None
     _last_connect: float | None = None
     _last_full: float | None = None
+    _last_housekeeping: float | None = None
     _busy: bool = False
     _settled: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -177,6 +181,9 @@ class Intake:
             except NodeNameError:
                 self.counters.bad_names += 1
         await asyncio.to_thread(self._touch, by_node)
+        if self._housekeeping_due():
+            await self._forget_quiet_holdings()
+            await self._lift_orphaned_drains()
         await self._learn_nodes(set(by_node))
         listed = {n: rs for n, rs in by_node.items() if any(r.job_ids for r in rs)}
         if not listed:
@@ -185,8 +192,6 @@ class Intake:
         job_ids = {j for rs in listed.values() for r in rs for j in r.job_ids}
         job_ids |= {h.job_id for pairs in watched.values() for h, _ in pairs}
         everything = self._full_read_due()
-        if everything:
-            await self._forget_quiet_holdings()
         view, epoch = await self.assessor.read(job_ids, everything=everything)
         # What each node must be holding by the controller's account: a heartbeat that
         # omits any of it is partial, and says nothing about what it omits.
@@ -239,6 +244,15 @@ class Intake:
                     out.append((node, holding, report))
         return out
 
+    def _housekeeping_due(self) -> bool:
+        """Pruning and orphaned drains, as often as full reads, whatever the batch holds."""
+        now = time.monotonic()
+        interval = self.settings.reclaim.full_read_interval.total_seconds()
+        if self._last_housekeeping is not None and now - self._last_housekeeping < interval:
+            return False
+        self._last_housekeeping = now
+        return True
+
     def _full_read_due(self) -> bool:
         """Every job, now and then: the watermark and the epoch need the whole job map, a
         batch's decisions only the jobs it reports."""
@@ -248,6 +262,50 @@ class Intake:
             return False
         self._last_full = now
         return True
+
+    async def _lift_orphaned_drains(self) -> None:
+        """A drain whose reclaim is gone (terminated: no workflow code ran on the way out) is
+        lifted here, with each full read: keeper's drain reason names its workflow, and only
+        a node still carrying exactly that reason, which no running reclaim holds, is
+        resumed."""
+        drains = await asyncio.to_thread(self.memory.drains)
+        if not drains or await self._temporal() is None:
+            return
+        assert self.client is not None
+        for record in drains:
+            try:
+                desc = await self.client.get_workflow_handle(record.workflow_id).describe()
+                if desc.status is WorkflowExecutionStatus.RUNNING:
+                    continue
+            except RPCError as err:
+                if err.status is not RPCStatusCode.NOT_FOUND:
+                    continue
+            holders = await asyncio.to_thread(
+                self.memory.clear_drain, record.node_id, record.workflow_id, datetime.now(UTC)
+            )
+            if holders:
+                continue
+            try:
+                await self._resume_if_ours(record.node_id, record.reason, record.workflow_id)
+            except Exception as err:
+                self.counters.errors += 1
+                log.warning("could not lift %s's drain on %s: %s", record.workflow_id,
+                            record.node_id, err)  # fmt: skip
+
+    async def _resume_if_ours(self, node: str, reason: str, workflow_id: str) -> None:
+        for info in await self.assessor.controller.get_nodes():
+            with contextlib.suppress(NodeNameError):
+                if self.assessor.canonical(info.name) != node:
+                    continue
+            if drained_by_keeper(info) and info.state_reason == reason:
+                await self.assessor.controller.update_node(
+                    info.name, state=slurm_pb2.NODE_IDLE, reason=""
+                )
+                log.warning(
+                    "lifted keeper's drain of %s: its reclaim %s ended without lifting it",
+                    info.name, workflow_id,
+                )  # fmt: skip
+            return
 
     async def _forget_quiet_holdings(self) -> None:
         """Holdings no heartbeat has listed for FORGET_AFTER and no reclaim watches are
