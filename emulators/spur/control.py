@@ -5,12 +5,12 @@ Every error is JSON {"error": "..."}: 400 names the bad field, 404 the unknown j
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field
 
-from emulators.control_json import BadRequest, error, parse
+from emulators.control_json import BadRequest, error, error_middleware, parse
 from emulators.spur.agent import AgentDown
 from emulators.spur.config import AgentSpec
 from emulators.spur.state import Job, NotFound
@@ -90,24 +90,6 @@ class _Hold(_Body):
     job_id: int = Field(ge=1)
     run_attempt: int = Field(default=1, ge=0)
     kind: Literal["process", "allocation"] = "process"
-
-
-@web.middleware
-async def _errors(request: web.Request, handler: Any) -> web.StreamResponse:
-    try:
-        return await handler(request)
-    except BadRequest as bad:
-        return bad.response
-    except NotFound as exc:
-        return error(404, str(exc))
-    except AgentDown as exc:
-        return error(409, str(exc))
-    except web.HTTPException as exc:
-        if exc.status < 400:
-            raise
-        return error(exc.status, exc.reason)
-    except ValueError as exc:
-        return error(400, str(exc))
 
 
 def _emu(request: web.Request) -> SpurEmulator:
@@ -241,7 +223,7 @@ async def hold(request: web.Request) -> web.Response:
 
 
 def make_app(emulator: SpurEmulator) -> web.Application:
-    app = web.Application(middlewares=[_errors])
+    app = web.Application(middlewares=[error_middleware({NotFound: 404, AgentDown: 409})])
     app[EMULATOR_KEY] = emulator
     app.add_routes(
         [

@@ -7,12 +7,12 @@ also listed under "fields".
 from __future__ import annotations
 
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field
 
-from emulators.control_json import BadRequest, error, parse
+from emulators.control_json import error, error_middleware, parse
 from emulators.tpu.faults import Fault
 from emulators.tpu.scenario import Scenario
 
@@ -37,20 +37,6 @@ class _Registration(BaseModel):
     node: str
     vm_index: int
     ip: str
-
-
-@web.middleware
-async def _errors(request: web.Request, handler: Any) -> web.StreamResponse:
-    try:
-        return await handler(request)
-    except BadRequest as bad:
-        return bad.response
-    except web.HTTPException as exc:
-        if exc.status < 400:
-            raise
-        return error(exc.status, exc.reason)
-    except ValueError as exc:
-        return error(400, str(exc))
 
 
 def _emu(request: web.Request) -> TpuEmulator:
@@ -130,7 +116,7 @@ async def get_leaks(request: web.Request) -> web.Response:
 
 
 def make_app(emulator: TpuEmulator) -> web.Application:
-    app = web.Application(middlewares=[_errors])
+    app = web.Application(middlewares=[error_middleware()])
     app[EMULATOR_KEY] = emulator
     app.add_routes(
         [
