@@ -2,7 +2,10 @@
 JobReclaim workflows act on the dev server, and the spur emulator records every cancel and
 drain, so each test proves both what was released and that no live job was touched.
 
-One test per edge case of docs/reclaim.md (and the reference list it answers). Each test has
+One test per edge case of docs/reclaim.md (and the reference list it answers). The incident
+that started the family (spur #623: nodes wrongly marked down kept running their jobs while
+the controller restarted them elsewhere, and rejected GPU work for more than a day) is
+`test_a_job_requeued_elsewhere_is_stopped_on_the_old_node_only`. Each test has
 its own emulator, tap, memory and task queue, and node names of its own, so tests never see
 each other's reclaims.
 """
