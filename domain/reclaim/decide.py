@@ -163,7 +163,7 @@ def _tracked(
             f"{_ago(policy.end_grace)} grace: the heartbeat may have crossed its completion",
         )  # fmt: skip
     return verdict(
-        V.RECLAIM, R.TERMINAL, f"job {job_id} is {state} since {_ago(now - job.end_time)} ago"
+        V.RECLAIM, R.TERMINAL, f"job {job_id} ended {_ago(now - job.end_time)} ago ({state})"
     )
 
 

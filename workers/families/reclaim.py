@@ -34,7 +34,7 @@ INPUT_HELP: dict[str, InputHelp] = {
             "first": {
                 "verdict": "reclaim",
                 "reason": "terminal",
-                "detail": "job 1234 is COMPLETED since 1h ago",
+                "detail": "job 1234 ended 1h ago (COMPLETED)",
             },
         },
     ),
