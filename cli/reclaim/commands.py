@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import signal
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -48,6 +49,15 @@ def reclaim() -> None:
     default) decides and shows every step without sending anything; `act` cancels, kills
     and drains (docs/reclaim.md).
     """
+
+
+_MD_ESCAPE = re.compile(r"\\([\\`*_\[\]()!|~#$:.+=-])")
+
+
+def _plain(markdown_line: str) -> str:
+    """A details line as a terminal shows it: no bold markers, no markdown escapes (the text
+    stays inert: terminal_text still makes every control character visible)."""
+    return _MD_ESCAPE.sub(r"\1", markdown_line.replace("**", ""))
 
 
 def _node(settings: Settings, name: str, param: str = "NODE") -> str:
@@ -218,7 +228,7 @@ def status(keeper: KeeperContext, out: Output, node_name: str, job: int) -> None
             # What the Temporal UI shows as the current details, from the same view.
             details = render_details(view, settings.reclaim.timing.release_beats)
             for line in details.splitlines():
-                out.line(terminal_text(line, limit=400))
+                out.line(terminal_text(_plain(line), limit=400))
         else:
             out.line("no details: the run answers no query (closed, or no worker serves it)")
         out.line(f"ui: {row['ui_url']}")
