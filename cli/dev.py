@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import sys
 from collections.abc import Iterator
 from datetime import datetime
@@ -156,7 +157,11 @@ def up(
             "\nInterrupted. Components started so far keep running: "
             "`keeper dev status` shows them, `keeper dev down` stops them."
         )
-        sys.exit(INTERRUPTED)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        # At once: a probe's connection to an unanswering Temporal may still be pending in
+        # the SDK's runtime threads, and the interpreter's shutdown would wait for it.
+        os._exit(INTERRUPTED)
     if out.json:
         out.data(_report(keeper))
 
