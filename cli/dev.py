@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import sys
 from collections.abc import Iterator
 from datetime import datetime
@@ -157,11 +156,7 @@ def up(
             "\nInterrupted. Components started so far keep running: "
             "`keeper dev status` shows them, `keeper dev down` stops them."
         )
-        sys.stdout.flush()
-        sys.stderr.flush()
-        # At once: a probe's connection to an unanswering Temporal may still be pending in
-        # the SDK's runtime threads, and the interpreter's shutdown would wait for it.
-        os._exit(INTERRUPTED)
+        sys.exit(INTERRUPTED)
     if out.json:
         out.data(_report(keeper))
 
