@@ -476,6 +476,10 @@ def test_address_and_namespace_flags_beat_the_variables_and_the_file(config: Pat
 # -- interrupted: 130 ----------------------------------------------------------------------
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_exits_130(tmp_path: Path) -> None:
     path = tmp_path / "keeper.yaml"
     # A remote Temporal that never answers (TEST-NET-1): `dev up` waits for it.
@@ -496,6 +500,9 @@ def test_ctrl_c_exits_130(tmp_path: Path) -> None:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        # As a terminal runs its foreground command: a suite started in the background by a
+        # non-interactive shell ignores SIGINT, and a child would inherit that.
+        preexec_fn=_default_sigint,
     )
     with _killed_at_exit(process):
         assert process.stdout is not None
