@@ -7,7 +7,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from runtime.reclaim.agent_client import SpurAgents
-from runtime.reclaim.assess import Assessor
 from runtime.reclaim.controller_client import SpurController
 from runtime.reclaim.credentials import TOKEN_ENV, SpurToken
 from runtime.settings import ReclaimSettings
@@ -20,10 +19,6 @@ class ReclaimDeps:
     controller: SpurController
     agents: SpurAgents
     memory: ReclaimMemory
-
-    @property
-    def assessor(self) -> Assessor:
-        return Assessor(self.controller, self.memory, self.settings)
 
     async def aclose(self) -> None:
         await self.controller.aclose()
@@ -39,15 +34,20 @@ def spur_token(settings: ReclaimSettings, env: Mapping[str, str] | None = None) 
     return SpurToken(path=settings.token_file)
 
 
+def spur_controller(settings: ReclaimSettings, token: SpurToken | None = None) -> SpurController:
+    """The controller client the worker and the intake both use."""
+    return SpurController(
+        settings.controller_address,
+        timeout=settings.call_timeout.total_seconds(),
+        token=token if token is not None else spur_token(settings),
+    )
+
+
 def open_reclaim_deps(settings: ReclaimSettings) -> ReclaimDeps:
     token = spur_token(settings)
     return ReclaimDeps(
         settings=settings,
-        controller=SpurController(
-            settings.controller_address,
-            timeout=settings.call_timeout.total_seconds(),
-            token=token,
-        ),
+        controller=spur_controller(settings, token),
         agents=SpurAgents(timeout=settings.cancel_timeout.total_seconds(), token=token),
         memory=open_reclaim_memory(settings.store_url),
     )

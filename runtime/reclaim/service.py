@@ -19,8 +19,7 @@ from temporalio.client import Client
 from domain.reclaim.identity import NodeNameError, canonical_node
 from runtime.dev_ports import split_address
 from runtime.reclaim.assess import Assessor
-from runtime.reclaim.controller_client import SpurController
-from runtime.reclaim.deps import spur_token
+from runtime.reclaim.deps import spur_controller
 from runtime.reclaim.intake import Handled, Intake, Report
 from runtime.reclaim.tap import HeartbeatTap, TapEvent
 from runtime.settings import Settings
@@ -130,11 +129,7 @@ async def open_intake(
     connect: Callable[[], Awaitable[Client]] | None = None,
 ) -> AsyncIterator[Intake]:
     """An intake on its own controller client and memory, closed on exit."""
-    controller = SpurController(
-        settings.reclaim.controller_address,
-        timeout=settings.reclaim.call_timeout.total_seconds(),
-        token=spur_token(settings.reclaim),
-    )
+    controller = spur_controller(settings.reclaim)
     memory: ReclaimMemory = open_reclaim_memory(settings.reclaim.store_url)
     try:
         yield Intake(
