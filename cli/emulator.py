@@ -18,17 +18,30 @@ import yaml
 from pydantic import ValidationError
 
 from cli.context import KeeperContext, pass_keeper
+from cli.dev_only import require_emulator
+from cli.emulator_iris import iris
 from cli.emulator_spur import spur
 from cli.output import CommandFailed, OneOf, Output, UsageProblem, json_options, rfc3339
 from domain.common.durations import documented_duration
 from domain.tpu.slice_request import SLICE_NAME_PATTERN
-from emulators.tpu.faults import ERROR_CODES, FAULT_METHODS
 from runtime.settings import EmulatorSettings
+
+try:
+    from emulators.tpu.faults import ERROR_CODES, FAULT_METHODS
+except ModuleNotFoundError:
+    # A wheel install has no emulators; the group refuses the commands that need them.
+    ERROR_CODES, FAULT_METHODS = (), ()
 
 # The scenario id that replaces the default scenario (PUT /scenarios/_default).
 DEFAULT_SCENARIO = "_default"
 
 HTTP_TIMEOUT = 10.0
+
+
+# A wheel install has no fault lists to check against; the command refuses to run there,
+# after `--help` has been shown.
+METHOD_TYPE = OneOf(["*", *FAULT_METHODS], metavar="METHOD") if FAULT_METHODS else click.STRING
+CODE_TYPE = OneOf(ERROR_CODES, metavar="CODE") if ERROR_CODES else click.STRING
 
 
 @click.group()
@@ -119,14 +132,10 @@ def serve(keeper: KeeperContext, log_level: str) -> None:
     Uses emulator.host, grpc_port, control_port, ip_prefix, vm_health_port and
     scenario_file. Do not run it while `keeper dev up` has one running on the same ports.
     """
-    try:
-        from emulators.tpu import EmulatorConfig
-        from emulators.tpu import serve as serve_emulator
-    except ImportError as err:
-        raise CommandFailed(
-            f"the TPU emulator (emulators.tpu) cannot be imported: {err}",
-            hint="Reinstall with `pip install -e '.[dev]'`.",
-        ) from err
+    require_emulator("emulators.tpu", "`keeper emulator serve`")
+    from emulators.tpu import EmulatorConfig
+    from emulators.tpu import serve as serve_emulator
+
     logging.basicConfig(
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
@@ -315,6 +324,7 @@ def scenario(
       keeper emulator scenario train-a --inline '{"assign_after": 5, "active_after": 2}'
       keeper emulator scenario _default -f emulators/scenarios/demo.yaml
     """
+    require_emulator("emulators.tpu", "`keeper emulator scenario`")
     from emulators.tpu import Scenario
 
     if (file is None) == (inline is None):
@@ -342,8 +352,8 @@ def scenario(
 
 
 @emulator.command()
-@click.argument("method", type=OneOf(["*", *FAULT_METHODS], metavar="METHOD"))
-@click.argument("code", type=OneOf(ERROR_CODES, metavar="CODE"))
+@click.argument("method", type=METHOD_TYPE)
+@click.argument("code", type=CODE_TYPE)
 @click.option(
     "--count",
     type=click.IntRange(min=1),
@@ -388,6 +398,7 @@ def fault(
       keeper emulator fault CreateQueuedResource RESOURCE_EXHAUSTED
       keeper emulator fault GetQueuedResource UNAVAILABLE --count 3
     """
+    require_emulator("emulators.tpu", "`keeper emulator fault`")
     body = {"method": method, "code": code, "count": count, "slice": slice_name, "when": when}
     answer = _call(keeper, "POST", "/faults", body)
     added = answer.get("fault") if isinstance(answer, Mapping) else None
@@ -452,3 +463,4 @@ fault.help = (fault.help or "").format(
 )
 
 emulator.add_command(spur)
+emulator.add_command(iris)

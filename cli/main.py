@@ -9,6 +9,7 @@ import traceback
 
 import click
 
+from cli.admin import admin
 from cli.context import KeeperContext
 from cli.dev import dev
 from cli.emulator import emulator
@@ -26,6 +27,8 @@ from cli.reclaim.commands import reclaim
 from cli.runners.commands import runner
 from cli.runners.demo import demo as _runner_demo  # noqa: F401 - registers `runner demo`
 from cli.tpu.commands import tpu
+from cli.watch.commands import job
+from cli.watch.demo import demo as _job_demo  # noqa: F401 - registers `job demo`
 from cli.worker import worker
 
 
@@ -110,9 +113,11 @@ def _check_address(address: str) -> None:
         raise click.BadParameter(f"port {port} is not between 1 and 65535", param_hint="--address")
 
 
+cli.add_command(admin)
 cli.add_command(completion)
 cli.add_command(dev)
 cli.add_command(emulator)
+cli.add_command(job)
 cli.add_command(reclaim)
 cli.add_command(runner)
 cli.add_command(tpu)

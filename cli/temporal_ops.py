@@ -51,3 +51,13 @@ async def describe_as(handle: WorkflowHandle[Any, Any], workflow_type: str) -> A
 
 def is_running(description: Any) -> bool:
     return description is not None and description.status is WorkflowExecutionStatus.RUNNING
+
+
+def list_query(workflow_type: str, running: bool, **equal: object) -> str:
+    """The visibility query of `keeper ... list`: one workflow type, running ones only when
+    asked, and each search attribute given (by name, value not None) equal to its value."""
+    parts = [f'WorkflowType="{workflow_type}"']
+    if running:
+        parts.append('ExecutionStatus="Running"')
+    parts += [f'{name}="{value}"' for name, value in equal.items() if value is not None]
+    return " AND ".join(parts)

@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import asyncio
-import logging
 from typing import Any
 
 import click
 from pydantic import ValidationError
 
 from cli.context import KeeperContext, pass_keeper
-from cli.output import Output, UsageProblem, json_options
-from runtime.settings import FAMILY_NAMES, Settings, WorkerSettings
+from cli.output import CommandFailed, Output, UsageProblem, json_options
+from runtime import logs
+from runtime.metrics import MetricsEndpointError
+from runtime.settings import FAMILY_NAMES, LogFormat, Settings, SettingsError, WorkerSettings
 
 
 @click.command()
@@ -21,6 +22,14 @@ from runtime.settings import FAMILY_NAMES, Settings, WorkerSettings
     show_default=True,
     type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"]),
     help="Level of the worker's log lines on stderr.",
+)
+@click.option(
+    "--log-format",
+    default=None,
+    type=click.Choice([f.value for f in LogFormat]),
+    help="text, or json: one object a line with time, level, logger, message and, inside a "
+    "workflow or activity, workflow_id and run_id (default worker.log_format, "
+    "KEEPER_LOG_FORMAT; text).",
 )
 @click.option(
     "--family",
@@ -39,7 +48,12 @@ from runtime.settings import FAMILY_NAMES, Settings, WorkerSettings
 @json_options
 @pass_keeper
 def worker(
-    keeper: KeeperContext, log_level: str, families: str | None, check: bool, out: Output
+    keeper: KeeperContext,
+    log_level: str,
+    log_format: str | None,
+    families: str | None,
+    check: bool,
+    out: Output,
 ) -> None:
     """Run the worker: the workflows and activities of the families it serves.
 
@@ -59,6 +73,10 @@ def worker(
       temporal worker deployment set-current-version --deployment-name keeper --build-id B
     Give each release a new build id, such as its image tag. worker.versioned: false
     (KEEPER_WORKER_VERSIONED=false) runs unversioned. Rollouts: docs/operations.md.
+
+    With worker.metrics_address (KEEPER_METRICS_ADDRESS, e.g. 0.0.0.0:9464) it serves
+    Prometheus metrics at http://<address>/metrics: the SDK's temporal_* and keeper's
+    keeper_* (docs/operations.md#metrics-and-logs).
 
     The worker logs to stderr and prints no data. `keeper worker --check [--json]` reads
     the settings and prints the plan (server, build, each family's task queue, workflows,
@@ -86,8 +104,14 @@ def worker(
         return
     from workers.main import run_worker
 
-    logging.basicConfig(level=log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    asyncio.run(run_worker(settings))
+    logs.configure(log_level, LogFormat(log_format) if log_format else settings.worker.log_format)
+    try:
+        asyncio.run(run_worker(settings))
+    except MetricsEndpointError as err:
+        raise CommandFailed(str(err)) from None
+    except SettingsError as err:
+        # Found while opening a family's clients (a provider this install lacks, say).
+        raise CommandFailed(str(err), hint="Fix the settings and restart the worker.") from None
 
 
 def worker_plan(settings: Settings) -> dict[str, Any]:
@@ -123,6 +147,8 @@ def worker_plan(settings: Settings) -> dict[str, Any]:
         ],
         # Runs started before the families had queues of their own (docs/operations.md).
         "legacy_task_queue": settings.temporal.task_queue if every_family else None,
+        "metrics_address": settings.worker.metrics_address or None,
+        "log_format": settings.worker.log_format.value,
     }
 
 
@@ -145,3 +171,5 @@ def _print_plan(plan: dict[str, Any], out: Output) -> None:
         )
     if plan["legacy_task_queue"]:
         out.line(f"  also drains {plan['legacy_task_queue']} (runs from before family queues)")
+    if plan["metrics_address"]:
+        out.line(f"  metrics on http://{plan['metrics_address']}/metrics")

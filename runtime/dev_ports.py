@@ -16,10 +16,11 @@ With `dev.port_base` N (or KEEPER_DEV_PORT_BASE, or `keeper dev up --port-base N
 | N+7 | spur emulator's control API, `emulator.spur_control_port` |
 | N+8 | job reclaim's heartbeat tap, the port of `reclaim.tap_address` |
 | N+9 | job reclaim's HTTP intake, the port of `reclaim.intake_address` |
+| N+10 | iris emulator's Connect endpoint and control API, `emulator.iris_port` |
 
 Without a base: 7233, 8233, 8470, 8471, 8472, 8080, then spur's own controller port 6817,
-6821, 6819 and 6820. `reclaim.controller_address` follows the spur emulator's controller
-when it is unset.
+6821, 6819 and 6820, then iris's own 10000. `reclaim.controller_address` follows the spur
+emulator's controller when it is unset, and `watch.controller_url` the iris emulator.
 
 A port set explicitly must equal the one the base gives; a contradiction is refused.
 """
@@ -44,6 +45,7 @@ PORT_OFFSETS = {
     "emulator.spur_control_port": 7,
     "reclaim.tap_address": 8,
     "reclaim.intake_address": 9,
+    "emulator.iris_port": 10,
 }
 # HOST:PORT settings among them: the base moves only their port.
 _ADDRESS_KEYS = frozenset({"temporal.address", "reclaim.tap_address", "reclaim.intake_address"})
@@ -131,6 +133,28 @@ def derive(settings: Settings, sources: dict[str, str]) -> None:
                 ": leave runners.github.api_url unset to derive it, or make the two agree"
             )
     _derive_spur_controller(settings, base, sources)
+    _derive_iris_controller(settings, base, sources)
+
+
+def _derive_iris_controller(settings: Settings, base: int | None, sources: dict[str, str]) -> None:
+    """watch.controller_url follows the iris emulator when unset; a local URL on another
+    port contradicts it (a remote URL is a real iris controller: no emulator)."""
+    emu = settings.emulator
+    watch = settings.watch
+    served = f"http://{dial_host(emu.host)}:{emu.iris_port}"
+    if "controller_url" not in watch.model_fields_set:
+        watch.controller_url = served
+        return
+    if base is None and not _explicit(settings, "emulator.iris_port"):
+        return
+    url = urlsplit(watch.controller_url)
+    if url.scheme == "http" and is_local(url.hostname or "") and url.port != emu.iris_port:
+        raise PortConflict(
+            f"watch.controller_url is {watch.controller_url} "
+            f"({_source(sources, 'watch.controller_url')}) but the iris emulator serves "
+            f"{served} ({_emulator_origin(base, 'emulator.iris_port')}): leave "
+            "watch.controller_url unset to derive it, or make the two agree"
+        )
 
 
 def _derive_spur_controller(settings: Settings, base: int | None, sources: dict[str, str]) -> None:

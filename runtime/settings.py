@@ -44,6 +44,10 @@ from domain.runners.models import DeletionPolicy
 from domain.runners.provider import DEFAULT_LEASE_MARGIN
 from domain.tpu.phases import DEFAULT_DEADLINES, Phase
 from domain.tpu.slice_request import SliceRequest
+from domain.watch.cadence import CadencePolicy
+from domain.watch.escalation import EscalationPolicy
+from domain.watch.liveness_models import LivenessPolicy
+from domain.watch.policy import WatchPolicy
 from runtime import dev_ports, temporal_env
 from store.database import normalise_url
 
@@ -56,7 +60,7 @@ class _Section(BaseModel):
 
 
 # The workflow families a worker can serve, each on its own task queue (workers/families/).
-FAMILY_NAMES = ("tpu", "runners", "reclaim")
+FAMILY_NAMES = ("tpu", "runners", "reclaim", "watch")
 
 
 class TemporalSettings(_Section):
@@ -167,6 +171,9 @@ class EmulatorSettings(_Section):
     spur_heartbeat_interval: HumanDuration = Field(default=timedelta(seconds=2), gt=timedelta(0))
     # spurd's SIGTERM -> SIGKILL delay is 5 s.
     spur_kill_grace: HumanDuration = Field(default=timedelta(seconds=1), ge=timedelta(0))
+    # The iris emulator (emulators/iris) the dev stack runs for job watch: its Connect
+    # endpoint and control API share this port (iris's own); watch.controller_url follows it.
+    iris_port: int = 10000
 
 
 class SweeperSettings(_Section):
@@ -200,6 +207,21 @@ def package_build_id() -> str:
     return f"{metadata.version('keeper')}+{digest.hexdigest()[:12]}"
 
 
+class LogFormat(StrEnum):
+    TEXT = "text"
+    JSON = "json"
+
+
+def checked_host_port(value: str, setting: str, least_port: int = 1) -> str:
+    """A listen or dial address, HOST:PORT, or a ValueError naming the setting."""
+    if value != value.strip() or any(c.isspace() for c in value):
+        raise ValueError(f"{setting} {value!r} is not HOST:PORT (it contains a space)")
+    _, port = dev_ports.split_address(value, setting)
+    if not least_port <= port <= 65535:
+        raise ValueError(f"{setting} {value!r}: port {port} is not between {least_port} and 65535")
+    return value
+
+
 class WorkerSettings(_Section):
     log_dir: Path = Path(".dev/logs")
     graceful_shutdown: HumanDuration = timedelta(seconds=30)
@@ -219,6 +241,16 @@ class WorkerSettings(_Section):
     # Activity slots of the TPU family's worker; the runner family's are sized by
     # runners.max_concurrent_deletions, since each in-flight deletion may hold one.
     tpu_activity_slots: int = Field(default=100, ge=1, le=10000)
+    # Where the worker serves Prometheus metrics (/metrics): the SDK's temporal_* and
+    # keeper's keeper_* (runtime/metrics.py), e.g. "0.0.0.0:9464". Off ("") unless set, so
+    # several workers on one host (the dev stack, the tests) never fight over a port.
+    metrics_address: str = ""
+    # The worker's log lines on stderr: text for a terminal, json (one object a line, with
+    # the workflow and run ids) for a log pipeline.
+    log_format: LogFormat = LogFormat.TEXT
+    # HOST:PORT of the worker's health endpoint (GET /healthz, /readyz; runtime/health.py),
+    # e.g. 0.0.0.0:9465 in a container; "" serves none.
+    health_address: str = ""
 
     @field_validator("families", mode="before")
     @classmethod
@@ -236,6 +268,18 @@ class WorkerSettings(_Section):
             known = ", ".join(FAMILY_NAMES)
             raise ValueError(f"unknown workflow family {', '.join(unknown)}; choose from {known}")
         return list(dict.fromkeys(value))
+
+    @field_validator("metrics_address", "health_address")
+    @classmethod
+    def _host_port(cls, value: str, info: ValidationInfo) -> str:
+        # "" serves nothing.
+        return value and checked_host_port(value, f"worker.{info.field_name}")
+
+    @field_validator("log_format", mode="before")
+    @classmethod
+    def _format_any_case(cls, value: Any) -> Any:
+        # KEEPER_LOG_FORMAT=JSON means json.
+        return value.strip().lower() if isinstance(value, str) else value
 
     @field_validator("deployment_name")
     @classmethod
@@ -342,16 +386,10 @@ class ReclaimSettings(_Section):
     @field_validator("controller_address", "tap_address", "intake_address")
     @classmethod
     def _host_port(cls, value: str, info: ValidationInfo) -> str:
-        setting = f"reclaim.{info.field_name}"
-        if value != value.strip() or any(c.isspace() for c in value):
-            raise ValueError(f"{setting} {value!r} is not HOST:PORT (it contains a space)")
-        _, port = dev_ports.split_address(value, setting)
         # The tap and the intake may listen on port 0 (any free port); keeper dials the
         # controller, which needs a real one.
         least = 1 if info.field_name == "controller_address" else 0
-        if not least <= port <= 65535:
-            raise ValueError(f"{setting} {value!r}: port {port} is not between {least} and 65535")
-        return value
+        return checked_host_port(value, f"reclaim.{info.field_name}", least)
 
     @field_validator("store_url")
     @classmethod
@@ -368,6 +406,79 @@ class ReclaimSettings(_Section):
         return value
 
 
+class WatchSettings(_Section):
+    """Job watch beside an iris controller (docs/watch.md)."""
+
+    # The iris controller's Connect endpoint. Unset: http://emulator.host:emulator.iris_port,
+    # the dev stack's iris emulator.
+    controller_url: str = "http://127.0.0.1:10000"
+    # The bearer token (an iris JWT or API key): KEEPER_IRIS_TOKEN wins over this file; it
+    # never enters a workflow payload. Unset and no variable: calls go anonymous.
+    token_file: Path | None = None
+    call_timeout: HumanDuration = Field(default=timedelta(seconds=30), gt=timedelta(0))
+    # Where notifications go: a Slack-compatible incoming webhook. KEEPER_WATCH_WEBHOOK_URL
+    # wins over this file (the URL is a secret: it never enters history). Unset: the
+    # notifications are only in the watch's details and the worker log.
+    webhook_url_file: Path | None = None
+    # The delta probe: two reads of utime+stime this far apart.
+    probe_gap: HumanDuration = Field(default=timedelta(seconds=3), gt=timedelta(0))
+    # Worker tasks whose CPU counters each check reads, beside the coordinator's.
+    cpu_sample_workers: int = Field(default=4, ge=0, le=64)
+    # Log lines read from each of the coordinator and the workers per check.
+    log_lines_per_check: int = Field(default=5000, ge=100, le=100_000)
+    # A run continues as new after this many history events, or when Temporal suggests it.
+    history_events_limit: int = Field(default=2000, ge=200, le=40_000)
+    # The runbook's rules (domain/watch/cadence.py, liveness_models.py, escalation.py).
+    cadence: CadencePolicy = Field(default_factory=CadencePolicy)
+    liveness: LivenessPolicy = Field(default_factory=LivenessPolicy)
+    escalation: EscalationPolicy = Field(default_factory=EscalationPolicy)
+
+    def policy(self) -> WatchPolicy:
+        """What each watch run receives from the worker (domain/watch/policy.py)."""
+        return WatchPolicy(
+            cadence=self.cadence,
+            liveness=self.liveness,
+            escalation=self.escalation,
+            probe_gap=self.probe_gap,
+            history_events_limit=self.history_events_limit,
+        )
+
+    @field_validator("controller_url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        if not value.startswith(("http://", "https://")) or any(c.isspace() for c in value):
+            raise ValueError(
+                f"watch.controller_url {value!r} is not an http(s) URL "
+                "(e.g. https://iris.example.com)"
+            )
+        return value.rstrip("/")
+
+    @field_validator("token_file", "webhook_url_file")
+    @classmethod
+    def _file_named(cls, value: Path | None, info: ValidationInfo) -> Path | None:
+        if value is not None and str(value) in ("", "."):
+            raise ValueError(f"watch.{info.field_name} is empty; name the file, or leave it unset")
+        return value
+
+
+class AlertSettings(_Section):
+    """The one alert channel of every family: a Slack-compatible incoming webhook."""
+
+    # KEEPER_ALERT_WEBHOOK_URL wins over this file; with neither, the watch's own webhook
+    # (KEEPER_WATCH_WEBHOOK_URL, watch.webhook_url_file) is used, and with none at all an
+    # alert is only logged. The URL is a secret: it never enters a workflow's history.
+    webhook_url_file: Path | None = None
+    # One post's HTTP deadline; the alert activity retries a few times, then gives up.
+    timeout: HumanDuration = Field(default=timedelta(seconds=10), gt=timedelta(0))
+
+    @field_validator("webhook_url_file")
+    @classmethod
+    def _file_named(cls, value: Path | None) -> Path | None:
+        if value is not None and str(value) in ("", "."):
+            raise ValueError("alerts.webhook_url_file is empty; name the file, or leave it unset")
+        return value
+
+
 class Settings(_Section):
     temporal: TemporalSettings = Field(default_factory=TemporalSettings)
     tpu: TpuSettings = Field(default_factory=TpuSettings)
@@ -379,7 +490,9 @@ class Settings(_Section):
     worker: WorkerSettings = Field(default_factory=WorkerSettings)
     runners: RunnerSettings = Field(default_factory=RunnerSettings)
     reclaim: ReclaimSettings = Field(default_factory=ReclaimSettings)
+    watch: WatchSettings = Field(default_factory=WatchSettings)
     dev: DevSettings = Field(default_factory=DevSettings)
+    alerts: AlertSettings = Field(default_factory=AlertSettings)
 
     @model_validator(mode="after")
     def _derive_stack_addresses(self, info: ValidationInfo) -> Settings:
@@ -417,12 +530,19 @@ ENV_OVERRIDES: dict[str, str] = {
     "KEEPER_SPUR_CONTROLLER": "reclaim.controller_address",
     "KEEPER_SPUR_TOKEN_FILE": "reclaim.token_file",
     "KEEPER_RECLAIM_STORE_URL": "reclaim.store_url",
+    "KEEPER_IRIS_CONTROLLER": "watch.controller_url",
+    "KEEPER_IRIS_TOKEN_FILE": "watch.token_file",
+    "KEEPER_WATCH_WEBHOOK_URL_FILE": "watch.webhook_url_file",
     "KEEPER_BUILD_ID": "worker.build_id",
     "KEEPER_WORKER_VERSIONED": "worker.versioned",
     "KEEPER_WORKER_FAMILIES": "worker.families",
+    "KEEPER_METRICS_ADDRESS": "worker.metrics_address",
+    "KEEPER_LOG_FORMAT": "worker.log_format",
     "OTEL_EXPORTER_OTLP_ENDPOINT": "tracing.otlp_endpoint",
     "KEEPER_OTLP_ENDPOINT": "tracing.otlp_endpoint",
     dev_ports.PORT_BASE_ENV: "dev.port_base",
+    "KEEPER_ALERT_WEBHOOK_URL_FILE": "alerts.webhook_url_file",
+    "KEEPER_HEALTH_ADDRESS": "worker.health_address",
 }
 
 

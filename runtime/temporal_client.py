@@ -8,6 +8,7 @@ from typing import Any
 from temporalio.client import Client, Interceptor
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.envconfig import ClientConfigProfile
+from temporalio.runtime import Runtime
 
 from runtime.settings import TemporalSettings
 
@@ -28,9 +29,15 @@ def connect_options(settings: TemporalSettings) -> dict[str, Any]:
     return options
 
 
-async def connect(settings: TemporalSettings, interceptors: Sequence[Interceptor] = ()) -> Client:
+async def connect(
+    settings: TemporalSettings,
+    interceptors: Sequence[Interceptor] = (),
+    runtime: Runtime | None = None,
+) -> Client:
+    """`runtime` is the worker's, serving its metrics; None is the SDK's default one."""
     return await Client.connect(
         **connect_options(settings),
         data_converter=pydantic_data_converter,
         interceptors=interceptors,
+        runtime=runtime,
     )

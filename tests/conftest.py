@@ -14,6 +14,7 @@ import pytest
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
+from cli.output import use_json
 from emulators.tpu import EmulatorConfig, TpuEmulator
 from emulators.tpu.testing import follow_clock, free_port
 from runtime import search_attributes as sa
@@ -21,6 +22,14 @@ from store import RunnerStore, open_store
 from tests.harness import env_flag, register_search_attributes, tool_path
 from tests.postgres_server import PostgresServer, postgres_server
 from tests.runner_world import RunnerWorld, runner_world
+
+
+@pytest.fixture(autouse=True)
+def text_output_by_default() -> None:
+    """Each `keeper` is a process of its own, so its `--json` lasts one command; tests that
+    invoke commands in-process share a thread, and one test's `--json` must not decide how
+    the next one's command prints."""
+    use_json(False)
 
 
 @pytest.fixture

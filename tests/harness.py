@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import atexit
 import contextlib
 import os
 import shutil
+import socket
 import tempfile
 import uuid
 from collections.abc import AsyncIterator
@@ -15,6 +17,7 @@ from typing import Any
 
 from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest
+from temporalio.api.workflowservice.v1 import GetSystemInfoRequest
 from temporalio.client import Client, WorkflowHandle
 from temporalio.worker import Worker
 
@@ -40,7 +43,7 @@ async def register_search_attributes(client: Client) -> None:
         AddSearchAttributesRequest(
             namespace=client.namespace,
             search_attributes={
-                key.name: IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD for key in sa.ALL
+                key.name: IndexedValueType.ValueType(key.indexed_value_type) for key in sa.ALL
             },
         )
     )
@@ -115,3 +118,49 @@ def assert_no_leaks(emulator: TpuEmulator, handed: frozenset[str] = frozenset())
 
 def env_flag(name: str) -> bool:
     return os.environ.get(name, "") not in ("", "0", "false")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class RestartableServer:
+    """A Temporal dev server on a fixed port and db file, stopped and started again."""
+
+    def __init__(self, db: Path) -> None:
+        self.port = free_port()
+        self.db = db
+        self.process: asyncio.subprocess.Process | None = None
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    async def start(self) -> None:
+        argv = [
+            tool_path("temporal"), "server", "start-dev", "--ip", "127.0.0.1",
+            "--port", str(self.port), "--db-filename", str(self.db), "--headless",
+            "--log-level", "error",
+        ]  # fmt: skip
+        for name, kind in sa.registrations().items():
+            argv += ["--search-attribute", f"{name}={kind}"]
+        self.process = await asyncio.create_subprocess_exec(
+            *argv, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL
+        )
+        loop = asyncio.get_running_loop()
+        end = loop.time() + 60
+        while loop.time() < end:
+            try:
+                client = await Client.connect(self.address)
+                await client.workflow_service.get_system_info(GetSystemInfoRequest())
+                return
+            except Exception:  # not listening yet
+                await asyncio.sleep(0.2)
+        raise AssertionError(f"Temporal dev server on {self.address} did not come up")
+
+    async def stop(self) -> None:
+        assert self.process is not None
+        self.process.terminate()
+        await asyncio.wait_for(self.process.wait(), 30)

@@ -142,7 +142,11 @@ async def reclaim_world(
     mode: Mode = Mode.ACT,
     policy: ReclaimPolicy = FAST,
     worker: bool = True,
+    token: str | None = None,
+    token_file: Path | None = None,
 ) -> AsyncIterator[ReclaimWorld]:
+    """`token`: the controller and agents require it on every call; keeper reads it from
+    `token_file` (reclaim.token_file) or from KEEPER_SPUR_TOKEN, as the caller arranged."""
     controller_port = free_port()
     settings = Settings()
     settings.temporal.task_queue = f"reclaim-test-{uuid.uuid4().hex[:8]}"
@@ -151,6 +155,7 @@ async def reclaim_world(
         controller_address=f"127.0.0.1:{controller_port}",
         tap_address="127.0.0.1:0",
         intake_address="127.0.0.1:0",
+        token_file=token_file,
         store_url=f"sqlite:///{tmp_path / 'reclaim.db'}",
         call_timeout=timedelta(seconds=5),
         cancel_timeout=timedelta(seconds=1),
@@ -165,6 +170,7 @@ async def reclaim_world(
                 agents=agents if agents is not None else numbered_agents(3),
                 controller_address=f"127.0.0.1:{tap.port}",
                 kill_grace=0.2,
+                token=token,
             )
         )
         await emu.start()

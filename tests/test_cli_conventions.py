@@ -389,6 +389,7 @@ def test_worker_check_prints_the_plan_without_a_server(config: Path) -> None:
         "tpu": "keeper-tpu",
         "runners": "keeper-runners",
         "reclaim": "keeper-reclaim",
+        "watch": "keeper-watch",
     }
     assert plan["legacy_task_queue"] == "keeper"
     tpu = json.loads(tpu_only.stdout)

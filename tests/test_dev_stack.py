@@ -39,7 +39,7 @@ NEEDS_EMULATOR = pytest.mark.skipif(
     reason="emulators.tpu is not importable yet: the worker needs the emulator (tpu=gcp "
     "would need real credentials), so the full-stack test cannot run",
 )
-COMPONENTS = ("temporal", "emulator", "github", "spur", "tap", "worker")
+COMPONENTS = ("temporal", "emulator", "github", "spur", "tap", "iris", "worker")
 
 
 def free_ports(count: int) -> list[int]:
@@ -127,8 +127,8 @@ def _clean_env() -> dict[str, str]:
 
 
 def _write_config(root: Path, tpu_endpoint: str) -> tuple[Path, dict[str, int]]:
-    grpc, ui, emu_grpc, emu_control, vm_health, github, spur, spur_control, tap, intake = (
-        free_ports(10)
+    grpc, ui, emu_grpc, emu_control, vm_health, github, spur, spur_control, tap, intake, iris = (
+        free_ports(11)
     )
     ports = {
         "grpc": grpc,
@@ -141,6 +141,7 @@ def _write_config(root: Path, tpu_endpoint: str) -> tuple[Path, dict[str, int]]:
         "spur_control": spur_control,
         "tap": tap,
         "intake": intake,
+        "iris": iris,
     }
     config = {
         "temporal": {
@@ -165,6 +166,7 @@ def _write_config(root: Path, tpu_endpoint: str) -> tuple[Path, dict[str, int]]:
             "spur_agents": 2,
             "spur_heartbeat_interval": "1s",
             "spur_kill_grace": "200ms",
+            "iris_port": iris,
         },
         # reclaim.controller_address is derived from the spur emulator's controller port.
         "reclaim": {
@@ -236,7 +238,7 @@ def test_up_is_healthy_idempotent_recovers_a_dead_worker_and_down_stops_everythi
     assert code == 0, report
     assert report["healthy"] is True
     assert report["ui_url"] == f"http://127.0.0.1:{keeper.ports['ui']}"
-    for name in ("temporal", "emulator", "github", "spur", "tap"):
+    for name in ("temporal", "emulator", "github", "spur", "tap", "iris"):
         component = report["components"][name]
         assert component["state"] == "running", component
         assert component["healthy"] is True, component

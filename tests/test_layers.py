@@ -37,8 +37,8 @@ def test_keepers_imports_keep_every_contract() -> None:
 
 
 FAMILY_DIRS = (
-    "tpu", "runners", "reclaim", "families", "families/tpu", "families/runners",
-    "families/reclaim",
+    "tpu", "runners", "reclaim", "watch", "families", "families/tpu", "families/runners",
+    "families/reclaim", "families/watch",
 )  # fmt: skip
 
 

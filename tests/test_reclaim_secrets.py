@@ -9,9 +9,7 @@ import base64
 import contextlib
 import logging
 import re
-import uuid
 from collections.abc import AsyncIterator
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -20,13 +18,10 @@ from google.protobuf.json_format import MessageToJson
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
-from domain.reclaim.steps import Mode, Outcome
+from domain.reclaim.steps import Outcome
 from domain.reclaim.view import ReclaimView
-from emulators.spur import SpurEmulator, SpurEmulatorConfig
 from runtime.reclaim.credentials import TOKEN_ENV
-from runtime.reclaim.service import run_tap
-from runtime.settings import ReclaimSettings, Settings
-from tests.reclaim_world import FAST, ReclaimWorld, free_port, until
+from tests.reclaim_world import ReclaimWorld, reclaim_world, until
 from tests.test_reclaim_cli import keeper, world_config
 from tests.test_reclaim_e2e import live, nodes, only_workflow, released_after_beats, stale
 
@@ -60,40 +55,9 @@ async def token_world(
     client: Client, tmp_path: Path, *, token_file: Path | None = None
 ) -> AsyncIterator[ReclaimWorld]:
     """tests/reclaim_world.py's world, with a controller that requires TOKEN on every call."""
-    controller_port = free_port()
-    settings = Settings()
-    settings.temporal.task_queue = f"reclaim-secret-{uuid.uuid4().hex[:8]}"
-    settings.reclaim = ReclaimSettings(
-        mode=Mode.ACT,
-        controller_address=f"127.0.0.1:{controller_port}",
-        tap_address="127.0.0.1:0",
-        intake_address="127.0.0.1:0",
-        token_file=token_file,
-        store_url=f"sqlite:///{tmp_path / 'reclaim.db'}",
-        call_timeout=timedelta(seconds=5),
-        cancel_timeout=timedelta(seconds=1),
-        timing=FAST,
-        batch_window=timedelta(milliseconds=20),
-    )
-    async with contextlib.AsyncExitStack() as stack:
-        tap, intake, intake_port = await stack.enter_async_context(run_tap(settings, client))
-        emu = SpurEmulator(
-            SpurEmulatorConfig(
-                controller_port=controller_port,
-                agents=nodes(2),
-                controller_address=f"127.0.0.1:{tap.port}",
-                kill_grace=0.2,
-                token=TOKEN,
-            )
-        )
-        await emu.start()
-        stack.push_async_callback(emu.stop)
-        world = ReclaimWorld(emu, settings, client, tap, intake, intake_port)
-        stack.push_async_callback(world._stack.aclose)
-        await tap.drained()
-        await intake.idle()
-        await until(lambda: len(intake.memory.known_nodes()) >= 2, what="registrations")
-        await world.start_worker()
+    async with reclaim_world(
+        client, tmp_path, agents=nodes(2), token=TOKEN, token_file=token_file
+    ) as world:
         yield world
 
 

@@ -36,6 +36,7 @@ from domain.reclaim.models import Holding
 from domain.runners.models import deletion_workflow_id
 from domain.tpu.naming import bootstrap_run_workflow_id, bootstrap_workflow_id, teardown_workflow_id
 from domain.tpu.slice_request import Capacity
+from domain.watch.models import watch_id
 from emulators.tpu import Scenario, TpuEmulator
 from tests.harness import env_flag, running_worker, slice_request
 from workers.registry import WORKFLOW_FAILURE_EXCEPTION_TYPES, WORKFLOW_INTERCEPTORS, WORKFLOWS
@@ -201,6 +202,7 @@ CANONICAL_IDS: dict[str, Callable[[dict[str, Any]], str]] = {
     "TpuSliceTeardown": lambda inp: teardown_workflow_id(inp["slice_name"]),
     "RunnerDeletion": lambda inp: deletion_workflow_id(inp["runner"]),
     "JobReclaim": lambda inp: Holding.model_validate(inp["holding"]).workflow_id,
+    "JobWatch": lambda inp: watch_id(inp["job_id"]),
 }
 
 

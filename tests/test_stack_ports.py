@@ -67,9 +67,14 @@ def test_a_port_base_moves_every_port_and_what_dials_them(tmp_path: Path) -> Non
     tap = components["tap"]
     assert tap.mode == "managed" and tap.argv[-2:] == ("reclaim", "tap")
     assert [p.number for p in tap.ports] == [BASE + 8, BASE + 9]
+    # Job watch: the iris emulator, and the controller URL the worker dials.
+    assert emu.iris_port == BASE + 10
+    assert settings.watch.controller_url == f"http://127.0.0.1:{BASE + 10}"
+    iris = components["iris"]
+    assert iris.mode == "managed" and _flag(iris.argv, "--port") == str(BASE + 10)
     numbers = [p.number for c in components.values() for p in c.ports]
     # Every port but the VMs' (N+5) is one a component listens on.
-    assert sorted(numbers) == [n for n in range(BASE, BASE + 10) if n != BASE + 5]
+    assert sorted(numbers) == [n for n in range(BASE, BASE + 11) if n != BASE + 5]
 
     # The environment variable and the file agree; explicit values equal to the base's pass.
     by_env = _load(tmp_path, {}, KEEPER_DEV_PORT_BASE=str(BASE))

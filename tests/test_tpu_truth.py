@@ -7,14 +7,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import socket
 import sys
 import uuid
 from pathlib import Path
 
 import pytest
 import yaml
-from temporalio.api.workflowservice.v1 import GetSystemInfoRequest
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import ApplicationError
@@ -25,9 +23,14 @@ from domain.tpu.models import BootstrapFailure, BootstrapResult
 from domain.tpu.naming import bootstrap_run_workflow_id, bootstrap_workflow_id, teardown_workflow_id
 from domain.tpu.phases import Phase
 from emulators.tpu import Scenario, TpuEmulator
-from runtime import search_attributes as sa
 from tests.e2e_support import REPO, wait_for_phase, write_config
-from tests.harness import assert_no_leaks, env_flag, running_worker, slice_request, tool_path
+from tests.harness import (
+    RestartableServer,
+    assert_no_leaks,
+    env_flag,
+    running_worker,
+    slice_request,
+)
 from tests.test_replay import write_recording
 from workflows.tpu.bootstrap import TpuSliceBootstrap
 
@@ -298,52 +301,6 @@ async def test_record_cancel_and_name_taken(dev_env: WorkflowEnvironment, emu: T
             task_queue=worker.task_queue,
         )
     assert_no_leaks(emu)
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-class RestartableServer:
-    """A Temporal dev server on a fixed port and db file, stopped and started again."""
-
-    def __init__(self, db: Path) -> None:
-        self.port = _free_port()
-        self.db = db
-        self.process: asyncio.subprocess.Process | None = None
-
-    @property
-    def address(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    async def start(self) -> None:
-        argv = [
-            tool_path("temporal"), "server", "start-dev", "--ip", "127.0.0.1",
-            "--port", str(self.port), "--db-filename", str(self.db), "--headless",
-            "--log-level", "error",
-        ]  # fmt: skip
-        for key in sa.ALL:
-            argv += ["--search-attribute", f"{key.name}=Keyword"]
-        self.process = await asyncio.create_subprocess_exec(
-            *argv, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL
-        )
-        loop = asyncio.get_running_loop()
-        end = loop.time() + 60
-        while loop.time() < end:
-            try:
-                client = await Client.connect(self.address)
-                await client.workflow_service.get_system_info(GetSystemInfoRequest())
-                return
-            except Exception:  # not listening yet
-                await asyncio.sleep(0.2)
-        raise AssertionError(f"Temporal dev server on {self.address} did not come up")
-
-    async def stop(self) -> None:
-        assert self.process is not None
-        self.process.terminate()
-        await asyncio.wait_for(self.process.wait(), 30)
 
 
 async def test_bootstrap_wait_keeps_waiting_through_a_server_restart(

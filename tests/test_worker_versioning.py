@@ -37,6 +37,7 @@ from emulators.tpu import Scenario, TpuEmulator
 from runtime.settings import SettingsError, load_settings, package_build_id
 from runtime.tpu.client import emulator_client
 from tests import harness
+from tests.diagnostics import where_it_is
 from tests.harness import assert_no_leaks, slice_request
 from tests.runner_world import RunnerWorld
 from tests.test_dev_stack import NEEDS_EMULATOR, Keeper, keeper  # noqa: F401 (the fixture)
@@ -58,6 +59,7 @@ BEHAVIOURS = {
     "RunnerDeletion": VersioningBehavior.AUTO_UPGRADE,
     "RunnerReconciler": VersioningBehavior.PINNED,
     "JobReclaim": VersioningBehavior.AUTO_UPGRADE,
+    "JobWatch": VersioningBehavior.AUTO_UPGRADE,
 }
 UNVERSIONED = ""  # the build id a history records for a task an unversioned worker completed
 
@@ -136,12 +138,18 @@ def runner_build(
     )
 
 
-async def until(check: Callable[[], Awaitable[bool]], what: str, within: float = 60.0) -> None:
+async def until(
+    check: Callable[[], Awaitable[bool]],
+    what: str,
+    within: float = 90.0,
+    explain: Callable[[], Awaitable[str]] | None = None,
+) -> None:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + within
     while not await check():
         if loop.time() > deadline:
-            raise AssertionError(f"timed out after {within}s waiting for {what}")
+            detail = f"; {await explain()}" if explain else ""
+            raise AssertionError(f"timed out after {within}s waiting for {what}{detail}")
         await asyncio.sleep(0.1)
 
 
@@ -227,7 +235,11 @@ async def test_an_auto_upgrade_deletion_moves_to_build_2_and_finishes_after_buil
         worker_1 = await workers.enter_async_context(runner_build(client, world, build_1))
         await make_current_once_polled(client, build_1)
         handle = await world.request(client, "long")
-        await until(lambda: escalated(client, "long"), "the deletion to escalate on build 1")
+        await until(
+            lambda: escalated(client, "long"),
+            "the deletion to escalate on build 1",
+            explain=lambda: where_it_is(handle),
+        )
 
         await workers.enter_async_context(runner_build(client, world, build_2))
         await make_current_once_polled(client, build_2)
@@ -331,7 +343,11 @@ async def test_runs_an_unversioned_worker_started_move_to_the_first_current_vers
     async with contextlib.AsyncExitStack() as workers:
         unversioned = await workers.enter_async_context(runner_build(client, world, None))
         handle = await world.request(client, "legacy")
-        await until(lambda: escalated(client, "legacy"), "the deletion to escalate unversioned")
+        await until(
+            lambda: escalated(client, "legacy"),
+            "the deletion to escalate unversioned",
+            explain=lambda: where_it_is(handle),
+        )
 
         await workers.enter_async_context(runner_build(client, world, build_1))
         await make_current_once_polled(client, build_1)

@@ -21,10 +21,13 @@ from temporalio.client import (
 from temporalio.common import WorkerDeploymentVersion
 from temporalio.worker import Worker
 
+from runtime.health import Readiness, serve_health
+from runtime.metrics import prometheus_runtime
 from runtime.runners.deps import RunnerDeps, open_runner_deps
 from runtime.settings import Settings
 from runtime.temporal_client import connect
 from runtime.tracing import setup_tracing, shutdown_tracing
+from workers.alerts import distinct_activities
 from workers.families import FAMILIES, Family
 from workers.registry import (
     WORKFLOW_FAILURE_EXCEPTION_TYPES,
@@ -116,8 +119,20 @@ def _aim_at(schedule_id: str, queue: str) -> Callable[[ScheduleUpdateInput], Sch
 
 
 async def run_worker(settings: Settings) -> None:
+    readiness = Readiness()
+    async with serve_health(settings.worker.health_address, readiness):
+        await _serve(settings, readiness)
+
+
+async def _serve(settings: Settings, readiness: Readiness) -> None:
     interceptors = setup_tracing(settings.tracing)
-    client = await connect(settings.temporal, interceptors)
+    metrics = settings.worker.metrics_address
+    client = await connect(
+        settings.temporal, interceptors, prometheus_runtime(metrics) if metrics else None
+    )
+    readiness.client = client
+    if metrics:
+        log.info("serving metrics on http://%s/metrics", metrics)
     families = served_families(settings)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -149,7 +164,7 @@ async def run_worker(settings: Settings) -> None:
                     settings,
                     settings.temporal.task_queue,
                     WORKFLOWS,
-                    every_activity,
+                    distinct_activities(every_activity),
                     activity_slots(settings),
                     version,
                 )
@@ -165,7 +180,9 @@ async def run_worker(settings: Settings) -> None:
         )
         for worker in workers:
             await stack.enter_async_context(worker)
+        readiness.workers = workers
         await stop.wait()
+        readiness.stopping = True
         log.info(
             "shutting down: finishing running activities (up to %s)",
             settings.worker.graceful_shutdown,

@@ -14,6 +14,8 @@ from temporalio.worker import Interceptor
 from runtime.reclaim.deps import ReclaimDeps
 from runtime.runners.deps import RunnerDeps
 from runtime.settings import Settings
+from runtime.watch.deps import WatchDeps
+from workers.alerts import distinct_activities
 from workers.families import FAMILIES
 from workers.families.tpu import TpuDeps
 from workers.input_guard import InputGuard, InputHelp
@@ -38,11 +40,15 @@ def build_activities(
     tpu_client: tpu_v2.TpuAsyncClient,
     runners: RunnerDeps,
     reclaim: ReclaimDeps | None = None,
+    watch: WatchDeps | None = None,
 ) -> list[Callable[..., Any]]:
     """Every family's activities on clients the caller opened (tests and benchmarks); the
-    reclaim family's only when its clients are given."""
-    return [
-        *FAMILIES["tpu"].activities(settings, client, TpuDeps(tpu_client)),
-        *FAMILIES["runners"].activities(settings, client, runners),
-        *(FAMILIES["reclaim"].activities(settings, client, reclaim) if reclaim else []),
-    ]
+    reclaim and watch families' only when their clients are given."""
+    return distinct_activities(
+        [
+            *FAMILIES["tpu"].activities(settings, client, TpuDeps(tpu_client)),
+            *FAMILIES["runners"].activities(settings, client, runners),
+            *(FAMILIES["reclaim"].activities(settings, client, reclaim) if reclaim else []),
+            *(FAMILIES["watch"].activities(settings, client, watch) if watch else []),
+        ]
+    )

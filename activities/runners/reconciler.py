@@ -11,6 +11,7 @@ from datetime import timedelta
 from temporalio import activity
 from temporalio.client import Client
 
+from activities.runners import metrics
 from domain.runners.github import GitHubRunner, GitHubScope
 from domain.runners.models import (
     DELETION_WORKFLOW_TYPE,
@@ -59,6 +60,7 @@ class ReconcilerActivities:
         errors: list[str] = []
         found = await asyncio.to_thread(self._store.scan, include_deleted=True)
         records = found.records
+        metrics.lane_records(records)
         # Reported, not counted against max_actions: a bad row must not starve the others.
         skipped = [
             f"record {shown(bad.name)} skipped: {'; '.join(bad.problems)}; {what_to_do(bad.name)}"

@@ -17,8 +17,9 @@ EMULATOR = "emulator"
 GITHUB = "github"
 SPUR = "spur"
 TAP = "tap"
+IRIS = "iris"
 WORKER = "worker"
-COMPONENTS = (TEMPORAL, EMULATOR, GITHUB, SPUR, TAP, WORKER)
+COMPONENTS = (TEMPORAL, EMULATOR, GITHUB, SPUR, TAP, IRIS, WORKER)
 
 
 @dataclass(frozen=True)
@@ -171,6 +172,18 @@ def plan(settings: Settings, config_file: str | None) -> dict[str, Component]:
         "WARNING",
     )
 
+    iris_argv: tuple[str, ...] = (
+        sys.executable,
+        "-m",
+        "emulators.iris",
+        "--host",
+        emu.host,
+        "--port",
+        str(emu.iris_port),
+        "--log-level",
+        "WARNING",
+    )
+
     return {
         TEMPORAL: Component(
             name=TEMPORAL,
@@ -233,6 +246,16 @@ def plan(settings: Settings, config_file: str | None) -> dict[str, Component]:
             pid_file=pids / "tap.pid",
             disabled_because="reclaim.tap_address is not on this host",
         ),
+        IRIS: Component(
+            name=IRIS,
+            mode="managed" if iris_emulator_serves(settings) else "disabled",
+            argv=iris_argv,
+            ports=(Port(emu.host, emu.iris_port, "HTTP", "emulator.iris_port"),),
+            address=f"{emu.host}:{emu.iris_port}",
+            log_file=logs / "iris.log",
+            pid_file=pids / "iris.pid",
+            disabled_because="watch.controller_url is not the iris emulator",
+        ),
         WORKER: Component(
             name=WORKER,
             mode="managed",
@@ -265,6 +288,17 @@ def spur_emulator_serves(settings: Settings) -> bool:
     the dev stack start the emulator; a real controller elsewhere is left to itself)."""
     host, port = split_address(settings.reclaim.controller_address, "reclaim.controller_address")
     return is_local(host) and port == settings.emulator.spur_controller_port
+
+
+def iris_emulator_serves(settings: Settings) -> bool:
+    """Whether watch.controller_url is the iris emulator (only then does the dev stack start
+    it; a real controller elsewhere is left to itself)."""
+    url = urlsplit(settings.watch.controller_url)
+    return (
+        url.scheme == "http"
+        and is_local(url.hostname or "")
+        and url.port == settings.emulator.iris_port
+    )
 
 
 def emulator_address_mismatch(settings: Settings) -> str | None:

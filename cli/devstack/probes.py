@@ -143,6 +143,18 @@ class Probes:
             return Health(False, f"{what} (through {self.settings.reclaim.tap_address})")
         return Health(True, what)
 
+    async def iris_emulator(self) -> Health:
+        """Healthy once the control API answers."""
+        emu = self.settings.emulator
+        url = f"http://{dial_host(emu.host)}:{emu.iris_port}/control/state"
+        health, state = await self._json(url)
+        if not health.ok:
+            return health
+        jobs = state.get("jobs", []) if isinstance(state, dict) else []
+        return Health(
+            True, f"controller http://{dial_host(emu.host)}:{emu.iris_port}, {len(jobs)} jobs"
+        )
+
     async def reclaim_tap(self) -> Health:
         """The tap process answers on its HTTP intake once the tap, the intake and the
         intake's controller client are up."""

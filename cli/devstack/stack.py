@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib.util
 import os
 import subprocess
 import sys
@@ -16,9 +15,11 @@ from typing import Any, NoReturn
 
 import click
 
+from cli.dev_only import CHECKOUT_HINT, emulator_installed
 from cli.devstack.layout import (
     EMULATOR,
     GITHUB,
+    IRIS,
     SPUR,
     TAP,
     TEMPORAL,
@@ -51,6 +52,7 @@ from cli.devstack.procs import (
 from cli.devstack.runner_files import prepare_runner_files
 from cli.output import UsageProblem
 from runtime.dev_ports import PORT_BASE_ENV
+from runtime.search_attributes import register_missing
 from runtime.settings import Settings, SettingsConflict, SettingsError, load_settings
 
 
@@ -67,6 +69,21 @@ def _load(config_file: str | None, env: dict[str, str], port_base: int | None) -
 
 POLL_INTERVAL = 0.25
 LOCK_FILE = "dev.lock"
+
+# The components that run one of keeper's emulators (a checkout's, not the wheel's): the
+# emulator, the setting that points at it, and how to point keeper at a real service instead.
+_EMULATED: tuple[tuple[str, str, str, str], ...] = (
+    (EMULATOR, "emulators.tpu", "tpu.endpoint", "set KEEPER_TPU_ENDPOINT=gcp"),
+    (GITHUB, "emulators.github", "runners.github.api_url", "set KEEPER_GITHUB_API_URL"),
+    (SPUR, "emulators.spur", "reclaim.controller_address", "set KEEPER_SPUR_CONTROLLER"),
+    (IRIS, "emulators.iris", "watch.controller_url", "set KEEPER_IRIS_CONTROLLER"),
+    (
+        WORKER,
+        "emulators.provider",
+        "runners.provider.executable (unset)",
+        "set KEEPER_PROVIDER_EXECUTABLE to a GARM provider",
+    ),
+)
 LOG_TAIL_LINES = 20
 
 
@@ -193,6 +210,8 @@ class Stack:
             return await probes.spur_emulator()
         if comp.name == TAP:
             return await probes.reclaim_tap()
+        if comp.name == IRIS:
+            return await probes.iris_emulator()
         if running is None:
             return Health(False, "not running")
         # Healthy once it polls the queue of every family it serves.
@@ -294,12 +313,14 @@ class Stack:
             await self._check_external_temporal(probes, deadline)
 
         prepare_runner_files(self.settings)
-        for name in (TEMPORAL, EMULATOR, GITHUB, SPUR):
+        for name in (TEMPORAL, EMULATOR, GITHUB, SPUR, IRIS):
             comp = self.components[name]
             if comp in to_start:
                 running[name] = self._start(comp)
         if TEMPORAL in running:
             await self._wait(running[TEMPORAL], probes, deadline, budget)
+        if temporal.managed:
+            await self._register_search_attributes(probes)
         # The tap reaches Temporal at start-up and forwards to the spur emulator's controller
         # lazily; the spur agents register at their next heartbeat once the tap is up. The
         # worker needs Temporal at start-up; it dials the emulators lazily, so it can start
@@ -310,7 +331,7 @@ class Stack:
         worker = self.components[WORKER]
         if with_worker and worker in to_start:
             running[WORKER] = self._start(worker)
-        for name in (EMULATOR, GITHUB, TAP, SPUR):
+        for name in (EMULATOR, GITHUB, TAP, SPUR, IRIS):
             if name in running:
                 await self._wait(running[name], probes, deadline, budget)
         if with_worker:
@@ -397,20 +418,25 @@ class Stack:
         names = {c.name for c in to_start}
         if TEMPORAL in names and temporal_binary() is None:
             raise StackError(TEMPORAL_MISSING.format(python=sys.executable))
-        if EMULATOR in names and importlib.util.find_spec("emulators.tpu") is None:
+        for component, module, setting, remedy in _EMULATED:
+            if component not in names or emulator_installed(module):
+                continue
+            if module == "emulators.provider" and self.settings.runners.provider.executable:
+                continue
             raise StackError(
-                "tpu.endpoint is `emulator` but the TPU emulator (emulators.tpu) is not "
-                "installed in this environment.\n"
-                "Reinstall with `pip install -e '.[dev]'`, or run against GCP with "
-                "KEEPER_TPU_ENDPOINT=gcp."
+                f"{setting} points at keeper's emulator {module}, which this installation "
+                f"does not include.\n{CHECKOUT_HINT} Or {remedy} to use a real one."
             )
-        if SPUR in names and importlib.util.find_spec("emulators.spur") is None:
-            raise StackError(
-                "reclaim.controller_address is the spur emulator's controller but the spur "
-                "emulator (emulators.spur) is not installed in this environment.\n"
-                "Reinstall with `pip install -e '.[dev]'`, or point KEEPER_SPUR_CONTROLLER at "
-                "a real spur controller."
-            )
+
+    async def _register_search_attributes(self, probes: Probes) -> None:
+        """A database an older keeper made lacks the newer attributes; `--search-attribute`
+        only applies to a new one."""
+        try:
+            added = await register_missing(await probes.client())
+        except ValueError as err:
+            raise StackError(f"{err}; or start afresh with `keeper dev down --purge`") from None
+        if added:
+            say(TEMPORAL, f"registered the search attributes {', '.join(added)}")
 
     async def _check_external_temporal(self, probes: Probes, deadline: float) -> None:
         address = self.settings.temporal.address
@@ -498,7 +524,7 @@ class Stack:
             run_dir(self.settings).rmdir()  # only when empty
 
     def _down(self, grace: float, purge: bool) -> None:
-        for name in (WORKER, TAP, SPUR, GITHUB, EMULATOR, TEMPORAL):
+        for name in (WORKER, TAP, SPUR, IRIS, GITHUB, EMULATOR, TEMPORAL):
             comp = self.components[name]
             record = PidRecord.load(comp.pid_file)
             if record is None:

@@ -20,7 +20,7 @@ from temporalio.client import Client, WorkflowExecutionStatus
 from cli.context import KeeperContext, pass_keeper
 from cli.output import CommandFailed, Output, UsageProblem, json_options, rfc3339
 from cli.reclaim.demo import demo
-from cli.temporal_ops import client_for
+from cli.temporal_ops import client_for, list_query
 from domain.common.untrusted import terminal_text
 from domain.reclaim.calls import OperatorRelease
 from domain.reclaim.identity import NodeNameError, canonical_node
@@ -98,14 +98,7 @@ def _spur_failure(settings: Settings, err: Exception) -> CommandFailed:
 
 
 def _query_for(node: str | None, job: int | None, running: bool) -> str:
-    parts = [f'WorkflowType="{RECLAIM_WORKFLOW_TYPE}"']
-    if running:
-        parts.append('ExecutionStatus="Running"')
-    if node is not None:
-        parts.append(f'{sa.NODE.name}="{node}"')
-    if job is not None:
-        parts.append(f'{sa.JOB_ID.name}="{job}"')
-    return " AND ".join(parts)
+    return list_query(RECLAIM_WORKFLOW_TYPE, running, **{sa.NODE.name: node, sa.JOB_ID.name: job})
 
 
 async def _view(client: Client, workflow_id: str, run_id: str | None = None) -> ReclaimView | None:

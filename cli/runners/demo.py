@@ -11,6 +11,7 @@ import click
 import httpx
 
 from cli.context import KeeperContext, pass_keeper
+from cli.dev_only import require_emulator
 from cli.devstack.layout import is_local
 from cli.output import CommandFailed, Output, UsageProblem, json_options
 from cli.runners.commands import Followed, _store, follow, runner
@@ -109,6 +110,7 @@ def demo(keeper: KeeperContext, count: int, out: Output) -> None:
     record), then delete the first one through its workflow, showing each step."""
     settings = keeper.settings
     _check_local(settings)
+    require_emulator("emulators.provider", "`keeper runner demo`")
     prefix = f"demo-{datetime.now(UTC):%H%M%S}"
     records = seed(settings, prefix, count)
     out.note(

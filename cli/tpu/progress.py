@@ -18,8 +18,9 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 from temporalio.client import WorkflowHandle
-from temporalio.service import RPCError, RPCStatusCode
+from temporalio.service import RPCError
 
+from cli.reconnect import RECONNECT_FIRST, RECONNECT_MAX, is_transient
 from domain.common.durations import format_duration
 from domain.common.untrusted import terminal_text
 from domain.tpu.models import BootstrapStatus
@@ -31,16 +32,6 @@ STOPPED = (Phase.FAILED, Phase.CANCELLED, Phase.COMPENSATE)
 # Failing VMs named in the live view and in a status line; `status --json` has them all.
 FAILING_SHOWN = 5
 # Reconnecting to a restarted server: the first wait, doubling up to the last.
-RECONNECT_FIRST = 0.5
-RECONNECT_MAX = 10.0
-# What a lost server looks like to a call that was in flight or is made meanwhile.
-_TRANSIENT = {
-    RPCStatusCode.UNAVAILABLE,
-    RPCStatusCode.DEADLINE_EXCEEDED,
-    RPCStatusCode.UNKNOWN,
-    RPCStatusCode.CANCELLED,
-    RPCStatusCode.INTERNAL,
-}
 
 Note = Callable[[str], None]
 
@@ -143,11 +134,6 @@ async def query_status(handle: WorkflowHandle[Any, Any]) -> BootstrapStatus | No
         return await handle.query("status", result_type=BootstrapStatus)
     except Exception:  # the worker or the server may be restarting; the next tick asks again
         return None
-
-
-def is_transient(err: BaseException) -> bool:
-    """A lost or restarting server, as opposed to an answer."""
-    return isinstance(err, RPCError) and err.status in _TRANSIENT
 
 
 async def result_of(handle: WorkflowHandle[Any, Any], note: Note) -> Any:

@@ -2,8 +2,9 @@
 
 from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
 
+from runtime.shared_search_attributes import JOB_ID
+
 NODE = SearchAttributeKey.for_keyword("Node")
-JOB_ID = SearchAttributeKey.for_keyword("JobId")
 RECLAIM_STEP = SearchAttributeKey.for_keyword("ReclaimStep")
 
 RECLAIM_ATTRIBUTES = (NODE, JOB_ID, RECLAIM_STEP)

@@ -13,7 +13,7 @@ from domain.runners.provider import DEFAULT_LEASE_MARGIN
 from runtime.runners.garm_provider import ExternalProvider
 from runtime.runners.github_client import TOKEN_ENV, GitHubClient, load_github_token
 from runtime.runners.instance_lease import InstanceLeases
-from runtime.settings import RunnerSettings
+from runtime.settings import RunnerSettings, SettingsError
 from store import RunnerStore, open_store
 
 log = logging.getLogger("keeper.runners")
@@ -85,7 +85,16 @@ def open_runner_deps(settings: RunnerSettings) -> RunnerDeps:
 
 def make_provider(settings: RunnerSettings) -> ExternalProvider:
     if settings.provider.executable is None:
-        from emulators.provider import WRAPPER, launcher_env
+        try:
+            from emulators.provider import WRAPPER, launcher_env
+        except ModuleNotFoundError:
+            # A wheel install: the emulated provider stays in keeper's checkout.
+            raise SettingsError(
+                "runners.provider.executable is unset and keeper's emulated provider "
+                "(emulators.provider) is not installed here: set it (KEEPER_PROVIDER_EXECUTABLE) "
+                "to a GARM external provider, or leave the runners family out "
+                "(keeper worker --family, KEEPER_WORKER_FAMILIES)"
+            ) from None
 
         return ExternalProvider(
             WRAPPER,

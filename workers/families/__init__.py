@@ -12,7 +12,8 @@ from workers.families.family import Family, ScheduleSpecOf
 from workers.families.reclaim import RECLAIM
 from workers.families.runners import RUNNERS
 from workers.families.tpu import TPU
+from workers.families.watch import WATCH
 
-FAMILIES: dict[str, Family] = {family.name: family for family in (TPU, RUNNERS, RECLAIM)}
+FAMILIES: dict[str, Family] = {family.name: family for family in (TPU, RUNNERS, RECLAIM, WATCH)}
 
 __all__ = ["FAMILIES", "Family", "ScheduleSpecOf"]

@@ -16,6 +16,7 @@ from temporalio.client import Client
 from activities.reclaim.reclaim import ReclaimActivities
 from runtime.reclaim.deps import ReclaimDeps, open_reclaim_deps
 from runtime.settings import Settings
+from workers.alerts import alert_activity
 from workers.families.family import Family, ScheduleSpecOf
 from workers.input_guard import InputHelp
 from workflows.reclaim.job_reclaim import JobReclaim
@@ -54,7 +55,14 @@ def reclaim_activities(
     settings: Settings, client: Client, deps: ReclaimDeps
 ) -> list[Callable[..., Any]]:
     acts = ReclaimActivities(deps.settings, deps.controller, deps.agents, deps.memory)
-    return [acts.assess, acts.cancel, acts.drain, acts.undrain, acts.close]
+    return [
+        acts.assess,
+        acts.cancel,
+        acts.drain,
+        acts.undrain,
+        acts.close,
+        alert_activity(settings),
+    ]
 
 
 def reclaim_schedules(settings: Settings, task_queue: str) -> list[ScheduleSpecOf]:

@@ -26,6 +26,7 @@ from domain.runners.models import RECONCILER_SCHEDULE_ID, RECONCILER_WORKFLOW_ID
 from domain.runners.reconcile import ReconcileRequest
 from runtime.runners.deps import RunnerDeps, open_runner_deps
 from runtime.settings import Settings
+from workers.alerts import alert_activity
 from workers.families.family import Family, ScheduleSpecOf
 from workers.input_guard import InputHelp
 from workflows.runners.deletion import RunnerDeletion
@@ -65,6 +66,7 @@ def runner_activities(
         provider.delete_instance,
         provider.provider_delete,
         reconciler.reconcile_pass,
+        alert_activity(settings),
     ]
 
 

@@ -25,6 +25,7 @@ from domain.tpu.models import SweepRequest
 from domain.tpu.naming import SWEEPER_SCHEDULE_ID, SWEEPER_WORKFLOW_ID
 from runtime.settings import Settings
 from runtime.tpu.client import make_tpu_client
+from workers.alerts import alert_activity
 from workers.families.family import Family, ScheduleSpecOf
 from workers.input_guard import InputHelp
 from workflows.tpu.bootstrap import TpuSliceBootstrap
@@ -87,6 +88,7 @@ def tpu_activities(settings: Settings, client: Client, deps: TpuDeps) -> list[Ca
         health.check_health,
         sweeper.find_sweep_candidates,
         sweeper.survey_owned_resources,
+        alert_activity(settings),
     ]
 
 

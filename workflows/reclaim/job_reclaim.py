@@ -30,6 +30,7 @@ from temporalio.exceptions import CancelledError
 
 with workflow.unsafe.imports_passed_through():
     from activities.reclaim.reclaim import ReclaimActivities
+    from domain.common.alerts import AlertKind, make_alert
     from domain.reclaim.calls import (
         AssessCall,
         Assessment,
@@ -54,13 +55,17 @@ with workflow.unsafe.imports_passed_through():
     from domain.reclaim.view import MAX_ACTIONS, ReclaimView, render_details
     from runtime.reclaim import search_attributes as sa
     from runtime.reclaim.views import DRAIN_REASON_PREFIX
+    from workflows.common.alerts import raise_alert
     from workflows.common.shielded import run_to_completion
     from workflows.reclaim import activity_options as opts
+    from workflows.reclaim import metrics
 
 
 # Runs past this patch lift their drain on every way out: a cancel while the drain call was
 # still running, a cancel or failure during the finish, any failure.
 CLEANUP_ON_EVERY_EXIT = "reclaim-cleanup-on-every-exit"
+# Runs past this patch alert an operator (keeper.alert) when they drain a node.
+ALERTS_DRAINED = "alerts-reclaim-drained"
 
 
 class _RollOver(Exception):
@@ -143,6 +148,7 @@ class JobReclaim:
         except (asyncio.CancelledError, CancelledError):
             # A cancel arrives as asyncio's in a timer or wait, as Temporal's from an activity.
             await self._lift_drain_on_cancel(cleanup_everywhere)
+            metrics.reclaim_closed(Outcome.CANCELLED)
             raise
         except _RollOver:
             await self._continue_as_new()
@@ -234,6 +240,7 @@ class JobReclaim:
             summary=f"drain {inp.holding.node}: holds job {inp.holding.job_id}",
         )
         view.drained = True
+        metrics.node_drained()
         view.attention = (
             f"{inp.holding.node} drained ({result.actual_state}): its agent still holds job "
             f"{inp.holding.job_id} ({a.decision.reason.value}). Free it on the node, then "
@@ -241,6 +248,18 @@ class JobReclaim:
         )
         self._act(f"drained {result.node}: {reason}")
         workflow.logger.error("reclaim needs attention: %s", view.attention)
+        if workflow.patched(ALERTS_DRAINED):
+            # A drain is made once per run chain (a carried `drained` skips this step), so
+            # the fence key alone names the event.
+            raise_alert(
+                make_alert(
+                    AlertKind.NODE_DRAINED,
+                    workflow.info().workflow_id,
+                    "drain",
+                    f"{result.node} drained: its agent still holds job {inp.holding.job_id}",
+                    [view.attention, f"why: {reason}"],
+                )
+            )
 
     def _drain_reason(self, a: Assessment) -> str:
         assert self._inp is not None
@@ -327,6 +346,7 @@ class JobReclaim:
             summary=f"remember: {outcome.value}",
         )
         self._step(Step.DONE)
+        metrics.reclaim_closed(outcome)
         return JobReclaimResult(
             outcome=outcome,
             holding=inp.holding,

@@ -35,6 +35,7 @@ with workflow.unsafe.imports_passed_through():
         ProviderActivities,
         RunnerStoreActivities,
     )
+    from domain.common.alerts import AlertKind, make_alert
     from domain.common.untrusted import md_text
     from domain.runners.calls import (
         DeregisterCall,
@@ -75,8 +76,10 @@ with workflow.unsafe.imports_passed_through():
     from domain.runners.provider import describe_provider
     from domain.runners.status import InstanceStatus
     from runtime.runners import search_attributes as sa
+    from workflows.common.alerts import raise_alert
     from workflows.common.shielded import run_to_completion
     from workflows.runners import activity_options as opts
+    from workflows.runners import metrics
     from workflows.runners.deletion_v1 import LegacyDeletion
 
 T = TypeVar("T")
@@ -86,6 +89,8 @@ PROVIDER_CANCEL_WAITS = "provider-cancel-waits"
 # A refused GitHub token comes back to the workflow once, so the deletion says it needs
 # attention (the DeregisterResult is an extra completed activity in the history).
 GITHUB_AUTH_ATTENTION = "github-auth-attention"
+# Runs past this patch alert an operator (keeper.alert) when a deletion escalates.
+ALERTS_ESCALATED = "alerts-runner-escalated"
 SEARCHABLE_STEPS = frozenset({DeletionStep.BUSY_WAIT, DeletionStep.ESCALATED, DeletionStep.DONE})
 UNKNOWN_RUNNER = "UnknownRunner"
 WRONG_WORKFLOW_ID = "WrongWorkflowId"
@@ -129,6 +134,8 @@ class RunnerDeletion:
         self._requests: list[str] = []
         self._rejected: list[str] = []
         self._sa_step: DeletionStep | None = None
+        # Escalation alerts raised by this run, by episode.
+        self._alerted: set[str] = set()
         # What happened to the GitHub registration, for the audit of `-> deleting`.
         self._registration = "registration step done in an earlier run"
 
@@ -209,7 +216,7 @@ class RunnerDeletion:
         # Once started, the deletion finishes: a cancel is recorded and shown, not obeyed,
         # since stopping halfway is what strands records on the lane.
         result, _ = await run_to_completion(self._delete(inp, carry), self._cancel_seen)
-        return result
+        return metrics.deletion_closed(result)
 
     async def _run_v1(self, inp: RunnerDeletionInput) -> DeletionResult:
         assert self._state is not None
@@ -225,7 +232,7 @@ class RunnerDeletion:
             self._publish,
         )
         result, _ = await run_to_completion(legacy.delete(inp.runner), self._cancel_seen)
-        return result
+        return metrics.deletion_closed(result)
 
     def _cancel_seen(self) -> None:
         assert self._state is not None
@@ -528,6 +535,7 @@ class RunnerDeletion:
             "keeper then tries the provider a few times and records the instance as a leak"
         )
         self._step(DeletionStep.ESCALATED, record)
+        metrics.escalated()
         await workflow.wait_condition(lambda: self._force or self._history_is_long())
         if not self._force:
             await self._continue_as_new(carry())
@@ -680,6 +688,10 @@ class RunnerDeletion:
         operator searches for (waiting, escalated, retrying, done): each upsert is a history
         event and a visibility write, and the happy path needs no more than two."""
         assert self._state is not None
+        if step is DeletionStep.ESCALATED and self._sa_step is not DeletionStep.ESCALATED:
+            # The RunnerStep attribute comes along with a continue-as-new, so a run that
+            # resumes an escalation does not raise it again.
+            self._alert_escalated(record)
         self._state.step = step
         if record is not None:
             self._state.status = record.instance_status.value
@@ -687,6 +699,31 @@ class RunnerDeletion:
             self._sa_step = step
             workflow.upsert_search_attributes([sa.RUNNER_STEP.value_set(step.value)])
         self._publish()
+
+    def _alert_escalated(self, record: RunnerRecord | None) -> None:
+        state = self._state
+        assert state is not None
+        if not workflow.patched(ALERTS_ESCALATED):
+            return
+        info = workflow.info()
+        # One alert per escalation episode: what escalated it names the episode.
+        key = f"{info.first_execution_run_id}/{state.decision or ''}"
+        if key in self._alerted:
+            return
+        self._alerted.add(key)
+        evidence = [
+            line
+            for line in (
+                f"scale set: {state.scale_set}" if state.scale_set else None,
+                f"status: {record.instance_status.value}" if record is not None else None,
+                state.error,
+            )
+            if line
+        ]
+        summary = f"{state.runner}: {state.decision or 'an operator must decide'}"
+        raise_alert(
+            make_alert(AlertKind.DELETION_ESCALATED, info.workflow_id, key, summary, evidence)
+        )
 
     def _publish(self) -> None:
         if self._state is None:

@@ -49,6 +49,7 @@ with workflow.unsafe.imports_passed_through():
     from domain.tpu.status_view import render_details, static_summary
     from runtime.tpu import search_attributes as sa
     from workflows.common.shielded import run_to_completion
+    from workflows.tpu import metrics
     from workflows.tpu.bootstrap_run import (
         CANONICAL_ID_PATCH,
         FAILURE_TYPE,
@@ -239,6 +240,7 @@ class TpuSliceBootstrap:
         )
         workflow.upsert_search_attributes([sa.PHASE.value_set(Phase.DONE.value)])
         workflow.set_current_details(render_details(self._status))
+        metrics.bootstrap_closed(Phase.DONE, Phase.DONE, self._status.timings)
 
     async def _compensate(
         self, reason: str, resume: CompensationProgress | None = None
@@ -257,7 +259,8 @@ class TpuSliceBootstrap:
             )
             workflow.upsert_search_attributes([sa.PHASE.value_set(Phase.COMPENSATE.value)])
             workflow.set_current_details(render_details(self._status))
-        return await delete_slice(
+            metrics.compensation("started")
+        report = await delete_slice(
             self._ref,
             self._owner.workflow_id,
             self._owner.run_id,
@@ -265,9 +268,13 @@ class TpuSliceBootstrap:
             on_progress=self._compensation_progress,
             resume=resume,
         )
+        metrics.compensation("finished")
+        return report
 
     def _compensation_progress(self, progress: CompensationProgress) -> None:
         assert self._status is not None
+        if progress.stuck and not self._status.compensation_stuck:
+            metrics.compensation("stuck")
         now = workflow.now()
         self._status = self._status.model_copy(
             update={**compensation_fields(progress, now), "updated_at": now}
@@ -322,6 +329,7 @@ class TpuSliceBootstrap:
         )
         workflow.upsert_search_attributes([sa.PHASE.value_set(phase.value)])
         workflow.set_current_details(render_details(self._status))
+        metrics.bootstrap_closed(phase, failure.phase, self._status.timings)
 
 
 def _failure_of(err: ChildWorkflowError, phase: Phase) -> BootstrapFailure:

@@ -20,6 +20,7 @@ from temporalio.exceptions import ActivityError, ApplicationError, CancelledErro
 with workflow.unsafe.imports_passed_through():
     from activities.tpu.cloud import TpuActivities
     from domain.common import compensation as windows
+    from domain.common.alerts import Alert, AlertKind, make_alert
     from domain.tpu.models import (
         CompensationPolicy,
         CompensationProgress,
@@ -27,11 +28,14 @@ with workflow.unsafe.imports_passed_through():
         DeletionReport,
         SliceRef,
     )
+    from workflows.common.alerts import raise_alert
     from workflows.tpu import activity_options as opts
 
 # Compensation in windows that report their last error; histories recorded before it made
 # one unbounded activity call, and replay that.
 WINDOWS_PATCH = "compensation-bounded-windows"
+# Compensations past this patch alert an operator (keeper.alert) once they turn stuck.
+ALERTS_STUCK = "alerts-tpu-stuck"
 
 ProgressCallback = Callable[[CompensationProgress], None]
 
@@ -71,6 +75,7 @@ async def delete_slice(
             return await _attempts(inp, windows.schedule_to_close(progress, workflow.now()))
         except ActivityError as err:
             _reraise_cancellation(err)
+            was_stuck = progress.stuck
             progress = windows.after_window(
                 progress,
                 workflow.now(),
@@ -88,6 +93,10 @@ async def delete_slice(
                 if progress.stuck
                 else progress.last_error,
             )
+            if progress.stuck and not was_stuck and workflow.patched(ALERTS_STUCK):
+                # Turning stuck happens once per compensation: a resumed run carries
+                # `stuck_since`, so it never raises this again.
+                raise_alert(_stuck_alert(ref, owner_workflow_id, progress))
             if on_progress is not None:
                 on_progress(progress)
             if err.retry_state is not RetryState.TIMEOUT:
@@ -112,6 +121,16 @@ async def delete_slice_within(
     except ActivityError as err:
         _reraise_cancellation(err)
         raise DeletionUnfinished(last_error(err)) from None
+
+
+def _stuck_alert(ref: SliceRef, owner: str, progress: CompensationProgress) -> Alert:
+    return make_alert(
+        AlertKind.COMPENSATION_STUCK,
+        owner,
+        f"compensation-{progress.started_at.isoformat()}",
+        f"deleting {ref.slice_name} in {ref.zone}",
+        [windows.describe_stuck(progress, workflow.now()), f"project: {ref.project}"],
+    )
 
 
 def _input(

@@ -31,6 +31,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from domain.tpu.sweep import SweepAction, sweep_action
     from workflows.tpu import activity_options as opts
+    from workflows.tpu import metrics
     from workflows.tpu.compensation import DeletionUnfinished, delete_slice, delete_slice_within
 
 # Sweeps recorded before it covered one zone and deleted orphans one by one, unbounded.
@@ -105,6 +106,7 @@ class TpuSweeper:
             }
         )
         self._show(req)
+        metrics.sweep_done(self._report)
         return self._report
 
     async def _delete(

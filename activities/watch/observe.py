@@ -1,0 +1,336 @@
+"""Reading a watched job: one check, the delta probe, and the wait for a queued job.
+
+A thin adapter over the iris client: each read has its own deadline (watch.call_timeout), and
+a read the controller did not answer is reported in the observation as unavailable, never as
+"idle" and never retried here (the escalation counts such ticks; Temporal retries only a
+crashed attempt). What is read is reduced at once by the domain's readers (names, logs, dumps,
+/proc lines), so the history holds a small, secret-free observation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable
+from datetime import UTC, datetime
+from typing import TypeVar
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from domain.watch.calls import (
+    CpuSeen,
+    Observation,
+    ObserveCall,
+    ProbeCall,
+    ProbeSeen,
+    ReadingState,
+    TaskSeen,
+)
+from domain.watch.names import ChildRef, JobPhase, phase_of, pick_latest
+from domain.watch.policy import WatchPolicy
+from domain.watch.progress import LogDigest, LogLine, digest
+from domain.watch.threads import DumpReading, read_dump
+from runtime.watch.iris_client import IrisController
+from runtime.watch.iris_errors import IrisError, JobNotFound
+from wire.iris.exec_commands import (
+    CLK_TCK,
+    PROC_STAT_COMMAND,
+    SESSION_CPU_COMMAND,
+    ProcStat,
+    parse_proc_stat,
+    parse_session_cpu,
+)
+from wire.iris.messages import LogEntry, TaskStatus
+
+T = TypeVar("T")
+
+MAX_WORKER_ERRORS = 20
+MAX_LINE = 500
+# Per check, what the digest keeps of the coordinator's events and error lines.
+MAX_EVENTS = 40
+MAX_ERRORS = 20
+_FAILED_TASK = frozenset({JobPhase.FAILED, JobPhase.KILLED, JobPhase.WORKER_FAILED})
+
+
+class WatchObserver:
+    def __init__(
+        self,
+        iris: IrisController,
+        policy: WatchPolicy,
+        *,
+        call_timeout_s: float,
+        cpu_sample_workers: int,
+        log_lines: int,
+    ) -> None:
+        self._iris = iris
+        self._policy = policy
+        self._deadline = call_timeout_s
+        self._sample_workers = cpu_sample_workers
+        self._log_lines = log_lines
+
+    @activity.defn(name="watch.policy")
+    async def policy(self) -> WatchPolicy:
+        return self._policy
+
+    @activity.defn(name="watch.await_scheduled")
+    async def await_scheduled(self, job_id: str) -> str:
+        """Fails while the job waits in the queue, so its retry policy is the poll."""
+        try:
+            status, _ = await self._iris.get_job_status(job_id, deadline_s=self._deadline)
+        except JobNotFound:
+            raise ApplicationError(f"{job_id} is not known", type="JobNotFound") from None
+        phase = phase_of(status.state)
+        if phase in (JobPhase.PENDING, JobPhase.UNSPECIFIED):
+            raise ApplicationError(f"{job_id} is still {phase.value}", type="StillPending")
+        return phase.value
+
+    @activity.defn(name="watch.observe")
+    async def observe(self, call: ObserveCall) -> Observation:
+        failed: list[str] = []
+        iris, d = self._iris, self._deadline
+
+        async def read(what: str, call_: Awaitable[T]) -> T | None:
+            try:
+                return await call_
+            except JobNotFound:
+                if what == "GetJobStatus":
+                    raise  # the job itself: the watch ends (outcome missing)
+                failed.append(f"{what}: not found")
+                return None
+            except IrisError as err:
+                # Unavailable, timed out, refused (a bad token): the read did not answer,
+                # which says nothing of the job. The escalation counts the ticks.
+                failed.append(f"{what}: {err}")
+                return None
+
+        try:
+            got = await read("GetJobStatus", iris.get_job_status(call.job_id, deadline_s=d))
+        except JobNotFound:
+            return Observation(at=_now(), job_found=False, reading=call.reading)
+        children = await read("ListJobs", iris.list_children(call.job_id, deadline_s=d))
+        job_state, job_error = JobPhase.UNSPECIFIED, ""
+        if got is not None:
+            job_state, job_error = phase_of(got[0].state), got[0].error
+        latest = None
+        if children is not None:
+            refs = [
+                ChildRef(
+                    job_id=c.job_id,
+                    state=phase_of(c.state),
+                    submitted_at_ms=c.submitted_at.epoch_ms if c.submitted_at else 0,
+                )
+                for c in children
+            ]
+            latest = pick_latest(refs, call.job_id)
+        reading = call.reading
+        if latest is not None and latest.key != reading.attempt:
+            # A new attempt: its logs start over.
+            reading = ReadingState(attempt=latest.key)
+
+        coordinator: TaskSeen | None = None
+        coord_tasks: list[TaskStatus] | None = None
+        coord_log: LogDigest | None = None
+        threads: DumpReading | None = None
+        cpu: list[CpuSeen] | None = None
+        session: float | None = None
+        worker_states: dict[JobPhase, int] = {}
+        worker_failed, worker_errors = 0, list[str]()
+        tasks_by_host: dict[str, str] = {}
+        if latest is not None and latest.coord is not None:
+            coord_tasks = await read("ListTasks", iris.list_tasks(latest.coord, deadline_s=d))
+            if coord_tasks:
+                coordinator = _task_seen(coord_tasks[0])
+            page = await read(
+                "GetTaskLogs",
+                iris.task_logs(
+                    latest.coord,
+                    attempt_id=-1,
+                    cursor=reading.coordinator_cursor,
+                    max_lines=self._log_lines,
+                    tail=True,
+                    deadline_s=d,
+                ),
+            )
+            if page is not None:
+                coord_log = digest(
+                    [_line(e, latest.coord) for e in page.entries],
+                    max_events=MAX_EVENTS,
+                    max_errors=MAX_ERRORS,
+                )
+                reading = reading.model_copy(
+                    update={"coordinator_cursor": max(page.cursor, reading.coordinator_cursor)}
+                )
+            worker_tasks: list[TaskStatus] = []
+            if latest.workers is not None:
+                worker_tasks = (
+                    await read("ListTasks", iris.list_tasks(latest.workers, deadline_s=d)) or []
+                )
+                for t in worker_tasks:
+                    phase = phase_of(t.state)
+                    worker_states[phase] = worker_states.get(phase, 0) + 1
+                    worker_failed += sum(1 for a in t.attempts if phase_of(a.state) in _FAILED_TASK)
+                worker_page = await read(
+                    "GetTaskLogs",
+                    iris.task_logs(
+                        latest.workers,
+                        attempt_id=-1,
+                        cursor=reading.workers_cursor,
+                        max_lines=self._log_lines,
+                        tail=True,
+                        min_level="ERROR",
+                        include_children=False,
+                        deadline_s=d,
+                    ),
+                )
+                if worker_page is not None:
+                    worker_digest: LogDigest = digest(
+                        [_line(e, latest.workers) for e in worker_page.entries]
+                    )
+                    worker_errors = [e.text for e in worker_digest.errors][-MAX_WORKER_ERRORS:]
+                    reading = reading.model_copy(
+                        update={"workers_cursor": max(worker_page.cursor, reading.workers_cursor)}
+                    )
+            running = [t for t in worker_tasks if phase_of(t.state) is JobPhase.RUNNING][
+                : self._sample_workers
+            ]
+            if coord_tasks and coordinator is not None and coordinator.state is JobPhase.RUNNING:
+                threads = await self._threads(coordinator.task_id)
+                session = await self._session_cpu(coordinator.task_id)
+                cpu, tasks_by_host = await self._cpu([coord_tasks[0], *running])
+        reading = reading.model_copy(update={"tasks_by_host": tasks_by_host})
+        parent_errors = None
+        if job_state.is_terminal and job_state is not JobPhase.SUCCEEDED:
+            # Before a cause is named: the job's own log too, not only its children's.
+            page = await read(
+                "GetTaskLogs",
+                iris.task_logs(
+                    call.job_id,
+                    attempt_id=-1,
+                    max_lines=200,
+                    tail=True,
+                    min_level="ERROR",
+                    deadline_s=d,
+                ),
+            )
+            if page is not None:
+                parent_digest = digest([_line(e, call.job_id) for e in page.entries])
+                parent_errors = [e.text for e in parent_digest.errors][-MAX_WORKER_ERRORS:]
+        return Observation(
+            at=_now(),
+            job_state=job_state,
+            job_error=job_error,
+            children=len(children or ()),
+            latest=latest,
+            coordinator=coordinator,
+            worker_states=worker_states,
+            worker_failed_attempts=worker_failed,
+            worker_errors=worker_errors,
+            parent_errors=parent_errors,
+            coordinator_log=coord_log,
+            threads=threads,
+            cpu=cpu,
+            session_cpu=session,
+            failed=failed,
+            reading=reading,
+        )
+
+    @activity.defn(name="watch.probe")
+    async def probe(self, call: ProbeCall) -> ProbeSeen:
+        """Two reads of one process's utime+stime, `gap_s` apart (a lifetime %CPU is never
+        asked: a process busy for hours and then hung keeps a high one)."""
+        first = await self._proc(call.task_id, call.host, call.pid)
+        started = time.monotonic()
+        await asyncio.sleep(call.gap_s)
+        second = await self._proc(call.task_id, call.host, call.pid)
+        apart = time.monotonic() - started
+        error = "" if first is not None and second is not None else "the process was not read"
+        return ProbeSeen(first=first, second=second, seconds_apart=apart, error=error)
+
+    # ---- the reads ---------------------------------------------------------------------
+
+    async def _threads(self, task: str) -> DumpReading | None:
+        try:
+            text = await self._iris.profile_threads(task, deadline_s=self._deadline)
+        except IrisError:
+            return None
+        return read_dump(text)
+
+    async def _exec(self, task: str, command: list[str]) -> str | None:
+        try:
+            result = await self._iris.exec_in_container(
+                task, command, timeout_s=int(self._deadline), deadline_s=self._deadline + 5
+            )
+        except IrisError:
+            return None
+        # `cat` exits 1 when a process vanished between the glob and the read; what it did
+        # print is still good.
+        if result.error or (result.exit_code != 0 and not result.stdout):
+            return None
+        return result.stdout
+
+    async def _session_cpu(self, task: str) -> float | None:
+        out = await self._exec(task, SESSION_CPU_COMMAND)
+        return parse_session_cpu(out) if out is not None else None
+
+    async def _cpu(self, tasks: list[TaskStatus]) -> tuple[list[CpuSeen] | None, dict[str, str]]:
+        outs = await asyncio.gather(*(self._exec(t.task_id, PROC_STAT_COMMAND) for t in tasks))
+        seen: list[CpuSeen] = []
+        hosts: dict[str, str] = {}
+        answered = False
+        for t, out in zip(tasks, outs, strict=True):
+            if out is None:
+                continue
+            answered = True
+            host = t.worker_id or t.task_id
+            hosts[host] = t.task_id
+            seen += [
+                _cpu_seen(t.task_id, host, t.current_attempt_id, p) for p in parse_proc_stat(out)
+            ]
+        return (seen if answered else None), hosts
+
+    async def _proc(self, task: str, host: str, pid: int) -> CpuSeen | None:
+        out = await self._exec(task, PROC_STAT_COMMAND)
+        if out is None:
+            return None
+        return next(
+            (_cpu_seen(task, host, 0, p) for p in parse_proc_stat(out) if p.pid == pid), None
+        )
+
+
+def _cpu_seen(task: str, host: str, attempt: int, p: ProcStat) -> CpuSeen:
+    return CpuSeen(
+        task_id=task,
+        host=host,
+        attempt=attempt,
+        pid=p.pid,
+        comm=p.comm[:40],
+        start_time=p.starttime,
+        ticks=p.cpu_ticks,
+        clk_tck=CLK_TCK,
+    )
+
+
+def _task_seen(t: TaskStatus) -> TaskSeen:
+    return TaskSeen(
+        task_id=t.task_id,
+        state=phase_of(t.state),
+        worker_id=t.worker_id,
+        attempt_id=t.current_attempt_id,
+        error=t.error[:300],
+    )
+
+
+def _line(entry: LogEntry, task: str) -> LogLine:
+    return LogLine(
+        at_ms=entry.timestamp.epoch_ms if entry.timestamp is not None else 0,
+        level=entry.level.name,
+        source=entry.source,
+        # A traceback line can be long; what the rules need is its start.
+        text=entry.data[:MAX_LINE],
+        task_id=entry.key or task,
+    )
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)

@@ -1,0 +1,155 @@
+"""`keeper job run`: the LaunchJob request built from the command line, and what each way
+the launch can fail tells the operator to do.
+
+| flag             | LaunchJobRequest field                                              |
+|------------------|---------------------------------------------------------------------|
+| `-- CMD...`      | entrypoint.run_command.argv (and submit_argv: what was typed)       |
+| `--name NAME`    | name (the job id is /<the token's user>/<NAME>); default from CMD   |
+| `--memory 5GB`   | resources.memory_bytes (binary units: 5GB is 5 GiB, as iris reads it) |
+| `--region R`     | constraints: region EQ R                                            |
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Sequence
+from datetime import datetime
+
+from cli.output import CommandFailed, UsageProblem
+from runtime.settings import Settings
+from runtime.watch import deps
+from runtime.watch.credentials import TOKEN_ENV, IrisToken, IrisTokenError
+from runtime.watch.iris_errors import (
+    IrisAlreadyExists,
+    IrisAuthError,
+    IrisError,
+    IrisInvalidArgument,
+    IrisTimedOut,
+    IrisUnavailable,
+)
+from wire.iris.messages import (
+    CommandEntrypoint,
+    LaunchJobRequest,
+    ResourceSpecProto,
+    RuntimeEntrypoint,
+)
+
+# One component of an iris job name, as check_job_id accepts it.
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(i?B?)\s*$", re.IGNORECASE)
+_UNIT = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+_REGION = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
+# The iris constraint that pins a job to one region (iris.cluster.types: key "region", EQ).
+REGION_KEY = "region"
+
+
+def job_name(name: str | None, argv: Sequence[str], now: datetime) -> str:
+    """The name given, or `<program>-<UTC time>` (a new name per launch, so a rerun of the
+    same command does not collide with the last one)."""
+    if name is None:
+        program = re.sub(r"[^A-Za-z0-9._-]", "-", os.path.basename(argv[0])).strip("-._")
+        name = f"{program or 'job'}-{now:%Y%m%d-%H%M%S}"
+    if not _NAME.fullmatch(name):
+        raise UsageProblem(
+            f"{name!r} is not an iris job name: letters, digits, '.', '_' and '-', starting "
+            "with a letter or digit, at most 128 characters; nothing was launched",
+            "--name",
+        )
+    return name
+
+
+def memory_bytes(text: str) -> int:
+    """`5GB`, `512M`, `8Gi`, `1073741824`: bytes, in binary units."""
+    match = _SIZE.fullmatch(text)
+    if not match or (match.group(3) and match.group(3).lower() not in ("b", "ib", "i")):
+        raise UsageProblem(
+            f"{text!r} is not a size: a number and a unit, e.g. 5GB, 512MB, 8Gi; nothing was "
+            "launched",
+            "--memory",
+        )
+    size = int(float(match.group(1)) * _UNIT[match.group(2).upper()])
+    if size <= 0:
+        raise UsageProblem("give more than 0 bytes; nothing was launched", "--memory")
+    return size
+
+
+def region(text: str) -> str:
+    if not _REGION.fullmatch(text):
+        raise UsageProblem(
+            f"{text!r} is not a region name (e.g. us-central1); nothing was launched", "--region"
+        )
+    return text
+
+
+def launch_request(
+    name: str, argv: Sequence[str], memory: int | None, in_region: str | None
+) -> LaunchJobRequest:
+    fields: dict[str, object] = {
+        "name": name,
+        "entrypoint": RuntimeEntrypoint(run_command=CommandEntrypoint(argv=list(argv))),
+        "submit_argv": list(argv),
+    }
+    if memory is not None:
+        fields["resources"] = ResourceSpecProto(memory_bytes=memory)
+    if in_region is not None:
+        # Kept as the wire writes it: constraints are passed through untyped.
+        fields["constraints"] = [
+            {"key": REGION_KEY, "op": "CONSTRAINT_OP_EQ", "value": {"stringValue": in_region}}
+        ]
+    return LaunchJobRequest(**fields)
+
+
+def iris_token(settings: Settings) -> IrisToken:
+    """KEEPER_IRIS_TOKEN, else the file watch.token_file names, else anonymous."""
+    try:
+        return deps.iris_token(settings.watch)
+    except IrisTokenError as err:
+        raise CommandFailed(
+            f"{err}; nothing was launched",
+            hint=f"Fix {TOKEN_ENV} or watch.token_file (KEEPER_IRIS_TOKEN_FILE), or unset both "
+            "to call iris anonymously.",
+        ) from None
+
+
+def launch_failure(settings: Settings, name: str, err: IrisError) -> CommandFailed:
+    """A launch iris refused or never answered: what happened, and what to do next."""
+    url = settings.watch.controller_url
+    rows: list[tuple[type[IrisError], str, str]] = [
+        (
+            IrisAlreadyExists,
+            f"iris already has a job named {name}; nothing was launched",
+            f"Choose another --name, or watch that job with `keeper job watch /<user>/{name}`.",
+        ),
+        (
+            IrisAuthError,
+            "iris refused keeper's credentials; nothing was launched",
+            "Check the iris token: KEEPER_IRIS_TOKEN, or the file watch.token_file "
+            "(KEEPER_IRIS_TOKEN_FILE) names.",
+        ),
+        (
+            IrisInvalidArgument,
+            "iris refused the request; nothing was launched",
+            "Fix the flags the message names and run again.",
+        ),
+        (
+            IrisTimedOut,
+            "iris did not answer the launch in time; the job MAY have been launched",
+            f"Look for a job named {name} in iris before launching again; if it is there, "
+            f"watch it with `keeper job watch /<user>/{name}`.",
+        ),
+        (
+            IrisUnavailable,
+            f"iris at {url} did not answer; nothing was launched",
+            f"Check watch.controller_url (KEEPER_IRIS_CONTROLLER): is iris up at {url}?",
+        ),
+    ]
+    for kind, message, hint in rows:
+        if isinstance(err, kind):
+            return CommandFailed(f"{message}: {err}", hint=hint, name=name, controller_url=url)
+    return CommandFailed(
+        f"the launch of {name} failed: {err}",
+        hint=f"Check the iris controller at {url} (watch.controller_url).",
+        name=name,
+        controller_url=url,
+    )

@@ -1,0 +1,1 @@
+"""Job watch: what iris shows of a long pipeline job, and whether it is alive (pure rules)."""

@@ -1,0 +1,177 @@
+"""The JobWatch workflow's input, result and carry, and what its activities take and give.
+
+An observation is what one check read, already reduced to what the rules need (names
+parsed, logs digested, dumps read, /proc lines parsed): small enough for a history event,
+and nothing in it is a secret.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
+
+from domain.watch.models import WatchOutcome, check_job_id
+from domain.watch.names import AttemptRef, JobPhase
+from domain.watch.progress import LogDigest
+from domain.watch.threads import DumpReading
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ReadingState(_Model):
+    """What the next check needs from the last: where each log was read up to, and which
+    attempt those cursors belong to (a new attempt starts its logs over)."""
+
+    attempt: str | None = None
+    coordinator_cursor: int = 0
+    workers_cursor: int = 0
+    # Where the coordinator's processes run, so a probe can exec beside them.
+    tasks_by_host: dict[str, str] = Field(default_factory=dict)
+
+
+class ObserveCall(_Model):
+    job_id: str
+    reading: ReadingState = Field(default_factory=ReadingState)
+
+
+class TaskSeen(_Model):
+    task_id: str
+    state: JobPhase
+    worker_id: str = ""
+    attempt_id: int = 0
+    error: str = ""
+
+
+class CpuSeen(_Model):
+    """One /proc/PID/stat line read in one task's container."""
+
+    task_id: str
+    host: str
+    attempt: int
+    pid: int
+    comm: str = ""
+    start_time: int
+    ticks: int  # utime + stime, clock ticks
+    clk_tck: int = 100
+
+
+class Observation(_Model):
+    at: datetime
+    job_found: bool = True
+    job_state: JobPhase = JobPhase.UNSPECIFIED
+    job_error: str = ""
+    children: int = 0
+    latest: AttemptRef | None = None
+    coordinator: TaskSeen | None = None
+    worker_states: dict[JobPhase, int] = Field(default_factory=dict)
+    worker_failed_attempts: int = 0
+    # Errors the worker tasks report (their status and ERROR lines), newest last, bounded.
+    worker_errors: list[str] = Field(default_factory=list)
+    # The job's own (driver) error lines, read once it ended badly: the parent level of the
+    # runbook's "read logs at every level before naming a cause". None: not read.
+    parent_errors: list[str] | None = None
+    coordinator_log: LogDigest | None = None
+    threads: DumpReading | None = None
+    # None: the exec could not run (not: no process).
+    cpu: list[CpuSeen] | None = None
+    session_cpu: float | None = None
+    # The reads that failed, one line each ("ListTasks: timed out"): unavailable, not idle.
+    failed: list[str] = Field(default_factory=list)
+    reading: ReadingState = Field(default_factory=ReadingState)
+
+
+class ProbeCall(_Model):
+    """Two reads of one process's utime+stime, `gap_s` apart, in the task it runs in."""
+
+    task_id: str
+    host: str
+    pid: int
+    gap_s: float = Field(gt=0, le=60)
+
+    def describe(self) -> str:
+        return f"pid {self.pid} on {self.host}, {self.gap_s:g} s apart"
+
+
+class ProbeSeen(_Model):
+    """Both reads of the probe; either may be missing (the exec failed, the process is gone)."""
+
+    first: CpuSeen | None = None
+    second: CpuSeen | None = None
+    seconds_apart: float = 0.0
+    error: str = ""
+
+
+class StopCall(_Model):
+    job_id: str
+    proposal: str
+
+
+class StopResult(_Model):
+    job_state: str
+    detail: str
+    already_gone: bool = False
+
+
+class RelaunchCall(_Model):
+    job_id: str
+    # The restart's number: the relaunched job's name ends in `-r<restart>`, so a retried
+    # relaunch finds the job it made instead of making a second.
+    restart: int = Field(ge=1)
+    proposal: str
+
+
+class RelaunchResult(_Model):
+    job_id: str
+    reused: bool = False
+
+
+class Notice(_Model):
+    """One event an operator should hear of; `key` is unique per event within the watch."""
+
+    key: str
+    title: str
+    lines: list[str] = Field(default_factory=list)
+
+
+class WatchCarry(BaseModel):
+    """What a watch hands to its next run at continue-as-new (bounded)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    state: WatchState
+
+
+class JobWatchInput(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    job_id: str
+    # Who asked: shown in the UI and by `keeper job status`.
+    requested_by: Annotated[str, StringConstraints(max_length=80)] = ""
+    # Set on the watch a restart starts: the job it replaced and how many restarts led here.
+    restart_of: str | None = None
+    restarts: int = Field(default=0, ge=0)
+    carry: WatchCarry | None = None
+
+    @field_validator("job_id")
+    @classmethod
+    def _job_id(cls, value: str) -> str:
+        return check_job_id(value)
+
+
+class JobWatchResult(_Model):
+    job_id: str
+    outcome: WatchOutcome
+    job_state: str
+    cause: str | None = None
+    new_job_id: str | None = None
+    new_watch_id: str | None = None
+    verdicts: int = 0
+
+
+from domain.watch.state import WatchState  # noqa: E402  (the state holds ReadingState)
+
+WatchCarry.model_rebuild()

@@ -1,0 +1,30 @@
+"""Every rule of a watch that a deployment may tune, as the workflow receives it.
+
+The worker reads them from its settings (`watch:` in temporal-dev.yaml) and hands them to
+each run through an activity, so a run started by hand (`temporal workflow start`) follows
+the deployment's settings too, and a change applies from the next run on.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from domain.common.durations import HumanDuration
+from domain.watch.cadence import CadencePolicy
+from domain.watch.escalation import EscalationPolicy
+from domain.watch.liveness_models import LivenessPolicy
+
+
+class WatchPolicy(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    cadence: CadencePolicy = Field(default_factory=CadencePolicy)
+    liveness: LivenessPolicy = Field(default_factory=LivenessPolicy)
+    escalation: EscalationPolicy = Field(default_factory=EscalationPolicy)
+    # The delta probe's two reads, this far apart.
+    probe_gap: HumanDuration = Field(default=timedelta(seconds=3), gt=timedelta(0))
+    history_events_limit: int = Field(default=2000, ge=200, le=40_000)
+    # Timeline entries kept (the oldest are dropped and counted).
+    timeline_limit: int = Field(default=100, ge=10, le=1000)

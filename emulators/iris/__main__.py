@@ -1,0 +1,62 @@
+"""python -m emulators.iris --port 10000 [--scenario-file FILE] [--token SECRET=alice] ..."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+
+from emulators.iris.config import DEFAULT_PORT, DEFAULT_SPEED, IrisEmulatorConfig
+from emulators.iris.serve import serve
+
+
+def _token(text: str) -> tuple[str, str]:
+    token, _, user = text.partition("=")
+    if not token:
+        raise argparse.ArgumentTypeError("a token must not be empty")
+    return token, user or "alice"
+
+
+def parse_args(argv: list[str] | None = None) -> IrisEmulatorConfig:
+    parser = argparse.ArgumentParser(
+        prog="python -m emulators.iris",
+        description="Local iris controller (Connect JSON) playing zephyr job scenarios.",
+    )
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=DEFAULT_PORT)
+    parser.add_argument("--scenario-file", default=None, help="YAML: default + scenarios")
+    parser.add_argument("--scenario", default="healthy", help="what LaunchJob plays by default")
+    parser.add_argument("--speed", type=float, default=DEFAULT_SPEED, help="scenario x wall")
+    parser.add_argument(
+        "--no-get-task-logs", action="store_true", help="GetTaskLogs absent, as in newest iris"
+    )
+    parser.add_argument(
+        "--token",
+        type=_token,
+        action="append",
+        default=[],
+        metavar="TOKEN[=USER]",
+        help="require a bearer token (repeatable); the token's user launches jobs",
+    )
+    parser.add_argument("--log-level", default="INFO")
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    return IrisEmulatorConfig(
+        host=args.host,
+        port=args.port,
+        speed=args.speed,
+        scenario_file=args.scenario_file,
+        default_scenario=args.scenario,
+        get_task_logs=not args.no_get_task_logs,
+        tokens=dict(args.token),
+    )
+
+
+def main(argv: list[str] | None = None) -> None:
+    asyncio.run(serve(parse_args(argv)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,489 @@
+"""The Connect-JSON face of the emulator: ControllerService and LogService.FetchLogs.
+
+Each handler parses the request into wire/iris's model, asks the Controller, and answers
+with the response model's protobuf JSON (camelCase, enum names, int64 as strings). Failures
+are Connect error bodies with the status Connect's table gives each code.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+from pydantic import BaseModel, ValidationError
+
+from emulators.iris.config import SCENARIO_ENV
+from emulators.iris.dumps import dump_for
+from emulators.iris.logs import Line, level_rank
+from emulators.iris.state import Controller, IrisError, JobView, RootJob, TaskView
+from wire.iris import messages as msg
+from wire.iris.codec import from_wire, to_wire
+from wire.iris.connect import (
+    CONTROLLER_SERVICE,
+    FINELOG_LOG_SERVICE,
+    HTTP_STATUS,
+    LOG_SERVICE,
+    TIMEOUT_HEADER,
+    Code,
+    ConnectErrorBody,
+)
+from wire.iris.enums import JobQueryScope, JobState, LogLevel, MatchScope, TaskState
+
+if TYPE_CHECKING:
+    from emulators.iris.emulator import IrisEmulator
+
+
+def connect_error(code: str, message: str, status: int | None = None) -> web.Response:
+    parsed = Code.parse(code)
+    body = ConnectErrorBody.of(parsed, message).to_json()
+    return web.json_response(body, status=status or HTTP_STATUS[parsed])
+
+
+@dataclass(frozen=True)
+class Caller:
+    user: str
+
+
+# ----------------------------------------------------------------- wire building
+
+
+def _ts(root: RootJob, t: float | None) -> msg.Timestamp | None:
+    if t is None:
+        return None
+    return msg.Timestamp(epoch_ms=int((root.launched_scene + t) * 1000))
+
+
+def task_status(root: RootJob, task: TaskView) -> msg.TaskStatus:
+    m = task.moment
+    attempts = [
+        msg.TaskAttempt(
+            attempt_id=h.attempt,
+            worker_id=task.host,
+            state=TaskState[h.state],
+            exit_code=h.exit_code or 0,
+            error=h.error,
+            started_at=_ts(root, h.started),
+            finished_at=_ts(root, h.finished),
+        )
+        for h in m.history
+    ]
+    fields: dict[str, Any] = {}
+    if m.state != "PENDING":
+        fields["worker_id"] = task.host
+        fields["worker_address"] = f"{task.host}.iris.internal:10001"
+        attempts.append(
+            msg.TaskAttempt(
+                attempt_id=m.attempt,
+                worker_id=task.host,
+                state=TaskState[m.state],
+                exit_code=m.exit_code or 0,
+                error=m.error,
+                started_at=_ts(root, m.started),
+                finished_at=_ts(root, m.finished),
+            )
+        )
+    if m.started is not None:
+        fields["started_at"] = _ts(root, m.started)
+    if m.finished is not None:
+        fields["finished_at"] = _ts(root, m.finished)
+    if m.exit_code is not None:
+        fields["exit_code"] = m.exit_code
+    if m.error:
+        fields["error"] = m.error
+    return msg.TaskStatus(
+        task_id=task.task_id,
+        state=TaskState[m.state],
+        current_attempt_id=m.attempt,
+        attempts=attempts,
+        container_id=f"iris-{abs(hash((task.task_id, m.attempt))) % 16**12:012x}",
+        **fields,
+    )
+
+
+def job_status(root: RootJob, view: JobView, with_tasks: bool = False) -> msg.JobStatus:
+    counts: dict[str, int] = {}
+    for task in view.tasks:
+        key = task.moment.state.lower()
+        counts[key] = counts.get(key, 0) + 1
+    state = view.state
+    starts = [t.moment.started for t in view.tasks if t.moment.started is not None]
+    ends = [t.moment.finished for t in view.tasks if t.moment.finished is not None]
+    errors = [t.moment.error for t in view.tasks if t.moment.error]
+    fields: dict[str, Any] = {}
+    if starts:
+        fields["started_at"] = _ts(root, min(starts))
+    if state in ("SUCCEEDED", "FAILED", "KILLED") and ends:
+        fields["finished_at"] = _ts(root, max(ends))
+    if errors and state in ("FAILED", "KILLED"):
+        fields["error"] = errors[0]
+    if view.parent:
+        fields["parent_job_id"] = view.parent
+    if with_tasks:
+        fields["tasks"] = [task_status(root, task) for task in view.tasks]
+    return msg.JobStatus(
+        job_id=view.job_id,
+        state=JobState[state],
+        name=view.name,
+        submitted_at=_ts(root, view.submitted),
+        task_state_counts=counts,
+        task_count=len(view.tasks),
+        completed_count=sum(1 for t in view.tasks if t.moment.state == "SUCCEEDED"),
+        has_children=view.has_children,
+        failure_count=sum(len(t.moment.history) for t in view.tasks),
+        submitting_user=root.user,
+        **fields,
+    )
+
+
+def log_entry(root: RootJob, line: Line) -> dict[str, Any]:
+    entry = msg.LogEntry(
+        timestamp=msg.Timestamp(epoch_ms=int((root.launched_scene + line.t) * 1000)),
+        source=line.source,
+        data=line.data,
+        attempt_id=line.attempt_id,
+        level=LogLevel[line.level],
+        key=f"{line.task_id}:{line.attempt_id}",
+        seq=line.id,
+    )
+    wire = to_wire(entry)
+    if root.scenario.level_style == "string":
+        # The older logging.proto: level is a plain string.
+        wire["level"] = line.level
+    return wire
+
+
+# ----------------------------------------------------------------- the handlers
+
+
+class Service:
+    def __init__(self, emulator: IrisEmulator) -> None:
+        self.emu = emulator
+
+    @property
+    def ctl(self) -> Controller:
+        return self.emu.controller
+
+    # --- controller methods
+
+    async def list_jobs(self, req: msg.ListJobsRequest, caller: Caller) -> BaseModel:
+        q = req.query or msg.JobQuery()
+        rows: list[tuple[RootJob, JobView]] = []
+        for root, view in self.ctl.all_jobs():
+            if q.scope == JobQueryScope.ROOTS and view.parent:
+                continue
+            if q.scope == JobQueryScope.CHILDREN and view.parent != q.parent_job_id:
+                continue
+            if (
+                q.name_filter
+                and q.name_filter.lower() not in view.job_id.rsplit("/", 1)[-1].lower()
+            ):
+                continue
+            if q.state_filter and view.state.lower() != q.state_filter.lower().removeprefix(
+                "job_state_"
+            ):
+                continue
+            if q.job_id_prefix and not view.job_id.startswith(q.job_id_prefix):
+                continue
+            rows.append((root, view))
+        rows.sort(key=lambda rv: (rv[0].launched_scene + rv[1].submitted, rv[1].job_id))
+        rows.reverse()
+        limit = min(q.limit or 50, 500)
+        page = rows[q.offset : q.offset + limit]
+        return msg.ListJobsResponse(
+            jobs=[job_status(root, view) for root, view in page],
+            total_count=len(rows),
+            has_more=q.offset + limit < len(rows),
+        )
+
+    async def get_job_status(self, req: msg.GetJobStatusRequest, caller: Caller) -> BaseModel:
+        root, view = self.ctl.find_job(req.job_id)
+        fields: dict[str, Any] = {}
+        if view.job_id == root.job_id:
+            fields["request"] = msg.LaunchJobRequest.model_validate(root.request)
+        return msg.GetJobStatusResponse(job=job_status(root, view, with_tasks=True), **fields)
+
+    async def get_job_state(self, req: msg.GetJobStateRequest, caller: Caller) -> BaseModel:
+        states: dict[str, JobState] = {}
+        for job_id in req.job_ids:
+            try:
+                _, view = self.ctl.find_job(job_id)
+            except IrisError:
+                continue
+            states[job_id] = JobState[view.state]
+        return msg.GetJobStateResponse(states=states)
+
+    async def list_tasks(self, req: msg.ListTasksRequest, caller: Caller) -> BaseModel:
+        if not req.job_id:
+            tasks = [(r, t) for r, v in self.ctl.all_jobs() for t in v.tasks]
+        else:
+            root, view = self.ctl.find_job(req.job_id)
+            tasks = [(root, t) for t in view.tasks]
+        return msg.ListTasksResponse(tasks=[task_status(r, t) for r, t in tasks])
+
+    async def get_task_status(self, req: msg.GetTaskStatusRequest, caller: Caller) -> BaseModel:
+        root, task = self.ctl.find_task(req.task_id)
+        return msg.GetTaskStatusResponse(task=task_status(root, task))
+
+    async def terminate_job(self, req: msg.TerminateJobRequest, caller: Caller) -> BaseModel:
+        try:
+            killed = self.ctl.terminate(req.job_id)
+        except IrisError as err:
+            self.ctl.record("TerminateJob", req.job_id, caller.user, outcome=err.code)
+            raise
+        self.ctl.record("TerminateJob", req.job_id, caller.user, outcome="ok", killed=killed)
+        return msg.Empty()
+
+    async def launch_job(self, req: msg.LaunchJobRequest, caller: Caller) -> BaseModel:
+        raw = to_wire(req)
+        name = req.name.strip()
+        if not name:
+            raise IrisError("invalid_argument", "name is required")
+        job_id = name if name.startswith("/") else f"/{caller.user}/{name}"
+        if len(job_id.split("/")) != 3 or not all(job_id.split("/")[1:]):
+            raise IrisError("invalid_argument", f"a job name must be /<user>/<name>: {name!r}")
+        env = req.environment.env_vars if req.environment else {}
+        scenario = self.ctl.next_scenario
+        if SCENARIO_ENV in env:
+            try:
+                scenario = self.emu.scenario(env[SCENARIO_ENV])
+            except LookupError as exc:
+                raise IrisError("invalid_argument", str(exc)) from None
+        try:
+            self.ctl.launch(job_id, caller.user, raw, scenario)
+        except IrisError as err:
+            self.ctl.record("LaunchJob", job_id, caller.user, outcome=err.code, request=raw)
+            raise
+        self.ctl.record(
+            "LaunchJob", job_id, caller.user, outcome="ok", scenario=scenario.name, request=raw
+        )
+        return msg.LaunchJobResponse(job_id=job_id)
+
+    async def profile_task(self, req: msg.ProfileTaskRequest, caller: Caller) -> BaseModel:
+        root, task = self.ctl.find_task(req.target)
+        moment = root.moment(self.ctl.now_t(root))
+        if not moment.reachable:
+            return msg.ProfileTaskResponse(
+                error=f"failed to reach worker {task.host}: connection refused"
+            )
+        if task.moment.state != "RUNNING":
+            return msg.ProfileTaskResponse(
+                error=f"task {task.task_id} is not running ({task.moment.state})"
+            )
+        kind = req.profile_type
+        if kind is None or kind.threads is None:
+            return msg.ProfileTaskResponse(error="the emulator serves thread dumps only")
+        text = dump_for(task.moment.dump, task.dump_name)
+        return msg.ProfileTaskResponse(profile_data=text.encode())
+
+    async def exec_in_container(self, req: msg.ExecInContainerRequest, caller: Caller) -> BaseModel:
+        code, out, err, error = self.ctl.exec_in(req.task_id, list(req.command))
+        fields: dict[str, Any] = {"error": error} if error else {}
+        if not error:
+            fields.update(exit_code=code, stdout=out, stderr=err)
+        return msg.ExecInContainerResponse(**fields)
+
+    async def get_task_logs(self, req: msg.GetTaskLogsRequest, caller: Caller) -> dict[str, Any]:
+        target = req.id.rstrip("/")
+        is_task = target.rsplit("/", 1)[-1].isdigit()
+        root = self.ctl.root_of(target)
+        if is_task:
+            self.ctl.find_task(target)
+        else:
+            self.ctl.find_job(target)
+
+        def keep(line: Line) -> bool:
+            if is_task:
+                if line.task_id != target:
+                    return False
+            else:
+                parent = line.task_id.rsplit("/", 1)[0]
+                if not (
+                    parent == target
+                    or (req.include_children and line.task_id.startswith(target + "/"))
+                ):
+                    return False
+            if req.attempt_id != -1 and line.attempt_id != req.attempt_id:
+                return False
+            return _common_filters(line, req.substring, req.min_level)
+
+        limit = req.max_total_lines or 10_000
+        lines = self.ctl.lines(
+            root,
+            keep,
+            after_id=req.cursor or None,
+            since_t=(req.since_ms / 1000 - root.launched_scene) if req.since_ms else None,
+            limit=limit,
+            tail=req.tail,
+        )
+        body: dict[str, Any] = {
+            "taskLogs": [{"taskId": req.id, "logs": [log_entry(root, line) for line in lines]}],
+            "truncated": len(lines) >= limit,
+            "cursor": str(max([line.id for line in lines], default=req.cursor)),
+        }
+        if req.include_children:
+            t = self.ctl.now_t(root)
+            body["childJobStatuses"] = [
+                to_wire(job_status(root, view))
+                for view in root.jobs(t)
+                if view.job_id.startswith(target + "/")
+            ]
+        return body
+
+    async def fetch_logs(self, req: msg.FetchLogsRequest, caller: Caller) -> dict[str, Any]:
+        scope = req.match_scope
+        source = req.source
+
+        def matches(key: str) -> bool:
+            if scope == MatchScope.EXACT:
+                return key == source
+            if scope == MatchScope.PREFIX:
+                return key.startswith(source)
+            try:
+                return re.fullmatch(source, key) is not None
+            except re.error:
+                raise IrisError("invalid_argument", f"bad regex {source!r}") from None
+
+        def keep(line: Line) -> bool:
+            key = f"{line.task_id}:{line.attempt_id}"
+            return matches(key) and _common_filters(line, req.substring, req.min_level)
+
+        limit = req.max_lines or 1000
+        found: list[tuple[RootJob, Line]] = []
+        for root in list(self.ctl.jobs.values()):
+            lines = self.ctl.lines(
+                root,
+                keep,
+                after_id=req.cursor or None,
+                since_t=(req.since_ms / 1000 - root.launched_scene) if req.since_ms else None,
+                limit=limit,
+                tail=req.tail,
+            )
+            found.extend((root, line) for line in lines)
+        found.sort(key=lambda rl: (rl[0].launched_scene + rl[1].t, rl[1].id))
+        found = found[-limit:] if req.tail else found[:limit]
+        return {
+            "entries": [log_entry(root, line) for root, line in found],
+            "cursor": str(max([line.id for _, line in found], default=req.cursor)),
+        }
+
+
+def _common_filters(line: Line, substring: str, min_level: str) -> bool:
+    if substring and substring not in line.data:
+        return False
+    return not (min_level and level_rank(line.level) < level_rank(min_level))
+
+
+Handler = Callable[[Any, Caller], Awaitable[BaseModel | dict[str, Any]]]
+
+# method -> (request model, the Service method that answers it)
+CONTROLLER_METHODS: dict[str, tuple[type[BaseModel], str]] = {
+    "ListJobs": (msg.ListJobsRequest, "list_jobs"),
+    "GetJobStatus": (msg.GetJobStatusRequest, "get_job_status"),
+    "GetJobState": (msg.GetJobStateRequest, "get_job_state"),
+    "ListTasks": (msg.ListTasksRequest, "list_tasks"),
+    "GetTaskStatus": (msg.GetTaskStatusRequest, "get_task_status"),
+    "TerminateJob": (msg.TerminateJobRequest, "terminate_job"),
+    "LaunchJob": (msg.LaunchJobRequest, "launch_job"),
+    "ProfileTask": (msg.ProfileTaskRequest, "profile_task"),
+    "ExecInContainer": (msg.ExecInContainerRequest, "exec_in_container"),
+    "GetTaskLogs": (msg.GetTaskLogsRequest, "get_task_logs"),
+}
+LOG_METHODS: dict[str, tuple[type[BaseModel], str]] = {
+    "FetchLogs": (msg.FetchLogsRequest, "fetch_logs"),
+}
+# The log service answers under iris's package and under finelog's, as the two servers do.
+SERVICES = {
+    CONTROLLER_SERVICE: CONTROLLER_METHODS,
+    LOG_SERVICE: LOG_METHODS,
+    FINELOG_LOG_SERVICE: LOG_METHODS,
+}
+
+
+def routes(emulator: IrisEmulator) -> list[web.RouteDef]:
+    service = Service(emulator)
+
+    async def rpc(request: web.Request) -> web.StreamResponse:
+        svc, method = request.match_info["service"], request.match_info["method"]
+        table = SERVICES.get(svc, {})
+        entry = table.get(method)
+        if entry is None or (method == "GetTaskLogs" and not emulator.config.get_task_logs):
+            return connect_error("unimplemented", f"unknown method {svc}/{method}", status=404)
+        caller = emulator.authenticate(request)
+        if caller is None:
+            return connect_error("unauthenticated", "missing or invalid bearer token")
+        if svc == CONTROLLER_SERVICE:
+            refused = await emulator.faults.apply(emulator, method, _deadline(request))
+            if refused is not None:
+                return refused
+        model, attr = entry
+        try:
+            raw = await request.read()
+            body = json.loads(raw) if raw.strip() else {}
+            parsed = from_wire(model, body)
+        except (json.JSONDecodeError, ValidationError, ValueError, TypeError) as exc:
+            return connect_error("invalid_argument", f"bad {method} request: {exc}")
+        emulator.controller.settle_all()
+        try:
+            answer = await getattr(service, attr)(parsed, Caller(caller))
+        except IrisError as err:
+            return connect_error(err.code, err.message)
+        payload = answer if isinstance(answer, dict) else to_wire(answer)
+        return web.json_response(payload)
+
+    return [web.post("/{service:[a-z.]+[A-Za-z]+}/{method}", rpc)]
+
+
+class Faults:
+    """Controller RPCs that hang or answer unavailable: set through the control API, or by
+    a job whose scenario (rpc-timeouts) is in its stretch."""
+
+    def __init__(self) -> None:
+        self.mode: str | None = None
+        self.until_wall: float | None = None
+        self.methods: frozenset[str] | None = None
+
+    def set(self, mode: str | None, until_wall: float | None, methods: list[str] | None) -> None:
+        self.mode = mode
+        self.until_wall = until_wall
+        self.methods = frozenset(methods) if methods else None
+
+    def current(self, emulator: IrisEmulator, method: str) -> str | None:
+        wall = emulator.controller.clock.wall.now()
+        live = self.mode and (self.until_wall is None or wall < self.until_wall)
+        if live and (self.methods is None or method in self.methods):
+            return self.mode
+        ctl = emulator.controller
+        for root in ctl.jobs.values():
+            fault = root.moment(ctl.now_t(root)).rpc_fault
+            if fault is not None:
+                return fault
+        return None
+
+    async def apply(
+        self, emulator: IrisEmulator, method: str, client_deadline: float | None
+    ) -> web.Response | None:
+        """None to go on; otherwise the answer. A hang lasts while the fault does, up to
+        `hang_limit`, or until the client's Connect-Timeout-Ms: then deadline_exceeded."""
+        loop = asyncio.get_running_loop()
+        limit = loop.time() + emulator.config.hang_limit
+        deadline = None if client_deadline is None else loop.time() + client_deadline
+        while True:
+            mode = self.current(emulator, method)
+            if mode == "unavailable":
+                return connect_error("unavailable", "controller unavailable: connection reset")
+            if mode != "hang" or loop.time() >= limit:
+                return None
+            if deadline is not None and loop.time() >= deadline:
+                return connect_error("deadline_exceeded", f"{method} exceeded its deadline")
+            await asyncio.sleep(0.05)
+
+
+def _deadline(request: web.Request) -> float | None:
+    """The client's deadline in seconds, from the Connect-Timeout-Ms header."""
+    raw = request.headers.get(TIMEOUT_HEADER, "").strip()
+    return int(raw) / 1000 if raw.isdigit() else None

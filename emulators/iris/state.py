@@ -1,0 +1,350 @@
+"""The emulated controller: root jobs playing scenarios, their children, tasks and counters.
+
+A root job is stored; its children, tasks, logs and dumps are computed from its timeline at
+the current scenario time, with TerminateJob calls laid over it. No I/O here: the Connect
+handlers (service.py) turn these answers into wire messages.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from emulators.iris.clock import ScenarioClock
+from emulators.iris.logs import JobLog, Line, TaskIds
+from emulators.iris.plan import Plan, make_plan
+from emulators.iris.procs import CLK_TCK, Container, new_container, session_reading
+from emulators.iris.scenarios import Scenario
+from emulators.iris.timeline import (
+    FINISHED,
+    TERMINATED,
+    AttemptMoment,
+    Moment,
+    TaskMoment,
+    kill_all,
+    play,
+)
+from wire.iris.exec_commands import PROC_STAT_COMMAND, SESSION_CPU_COMMAND
+
+
+class IrisError(Exception):
+    """An RPC failure with its Connect code name (not_found, already_exists, ...)."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+@dataclass(frozen=True)
+class TaskView:
+    task_id: str
+    job_id: str
+    index: int
+    host: str
+    moment: TaskMoment
+    dump_name: str  # the zephyr worker id, for a worker's thread names
+
+
+@dataclass(frozen=True)
+class JobView:
+    job_id: str
+    name: str
+    parent: str
+    tasks: tuple[TaskView, ...]
+    submitted: float  # t
+    has_children: bool
+
+    @property
+    def state(self) -> str:
+        return job_state([task.moment.state for task in self.tasks])
+
+
+# A job's state from its tasks' states: the first row whose test holds.
+_JOB_STATE_RULES: tuple[tuple[str, Callable[[list[str]], bool]], ...] = (
+    ("PENDING", lambda states: not states),
+    ("SUCCEEDED", lambda states: all(s == "SUCCEEDED" for s in states)),
+    ("FAILED", lambda states: all(s in FINISHED for s in states) and "FAILED" in states),
+    ("KILLED", lambda states: all(s in FINISHED for s in states)),
+    ("RUNNING", lambda states: "RUNNING" in states),
+    ("BUILDING", lambda states: "BUILDING" in states),
+    ("PENDING", lambda states: all(s == "PENDING" for s in states)),
+    ("RUNNING", lambda states: True),
+)
+
+
+def job_state(states: list[str]) -> str:
+    return next(state for state, holds in _JOB_STATE_RULES if holds(states))
+
+
+@dataclass
+class RootJob:
+    job_id: str
+    user: str
+    request: dict[str, Any]  # the LaunchJobRequest as received, for GetJobStatus
+    scenario: Scenario
+    seed: int
+    plan: Plan
+    launched_scene: float  # scenario Unix seconds of t = 0 (backdated when asked)
+    launched_wall: float
+    generation: int
+    terminated: dict[str, float] = field(default_factory=dict)  # job id -> t of TerminateJob
+    containers: dict[tuple[str, int], Container] = field(default_factory=dict)
+    session_rng: random.Random = field(default_factory=random.Random)
+    log: JobLog | None = None
+
+    def t(self, scene_now: float) -> float:
+        return scene_now - self.launched_scene
+
+    # ----------------------------------------------------------- the tree
+
+    def coord_job(self, a: AttemptMoment) -> str:
+        return f"{self.job_id}/{self.plan.group(a.attempt, 'coord', a.pipeline)}"
+
+    def workers_job(self, a: AttemptMoment) -> str:
+        return f"{self.job_id}/{self.plan.group(a.attempt, 'workers', a.pipeline)}"
+
+    def task_ids(self) -> TaskIds:
+        return TaskIds(self.job_id, self.plan)
+
+    def moment(self, t: float) -> Moment:
+        """The timeline at t with every TerminateJob laid over it."""
+        m = play(self.scenario, self.plan, t)
+        if self.job_id in self.terminated and t >= self.terminated[self.job_id]:
+            return kill_all(m, self.terminated[self.job_id])
+        attempts = []
+        for a in m.attempts:
+            for role in ("coord", "workers"):
+                child = self.coord_job(a) if role == "coord" else self.workers_job(a)
+                at = self.terminated.get(child)
+                if at is not None and t >= at:
+                    a = _kill_role(a, role, at)
+            attempts.append(a)
+        return replace(m, attempts=tuple(attempts))
+
+    def jobs(self, t: float) -> list[JobView]:
+        m = self.moment(t)
+        root_task = TaskView(f"{self.job_id}/0", self.job_id, 0, self.plan.root_host, m.root, "")
+        views = [JobView(self.job_id, self.job_id, "", (root_task,), 0.0, bool(m.attempts))]
+        for a in m.attempts:
+            coord = self.coord_job(a)
+            host = self.plan.coord_hosts[a.attempt]
+            ctask = TaskView(f"{coord}/0", coord, 0, host, a.coord, "")
+            views.append(JobView(coord, coord, self.job_id, (ctask,), a.appeared, False))
+            workers = self.workers_job(a)
+            wtasks = tuple(
+                TaskView(
+                    f"{workers}/{i}",
+                    workers,
+                    i,
+                    self.plan.worker_hosts[i],
+                    w,
+                    self.plan.zephyr_worker_id(a.attempt, i, a.pipeline),
+                )
+                for i, w in enumerate(a.workers)
+            )
+            views.append(JobView(workers, workers, self.job_id, wtasks, a.appeared, False))
+        return views
+
+    def finished(self, t: float) -> bool:
+        return self.moment(t).root.state in FINISHED
+
+    # ----------------------------------------------------------- CPU
+
+    def container(self, task: TaskView, wall: float) -> Container | None:
+        """The task's current attempt's processes (created when first seen running)."""
+        if task.moment.state != "RUNNING":
+            return None
+        key = (task.task_id, task.moment.attempt)
+        found = self.containers.get(key)
+        if found is None:
+            boot = self.launched_wall - self.plan.boot_offsets[self.plan.hosts.index(task.host)]
+            start, history = wall, 0.0
+            if self.scenario.backdate and task.moment.attempt == 0:
+                start = wall - self.scenario.backdate
+                busy = min(self.scenario.backdate, self.scenario.event_at)
+                rate = self.scenario.worker_cores if task.dump_name else self.scenario.coord_cores
+                history = rate * CLK_TCK * busy
+                boot = min(boot, start - 600)
+            found = new_container(task.host, boot, start, task.moment.cores, history)
+            self.containers[key] = found
+        return found
+
+    def settle(self, t: float, wall: float) -> None:
+        """Bring every container's ticks to `wall` at the rates of the moment t."""
+        running: set[tuple[str, int]] = set()
+        for job in self.jobs(t):
+            for task in job.tasks:
+                container = self.container(task, wall)
+                if container is not None:
+                    container.set_cores(wall, task.moment.cores)
+                    running.add((task.task_id, task.moment.attempt))
+        for key, container in self.containers.items():
+            if key not in running:
+                container.set_cores(wall, 0.0)
+
+
+def _kill_role(a: AttemptMoment, role: str, at: float) -> AttemptMoment:
+    def stop(task: TaskMoment) -> TaskMoment:
+        if task.state in FINISHED:
+            return task
+        return replace(task, state="KILLED", finished=at, error=TERMINATED, exit_code=137, cores=0)
+
+    if role == "coord":
+        return replace(a, coord=stop(a.coord), progress=None, progress_lines=False, noise=False)
+    return replace(a, workers=tuple(stop(w) for w in a.workers))
+
+
+@dataclass(frozen=True)
+class Action:
+    at_wall: float
+    method: str
+    job_id: str
+    user: str
+    detail: dict[str, Any]
+
+
+class Controller:
+    """Every root job, by id; the newest generation of a name wins."""
+
+    def __init__(self, clock: ScenarioClock, default_scenario: Scenario) -> None:
+        self.clock = clock
+        self.jobs: dict[str, RootJob] = {}
+        self.next_scenario: Scenario = default_scenario
+        self.actions: list[Action] = []
+        self._generation = 0
+
+    # ----------------------------------------------------------- lookup
+
+    def now_t(self, job: RootJob) -> float:
+        return job.t(self.clock.now())
+
+    def root_of(self, any_id: str) -> RootJob:
+        parts = any_id.split("/")
+        if len(parts) < 3 or parts[0] != "":
+            raise IrisError("invalid_argument", f"not a job or task id: {any_id!r}")
+        root = "/".join(parts[:3])
+        job = self.jobs.get(root)
+        if job is None:
+            raise IrisError("not_found", f"job {root} not found")
+        return job
+
+    def find_job(self, job_id: str) -> tuple[RootJob, JobView]:
+        root = self.root_of(job_id)
+        for view in root.jobs(self.now_t(root)):
+            if view.job_id == job_id:
+                return root, view
+        raise IrisError("not_found", f"job {job_id} not found")
+
+    def find_task(self, task_id: str) -> tuple[RootJob, TaskView]:
+        base = task_id.partition(":")[0]
+        job_id, _, index = base.rpartition("/")
+        if not index.isdigit():
+            raise IrisError("invalid_argument", f"not a task id: {task_id!r}")
+        root, view = self.find_job(job_id)
+        for task in view.tasks:
+            if task.index == int(index):
+                return root, task
+        raise IrisError("not_found", f"task {base} not found")
+
+    def all_jobs(self) -> Iterator[tuple[RootJob, JobView]]:
+        for root in self.jobs.values():
+            for view in root.jobs(self.now_t(root)):
+                yield root, view
+
+    # ----------------------------------------------------------- launch, terminate
+
+    def launch(
+        self,
+        job_id: str,
+        user: str,
+        request: dict[str, Any],
+        scenario: Scenario,
+        seed: int | None = None,
+    ) -> RootJob:
+        existing = self.jobs.get(job_id)
+        if existing is not None and not existing.finished(self.now_t(existing)):
+            raise IrisError("already_exists", f"job {job_id} already exists and is running")
+        self._generation += 1
+        seed = self._generation if seed is None else seed
+        scene_now = self.clock.now()
+        job = RootJob(
+            job_id=job_id,
+            user=user,
+            request=request,
+            scenario=scenario,
+            seed=seed,
+            plan=make_plan(job_id, scenario, seed),
+            launched_scene=scene_now - scenario.backdate + scenario.queued,
+            launched_wall=self.clock.wall.now(),
+            generation=self._generation,
+            session_rng=random.Random(seed + 7_777),
+        )
+        job.log = JobLog(scenario, job.plan, job.task_ids(), seed, job.moment, job.launched_scene)
+        self.jobs[job_id] = job
+        return job
+
+    def terminate(self, job_id: str) -> list[str]:
+        """Depth first: children before the parent; finished jobs are skipped."""
+        root, view = self.find_job(job_id)
+        t = self.now_t(root)
+        killed: list[str] = []
+        children = [v for v in root.jobs(t) if v.parent == view.job_id]
+        for child in children:
+            if child.state not in FINISHED:
+                root.terminated.setdefault(child.job_id, t)
+                killed.append(child.job_id)
+        if view.state not in FINISHED:
+            root.terminated.setdefault(view.job_id, t)
+            killed.append(view.job_id)
+        return killed
+
+    def record(self, method: str, job_id: str, user: str, **detail: Any) -> None:
+        self.actions.append(Action(self.clock.wall.now(), method, job_id, user, detail))
+
+    # ----------------------------------------------------------- CPU
+
+    def settle_all(self) -> None:
+        wall = self.clock.wall.now()
+        for root in self.jobs.values():
+            root.settle(self.now_t(root), wall)
+
+    def exec_in(self, task_id: str, command: list[str]) -> tuple[int, str, str, str]:
+        """exit code, stdout, stderr, error of a command in the task's container."""
+        root, task = self.find_task(task_id)
+        t = self.now_t(root)
+        if not root.moment(t).reachable:
+            return -1, "", "", f"failed to reach worker {task.host}: connection refused"
+        if task.moment.state != "RUNNING":
+            return -1, "", "", f"task {task.task_id} is not running ({task.moment.state})"
+        wall = self.clock.wall.now()
+        root.settle(t, wall)
+        container = root.container(task, wall)
+        assert container is not None
+        if list(command) == PROC_STAT_COMMAND:
+            return 0, container.proc_stat(wall), "", ""
+        if list(command) == SESSION_CPU_COMMAND:
+            reset = root.scenario.session_reset == "every-read"
+            total = container.total_seconds(wall)
+            return 0, session_reading(total, reset, root.session_rng), "", ""
+        name = command[0] if command else ""
+        return 127, "", f"sh: 1: {name}: not found\n", ""
+
+    # ----------------------------------------------------------- logs
+
+    def lines(
+        self,
+        root: RootJob,
+        keep: Any,
+        *,
+        after_id: int | None,
+        since_t: float | None,
+        limit: int,
+        tail: bool,
+    ) -> list[Line]:
+        assert root.log is not None
+        return root.log.read(
+            keep, self.now_t(root), after_id=after_id, since_t=since_t, limit=limit, tail=tail
+        )

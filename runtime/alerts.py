@@ -1,0 +1,67 @@
+"""keeper's one alert channel: every family's alerts go to one Slack-compatible webhook.
+
+The URL is a secret and is read here, by the worker, from KEEPER_ALERT_WEBHOOK_URL or
+`alerts.webhook_url_file`; the watch's older KEEPER_WATCH_WEBHOOK_URL and
+`watch.webhook_url_file` still work when neither is set. Workflows hand over only what
+happened (domain/common/alerts.py).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+import httpx
+
+from runtime.secret_source import from_env_or_file
+from runtime.settings import Settings
+from runtime.webhook import Webhook, WebhookUrl
+
+ALERT_WEBHOOK_ENV = "KEEPER_ALERT_WEBHOOK_URL"
+# The job watch's webhook from before the shared channel; used when no alert webhook is set.
+WATCH_WEBHOOK_ENV = "KEEPER_WATCH_WEBHOOK_URL"
+
+
+class AlertWebhookUrl(WebhookUrl):
+    what = "the alert webhook URL"
+    env_var = ALERT_WEBHOOK_ENV
+
+
+def alert_webhook_url(settings: Settings, env: Mapping[str, str] | None = None) -> WebhookUrl:
+    """KEEPER_ALERT_WEBHOOK_URL, then alerts.webhook_url_file, then the watch's two."""
+    env = os.environ if env is None else env
+    if env.get(ALERT_WEBHOOK_ENV, "").strip() or settings.alerts.webhook_url_file is not None:
+        return from_env_or_file(
+            AlertWebhookUrl, ALERT_WEBHOOK_ENV, settings.alerts.webhook_url_file, env
+        )
+    watch_file = settings.watch.webhook_url_file
+    return from_env_or_file(AlertWebhookUrl, WATCH_WEBHOOK_ENV, watch_file, env)
+
+
+class AlertChannel:
+    """Posts one alert at a time. Alerts are rare, so each post opens its own HTTP client:
+    nothing to close when a worker stops, and no pooled connection held for hours."""
+
+    def __init__(self, url: WebhookUrl, timeout_s: float) -> None:
+        self._url = url
+        self._timeout_s = timeout_s
+
+    @property
+    def configured(self) -> bool:
+        return self._url.present
+
+    @property
+    def setting(self) -> str:
+        """Where the URL comes from, for a log line (never the URL)."""
+        return self._url.setting
+
+    async def post(self, title: str, lines: list[str], footer: str) -> bool:
+        """True when posted, False when no webhook is configured; raises WebhookFailed."""
+        if not self._url.present:
+            return False
+        async with httpx.AsyncClient(timeout=self._timeout_s) as http:
+            return await Webhook(self._url, http).post(title, lines, footer)
+
+
+def alert_channel(settings: Settings, env: Mapping[str, str] | None = None) -> AlertChannel:
+    return AlertChannel(alert_webhook_url(settings, env), settings.alerts.timeout.total_seconds())

@@ -1,0 +1,1 @@
+"""Job watch: the iris controller client, its typed errors and its token."""

@@ -1,0 +1,416 @@
+"""keeper's one alert channel: the table of alerts, the webhook URL's sources, the
+`keeper.alert` activity against a real HTTP receiver, and each family's alert end to end on
+the dev server: exactly one post per event, Slack's JSON, untrusted text escaped, and the
+secret URL in no history.
+
+The end-to-end cases also record their histories (tests/histories/2026-12-01-alerts/) on
+demand, for tests/test_replay.py:
+
+    KEEPER_RECORD_HISTORIES=1 KEEPER_HISTORY_DIR=2026-12-01-alerts pytest tests/test_alerts.py
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+from collections.abc import AsyncIterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from temporalio.client import WorkflowHandle
+from temporalio.testing import ActivityEnvironment, WorkflowEnvironment
+
+from activities.alerts import AlertActivities
+from domain.common.alerts import (
+    ALERT_ATTEMPTS,
+    ALERT_TABLE,
+    EVIDENCE_LINES,
+    SUMMARY_LIMIT,
+    Alert,
+    AlertKind,
+    alert_key,
+    make_alert,
+    watch_notice_kind,
+)
+from runtime.alerts import ALERT_WEBHOOK_ENV, WATCH_WEBHOOK_ENV, AlertChannel, alert_webhook_url
+from runtime.settings import Settings, SettingsError, load_settings
+from runtime.webhook import WebhookUrl
+from tests.harness import env_flag
+from tests.test_metrics import metered_client, scrape_until, value
+from tests.test_reclaim_secrets import assert_absent
+from tests.test_replay import write_recording
+from tests.webhook_receiver import Receiver, webhook_receiver
+
+# The path of a Slack webhook URL is what authorises a post: the secret.
+HOOK_SECRET = "T0KEEPER/B0ALERTS/q7Wm2Xn9Lp4Rt6Vb3Kd8Hs1J"
+
+
+@pytest.fixture
+async def receiver() -> AsyncIterator[Receiver]:
+    async with webhook_receiver(HOOK_SECRET) as hook:
+        yield hook
+
+
+async def until(check: Any, within: float = 30.0, what: str = "") -> None:
+    deadline = asyncio.get_running_loop().time() + within
+    while not check():
+        assert asyncio.get_running_loop().time() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.05)
+
+
+def assert_slack_shape(post: dict[str, Any]) -> None:
+    assert set(post) == {"text", "blocks"}, post
+    (block,) = post["blocks"]
+    assert block["type"] == "section" and block["text"]["type"] == "mrkdwn"
+    assert block["text"]["text"] == post["text"][:2900]
+
+
+async def assert_url_absent(handle: WorkflowHandle[Any, Any], url: str) -> None:
+    text = (await handle.fetch_history()).to_json()
+    for secret in (url, HOOK_SECRET):
+        assert_absent(secret, text, f"the history of {handle.id}")
+
+
+def maybe_record(name: str, text: str) -> None:
+    if env_flag("KEEPER_RECORD_HISTORIES"):
+        write_recording(name, text)
+
+
+# ---- the table ---------------------------------------------------------------------------
+
+
+def test_every_alert_kind_has_a_family_a_headline_and_a_next_step():
+    assert set(ALERT_TABLE) == set(AlertKind)
+    for family, headline, next_step in ALERT_TABLE.values():
+        assert family in ("tpu", "runners", "reclaim", "watch")
+        assert headline and next_step
+
+
+def test_an_alert_key_is_stable_per_workflow_episode_and_kind():
+    key = alert_key("runner-delete-r1", "run-1", AlertKind.DELETION_ESCALATED)
+    assert key == alert_key("runner-delete-r1", "run-1", AlertKind.DELETION_ESCALATED)
+    assert key != alert_key("runner-delete-r1", "run-2", AlertKind.DELETION_ESCALATED)
+    assert key != alert_key("runner-delete-r2", "run-1", AlertKind.DELETION_ESCALATED)
+    assert len(alert_key("w", "x" * 5000, AlertKind.NODE_DRAINED)) <= 400
+
+
+def test_an_alert_with_untrusted_text_past_its_limits_is_cut_not_refused():
+    alert = make_alert(AlertKind.NODE_DRAINED, "reclaim-n1", "drain", "x" * 1000, ["line"] * 50)
+    assert len(alert.summary) == SUMMARY_LIMIT and alert.summary.endswith("…")
+    assert len(alert.evidence) == EVIDENCE_LINES
+    assert alert.lines[-1].startswith("next: free the node")
+    assert alert.footer("reclaim-n1") == "keeper reclaim reclaim-n1"
+
+
+@pytest.mark.parametrize(
+    ("notice_key", "kind"),
+    [
+        ("proposal/p1", AlertKind.PROPOSAL_AWAITING),
+        ("stuck_stage:a0:tokenize", AlertKind.VERDICT_STALLED),
+        ("zombie_coordinator:a0", AlertKind.VERDICT_STALLED),
+        ("finished", AlertKind.WATCH_NOTICE),
+        ("p1/failed", AlertKind.WATCH_NOTICE),
+    ],
+)
+def test_a_watch_notice_is_the_alert_its_key_names(notice_key: str, kind: AlertKind):
+    assert watch_notice_kind(notice_key) is kind
+
+
+# ---- where the URL comes from --------------------------------------------------------------
+
+
+def test_the_alert_url_comes_from_its_variable_then_its_file_then_the_watchs(tmp_path: Path):
+    alert_file, watch_file = tmp_path / "alert-url", tmp_path / "watch-url"
+    alert_file.write_text("https://hooks.example/alert\n")
+    watch_file.write_text("https://hooks.example/watch\n")
+    settings = Settings()
+    settings.alerts.webhook_url_file = alert_file
+    settings.watch.webhook_url_file = watch_file
+    both = {ALERT_WEBHOOK_ENV: "https://hooks.example/env", WATCH_WEBHOOK_ENV: "https://w/env"}
+    assert alert_webhook_url(settings, both).current() == "https://hooks.example/env"
+    assert alert_webhook_url(settings, {WATCH_WEBHOOK_ENV: "https://w/env"}).current() == (
+        "https://hooks.example/alert"
+    )
+    settings.alerts.webhook_url_file = None
+    # The watch's variable from before the shared channel still works, over its file.
+    assert alert_webhook_url(settings, {WATCH_WEBHOOK_ENV: "https://w/env"}).current() == (
+        "https://w/env"
+    )
+    assert alert_webhook_url(settings, {}).current() == "https://hooks.example/watch"
+    settings.watch.webhook_url_file = None
+    assert alert_webhook_url(settings, {}).current() is None
+
+
+def test_the_alerts_section_is_read_from_the_file_and_its_variable(tmp_path: Path):
+    config = tmp_path / "keeper.yaml"
+    config.write_text("alerts:\n  webhook_url_file: /etc/keeper/alert-url\n  timeout: 3s\n")
+    settings = load_settings(config, env={})
+    assert settings.alerts.webhook_url_file == Path("/etc/keeper/alert-url")
+    assert settings.alerts.timeout == timedelta(seconds=3)
+    env = {"KEEPER_ALERT_WEBHOOK_URL_FILE": "/run/secrets/alert-url"}
+    assert load_settings(config, env=env).alerts.webhook_url_file == Path("/run/secrets/alert-url")
+    config.write_text("alerts:\n  webhook_url_file: ''\n")
+    with pytest.raises(SettingsError, match=r"alerts\.webhook_url_file"):
+        load_settings(config, env={})
+
+
+def test_the_url_is_in_no_repr_of_the_channel_source():
+    url = alert_webhook_url(Settings(), {ALERT_WEBHOOK_ENV: f"https://h/{HOOK_SECRET}"})
+    assert HOOK_SECRET not in repr(url) and HOOK_SECRET not in str(url)
+    assert ALERT_WEBHOOK_ENV in url.setting
+
+
+# ---- the activity, against a real receiver --------------------------------------------------
+
+
+def _activity(url: str | None) -> AlertActivities:
+    env = {ALERT_WEBHOOK_ENV: url} if url else {}
+    return AlertActivities(AlertChannel(WebhookUrl(env_var=ALERT_WEBHOOK_ENV, environ=env), 5.0))
+
+
+UNTRUSTED = make_alert(
+    AlertKind.WATCH_NOTICE,
+    "job-watch-alice-x",
+    "finished",
+    "<!channel> job & <http://evil.example|click>",
+    ["log: <@U123> said > hi"],
+)
+
+
+async def test_the_activity_posts_slack_json_once_per_key_with_untrusted_text_escaped(
+    receiver: Receiver,
+):
+    acts = _activity(receiver.url)
+    env = ActivityEnvironment()
+    assert await env.run(acts.alert, UNTRUSTED) is True
+    # A retry after a lost answer, or the same event raised again: no second post.
+    assert await env.run(acts.alert, UNTRUSTED) is True
+    (post,) = receiver.posts
+    assert_slack_shape(post)
+    text = post["text"]
+    assert "<!channel>" not in text and "<@U123>" not in text and "<http" not in text
+    assert "&lt;!channel&gt; job &amp; &lt;http://evil.example|click&gt;" in text
+    assert "next: see `keeper job status`" in text
+    assert "keeper watch" in text  # the footer names the family and the workflow
+
+
+async def test_without_a_webhook_the_alert_is_logged_and_the_activity_returns_false(
+    caplog: pytest.LogCaptureFixture,
+):
+    assert await ActivityEnvironment().run(_activity(None).alert, UNTRUSTED) is False
+    assert any("no alert webhook is configured" in r.getMessage() for r in caplog.records)
+
+
+async def test_a_failing_webhook_is_retried_then_given_up_without_failing(
+    receiver: Receiver, caplog: pytest.LogCaptureFixture
+):
+    acts = _activity(receiver.url)
+    env = ActivityEnvironment()
+    receiver.answers = [503, 503]
+    with pytest.raises(Exception, match="HTTP 503"):
+        await env.run(acts.alert, UNTRUSTED)
+    env.info = dataclasses.replace(env.info, attempt=ALERT_ATTEMPTS)
+    assert await env.run(acts.alert, UNTRUSTED) is False
+    assert any("given up after" in r.getMessage() for r in caplog.records)
+    # A refusal (4xx) is not worth retrying: given up at once, on the first attempt.
+    receiver.answers = [404]
+    other = UNTRUSTED.model_copy(update={"key": "job-watch-alice-x/other/watch_notice"})
+    env.info = dataclasses.replace(env.info, attempt=1)
+    assert await env.run(acts.alert, other) is False
+    assert receiver.posts == []
+    text = caplog.text
+    assert HOOK_SECRET not in text and receiver.url not in text
+
+
+def test_every_family_serves_keeper_alert_and_a_worker_of_all_of_them_registers_it_once():
+    from temporalio import activity
+
+    from runtime.tpu.client import emulator_client
+    from workers.alerts import alert_activity, distinct_activities
+    from workers.families.tpu import TpuDeps, tpu_activities
+
+    def names(fns: list[Any]) -> list[str]:
+        return [activity._Definition.must_from_callable(fn).name or "" for fn in fns]
+
+    settings = Settings()
+    tpu = tpu_activities(settings, None, TpuDeps(emulator_client("127.0.0.1:9")))  # type: ignore[arg-type]
+    assert "keeper.alert" in names(tpu)
+    every = distinct_activities([*tpu, *(alert_activity(settings) for _ in range(3))])
+    assert names(every).count("keeper.alert") == 1
+    assert len(every) == len(tpu)
+    for family in ("runners", "reclaim", "watch"):
+        source = Path(__file__).parent.parent / "workers" / "families" / f"{family}.py"
+        assert "alert_activity(settings)" in source.read_text(), family
+
+
+def test_an_alert_is_a_small_model_with_no_room_for_a_url():
+    assert set(Alert.model_fields) == {"kind", "key", "summary", "evidence"}
+
+
+# ---- end to end, one family at a time ------------------------------------------------------
+
+
+@pytest.mark.e2e
+async def test_an_escalated_runner_deletion_alerts_once_and_the_url_is_in_no_history(
+    dev_env: WorkflowEnvironment,
+    tmp_path: Path,
+    receiver: Receiver,
+    monkeypatch: pytest.MonkeyPatch,
+):
+    from tests.runner_world import FAST_POLICY, runner_worker, runner_world
+
+    monkeypatch.setenv(ALERT_WEBHOOK_ENV, receiver.url)
+    name = "alert-busy-runner"
+    # A roll-over while escalated: the next run resumes the escalation and must not alert.
+    policy = FAST_POLICY.model_copy(update={"history_events_limit": 100})
+    async with runner_world(tmp_path) as world, runner_worker(dev_env.client, world):
+        world.add_runner(name, busy=True)
+        handle = await world.request(dev_env.client, name, policy=policy)
+        await until(lambda: receiver.of("Runner deletion escalated"), what="the escalation alert")
+        first_run = handle.result_run_id
+        for i in range(40):
+            await world.request(dev_env.client, name, reason=f"again {i}", policy=policy)
+        latest = dev_env.client.get_workflow_handle(handle.id)
+        deadline = asyncio.get_running_loop().time() + 30
+        while (await latest.describe()).run_id == first_run:
+            assert asyncio.get_running_loop().time() < deadline, "never rolled over"
+            await asyncio.sleep(0.1)
+        await world.request(dev_env.client, name, force=True, policy=policy)
+        await asyncio.wait_for(latest.result(), 60)
+        first = dev_env.client.get_workflow_handle(handle.id, run_id=first_run)
+        for run in (first, latest):
+            await assert_url_absent(run, receiver.url)
+        maybe_record("runner-escalated-alert.first.json", (await first.fetch_history()).to_json())
+        maybe_record("runner-escalated-alert.json", (await latest.fetch_history()).to_json())
+    (post,) = receiver.of("Runner deletion escalated")
+    assert_slack_shape(post)
+    assert f"{name}: runner still busy" in post["text"], post["text"]
+    assert f"keeper runners runner-delete-{name}" in post["text"]
+    assert len(receiver.posts) == 1, receiver.posts
+
+
+@pytest.mark.e2e
+async def test_a_node_drained_by_reclaim_alerts_once_and_the_url_is_in_no_history(
+    dev_env: WorkflowEnvironment,
+    tmp_path: Path,
+    receiver: Receiver,
+    monkeypatch: pytest.MonkeyPatch,
+):
+    from tests.reclaim_world import reclaim_world
+    from tests.reclaim_world import until as world_until
+    from tests.test_reclaim_e2e import live, names, nodes, only_workflow
+
+    monkeypatch.setenv(ALERT_WEBHOOK_ENV, receiver.url)
+    client, metrics_url = await metered_client(dev_env)
+    async with reclaim_world(client, tmp_path, agents=nodes()) as w:
+        node = names(w)[0]
+        live(w, node)
+        # An id the controller never stored, held by the agent: quarantined by a drain.
+        parent = w.emu.submit(array_size=1)[0].job_id - 1
+        w.emu.hold(node, parent)
+        await w.beat(node)
+        wf = only_workflow(w, node, parent)
+        await world_until(lambda: w.emu.cluster.drains, what="the drain")
+        await until(lambda: receiver.of("Node drained by reclaim"), what="the drain alert")
+        await w.handle(wf).signal("release", {"by": "oncall", "reason": "freed by hand"})
+        await w.result(wf)
+        await assert_url_absent(w.handle(wf), receiver.url)
+        maybe_record("reclaim-drained-alert.json", (await w.handle(wf).fetch_history()).to_json())
+        scraped = await scrape_until(
+            metrics_url, {"keeper_reclaims_total": {"outcome": "operator-released"}}
+        )
+    # The worker's counters, read back over HTTP: one drain, one reclaim an operator closed.
+    assert value(scraped, "keeper_reclaim_drained_nodes_total") == 1
+    assert value(scraped, "keeper_reclaims_total", outcome="operator-released") == 1
+    assert value(scraped, "keeper_reclaims_total") == 1
+    (post,) = receiver.posts
+    assert_slack_shape(post)
+    assert f"{node} drained: its agent still holds job {parent}" in post["text"], post["text"]
+    assert "keeper reclaim release" in post["text"]
+
+
+@pytest.mark.e2e
+async def test_a_stalled_watch_alerts_its_stall_and_its_proposal_once_each(
+    dev_env: WorkflowEnvironment,
+    receiver: Receiver,
+    monkeypatch: pytest.MonkeyPatch,
+):
+    from tests.watch_world import watch_world
+
+    monkeypatch.setenv(ALERT_WEBHOOK_ENV, receiver.url)
+    client, metrics_url = await metered_client(dev_env)
+    async with watch_world(client) as w:
+        # A zombie coordinator: the runbook's quickest stall, with a restart proposal.
+        job = w.launch("zombie-coordinator")
+        handle = await w.watch(job)
+        await until(
+            lambda: receiver.of("Job stalled") and receiver.of("Proposal awaiting approval"),
+            within=60,
+            what="the stall and the proposal alerts",
+        )
+        await handle.cancel()
+        await w.result(handle)
+        final = await handle.query("status")
+        await assert_url_absent(handle, receiver.url)
+        maybe_record("watch-stalled-alert.json", (await handle.fetch_history()).to_json())
+        scraped = await scrape_until(
+            metrics_url, {"keeper_watch_verdicts_total": {"verdict": "running"}}
+        )
+    # One count per check, each under the liveness verdict that check reached. A zombie
+    # coordinator is an escalation on its own evidence: its workers' CPU still advances, so
+    # the checks read running (and unknown before the first delta), never stalled.
+    counted = {
+        v: value(scraped, "keeper_watch_verdicts_total", verdict=v)
+        for v in ("running", "stalled", "unknown")
+    }
+    assert counted["running"] >= 1 and counted["stalled"] == 0, counted
+    assert sum(counted.values()) == final["checks"], (counted, final["checks"])
+    (stall,) = receiver.of("Job stalled")
+    (proposal,) = receiver.of("Proposal awaiting approval")
+    for post in (stall, proposal):
+        assert_slack_shape(post)
+        assert f"keeper watch job-watch-{job[1:]}" in post["text"]
+    assert f"keeper job approve {job}" in proposal["text"]
+    keys = [json.dumps(p, sort_keys=True) for p in receiver.posts]
+    assert len(keys) == len(set(keys)), receiver.posts
+
+
+@pytest.mark.e2e
+async def test_a_stuck_tpu_compensation_alerts_once(
+    time_env: WorkflowEnvironment,
+    clocked_emu: Any,
+    receiver: Receiver,
+    monkeypatch: pytest.MonkeyPatch,
+):
+    from tests.harness import assert_no_leaks, running_worker, slice_request
+    from tests.test_tpu_compensation import STOCKOUT, failure_of, start, wait_for_status
+
+    monkeypatch.setenv(ALERT_WEBHOOK_ENV, receiver.url)
+    request = slice_request()
+    clocked_emu.set_scenario(request.slice_name, STOCKOUT)
+    clocked_emu.inject_fault(
+        "DeleteQueuedResource", "PERMISSION_DENIED", count=1_000_000, slice=request.slice_name
+    )
+    async with running_worker(time_env.client, clocked_emu) as worker:
+        handle = await start(time_env, worker.task_queue, request)
+        result = asyncio.create_task(failure_of(handle))
+        stuck = await wait_for_status(handle, lambda s: s.compensation_stuck)
+        assert stuck.compensation_started_at is not None
+        await until(lambda: receiver.of("TPU compensation stuck"), what="the stuck alert")
+        # Hours more of refused deletes in later windows: still one alert.
+        two_hours_on = stuck.compensation_started_at + timedelta(hours=2)
+        while await time_env.get_current_time() < two_hours_on:
+            assert not result.done(), "compensation gave up while deletes were refused"
+            await asyncio.sleep(0.05)
+        clocked_emu.clear_faults()
+        await asyncio.wait_for(result, 120)
+        await assert_url_absent(handle, receiver.url)
+        maybe_record("tpu-stuck-alert.supervisor.json", (await handle.fetch_history()).to_json())
+    (post,) = receiver.posts
+    assert_slack_shape(post)
+    assert f"deleting {request.slice_name} in us-central2-b" in post["text"], post["text"]
+    assert "PermissionDenied" in post["text"] and "stuck for" in post["text"]
+    assert_no_leaks(clocked_emu)

@@ -1,0 +1,647 @@
+"""The iris emulator over real HTTP (httpx), one scenario at a time: what a watcher sees."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import itertools
+import os
+import re
+import signal
+import sys
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import pytest
+from click.testing import CliRunner
+
+from cli.emulator_iris import iris as iris_group
+from emulators.iris import IrisEmulator, IrisEmulatorConfig, ManualWallClock, start_emulator
+from emulators.iris.__main__ import parse_args
+from runtime.watch.iris_client import IrisController
+from runtime.watch.iris_errors import IrisAlreadyExists, IrisUnavailable, JobNotFound
+from wire.iris.exec_commands import CLK_TCK, PROC_STAT_COMMAND, SESSION_CPU_COMMAND
+from wire.iris.messages import LaunchJobRequest
+
+CTL = "/iris.cluster.ControllerService"
+CHILD = re.compile(
+    r"^/alice/(?P<job>[^/]+)/zephyr-(?P<ctx>.+)-(?P<hash>[0-9a-f]{8})-p(?P<p>\d+)-a(?P<a>\d+)-(?P<role>coord|workers)$"
+)
+PROGRESS = re.compile(
+    r"\[(?P<stage>[^\]]+)\] (?P<done>\d+)/(?P<total>\d+) complete, (?P<inflight>\d+) in-flight, "
+    r"(?P<queued>\d+) queued, (?P<alive>\d+)/(?P<reg>\d+) workers alive, (?P<dead>\d+) dead"
+)
+NOISE = ("pull_task", "Started operation", "report_result", "registered", "tasks completed")
+
+
+class Iris:
+    def __init__(self, emu: IrisEmulator, wall: ManualWallClock, client: httpx.AsyncClient):
+        self.emu, self.wall, self.http = emu, wall, client
+
+    async def rpc(self, method: str, body: dict[str, Any], status: int = 200) -> Any:
+        response = await self.http.post(f"{CTL}/{method}", json=body)
+        assert response.status_code == status, response.text
+        return response.json()
+
+    async def control(self, path: str, body: dict[str, Any] | None = None) -> Any:
+        response = await self.http.post(f"/control/{path}", json=body or {})
+        assert response.status_code < 300, response.text
+        return response.json()
+
+    async def job(self, name: str, scenario: str, **overrides: Any) -> str:
+        body = {"name": name, "scenario": scenario, "seed": 7, "overrides": overrides}
+        return str((await self.control("jobs", body))["job_id"])
+
+    async def forward(self, seconds: float) -> None:
+        await self.control("clock/fast-forward", {"seconds": seconds})
+
+    async def children(self, job_id: str) -> dict[str, dict[str, Any]]:
+        query = {"query": {"scope": "JOB_QUERY_SCOPE_CHILDREN", "parentJobId": job_id}}
+        return {j["jobId"]: j for j in (await self.rpc("ListJobs", query))["jobs"]}
+
+    async def child(self, job_id: str, role: str, attempt: int = 0, pipeline: int = 0) -> str:
+        for child in await self.children(job_id):
+            m = CHILD.match(child)
+            if m and m["role"] == role and (int(m["p"]), int(m["a"])) == (pipeline, attempt):
+                return child
+        raise AssertionError(f"no {role} a{attempt} under {job_id}")
+
+    async def tasks(self, job_id: str) -> list[dict[str, Any]]:
+        return list((await self.rpc("ListTasks", {"jobId": job_id}))["tasks"])
+
+    async def logs(self, task_or_job: str, lines: int = 400, **extra: Any) -> list[dict[str, Any]]:
+        body = {"id": task_or_job, "attemptId": -1, "tail": True, "maxTotalLines": lines, **extra}
+        answer = await self.rpc("GetTaskLogs", body)
+        return list(answer["taskLogs"][0].get("logs", []))
+
+    async def progress(self, coord: str) -> list[re.Match[str]]:
+        found = [PROGRESS.search(e["data"]) for e in await self.logs(coord)]
+        return [m for m in found if m and "workers alive" in m.group(0)]
+
+    async def dump(self, task_id: str) -> dict[str, Any]:
+        body = {"target": task_id, "durationSeconds": 1, "profileType": {"threads": {}}}
+        return dict(await self.rpc("ProfileTask", body))
+
+    async def exec(self, task_id: str, command: list[str]) -> dict[str, Any]:
+        return dict(await self.rpc("ExecInContainer", {"taskId": task_id, "command": command}))
+
+    async def ticks(self, task_id: str) -> dict[int, tuple[int, int]]:
+        """pid -> (utime + stime, starttime) of the task's long-lived processes."""
+        out = (await self.exec(task_id, PROC_STAT_COMMAND))["stdout"]
+        found = {}
+        for line in out.splitlines():
+            pid, rest = line.split(" ", 1)
+            fields = rest[rest.rindex(")") + 2 :].split()
+            if int(pid) < 100:
+                found[int(pid)] = (int(fields[11]) + int(fields[12]), int(fields[19]))
+        return found
+
+
+@pytest.fixture
+async def iris() -> AsyncIterator[Iris]:
+    wall = ManualWallClock()
+    emu = await start_emulator(IrisEmulatorConfig(settle_interval=0), wall)
+    try:
+        async with httpx.AsyncClient(base_url=emu.url, timeout=5) as client:
+            yield Iris(emu, wall, client)
+    finally:
+        await emu.stop()
+
+
+async def test_healthy_children_are_named_per_the_contract_and_stages_advance_to_succeeded(
+    iris: Iris,
+) -> None:
+    job = await iris.job("tokenize-fineweb", "healthy")
+    await iris.forward(100)
+    kids = await iris.children(job)
+    matches = [CHILD.match(k) for k in kids]
+    assert all(matches) and {m["role"] for m in matches if m} == {"coord", "workers"}
+    assert {m["hash"] for m in matches if m} and all(m and m["a"] == "0" for m in matches)
+    coord = await iris.child(job, "coord")
+    (ctask,) = await iris.tasks(coord)
+    assert ctask["state"] == "TASK_STATE_RUNNING" and ctask["workerId"]
+    assert ctask["currentAttemptId"] == 0 and ctask["attempts"][0]["attemptId"] == 0
+    workers = await iris.tasks(await iris.child(job, "workers"))
+    assert len(workers) == 8 and all(t["state"] == "TASK_STATE_RUNNING" for t in workers)
+    first = (await iris.progress(coord))[-1]
+    await iris.forward(600)
+    later = (await iris.progress(coord))[-1]
+    assert (later["stage"], later["done"]) != (first["stage"], first["done"])
+    assert first["stage"] == "stage0-Map → Shuffle" and later["stage"] == "stage1-Reduce → Scatter"
+    await iris.forward(1000)
+    status = await iris.rpc("GetJobStatus", {"jobId": job})
+    assert status["job"]["state"] == "JOB_STATE_SUCCEEDED"
+    assert (await iris.rpc("GetJobState", {"jobIds": [job, coord]}))["states"] == {
+        job: "JOB_STATE_SUCCEEDED",
+        coord: "JOB_STATE_SUCCEEDED",
+    }
+
+
+async def test_coordinator_log_is_flooded_with_noise_at_the_configured_ratio(iris: Iris) -> None:
+    job = await iris.job("noisy", "healthy", noise_ratio=20)
+    await iris.forward(200)
+    entries = await iris.logs(await iris.child(job, "coord"), lines=2100)
+    noise = [e for e in entries if any(w in e["data"] for w in NOISE)]
+    progress = [e for e in entries if "workers alive" in e["data"]]
+    assert 18 <= len(noise) / len(progress) <= 22
+    assert not any(any(w in e["data"] for w in NOISE) for e in progress)
+
+
+@pytest.mark.parametrize(
+    ("log_format", "level_style", "shape", "level"),
+    [
+        ("oldest", "string", r"^\[stage0-Map → Shuffle\] \d+/1000 complete", "INFO"),
+        ("later", "enum", r"\] \[[^\]]+\] \[stage0.*dead; items=\d+ \([\d.]+/s\), bytes_", None),
+        ("newest", "enum", r"\] \[[^\]]+\] \[stage0.*dead\. [\d.]+ items/s", None),
+    ],
+)
+async def test_progress_lines_take_the_scenario_format_and_level_style(
+    iris: Iris, log_format: str, level_style: str, shape: str, level: str | None
+) -> None:
+    job = await iris.job("fmt", "healthy", log_format=log_format, level_style=level_style)
+    await iris.forward(100)
+    entries = await iris.logs(await iris.child(job, "coord"), substring="workers alive")
+    assert entries and all(re.search(shape, e["data"]) for e in entries)
+    assert {e["level"] for e in entries} == {level or "LOG_LEVEL_INFO"}
+    assert {"timestamp", "source", "data", "attemptId"} <= set(entries[0])
+
+
+async def test_zombie_coordinator_dumps_only_idle_workers_and_logs_no_more_progress(
+    iris: Iris,
+) -> None:
+    job = await iris.job("z", "zombie-coordinator")
+    await iris.forward(200)
+    coord = await iris.child(job, "coord")
+    live = (await iris.dump(f"{coord}/0"))["profileData"]
+    assert "_wait_for_stage" in base64.b64decode(live).decode()
+    await iris.forward(400)
+    before = await iris.progress(coord)
+    dump = base64.b64decode((await iris.dump(f"{coord}/0"))["profileData"]).decode()
+    assert "_coordinator_loop" not in dump and "_wait_for_stage" not in dump
+    assert "_worker (concurrent/futures/thread.py:83)" in dump
+    first = await iris.ticks(f"{coord}/0")
+    iris.wall.advance(5)
+    await iris.forward(300)
+    assert await iris.ticks(f"{coord}/0") == first
+    assert [m.group(0) for m in await iris.progress(coord)] == [m.group(0) for m in before]
+    (task,) = await iris.tasks(coord)
+    assert task["state"] == "TASK_STATE_RUNNING"
+
+
+async def test_killed_retry_starts_a_new_attempt_with_a_new_hash_and_leaves_a_stale_coordinator(
+    iris: Iris,
+) -> None:
+    job = await iris.job("kr", "killed-retry")
+    await iris.forward(360)
+    old_coord, old_workers = await iris.child(job, "coord", 0), await iris.child(job, "workers", 0)
+    new_coord = await iris.child(job, "coord", 1)
+    assert CHILD.match(old_coord)["hash"] != CHILD.match(new_coord)["hash"]  # type: ignore[index]
+    assert {t["state"] for t in await iris.tasks(old_workers)} == {"TASK_STATE_KILLED"}
+    assert (await iris.tasks(old_coord))[0]["state"] == "TASK_STATE_RUNNING"
+    await iris.forward(300)
+    assert (await iris.progress(new_coord))[-1]["stage"].startswith("stage0")
+    await iris.forward(1500)
+    assert (await iris.rpc("GetJobStatus", {"jobId": job}))["job"]["state"] == "JOB_STATE_SUCCEEDED"
+
+
+async def test_stuck_stage_keeps_logging_the_same_count_with_flat_worker_cpu(iris: Iris) -> None:
+    job = await iris.job("st", "stuck-stage")
+    await iris.forward(800)
+    coord, workers = await iris.child(job, "coord"), await iris.child(job, "workers")
+    first = (await iris.progress(coord))[-1]
+    cpu = await iris.ticks(f"{workers}/0")
+    iris.wall.advance(5)
+    await iris.forward(1800)
+    last = (await iris.progress(coord))[-1]
+    assert (last["stage"], last["done"]) == (first["stage"], first["done"]) and last[
+        "stage"
+    ].startswith("stage1")
+    assert await iris.ticks(f"{workers}/0") == cpu
+    dump = base64.b64decode((await iris.dump(f"{coord}/0"))["profileData"]).decode()
+    assert "_coordinator_loop" in dump
+
+
+async def test_stragglers_hold_one_shard_in_flight_with_nothing_queued_for_hours(
+    iris: Iris,
+) -> None:
+    job = await iris.job("sg", "stragglers")
+    await iris.forward(3 * 3600)
+    last = (await iris.progress(await iris.child(job, "coord")))[-1]
+    assert (last["done"], last["total"], last["inflight"], last["queued"]) == (
+        "999",
+        "1000",
+        "1",
+        "0",
+    )
+
+
+async def test_repeated_failure_repeats_one_traceback_until_the_job_fails(iris: Iris) -> None:
+    job = await iris.job("rf", "repeated-failure")
+    await iris.forward(350)
+    coord = await iris.child(job, "coord")
+    lines = [e["data"] for e in await iris.logs(coord, lines=5000, substring="Shard")]
+    errs = [
+        re.search(r"Shard (\d+) failed on worker (\S+) \(task error (\d+)/(\d+)\)", d)
+        for d in lines
+    ]
+    errs = [m for m in errs if m]
+    assert [m[3] for m in errs] == ["1", "2", "3"] and len({m[1] for m in errs}) == 1
+    workers = await iris.child(job, "workers")
+    tracebacks = [
+        e["data"]
+        for e in await iris.logs(workers, lines=5000, includeChildren=False, substring="Error")
+    ]
+    assert len(set(tracebacks)) == 1 and len(tracebacks) == 3
+    assert (await iris.rpc("GetJobStatus", {"jobId": job}))["job"]["state"] == "JOB_STATE_FAILED"
+
+
+async def test_repeated_failure_restarts_the_worker_process_with_the_same_pid_and_a_new_start(
+    iris: Iris,
+) -> None:
+    job = await iris.job("pid", "repeated-failure", event_at=100, max_task_errors=4)
+    await iris.forward(50)
+    workers = await iris.child(job, "workers")
+    culprit = iris.emu.controller.jobs[job].plan.culprit_worker
+    before = await iris.ticks(f"{workers}/{culprit}")
+    iris.wall.advance(0.1)  # six scenario seconds
+    await iris.forward(60)
+    (task,) = [t for t in await iris.tasks(workers) if t["taskId"].endswith(f"/{culprit}")]
+    assert task["currentAttemptId"] == 1 and task["attempts"][0]["state"] == "TASK_STATE_FAILED"
+    after = await iris.ticks(f"{workers}/{culprit}")
+    assert 7 in before and 7 in after and after[7][1] != before[7][1]
+
+
+async def test_rpc_timeouts_hang_then_answer_unavailable_then_recover(iris: Iris) -> None:
+    job = await iris.job("rt", "rpc-timeouts")
+    await iris.forward(130)
+    with pytest.raises(httpx.ReadTimeout):
+        await iris.http.post(f"{CTL}/GetJobStatus", json={"jobId": job}, timeout=0.3)
+    await iris.forward(120)
+    refused = await iris.http.post(f"{CTL}/GetJobStatus", json={"jobId": job})
+    assert refused.status_code == 503 and refused.json()["code"] == "unavailable"
+    await iris.forward(200)
+    assert (await iris.rpc("GetJobStatus", {"jobId": job}))["job"]["state"] == "JOB_STATE_RUNNING"
+
+
+async def test_a_control_fault_makes_every_controller_rpc_unavailable_until_cleared(
+    iris: Iris,
+) -> None:
+    await iris.control("faults", {"mode": "unavailable"})
+    assert (await iris.http.post(f"{CTL}/ListJobs", json={})).status_code == 503
+    await iris.control("faults", {"mode": "off"})
+    await iris.rpc("ListJobs", {})
+
+
+async def test_terminated_by_user_hides_a_worker_oom_behind_the_kill(iris: Iris) -> None:
+    job = await iris.job("tu", "terminated-by-user")
+    await iris.forward(400)
+    status = (await iris.rpc("GetJobStatus", {"jobId": job}))["job"]
+    assert status["state"] == "JOB_STATE_KILLED" and status["error"] == "Terminated by user"
+    workers = await iris.child(job, "workers")
+    assert {t["error"] for t in await iris.tasks(workers)} == {"Terminated by user"}
+    found = await iris.logs(workers, lines=5000, substring="CUDA out of memory")
+    assert found and found[0]["source"] == "stderr"
+
+
+async def test_finish_while_down_completes_within_seconds(iris: Iris) -> None:
+    job = await iris.job("fw", "finish-while-down")
+    await iris.forward(120)
+    assert (await iris.rpc("GetJobStatus", {"jobId": job}))["job"]["state"] == "JOB_STATE_SUCCEEDED"
+
+
+async def test_cpu_bound_quiet_burns_twenty_cores_while_the_session_counter_resets(
+    iris: Iris,
+) -> None:
+    job = await iris.job("cq", "cpu-bound-quiet")
+    await iris.forward(600)
+    task = f"{await iris.child(job, 'workers')}/0"
+    first = await iris.ticks(task)
+    iris.wall.advance(3)
+    second = await iris.ticks(task)
+    burned = sum(v[0] for v in second.values()) - sum(v[0] for v in first.values())
+    assert abs(burned - 20 * CLK_TCK * 3) <= 3
+    readings = []
+    for _ in range(6):
+        iris.wall.advance(1)
+        readings.append(float((await iris.exec(task, SESSION_CPU_COMMAND))["stdout"]))
+    assert any(b < a for a, b in itertools.pairwise(readings))
+    await iris.forward(6000)
+    progress = await iris.logs(await iris.child(job, "coord"), substring="workers alive")
+    gaps = [
+        int(b["timestamp"]["epochMs"]) - int(a["timestamp"]["epochMs"])
+        for a, b in itertools.pairwise(progress)
+    ]
+    assert gaps and max(gaps) >= 30 * 60 * 1000
+
+
+async def test_hung_busy_shows_hours_of_cpu_that_no_longer_advance(iris: Iris) -> None:
+    job = await iris.job("hb", "hung-busy")
+    task = f"{await iris.child(job, 'workers')}/0"
+    first = await iris.ticks(task)
+    assert first[7][0] > 3 * 3600 * 19 * CLK_TCK
+    iris.wall.advance(5)
+    assert await iris.ticks(task) == first
+    coord = await iris.child(job, "coord")
+    dump = base64.b64decode((await iris.dump(f"{coord}/0"))["profileData"]).decode()
+    assert "_coordinator_loop" in dump and "_wait_for_stage" not in dump
+
+
+async def test_dead_worker_fails_exec_and_profile_and_goes_silent_while_running(
+    iris: Iris,
+) -> None:
+    job = await iris.job("dw", "dead-worker")
+    await iris.forward(200)
+    coord = await iris.child(job, "coord")
+    before = await iris.logs(coord)
+    await iris.forward(600)
+    assert await iris.logs(coord) == before
+    assert (await iris.exec(f"{coord}/0", PROC_STAT_COMMAND))["error"]
+    assert (await iris.dump(f"{coord}/0"))["error"]
+    assert (await iris.tasks(coord))[0]["state"] == "TASK_STATE_RUNNING"
+
+
+async def test_other_commands_exit_127(iris: Iris) -> None:
+    job = await iris.job("cmd", "healthy")
+    await iris.forward(60)
+    answer = await iris.exec(f"{await iris.child(job, 'coord')}/0", ["nvidia-smi"])
+    assert answer["exitCode"] == 127
+
+
+async def test_terminate_cascades_is_recorded_and_the_original_request_relaunches(
+    iris: Iris,
+) -> None:
+    request = {
+        "name": "/alice/pipe",
+        "resources": {"cpuMillicores": 4000},
+        "environment": {"envVars": {"IRIS_EMULATOR_SCENARIO": "healthy", "X": "1"}},
+        "maxRetriesFailure": 2,
+    }
+    assert (await iris.rpc("LaunchJob", request))["jobId"] == "/alice/pipe"
+    await iris.rpc("LaunchJob", request, status=409)
+    await iris.forward(60)
+    assert (await iris.http.get("/control/actions")).json()["actions"][0]["method"] == "LaunchJob"
+    await iris.rpc("TerminateJob", {"jobId": "/alice/pipe"})
+    for child in await iris.children("/alice/pipe"):
+        assert {t["error"] for t in await iris.tasks(child)} == {"Terminated by user"}
+    status = await iris.rpc("GetJobStatus", {"jobId": "/alice/pipe"})
+    assert status["job"]["state"] == "JOB_STATE_KILLED"
+    assert status["request"] == request
+    await iris.rpc("LaunchJob", status["request"])
+    actions = (await iris.http.get("/control/actions")).json()["actions"]
+    assert [(a["method"], a["outcome"]) for a in actions] == [
+        ("LaunchJob", "ok"),
+        ("LaunchJob", "already_exists"),
+        ("TerminateJob", "ok"),
+        ("LaunchJob", "ok"),
+    ]
+    await iris.rpc("TerminateJob", {"jobId": "/alice/none"}, status=404)
+
+
+async def test_control_jobs_are_not_actions(iris: Iris) -> None:
+    await iris.job("quiet", "healthy")
+    assert (await iris.http.get("/control/actions")).json()["actions"] == []
+
+
+async def test_next_scenario_is_what_launch_job_plays(iris: Iris) -> None:
+    await iris.control("next-scenario", {"scenario": "hung-busy"})
+    await iris.rpc("LaunchJob", {"name": "/alice/next"})
+    assert iris.emu.controller.jobs["/alice/next"].scenario.name == "hung-busy"
+
+
+async def test_get_task_logs_can_be_absent_like_the_newest_iris(iris: Iris) -> None:
+    job = await iris.job("nl", "healthy")
+    await iris.control("get-task-logs", {"enabled": False})
+    gone = await iris.http.post(f"{CTL}/GetTaskLogs", json={"id": job})
+    assert gone.status_code == 404 and gone.json()["code"] == "unimplemented"
+    await iris.forward(60)
+    coord = await iris.child(job, "coord")
+    fetched = await iris.http.post(
+        "/iris.logging.LogService/FetchLogs",
+        json={"source": f"{coord}/0:", "matchScope": "MATCH_SCOPE_PREFIX", "maxLines": 5},
+    )
+    assert fetched.status_code == 200 and len(fetched.json()["entries"]) == 5
+    cursor = fetched.json()["cursor"]
+    more = await iris.http.post(
+        "/iris.logging.LogService/FetchLogs",
+        json={"source": f"{coord}/0:", "matchScope": "MATCH_SCOPE_PREFIX", "cursor": cursor},
+    )
+    assert int(more.json()["entries"][0]["seq"]) > int(cursor)
+
+
+async def test_bearer_token_mode_refuses_strangers_and_names_jobs_for_the_subject() -> None:
+    emu = await start_emulator(
+        IrisEmulatorConfig(tokens={"s3cret": "bob"}, settle_interval=0), ManualWallClock()
+    )
+    try:
+        async with httpx.AsyncClient(base_url=emu.url) as http:
+            for headers in ({}, {"Authorization": "Bearer wrong"}):
+                answer = await http.post(f"{CTL}/ListJobs", json={}, headers=headers)
+                assert answer.status_code == 401 and answer.json()["code"] == "unauthenticated"
+            ok = await http.post(
+                f"{CTL}/LaunchJob",
+                json={"name": "mine"},
+                headers={"Authorization": "Bearer s3cret"},
+            )
+            assert ok.json() == {"jobId": "/bob/mine"}
+    finally:
+        await emu.stop()
+
+
+async def test_the_same_seed_gives_the_same_names(iris: Iris) -> None:
+    a = await iris.job("same", "healthy")
+    await iris.forward(30)
+    first = sorted(await iris.children(a))
+    other = await start_emulator(IrisEmulatorConfig(settle_interval=0), ManualWallClock())
+    try:
+        job = other.create_job("same", "alice", "healthy", seed=7)
+        names = sorted(v.job_id for v in job.jobs(30)[1:])
+    finally:
+        await other.stop()
+    assert names == first
+
+
+def test_parse_args_takes_port_tokens_and_the_get_task_logs_knob() -> None:
+    config = parse_args(["--port", "10001", "--token", "t=bob", "--no-get-task-logs"])
+    assert (config.port, dict(config.tokens), config.get_task_logs) == (10001, {"t": "bob"}, False)
+
+
+async def test_not_found_is_a_connect_error(iris: Iris) -> None:
+    answer = await iris.http.post(f"{CTL}/GetJobStatus", json={"jobId": "/alice/ghost"})
+    assert answer.status_code == 404 and answer.json()["code"] == "not_found"
+    await asyncio.sleep(0)
+
+
+async def test_a_hang_ends_in_deadline_exceeded_at_the_clients_connect_timeout(
+    iris: Iris,
+) -> None:
+    await iris.control("faults", {"mode": "hang", "methods": ["ListTasks"]})
+    hung = await iris.http.post(f"{CTL}/ListTasks", json={}, headers={"Connect-Timeout-Ms": "200"})
+    assert hung.status_code == 504 and hung.json()["code"] == "deadline_exceeded"
+    await iris.rpc("ListJobs", {})  # other methods are not hung
+
+
+async def test_launch_keeps_fields_it_does_not_know_for_get_job_status(iris: Iris) -> None:
+    request = {"name": "/alice/odd", "someNewerField": {"x": [1, 2]}, "bundleId": "b-1"}
+    await iris.rpc("LaunchJob", request)
+    assert (await iris.rpc("GetJobStatus", {"jobId": "/alice/odd"}))["request"] == request
+
+
+async def test_launch_refuses_an_unknown_scenario_in_its_environment(iris: Iris) -> None:
+    body = {"name": "/alice/x", "environment": {"envVars": {"IRIS_EMULATOR_SCENARIO": "nope"}}}
+    refused = await iris.http.post(f"{CTL}/LaunchJob", json=body)
+    assert refused.status_code == 400 and refused.json()["code"] == "invalid_argument"
+
+
+async def test_fetch_logs_matches_exact_keys_regexes_and_levels(iris: Iris) -> None:
+    job = await iris.job("fl", "repeated-failure")
+    await iris.forward(330)
+    coord = await iris.child(job, "coord")
+
+    async def fetch(**body: Any) -> list[dict[str, Any]]:
+        answer = await iris.http.post("/iris.logging.LogService/FetchLogs", json=body)
+        assert answer.status_code == 200, answer.text
+        return list(answer.json()["entries"])
+
+    exact = await fetch(source=f"{coord}/0:0", matchScope="MATCH_SCOPE_EXACT", maxLines=50)
+    assert exact and {e["key"] for e in exact} == {f"{coord}/0:0"}
+    workers = await iris.child(job, "workers")
+    pattern = rf"{re.escape(workers)}/\d+:.*"
+    errors = await fetch(source=pattern, minLevel="ERROR", maxLines=100)
+    assert errors and {e["level"] for e in errors} == {"ERROR"}
+    assert all(e["key"].startswith(f"{workers}/") for e in errors)
+
+
+async def test_get_task_logs_with_children_covers_the_tree_and_their_statuses(iris: Iris) -> None:
+    job = await iris.job("tree", "healthy")
+    await iris.forward(60)
+    answer = await iris.rpc(
+        "GetTaskLogs",
+        {"id": job, "includeChildren": True, "attemptId": -1, "tail": True, "maxTotalLines": 500},
+    )
+    keys = {e["key"].rsplit("/", 1)[0] for e in answer["taskLogs"][0]["logs"]}
+    assert await iris.child(job, "coord") in keys
+    assert {s["jobId"] for s in answer["childJobStatuses"]} == set(await iris.children(job))
+
+
+async def test_a_scenario_file_adds_named_variants(tmp_path: Any) -> None:
+    path = tmp_path / "iris.yaml"
+    path.write_text("default: big-pool\nscenarios:\n  big-pool: {base: healthy, workers: 16}\n")
+    emu = IrisEmulator(IrisEmulatorConfig(scenario_file=str(path)), ManualWallClock())
+    assert emu.controller.next_scenario.workers == 16
+    assert emu.controller.next_scenario.kind == "healthy"
+
+
+async def test_keeper_emulator_iris_cli_launches_and_shows_state(iris: Iris) -> None:
+    def invoke(*args: str) -> str:
+        result = CliRunner().invoke(iris_group, [*args, "--url", iris.emu.url])
+        assert result.exit_code == 0, result.output
+        return result.output
+
+    assert "/alice/cli playing stragglers" in await asyncio.to_thread(
+        invoke, "launch", "cli", "--scenario", "stragglers"
+    )
+    assert "/alice/cli" in await asyncio.to_thread(invoke, "state")
+    listing = await asyncio.to_thread(invoke, "scenario", "--next", "dead-worker")
+    assert "* dead-worker" in listing
+
+
+def test_the_demo_scenario_file_loads() -> None:
+    emu = IrisEmulator(
+        IrisEmulatorConfig(scenario_file="emulators/scenarios/iris-demo.yaml"), ManualWallClock()
+    )
+    assert emu.scenarios["demo-stragglers"].stages[0].shards == 5000
+    assert emu.scenarios["demo-newest-logs"].log_format == "newest"
+
+
+async def test_terminating_a_stale_coordinator_kills_only_it(iris: Iris) -> None:
+    job = await iris.job("fence", "killed-retry")
+    await iris.forward(400)
+    stale = await iris.child(job, "coord", 0)
+    await iris.rpc("TerminateJob", {"jobId": stale})
+    assert (await iris.tasks(stale))[0]["error"] == "Terminated by user"
+    assert (await iris.tasks(await iris.child(job, "coord", 1)))[0]["state"] == "TASK_STATE_RUNNING"
+    assert (await iris.rpc("GetJobStatus", {"jobId": job}))["job"]["state"] == "JOB_STATE_RUNNING"
+
+
+async def test_python_m_emulators_iris_reports_its_address_serves_and_stops_on_sigterm() -> None:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "emulators.iris",
+        "--port",
+        "0",
+        "--scenario",
+        "stragglers",
+        stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": os.getcwd()},
+    )
+    try:
+        assert proc.stderr is not None
+        line = ""
+        async with asyncio.timeout(20):
+            while "controller and control API on" not in line:
+                line = (await proc.stderr.readline()).decode()
+                assert line, "the emulator exited before it listened"
+        url = line.rsplit(" ", 1)[-1].strip()
+        async with httpx.AsyncClient(base_url=url) as http:
+            state = (await http.get("/control/state")).json()
+        assert state["next_scenario"] == "stragglers"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        async with asyncio.timeout(20):
+            assert await proc.wait() == 0
+
+
+async def test_two_pipelines_run_one_after_the_other_as_p0_then_p1_with_the_same_hash(
+    iris: Iris,
+) -> None:
+    job = await iris.job("two", "two-pipelines")
+    await iris.forward(100)
+    p0 = await iris.child(job, "coord")
+    assert len(await iris.children(job)) == 2
+    await iris.forward(150)
+    p1 = await iris.child(job, "coord", pipeline=1)
+    assert CHILD.match(p0)["hash"] == CHILD.match(p1)["hash"]  # type: ignore[index]
+    assert (await iris.tasks(p0))[0]["state"] == "TASK_STATE_SUCCEEDED"
+    assert (await iris.tasks(p1))[0]["state"] == "TASK_STATE_RUNNING"
+    assert (await iris.progress(p1))[-1]["stage"].startswith("stage")
+    await iris.forward(300)
+    assert (await iris.rpc("GetJobStatus", {"jobId": job}))["job"]["state"] == "JOB_STATE_SUCCEEDED"
+
+
+async def test_get_task_status_and_the_finelog_fetch_logs_path_answer_too(iris: Iris) -> None:
+    job = await iris.job("gts", "healthy")
+    await iris.forward(60)
+    coord = await iris.child(job, "coord")
+    task = (await iris.rpc("GetTaskStatus", {"taskId": f"{coord}/0"}))["task"]
+    assert task["taskId"] == f"{coord}/0" and task["state"] == "TASK_STATE_RUNNING"
+    fetched = await iris.http.post(
+        "/finelog.logging.LogService/FetchLogs",
+        json={"source": f"{coord}/0:0", "matchScope": "MATCH_SCOPE_EXACT", "maxLines": 3},
+    )
+    assert fetched.status_code == 200 and len(fetched.json()["entries"]) == 3
+
+
+async def test_keepers_iris_client_reads_the_emulator_with_get_task_logs_absent(
+    iris: Iris,
+) -> None:
+    await iris.control("get-task-logs", {"enabled": False})
+    job = await iris.job("client", "killed-retry")
+    await iris.forward(400)
+    async with IrisController(iris.emu.url, timeout=2) as client:
+        kids = {k.job_id for k in await client.list_children(job)}
+        assert kids == set(await iris.children(job))
+        coord = await iris.child(job, "coord", 1)
+        page = await client.task_logs(coord, tail=True, max_lines=50)
+        assert page.route.value.endswith("/FetchLogs") and len(page.entries) == 50
+        assert "_wait_for_stage" in await client.profile_threads(f"{coord}/0")
+        assert (await client.exec_in_container(f"{coord}/0", PROC_STAT_COMMAND)).ok
+        with pytest.raises(JobNotFound):
+            await client.get_job_status("/alice/ghost")
+        await client.launch_job(LaunchJobRequest(name="/alice/again"))
+        with pytest.raises(IrisAlreadyExists):
+            await client.launch_job(LaunchJobRequest(name="/alice/again"))
+        await iris.control("faults", {"mode": "unavailable"})
+        with pytest.raises(IrisUnavailable):
+            await client.list_tasks(coord)

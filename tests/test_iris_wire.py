@@ -1,0 +1,408 @@
+"""The iris wire models read and write protobuf JSON as the controller does: camelCase names,
+enum names, int64 strings, explicit presence, tolerated drift, and a LaunchJobRequest that
+comes back out exactly as it went in; plus the ExecInContainer output parsers."""
+
+from __future__ import annotations
+
+import base64
+import inspect
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from wire.iris import connect, messages
+from wire.iris.codec import WireMessage, field_number, from_wire, to_wire
+from wire.iris.connect import Code, ConnectErrorBody, ErrorDetail, ErrorDetails
+from wire.iris.enums import JobState, LogLevel, TaskState
+from wire.iris.exec_commands import (
+    CLK_TCK,
+    PROC_STAT_COMMAND,
+    SESSION_CPU_COMMAND,
+    parse_proc_stat,
+    parse_session_cpu,
+)
+from wire.iris.messages import (
+    ExecInContainerRequest,
+    ExecInContainerResponse,
+    GetJobStatusResponse,
+    GetTaskLogsRequest,
+    GetTaskLogsResponse,
+    JobQuery,
+    JobStatus,
+    LaunchJobRequest,
+    ListJobsRequest,
+    LogEntry,
+    ProfileTaskRequest,
+    ProfileTaskResponse,
+    TaskStatus,
+    Timestamp,
+)
+from wire.iris.methods import BY_PATH, METHODS
+
+MESSAGE_CLASSES = [
+    cls
+    for _, cls in inspect.getmembers(messages, inspect.isclass)
+    if issubclass(cls, WireMessage) and cls.__module__ == messages.__name__
+]
+
+
+# --- names -----------------------------------------------------------------------------------
+
+
+def test_output_names_are_lower_camel_case() -> None:
+    status = TaskStatus(task_id="/alice/job/0", current_attempt_id=2, worker_address="w:1")
+    assert to_wire(status) == {
+        "taskId": "/alice/job/0",
+        "currentAttemptId": 2,
+        "workerAddress": "w:1",
+    }
+
+
+def test_snake_case_and_camel_case_input_parse_alike() -> None:
+    camel = from_wire(TaskStatus, {"taskId": "/a/j/0", "currentAttemptId": 1})
+    snake = from_wire(TaskStatus, {"task_id": "/a/j/0", "current_attempt_id": 1})
+    assert camel == snake
+    assert camel.current_attempt_id == 1
+
+
+def test_list_jobs_request_nests_the_query_under_query() -> None:
+    request = ListJobsRequest(query=JobQuery(parent_job_id="/a/j", offset=50, limit=500))
+    assert to_wire(request) == {"query": {"parentJobId": "/a/j", "offset": 50, "limit": 500}}
+
+
+# --- enums -----------------------------------------------------------------------------------
+
+
+def test_enums_are_written_by_prefixed_name() -> None:
+    job = JobStatus(job_id="/a/j", state=JobState.RUNNING)
+    task = TaskStatus(task_id="/a/j/0", state=TaskState.WORKER_FAILED)
+    assert to_wire(job)["state"] == "JOB_STATE_RUNNING"
+    assert to_wire(task)["state"] == "TASK_STATE_WORKER_FAILED"
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("TASK_STATE_RUNNING", TaskState.RUNNING),
+        (3, TaskState.RUNNING),
+        ("3", TaskState.RUNNING),
+        ("running", TaskState.RUNNING),
+        ("TASK_STATE_ASSIGNED", TaskState.ASSIGNED),
+        ("TASK_STATE_FROM_THE_FUTURE", TaskState.UNSPECIFIED),
+        (99, TaskState.UNSPECIFIED),
+    ],
+)
+def test_task_state_input_accepts_names_and_numbers(value: object, expected: TaskState) -> None:
+    assert from_wire(TaskStatus, {"state": value}).state is expected
+
+
+def test_job_state_numbers_match_upstream() -> None:
+    assert [(s.name, s.value) for s in JobState] == [
+        ("UNSPECIFIED", 0),
+        ("PENDING", 1),
+        ("BUILDING", 2),
+        ("RUNNING", 3),
+        ("SUCCEEDED", 4),
+        ("FAILED", 5),
+        ("KILLED", 6),
+        ("WORKER_FAILED", 7),
+        ("UNSCHEDULABLE", 8),
+    ]
+    assert TaskState.PREEMPTED == 10 and TaskState.COSCHED_FAILED == 11
+
+
+# --- int64 -----------------------------------------------------------------------------------
+
+
+def test_int64_fields_are_written_as_strings() -> None:
+    assert to_wire(Timestamp(epoch_ms=1764590400000)) == {"epochMs": "1764590400000"}
+    assert to_wire(GetTaskLogsResponse(cursor=42)) == {"cursor": "42"}
+    assert to_wire(LogEntry(seq=7))["seq"] == "7"
+
+
+def test_int64_fields_accept_strings_and_numbers() -> None:
+    assert from_wire(Timestamp, {"epochMs": "1764590400000"}).epoch_ms == 1764590400000
+    assert from_wire(Timestamp, {"epochMs": 1764590400000}).epoch_ms == 1764590400000
+
+
+def test_int32_fields_stay_numbers() -> None:
+    assert to_wire(ExecInContainerResponse(exit_code=3)) == {"exitCode": 3}
+
+
+# --- presence, defaults, unknown fields -------------------------------------------------------
+
+
+def test_absent_fields_read_as_defaults() -> None:
+    status = from_wire(TaskStatus, {})
+    assert status.state is TaskState.UNSPECIFIED
+    assert status.current_attempt_id == 0
+    assert status.attempts == []
+    assert status.started_at is None
+    assert from_wire(JobStatus, None) == JobStatus()
+
+
+def test_null_reads_as_unset() -> None:
+    status = from_wire(TaskStatus, {"exitCode": None, "startedAt": None, "taskId": "/a/j/0"})
+    assert status.exit_code == 0 and status.started_at is None
+    assert to_wire(status) == {"taskId": "/a/j/0"}
+
+
+def test_a_field_set_to_its_default_is_still_written() -> None:
+    # attempt_id 0 means "the first attempt" and is also the proto default: presence matters.
+    assert to_wire(GetTaskLogsRequest(id="/a/j", attempt_id=0)) == {"id": "/a/j", "attemptId": 0}
+    assert to_wire(GetTaskLogsRequest(id="/a/j")) == {"id": "/a/j"}
+
+
+def test_include_defaults_writes_every_field() -> None:
+    written = to_wire(ExecInContainerResponse(stdout="x"), include_defaults=True)
+    assert written == {"exitCode": 0, "stdout": "x", "stderr": "", "error": ""}
+
+
+def test_unknown_fields_are_ignored_by_ordinary_messages() -> None:
+    status = from_wire(TaskStatus, {"taskId": "/a/j/0", "someNewField": {"x": 1}})
+    assert to_wire(status) == {"taskId": "/a/j/0"}
+
+
+# --- log level drift -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("level", "expected"),
+    [
+        ("INFO", LogLevel.INFO),
+        ("info", LogLevel.INFO),
+        ("LOG_LEVEL_INFO", LogLevel.INFO),
+        (2, LogLevel.INFO),
+        ("WARNING", LogLevel.WARNING),
+        ("WARN", LogLevel.WARNING),
+        ("ERROR", LogLevel.ERROR),
+        ("CRITICAL", LogLevel.CRITICAL),
+        (5, LogLevel.CRITICAL),
+        ("", LogLevel.UNKNOWN),
+        ("NOISY", LogLevel.UNKNOWN),
+    ],
+)
+def test_log_level_string_or_enum_reads_as_one_enum(level: object, expected: LogLevel) -> None:
+    assert from_wire(LogEntry, {"data": "x", "level": level}).level is expected
+
+
+def test_log_level_absent_is_unknown_and_written_by_enum_name() -> None:
+    assert from_wire(LogEntry, {"data": "x"}).level is LogLevel.UNKNOWN
+    assert to_wire(LogEntry(level=LogLevel.ERROR))["level"] == "LOG_LEVEL_ERROR"
+
+
+# --- LaunchJobRequest ------------------------------------------------------------------------
+
+ORIGINAL_REQUEST: dict[str, Any] = {
+    "name": "/alice/tokenize-fineweb",
+    "entrypoint": {
+        "setupCommands": ["uv sync"],
+        "runCommand": {"argv": ["python", "-m", "tokenize"]},
+        "workdirFiles": {"conf.yaml": "a2V5OiB2YWx1ZQ=="},
+        "futureEntrypointField": True,
+    },
+    "resources": {"cpuMillicores": 4000, "memoryBytes": "17179869184", "device": {"cpu": {}}},
+    "environment": {"envVars": {"HF_HOME": "/cache"}, "pipPackages": ["numpy"]},
+    "replicas": 1,
+    "maxRetriesPreemption": 0,
+    "failIfExists": False,
+    "priorityBand": "PRIORITY_BAND_BATCH",
+    "existingJobPolicy": 3,
+    "constraints": [{"key": "pool", "op": "CONSTRAINT_OP_EQ", "value": {"stringValue": "a"}}],
+    "containerProfile": "CONTAINER_PROFILE_DEFAULT",
+    "healthCheck": {"period": {"milliseconds": "5000"}, "failureThreshold": 3},
+}
+
+
+def test_launch_job_request_round_trip_keeps_every_field() -> None:
+    request = from_wire(LaunchJobRequest, ORIGINAL_REQUEST)
+    assert to_wire(request) == ORIGINAL_REQUEST
+
+
+def test_launch_job_request_exposes_core_fields_and_unknown_ones() -> None:
+    request = from_wire(LaunchJobRequest, ORIGINAL_REQUEST)
+    assert request.name == "/alice/tokenize-fineweb"
+    assert request.entrypoint is not None and request.entrypoint.run_command is not None
+    assert request.entrypoint.run_command.argv == ["python", "-m", "tokenize"]
+    assert request.resources is not None and request.resources.memory_bytes == 17179869184
+    assert request.environment is not None and request.environment.env_vars["HF_HOME"] == "/cache"
+    assert set(request.unknown_fields) == {"containerProfile", "healthCheck"}
+
+
+def test_original_request_inside_get_job_status_survives() -> None:
+    body = {"job": {"jobId": "/alice/tokenize-fineweb"}, "request": ORIGINAL_REQUEST}
+    response = from_wire(GetJobStatusResponse, body)
+    assert response.request is not None
+    assert to_wire(response.request) == ORIGINAL_REQUEST
+
+
+def test_launch_job_request_number_input_is_written_as_int64_string() -> None:
+    # Same value, canonical form: a server's JSON parser reads both.
+    request = from_wire(LaunchJobRequest, {"resources": {"memoryBytes": 1024}})
+    assert to_wire(request) == {"resources": {"memoryBytes": "1024"}}
+
+
+# --- field numbers ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("cls", MESSAGE_CLASSES, ids=lambda cls: cls.__name__)
+def test_every_field_has_a_unique_number(cls: type[WireMessage]) -> None:
+    numbers = [field_number(cls, name) for name in cls.model_fields]
+    assert len(numbers) == len(set(numbers))
+
+
+@pytest.mark.parametrize(
+    ("cls", "expected"),
+    [
+        (ExecInContainerRequest, {"task_id": 1, "command": 2, "timeout_seconds": 3}),
+        (ExecInContainerResponse, {"exit_code": 1, "stdout": 2, "stderr": 3, "error": 4}),
+        (ProfileTaskRequest, {"target": 4, "duration_seconds": 2, "profile_type": 3}),
+        (ListJobsRequest, {"query": 9}),
+        (
+            LaunchJobRequest,
+            {"name": 1, "entrypoint": 2, "resources": 3, "environment": 4, "replicas": 20},
+        ),
+        (
+            GetTaskLogsRequest,
+            {"id": 1, "since_ms": 3, "attempt_id": 6, "cursor": 8, "tail": 9},
+        ),
+    ],
+    ids=lambda value: getattr(value, "__name__", ""),
+)
+def test_field_numbers_match_upstream(cls: type[WireMessage], expected: dict[str, int]) -> None:
+    assert {name: field_number(cls, name) for name in expected} == expected
+
+
+# --- profiles --------------------------------------------------------------------------------
+
+
+def test_profile_data_is_base64_and_decodes_to_text() -> None:
+    dump = 'Thread 0x7F00000001 (idle): "MainThread"\n'
+    written = to_wire(ProfileTaskResponse(profile_data=dump.encode()))
+    assert written == {"profileData": base64.b64encode(dump.encode()).decode()}
+    assert from_wire(ProfileTaskResponse, written).text == dump
+
+
+def test_profile_data_accepts_url_safe_unpadded_base64() -> None:
+    data = b"\xfb\xff"
+    text = base64.urlsafe_b64encode(data).decode().rstrip("=")
+    assert from_wire(ProfileTaskResponse, {"profileData": text}).profile_data == data
+
+
+def test_profile_request_for_threads() -> None:
+    request = ProfileTaskRequest(
+        target="/a/j/0",
+        duration_seconds=1,
+        profile_type=messages.ProfileType(threads=messages.ThreadsProfile()),
+    )
+    assert to_wire(request) == {
+        "target": "/a/j/0",
+        "durationSeconds": 1,
+        "profileType": {"threads": {}},
+    }
+
+
+def test_profile_type_is_a_oneof() -> None:
+    with pytest.raises(ValidationError):
+        from_wire(messages.ProfileType, {"cpu": {}, "threads": {}})
+
+
+# --- Connect errors and paths ----------------------------------------------------------------
+
+
+def test_error_details_round_trip_through_the_binary_encoding() -> None:
+    details = ErrorDetails(
+        exception_type="KeyError", message="no job", traceback="Traceback...", timestamp_ms=17
+    )
+    assert ErrorDetails.decode(details.encode()) == details
+
+
+def test_error_body_reads_iris_error_details() -> None:
+    details = ErrorDetails(exception_type="ValueError", message="bad")
+    body = ConnectErrorBody.of(Code.INTERNAL, "boom", details).to_json()
+    assert body["code"] == "internal"
+    assert body["details"][0]["type"] == "iris.rpc.ErrorDetails"
+    parsed = ConnectErrorBody.model_validate(body)
+    assert parsed.connect_code is Code.INTERNAL
+    assert parsed.error_details() == details
+
+
+def test_error_body_ignores_other_details_and_unknown_codes() -> None:
+    body = {"code": "brand_new", "details": [{"type": "google.rpc.RetryInfo", "value": "AA"}]}
+    parsed = ConnectErrorBody.model_validate(body)
+    assert parsed.connect_code is Code.UNKNOWN
+    assert parsed.error_details() is None
+
+
+def test_error_detail_with_garbage_value_reads_as_none() -> None:
+    assert ErrorDetail(type="iris.rpc.ErrorDetails", value="!!!").error_details() is None
+
+
+@pytest.mark.parametrize(
+    ("status", "code"),
+    [(404, Code.UNIMPLEMENTED), (503, Code.UNAVAILABLE), (401, Code.UNAUTHENTICATED)],
+)
+def test_http_status_without_a_connect_body_maps_to_a_code(status: int, code: Code) -> None:
+    assert connect.code_of_http_status(status) is code
+
+
+def test_method_paths_are_the_connect_routes() -> None:
+    assert connect.LIST_JOBS == "/iris.cluster.ControllerService/ListJobs"
+    assert connect.FETCH_LOGS == "/iris.logging.LogService/FetchLogs"
+    assert connect.FINELOG_FETCH_LOGS == "/finelog.logging.LogService/FetchLogs"
+    assert len(BY_PATH) == len(METHODS)
+
+
+# --- exec commands ---------------------------------------------------------------------------
+
+
+def _stat_line(pid: int, comm: str, utime: int, stime: int, starttime: int) -> str:
+    fields = ["S", "1", str(pid), str(pid), "0", "-1", "4194560", "10", "0", "0", "0"]
+    fields += [str(utime), str(stime), "0", "0", "20", "0", "4", "0", str(starttime)]
+    fields += ["123456", "789"]
+    return f"{pid} ({comm}) " + " ".join(fields)
+
+
+def test_commands_are_the_contract() -> None:
+    assert PROC_STAT_COMMAND == ["sh", "-c", "cat /proc/[0-9]*/stat 2>/dev/null"]
+    assert SESSION_CPU_COMMAND[:2] == ["sh", "-c"]
+    assert CLK_TCK == 100
+
+
+def test_parse_proc_stat_reads_ticks_and_starttime() -> None:
+    out = _stat_line(1, "python", 1500, 250, 900) + "\n" + _stat_line(42, "sh", 1, 2, 3) + "\n"
+    stats = parse_proc_stat(out)
+    assert [(s.pid, s.comm, s.utime, s.stime, s.starttime) for s in stats] == [
+        (1, "python", 1500, 250, 900),
+        (42, "sh", 1, 2, 3),
+    ]
+    assert stats[0].cpu_seconds == 17.5
+
+
+def test_parse_proc_stat_splits_at_the_last_parenthesis() -> None:
+    [stat] = parse_proc_stat(_stat_line(7, "weird) (name", 10, 20, 30))
+    assert stat.comm == "weird) (name"
+    assert (stat.utime, stat.stime, stat.starttime) == (10, 20, 30)
+
+
+def test_parse_proc_stat_skips_partial_and_garbage_lines() -> None:
+    whole = _stat_line(9, "zephyr worker", 5, 6, 7)
+    out = "\n".join(["", "12 (gone) S 1 2", "not a stat line", whole[: len(whole) // 2], whole])
+    assert [s.pid for s in parse_proc_stat(out)] == [9]
+
+
+@pytest.mark.parametrize(
+    ("stdout", "expected"),
+    [
+        ("83824.5\n", 83824.5),
+        ("0\n", 0.0),
+        ("9351", 9351.0),
+        ("", None),
+        ("awk: not found\n", None),
+        ("nan\n", None),
+        ("-1\n", None),
+    ],
+)
+def test_parse_session_cpu(stdout: str, expected: float | None) -> None:
+    assert parse_session_cpu(stdout) == expected

@@ -1,0 +1,113 @@
+"""What an operator meets: the notifications on the webhook, `keeper job` against the real
+workflow, and the secrets (iris token, webhook URL) that appear in no history."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from google.protobuf.json_format import MessageToJson
+from temporalio.testing import WorkflowEnvironment
+
+from domain.watch.calls import JobWatchResult
+from domain.watch.models import ProposalKind, WatchOutcome
+from emulators.iris import IrisEmulatorConfig
+from tests.e2e_support import dev_address
+from tests.reclaim_world import until
+from tests.test_reclaim_cli import keeper
+from tests.test_reclaim_secrets import assert_absent
+from tests.watch_world import SPEED, WatchWorld, watch_world
+from tests.webhook_receiver import webhook_receiver
+
+pytestmark = pytest.mark.e2e
+IRIS_TOKEN = "iris.eyJzdWIiOiJrZWVwZXIifQ.Tk7Qm2Lw9Rz4Vb8Nc3Kd5Hs1Jf0"
+HOOK_SECRET = "T0KEEPER/B0WATCH/x9Zq3Lm7Rt2Vb5Nc8Kd1Hs4J"
+
+
+@pytest.fixture
+async def webhook() -> AsyncIterator[tuple[str, list[dict[str, Any]]]]:
+    """A chat webhook on a real port: the URL (its path is the secret) and what it got."""
+    async with webhook_receiver(HOOK_SECRET) as hook:
+        yield hook.url, hook.posts
+
+
+def cli_config(tmp_path: Path, env: WorkflowEnvironment, w: WatchWorld) -> Path:
+    path = tmp_path / "keeper.yaml"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "temporal": {
+                    "address": dev_address(env),
+                    "namespace": "default",
+                    "task_queue": w.settings.temporal.task_queue,
+                },
+                "watch": {"controller_url": w.settings.watch.controller_url},
+            }
+        )
+    )
+    return path
+
+
+async def test_a_zombie_is_notified_then_restarted_through_keeper_job_approve_with_no_secret_shown(
+    dev_env: WorkflowEnvironment,
+    tmp_path: Path,
+    webhook: tuple[str, list[dict[str, Any]]],
+) -> None:
+    url, received = webhook
+    hook_file = tmp_path / "webhook-url"
+    hook_file.write_text(url + "\n")
+    token_file = tmp_path / "iris-token"
+    token_file.write_text(IRIS_TOKEN)
+    emulator = IrisEmulatorConfig(speed=SPEED, tokens={IRIS_TOKEN: "alice"})
+    async with watch_world(
+        dev_env.client, emulator, webhook_url_file=hook_file, token_file=token_file
+    ) as w:
+        job = w.launch("zombie-coordinator")
+        config = cli_config(tmp_path, dev_env, w)
+        started = await keeper(config, "job", "watch", job, "--by", "oncall", "--json")
+        assert started.code == 0, started
+        assert started.json()["workflow_id"] == f"job-watch-{job[1:]}"
+
+        # The proposal reaches the webhook with the command that answers it.
+        await until(
+            lambda: any("keeper job approve" in m["text"] for m in received),
+            within=60,
+            what="the proposal's notification",
+        )
+        proposal = next(m["text"] for m in received if "keeper job approve" in m["text"])
+        assert "zombie" in proposal, proposal
+        assert w.actions() == []
+
+        status = await keeper(config, "job", "status", job, "--json")
+        assert status.code == 0, status
+        doc = status.json()
+        assert doc["verdict"] in ("running", "stalled", "unknown")
+        pending = [p for p in doc["proposals"] if p["state"] == "pending"]
+        assert [p["kind"] for p in pending] == [ProposalKind.RESTART.value], doc["proposals"]
+
+        approved = await keeper(config, "job", "approve", job, "restart", "--by", "oncall")
+        assert approved.code == 0, approved
+        result = await w.result(
+            dev_env.client.get_workflow_handle(f"job-watch-{job[1:]}", result_type=JobWatchResult)
+        )
+        assert result.outcome is WatchOutcome.RESTARTED
+        assert [a["method"] for a in w.actions()] == ["TerminateJob", "LaunchJob"]
+        assert {a["user"] for a in w.actions()} == {"alice"}  # the token's user acted
+
+        # Neither secret is in any history, description or result of the watches.
+        async for wf in dev_env.client.list_workflows('WorkflowType="JobWatch"'):
+            if job not in wf.id and (result.new_job_id or "") not in wf.id:
+                continue
+            handle = dev_env.client.get_workflow_handle(wf.id, run_id=wf.run_id)
+            text = (await handle.fetch_history()).to_json()
+            text += MessageToJson((await handle.describe()).raw_description)
+            for secret in (IRIS_TOKEN, HOOK_SECRET):
+                assert_absent(secret, text, f"the history of {wf.id}")
+        for message in received:
+            assert HOOK_SECRET not in json.dumps(message)
+        new_watch = dev_env.client.get_workflow_handle(result.new_watch_id or "")
+        await new_watch.cancel()

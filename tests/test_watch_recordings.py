@@ -1,0 +1,70 @@
+"""Recordings of JobWatch runs, replayed by tests/test_replay.py like every other recording
+(tests/histories/2026-12-01-watch/). On demand, into a new folder:
+
+    KEEPER_RECORD_HISTORIES=1 KEEPER_HISTORY_DIR=2026-12-01-watch \\
+        pytest tests/test_watch_recordings.py
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from domain.watch.models import APPROVE_UPDATE, DENY_UPDATE, Decision, Proposal, ProposalKind
+from tests.harness import env_flag
+from tests.test_replay import write_recording
+from tests.watch_world import watch_world
+
+SCENARIOS = {
+    # label: (emulator scenario, its overrides, what the recorder does)
+    "watch-succeeded": ("healthy", {}, None),
+    "watch-followed-retry": ("killed-retry", {}, None),
+    "watch-restart-approved": ("zombie-coordinator", {}, (ProposalKind.RESTART, APPROVE_UPDATE)),
+    "watch-stop-approved": (
+        "repeated-failure",
+        {"max_task_errors": 50, "failure_gap": 20},
+        (ProposalKind.STOP, APPROVE_UPDATE),
+    ),
+    "watch-denied-unwatched": ("stuck-stage", {}, (ProposalKind.RESTART, DENY_UPDATE)),
+    "watch-continued-as-new": ("cpu-bound-quiet", {}, None),
+}
+
+
+@pytest.mark.skipif(not env_flag("KEEPER_RECORD_HISTORIES"), reason="recording is on demand")
+@pytest.mark.parametrize("label", sorted(SCENARIOS))
+async def test_record_watch(dev_env: Any, label: str) -> None:
+    scenario, overrides, decide = SCENARIOS[label]
+    extra = {"history_events_limit": 200} if label == "watch-continued-as-new" else {}
+    async with watch_world(dev_env.client, **extra) as w:
+        job = w.launch(scenario, **overrides)
+        handle = await w.watch(job)
+        if label == "watch-continued-as-new":
+            await w.until_view(handle, lambda v: v.generation >= 1, within=90, what="a new run")
+            runs = [r async for r in dev_env.client.list_workflows(f'WorkflowId="{handle.id}"')]
+            first = min(runs, key=lambda r: r.start_time)
+            history = await dev_env.client.get_workflow_handle(
+                handle.id, run_id=first.run_id
+            ).fetch_history()
+            write_recording(f"{label}.json", history.to_json())
+            await handle.cancel()
+            return
+        if decide is not None:
+            kind, update = decide
+            view = await w.until_view(
+                handle,
+                lambda v: any(p.kind is kind for p in v.pending()),
+                within=60,
+                what=f"a {kind.value} proposal",
+            )
+            proposal = next(p for p in view.pending() if p.kind is kind)
+            await handle.execute_update(
+                update, Decision(proposal=proposal.id, by="recorder"), result_type=Proposal
+            )
+            if update == DENY_UPDATE:
+                await handle.cancel()
+        result = await w.result(handle)
+        if result.new_watch_id:
+            await dev_env.client.get_workflow_handle(result.new_watch_id).cancel()
+        history = await handle.fetch_history()
+    write_recording(f"{label}.json", history.to_json())

@@ -1,0 +1,101 @@
+"""The commands keeper runs in a task's container through ExecInContainer, and pure parsers
+of what they print.
+
+PROC_STAT_COMMAND prints one `/proc/<pid>/stat` line per process the container sees:
+
+    pid (comm) state ppid pgrp session tty_nr tpgid flags minflt cminflt majflt cmajflt
+    utime stime cutime cstime priority nice num_threads itrealvalue starttime vsize rss ...
+
+utime (field 14), stime (15) and starttime (22) are in clock ticks (CLK_TCK per second).
+comm may hold spaces and parentheses, so a line splits at its LAST ')'. A process that
+exits while `cat` reads leaves a short or empty line: it is skipped, not an error.
+
+SESSION_CPU_COMMAND prints one number, the core-seconds of the processes the exec's session
+sees. Its scope is not stable across reads (it can go down), so it is a hint only.
+"""
+
+from __future__ import annotations
+
+import math
+
+from pydantic import BaseModel, ConfigDict
+
+PROC_STAT_COMMAND = ["sh", "-c", "cat /proc/[0-9]*/stat 2>/dev/null"]
+SESSION_CPU_COMMAND = ["sh", "-c", "ps -e -o cputimes= | awk '{s+=$1} END {print s+0}'"]
+CLK_TCK = 100
+
+# Positions in the fields after the ')' (the first of them, state, is field 3).
+_AFTER_COMM = 3
+_UTIME = 14 - _AFTER_COMM
+_STIME = 15 - _AFTER_COMM
+_STARTTIME = 22 - _AFTER_COMM
+
+
+class ProcStat(BaseModel):
+    """One process from /proc/<pid>/stat: its CPU ticks and when it started."""
+
+    model_config = ConfigDict(frozen=True)
+
+    pid: int
+    comm: str
+    state: str
+    utime: int
+    stime: int
+    starttime: int
+
+    @property
+    def cpu_ticks(self) -> int:
+        return self.utime + self.stime
+
+    @property
+    def cpu_seconds(self) -> float:
+        return self.cpu_ticks / CLK_TCK
+
+
+def parse_proc_stat_line(line: str) -> ProcStat | None:
+    """One stat line, or None when it is not a whole one."""
+    open_at = line.find("(")
+    close_at = line.rfind(")")
+    if open_at <= 0 or close_at < open_at:
+        return None
+    head = line[:open_at].strip()
+    rest = line[close_at + 1 :].split()
+    if not head.isdigit() or len(rest) <= _STARTTIME:
+        return None
+    numbers = (rest[_UTIME], rest[_STIME], rest[_STARTTIME])
+    if not all(value.isdigit() for value in numbers):
+        return None
+    utime, stime, starttime = (int(value) for value in numbers)
+    return ProcStat(
+        pid=int(head),
+        comm=line[open_at + 1 : close_at],
+        state=rest[0],
+        utime=utime,
+        stime=stime,
+        starttime=starttime,
+    )
+
+
+def parse_proc_stat(stdout: str) -> list[ProcStat]:
+    """Every whole stat line of PROC_STAT_COMMAND's output, in order."""
+    found: list[ProcStat] = []
+    for line in stdout.splitlines():
+        stat = parse_proc_stat_line(line)
+        if stat is not None:
+            found.append(stat)
+    return found
+
+
+def parse_session_cpu(stdout: str) -> float | None:
+    """SESSION_CPU_COMMAND's core-seconds, or None when it printed no finite, non-negative
+    number."""
+    lines = [line.strip() for line in stdout.splitlines() if line.strip()]
+    if not lines:
+        return None
+    try:
+        value = float(lines[-1])
+    except ValueError:
+        return None
+    if not math.isfinite(value) or value < 0:
+        return None
+    return value

@@ -1,0 +1,1 @@
+"""The job-watch family's workflows."""

@@ -1,0 +1,56 @@
+"""Timeouts and retry policies of every job-watch activity call, in one place."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from temporalio.common import RetryPolicy
+
+# The worker's settings: local, instant.
+READ_START_TO_CLOSE = timedelta(seconds=30)
+# A check: several controller reads, each with its own deadline (watch.call_timeout). A read
+# that fails comes back inside the observation as unavailable (the escalation counts them),
+# so only a worker crash or a bug retries the activity.
+OBSERVE_START_TO_CLOSE = timedelta(minutes=5)
+READ_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=2),
+    backoff_coefficient=2.0,
+    maximum_interval=timedelta(minutes=2),
+)
+# Waiting for a queued job to be scheduled: the activity fails until it is, so a wait of
+# hours is two events, not a timer and a check per poll. Its pace is the smoke checks'
+# (await_scheduled_retry), backing off to the steady cadence's longest interval.
+AWAIT_SCHEDULED_START_TO_CLOSE = timedelta(minutes=2)
+
+
+def await_scheduled_retry(first: timedelta, longest: timedelta) -> RetryPolicy:
+    return RetryPolicy(
+        initial_interval=first,
+        backoff_coefficient=1.5,
+        maximum_interval=max(first, longest),
+        non_retryable_error_types=["JobNotFound"],
+    )
+
+
+# The delta probe: two reads a few seconds apart.
+PROBE_START_TO_CLOSE = timedelta(minutes=2)
+PROBE_RETRY = RetryPolicy(initial_interval=timedelta(seconds=2), maximum_attempts=3)
+# An approved stop or relaunch retries until the controller answers; a refusal (invalid
+# request, permission) is not retried and fails the proposal, loudly.
+ACTION_START_TO_CLOSE = timedelta(minutes=2)
+# A step still not done after this long fails its proposal (and says so) rather than hold
+# the watch: the operator decides what next.
+ACTION_SCHEDULE_TO_CLOSE = timedelta(minutes=30)
+ACTION_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=2),
+    backoff_coefficient=2.0,
+    maximum_interval=timedelta(minutes=2),
+    non_retryable_error_types=["IrisRefused", "IrisAuthError"],
+)
+# Notifications: a few tries, then given up (the details keep the notice).
+NOTIFY_START_TO_CLOSE = timedelta(seconds=30)
+NOTIFY_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=5), backoff_coefficient=2.0, maximum_attempts=5
+)
+# How long a closing run waits for notifications still in flight.
+NOTIFY_SETTLE = timedelta(minutes=3)

@@ -1,0 +1,433 @@
+"""JobWatch: a durable babysitter for one long iris/zephyr job, from first check to its end.
+
+Workflow id `job-watch-<job id>` (one watch per job). It runs the babysitting runbook
+(docs/watch.md): a smoke check while the children come up, then steady checks at a cadence
+that sees about one stage transition each, following retries to the latest attempt, and
+escalating with evidence. Every check is one `observe` activity (a fresh read of the
+controller, the coordinator's logs, thread dump and CPU counters); domain/watch/assess.py
+turns it into a verdict (running, stalled, unknown), escalations and proposals.
+
+    observe ─► assess ─► [probe ─► confirm] ─► notify? ─► wait (interval, or an approval)
+       ▲                                                    │
+       └──────────────── continue-as-new when long ─────────┘
+    approve(stop)    ─► terminate the job ─────────────────────► done (stopped)
+    approve(restart) ─► terminate ─► relaunch the original ─► watch the new job ─► done
+
+Nothing destructive happens without an operator: a proposal waits for the `approve` update
+(its validator refuses an unknown, decided or withdrawn proposal); the default is to notify.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import NoReturn
+
+from pydantic import ValidationError
+from temporalio import workflow
+from temporalio.common import VersioningBehavior, WorkflowIDReusePolicy
+from temporalio.exceptions import (
+    ActivityError,
+    ApplicationError,
+    CancelledError,
+    WorkflowAlreadyStartedError,
+    is_cancelled_exception,
+)
+from temporalio.workflow import ActivityHandle, ParentClosePolicy
+
+with workflow.unsafe.imports_passed_through():
+    from activities.watch.actions import WatchActions
+    from activities.watch.notify import WatchNotifier
+    from activities.watch.observe import WatchObserver
+    from domain.common.alerts import make_alert, watch_notice_kind
+    from domain.watch.assess import (
+        Assessment,
+        WatchState,
+        assess,
+        confirm,
+        decide,
+        finish_action,
+        new_state,
+        refusal,
+        render_details,
+    )
+    from domain.watch.calls import (
+        JobWatchInput,
+        JobWatchResult,
+        Notice,
+        ObserveCall,
+        ProbeSeen,
+        RelaunchCall,
+        StopCall,
+        WatchCarry,
+    )
+    from domain.watch.models import (
+        APPROVE_UPDATE,
+        DENY_UPDATE,
+        STATUS_QUERY,
+        WATCH_WORKFLOW_TYPE,
+        Decision,
+        Proposal,
+        ProposalKind,
+        ProposalState,
+        WatchOutcome,
+        WatchView,
+        watch_id,
+    )
+    from domain.watch.names import JobPhase
+    from domain.watch.policy import WatchPolicy
+    from runtime.watch import search_attributes as sa
+    from workflows.common.alerts import raise_alert
+    from workflows.watch import activity_options as opts
+    from workflows.watch import metrics
+
+
+# Runs past this patch wait for a queued job in one activity that retries until the job is
+# scheduled, instead of a check per poll.
+AWAIT_SCHEDULED = "watch-await-scheduled"
+# Runs past this patch tell operators through keeper's shared alert channel (keeper.alert)
+# rather than the watch's own notify activity.
+ALERTS_WATCH = "alerts-watch"
+
+
+@workflow.defn(
+    name=WATCH_WORKFLOW_TYPE,
+    failure_exception_types=[ValidationError],
+    versioning_behavior=VersioningBehavior.AUTO_UPGRADE,
+)
+class JobWatch:
+    def __init__(self) -> None:
+        self._inp: JobWatchInput | None = None
+        self._policy: WatchPolicy | None = None
+        self._state: WatchState | None = None
+        # Approved proposals, in order, for the main loop to carry out.
+        self._approved: list[str] = []
+        self._notices: list[ActivityHandle[bool]] = []
+        self._sa: tuple[str, str] | None = None
+
+    # ---- what an operator sees and says ----------------------------------------------
+
+    @workflow.query(name=STATUS_QUERY, description="Phase, verdict, evidence, proposals, timeline.")
+    def status(self) -> WatchView | None:
+        return self._state.view if self._state is not None else None
+
+    @workflow.update(name=APPROVE_UPDATE, description="Approve a proposal: keeper carries it out.")
+    async def approve(self, decision: Decision) -> Proposal:
+        state = self._state
+        assert state is not None
+        self._state = decide(state, decision, workflow.now(), approve=True)
+        self._approved.append(decision.proposal)
+        self._publish()
+        # Answers when the step is done (or failed), so `keeper job approve` shows its outcome.
+        await workflow.wait_condition(lambda: self._proposal_settled(decision.proposal))
+        return self._proposal(decision.proposal)
+
+    @approve.validator
+    def _approvable(self, decision: Decision) -> None:
+        self._validate(decision)
+
+    @workflow.update(name=DENY_UPDATE, description="Deny a proposal: keeper only keeps watching.")
+    def deny(self, decision: Decision) -> Proposal:
+        state = self._state
+        assert state is not None
+        self._state = decide(state, decision, workflow.now(), approve=False)
+        self._publish()
+        return self._proposal(decision.proposal)
+
+    @deny.validator
+    def _deniable(self, decision: Decision) -> None:
+        self._validate(decision)
+
+    def _validate(self, decision: Decision) -> None:
+        problem = (
+            "the watch has not started yet"
+            if self._state is None
+            else refusal(self._state.view, decision.proposal)
+        )
+        if problem is not None:
+            raise ValueError(problem)
+
+    def _proposal(self, proposal_id: str) -> Proposal:
+        assert self._state is not None
+        return next(p for p in self._state.view.proposals if p.id == proposal_id)
+
+    def _proposal_settled(self, proposal_id: str) -> bool:
+        return self._proposal(proposal_id).state is not ProposalState.APPROVED
+
+    # ---- the watch ---------------------------------------------------------------------
+
+    @workflow.run
+    async def run(self, inp: JobWatchInput) -> JobWatchResult:
+        self._inp = inp
+        self._policy = await workflow.execute_activity_method(
+            WatchObserver.policy,
+            start_to_close_timeout=opts.READ_START_TO_CLOSE,
+            retry_policy=opts.READ_RETRY,
+            summary="read the worker's watch settings",
+        )
+        self._state = inp.carry.state if inp.carry is not None else new_state(inp, workflow.now())
+        if workflow.info().typed_search_attributes.get(sa.JOB_ID) is None:
+            # Started by hand (`temporal workflow start`): findable by job anyway.
+            workflow.upsert_search_attributes([sa.JOB_ID.value_set(inp.job_id)])
+        self._publish()
+        try:
+            return await self._watch()
+        except (asyncio.CancelledError, CancelledError, ActivityError) as err:
+            # (A cancel arrives as asyncio's in a timer or wait, wrapped in an activity's.)
+            if not is_cancelled_exception(err):
+                raise
+            # `keeper job unwatch`: only the watch ends; the job runs on, untouched. Nothing
+            # the watch made needs releasing: an approved step cut short by the unwatch (a
+            # stop sent, a relaunch made) is said in the proposal's outcome, and a relaunched
+            # job has a watch of its own once keeper started it.
+            for proposal_id in self._approved:
+                self._settle(proposal_id, ProposalState.FAILED, "the watch was ended first")
+            self._approved.clear()
+            await self._settle_notices()
+            return self._result(WatchOutcome.UNWATCHED)
+
+    async def _watch(self) -> JobWatchResult:
+        while True:
+            if self._approved:
+                result = await self._carry_out(self._approved.pop(0))
+                if result is not None:
+                    return result
+                continue
+            assessment = await self._check()
+            if assessment.result is not None:
+                # An approval that came in while the job ended: nothing left to carry out.
+                for proposal_id in self._approved:
+                    self._settle(
+                        proposal_id,
+                        ProposalState.WITHDRAWN,
+                        f"the job ended {assessment.result.job_state} before keeper acted",
+                    )
+                self._approved.clear()
+                await self._settle_notices()
+                await workflow.wait_condition(workflow.all_handlers_finished)
+                return assessment.result
+            if self._queued() and workflow.patched(AWAIT_SCHEDULED):
+                await self._await_scheduled()
+                continue
+            if self._history_is_long() and not self._approved:
+                await self._settle_notices()
+                # An approval that arrives meanwhile is carried out before the roll-over.
+                await workflow.wait_condition(
+                    lambda: workflow.all_handlers_finished() or bool(self._approved)
+                )
+                if not self._approved:
+                    self._continue_as_new()
+                continue
+            with contextlib.suppress(TimeoutError):
+                await workflow.wait_condition(
+                    lambda: bool(self._approved), timeout=assessment.interval
+                )
+
+    async def _check(self) -> Assessment:
+        state, policy = self._state, self._policy
+        assert state is not None and policy is not None
+        observation = await workflow.execute_activity_method(
+            WatchObserver.observe,
+            ObserveCall(job_id=state.view.job_id, reading=state.reading),
+            start_to_close_timeout=opts.OBSERVE_START_TO_CLOSE,
+            retry_policy=opts.READ_RETRY,
+            summary=f"check {state.view.job_id}",
+        )
+        # An operator's decision may have come in while the activity ran: judge on top of
+        # the state as it is now, never the one from before the read.
+        state = self._state
+        assessment = assess(policy, state, observation, workflow.now(), workflow.time())
+        if assessment.probe is not None:
+            try:
+                probe = await workflow.execute_activity_method(
+                    WatchObserver.probe,
+                    assessment.probe,
+                    start_to_close_timeout=opts.PROBE_START_TO_CLOSE,
+                    retry_policy=opts.PROBE_RETRY,
+                    summary=f"confirm by a CPU delta probe: {assessment.probe.describe()}",
+                )
+            except ActivityError:
+                # No probe could be taken: the arbiter decides as for an unreadable process.
+                probe = ProbeSeen(error="the probe failed")
+            assessment = confirm(policy, assessment, probe, workflow.now(), self._state)
+        self._state = assessment.state
+        metrics.verdict(self._state.view.verdict)
+        for notice in assessment.notices:
+            self._notify(notice)
+        self._publish()
+        return assessment
+
+    def _queued(self) -> bool:
+        view = self._state.view if self._state is not None else None
+        return view is not None and view.job_state == JobPhase.PENDING.value and not self._approved
+
+    async def _await_scheduled(self) -> None:
+        state, policy = self._state, self._policy
+        assert state is not None and policy is not None
+        await workflow.execute_activity_method(
+            WatchObserver.await_scheduled,
+            state.view.job_id,
+            start_to_close_timeout=opts.AWAIT_SCHEDULED_START_TO_CLOSE,
+            retry_policy=opts.await_scheduled_retry(
+                policy.cadence.smoke_interval, policy.cadence.max_interval
+            ),
+            summary=f"wait for {state.view.job_id} to leave the queue",
+        )
+        # The smoke window starts when the job does, not when it was queued.
+        phase = state.phase.model_copy(update={"since": workflow.now()})
+        self._state = state.model_copy(update={"phase": phase})
+
+    async def _carry_out(self, proposal_id: str) -> JobWatchResult | None:
+        """An approved proposal, to the end. Both steps are idempotent: a job already gone
+        is stopped, a relaunch keeper already made is found again (its name is fixed)."""
+        state, inp = self._state, self._inp
+        assert state is not None and inp is not None
+        proposal = self._proposal(proposal_id)
+        if proposal.state is not ProposalState.APPROVED:
+            return None  # decided otherwise meanwhile: nothing to carry out
+        job = state.view.job_id
+        try:
+            stopped = await workflow.execute_activity_method(
+                WatchActions.stop,
+                StopCall(job_id=job, proposal=proposal.id),
+                start_to_close_timeout=opts.ACTION_START_TO_CLOSE,
+                schedule_to_close_timeout=opts.ACTION_SCHEDULE_TO_CLOSE,
+                retry_policy=opts.ACTION_RETRY,
+                summary=f"stop {job} ({proposal.id}, approved by {proposal.decided_by})",
+            )
+            if proposal.kind is ProposalKind.STOP:
+                self._settle(proposal.id, ProposalState.DONE, stopped.detail)
+                return self._result(WatchOutcome.STOPPED, job_state=stopped.job_state)
+            relaunched = await workflow.execute_activity_method(
+                WatchActions.relaunch,
+                RelaunchCall(job_id=job, restart=inp.restarts + 1, proposal=proposal.id),
+                start_to_close_timeout=opts.ACTION_START_TO_CLOSE,
+                schedule_to_close_timeout=opts.ACTION_SCHEDULE_TO_CLOSE,
+                retry_policy=opts.ACTION_RETRY,
+                summary=f"relaunch {job} with its original request ({proposal.id})",
+            )
+        except ActivityError as err:
+            if is_cancelled_exception(err):
+                raise
+            # Refused, or not done within its time: say so, loudly, and keep watching.
+            self._settle(proposal.id, ProposalState.FAILED, _cause(err))
+            self._notify(
+                Notice(
+                    key=f"{proposal.id}/failed",
+                    title=f"{proposal.kind.value} of {job} failed",
+                    lines=[_cause(err)],
+                )
+            )
+            return None
+        new_watch = watch_id(relaunched.job_id)
+        # Already started: the new job is watched (a replayed relaunch, or an operator).
+        with contextlib.suppress(WorkflowAlreadyStartedError):
+            await self._start_watch_of(relaunched.job_id, new_watch, job, proposal)
+        self._settle(proposal.id, ProposalState.DONE, f"relaunched as {relaunched.job_id}")
+        return self._result(
+            WatchOutcome.RESTARTED,
+            job_state=stopped.job_state,
+            new_job_id=relaunched.job_id,
+            new_watch_id=new_watch,
+        )
+
+    async def _start_watch_of(
+        self, new_job: str, new_watch: str, old_job: str, proposal: Proposal
+    ) -> None:
+        inp = self._inp
+        assert inp is not None
+        await workflow.start_child_workflow(
+            WATCH_WORKFLOW_TYPE,
+            JobWatchInput(
+                job_id=new_job,
+                requested_by=proposal.decided_by or "",
+                restart_of=old_job,
+                restarts=inp.restarts + 1,
+            ),
+            id=new_watch,
+            task_queue=workflow.info().task_queue,
+            parent_close_policy=ParentClosePolicy.ABANDON,
+            id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+            search_attributes=sa.for_job(new_job),
+            static_summary=f"watch {new_job} (restart of {old_job})",
+        )
+
+    def _settle(self, proposal_id: str, to: ProposalState, outcome: str) -> None:
+        assert self._state is not None
+        self._state = finish_action(self._state, proposal_id, to, outcome, workflow.now())
+        self._publish()
+
+    def _result(self, outcome: WatchOutcome, **fields: str | None) -> JobWatchResult:
+        assert self._state is not None
+        view = self._state.view
+        return JobWatchResult(
+            job_id=view.job_id,
+            outcome=outcome,
+            job_state=fields.pop("job_state", None) or view.job_state,
+            cause=view.cause,
+            verdicts=len(view.timeline) + view.timeline_dropped,
+            **fields,
+        )
+
+    # ---- notifications -----------------------------------------------------------------
+
+    def _notify(self, notice: Notice) -> None:
+        """Sent from an activity, never awaited here: a slow webhook does not hold the watch."""
+        self._notices = [h for h in self._notices if not h.done()]
+        if workflow.patched(ALERTS_WATCH):
+            # The notice's key is told once per watch (the state carries it across runs).
+            kind = watch_notice_kind(notice.key)
+            wid = workflow.info().workflow_id
+            alert = make_alert(kind, wid, notice.key, notice.title, notice.lines)
+            self._notices.append(raise_alert(alert))
+            return
+        self._notices.append(
+            workflow.start_activity_method(
+                WatchNotifier.notify,
+                notice,
+                start_to_close_timeout=opts.NOTIFY_START_TO_CLOSE,
+                retry_policy=opts.NOTIFY_RETRY,
+                summary=f"notify: {notice.title}",
+            )
+        )
+
+    async def _settle_notices(self) -> None:
+        pending = [h for h in self._notices if not h.done()]
+        if pending:
+            await workflow.wait(pending, timeout=opts.NOTIFY_SETTLE.total_seconds())
+        self._notices = []
+
+    # ---- plumbing ------------------------------------------------------------------------
+
+    def _history_is_long(self) -> bool:
+        assert self._policy is not None
+        info = workflow.info()
+        return (
+            info.is_continue_as_new_suggested()
+            or info.get_current_history_length() >= self._policy.history_events_limit
+        )
+
+    def _continue_as_new(self) -> NoReturn:
+        inp, state = self._inp, self._state
+        assert inp is not None and state is not None
+        state = state.model_copy(
+            update={"view": state.view.model_copy(update={"generation": state.view.generation + 1})}
+        )
+        workflow.continue_as_new(inp.model_copy(update={"carry": WatchCarry(state=state)}))
+
+    def _publish(self) -> None:
+        state = self._state
+        if state is None:
+            return
+        workflow.set_current_details(render_details(state.view))
+        attributes = (state.view.job_state, state.view.verdict)
+        if attributes != self._sa:
+            self._sa = attributes
+            workflow.upsert_search_attributes(
+                [sa.JOB_STATE.value_set(attributes[0]), sa.VERDICT.value_set([attributes[1]])]
+            )
+
+
+def _cause(err: BaseException) -> str:
+    cause = err.cause if isinstance(err, ActivityError) and err.cause is not None else err
+    return str(cause) if isinstance(cause, ApplicationError) else type(cause).__name__
