@@ -17,6 +17,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import grpc
 from temporalio.client import Client, WorkflowHandle
 from temporalio.worker import Worker
 
@@ -70,6 +71,37 @@ async def until(check: Callable[[], Any], within: float = 20.0, what: str = "") 
         if asyncio.get_running_loop().time() > deadline:
             raise AssertionError(f"timed out waiting for {what or check}")
         await asyncio.sleep(0.05)
+
+
+async def every_agent_known(
+    emu: SpurEmulator, tap: HeartbeatTap, intake: Intake, within: float = 60.0
+) -> None:
+    """Waits until the intake knows every agent, registering again the ones it lacks.
+
+    An agent registers once as it starts and, with no heartbeat loop (the tests send each
+    beat), never again on its own. On a loaded host that one RegisterAgent can miss its
+    deadline through the tap, or its copy can fail in the intake, and the world would wait
+    for a node that never comes. Registering is idempotent at the controller.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within
+    while True:
+        await tap.drained()
+        await intake.idle()
+        if len(intake.memory.known_nodes()) >= len(emu.agents):
+            return
+        if loop.time() > deadline:
+            missing = [name for name, agent in emu.agents.items() if not agent.registered]
+            raise AssertionError(
+                f"timed out waiting for registrations: the intake knows "
+                f"{sorted(intake.memory.known_nodes())}; agents not registered: {missing}; "
+                f"tap {tap.counters}"
+            )
+        unregistered = [a for a in emu.agents.values() if not a.registered]
+        for agent in unregistered or list(emu.agents.values()):
+            with contextlib.suppress(grpc.aio.AioRpcError):
+                await agent.register()
+        await asyncio.sleep(0.5)
 
 
 @dataclass
@@ -178,11 +210,7 @@ async def reclaim_world(
         world = ReclaimWorld(emu, settings, client, tap, intake, intake_port)
         stack.push_async_callback(world._stack.aclose)
         # Every agent registered through the tap: keeper knows its address.
-        await tap.drained()
-        await intake.idle()
-        await until(
-            lambda: len(intake.memory.known_nodes()) >= len(emu.agents), what="registrations"
-        )
+        await every_agent_known(emu, tap, intake)
         if worker:
             await world.start_worker()
         yield world
