@@ -35,8 +35,10 @@ from bench.campaign_workers import (
     InProcessWorker,
     Killable,
     ProcessWorker,
+    write_reclaim_worker_config,
     write_runner_worker_config,
     write_tpu_worker_config,
+    write_watch_worker_config,
 )
 from domain.tpu.naming import bootstrap_run_workflow_id
 from emulators.iris import IrisEmulatorConfig
@@ -71,7 +73,8 @@ class CampaignConfig:
     deletions: int = 6
     reclaims: int = 3
     watches: int = 4
-    # Kill TPU workers with SIGKILL (a `keeper worker` subprocess), not an in-process stop.
+    # Kill every family's worker with SIGKILL (a `keeper worker` subprocess per family),
+    # not an in-process stop.
     sigkill: bool = False
     # Runs of one family in flight at once.
     concurrency: int = 32
@@ -287,7 +290,15 @@ async def _reclaim(
                 workflow_runner=workflow_runner(None),
             )
 
-        worker = InProcessWorker(make)
+        worker: Killable
+        if config.sigkill:
+            address = client.service_client.config.target_host
+            path = write_reclaim_worker_config(
+                workdir / "reclaim" / "worker.yaml", address, world.settings
+            )
+            worker = ProcessWorker(path, workdir / "reclaim" / "worker.log")
+        else:
+            worker = InProcessWorker(make)
         await worker.start()
         try:
             for spec, agent in zip(specs, agents, strict=True):  # a wipe is cluster-wide
@@ -348,17 +359,34 @@ async def _watch(
     emulator = IrisEmulatorConfig(speed=SPEED, tokens={IRIS_TOKEN: "campaign"})
     jobs: dict[str, str] = {}
     async with watch_world(
-        client, emulator, webhook_url_file=hook_file, token_file=token_file
+        client,
+        emulator,
+        worker=not config.sigkill,
+        webhook_url_file=hook_file,
+        token_file=token_file,
     ) as world:
-        worker = _WatchWorker(world)
+        worker: Killable | _WatchWorker
+        if config.sigkill:
+            address = client.service_client.config.target_host
+            path = write_watch_worker_config(
+                workdir / "watch" / "worker.yaml", address, world.settings
+            )
+            worker = ProcessWorker(path, workdir / "watch" / "worker.log")
+            await worker.start()
+        else:
+            worker = _WatchWorker(world)
 
         async def one(spec: RunSpec) -> RunOutcome:
             outcome, job = await run_watch(world, worker, spec)
             jobs[job] = outcome.workflow_id
             return outcome
 
-        result.outcomes += await _each(specs, config.concurrency, one)
-        result.kills = worker.kills
+        try:
+            result.outcomes += await _each(specs, config.concurrency, one)
+        finally:
+            if isinstance(worker, ProcessWorker):
+                await worker.stop()
+            result.kills = worker.kills
         result.findings += await audit_watch(client, world, jobs)
     read, found = await scan(client, list(jobs.values()), secrets)
     result.histories, result.secrets = read, found

@@ -154,8 +154,13 @@ class WatchWorld:
 
 @contextlib.asynccontextmanager
 async def watch_world(
-    client: Client, emulator: IrisEmulatorConfig | None = None, **watch: Any
+    client: Client,
+    emulator: IrisEmulatorConfig | None = None,
+    *,
+    worker: bool = True,
+    **watch: Any,
 ) -> AsyncIterator[WatchWorld]:
+    """`worker=False`: the caller serves the world's queue (a worker process, say)."""
     emu = await start_emulator(emulator or IrisEmulatorConfig(speed=SPEED))
     # The CLI finds the watch queue from the base (`<base>-watch`), as a deployment's does.
     base = f"keeper-{uuid.uuid4().hex[:8]}"
@@ -167,7 +172,8 @@ async def watch_world(
     )
     world.settings.temporal.task_queue = base
     try:
-        await world.start_worker()
+        if worker:
+            await world.start_worker()
         yield world
     finally:
         await world.stop_worker()
