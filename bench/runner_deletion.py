@@ -33,7 +33,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import logging
 import os
 import platform
 import statistics
@@ -51,13 +50,7 @@ from typing import Any
 from pydantic import SecretStr
 from run_record import Run
 from runner_support import EmptyDeletion, EmptyInput, noop  # first: puts the root on sys.path
-from script_runner import (
-    Interrupted,
-    configure,
-    progress,
-    run_for_figures,
-    start_dev_server,
-)
+from script_runner import progress, report_run, start_dev_server
 from temporalio import activity
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
@@ -977,19 +970,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def run() -> int:
     record = Run("runner_deletion")
     args = parse_args()
-    configure(args.verbose)
-    if not args.verbose:
-        # The retried sample fails activity attempts on purpose; each would log a traceback.
-        logging.getLogger("temporalio.activity").setLevel(logging.ERROR)
-    try:
-        (text, ok, figures), out = run_for_figures(lambda: main(args))
-    except Interrupted:
-        progress("interrupted")
-        return 130
-    progress(f"raw results: {record.write(figures)}")
-    print(text, file=out)
-    out.flush()
-    return 0 if ok else 1
+    return report_run(record, args.verbose, lambda: main(args))
 
 
 if __name__ == "__main__":

@@ -33,7 +33,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import logging
 import os
 import platform
 import sys
@@ -60,7 +59,7 @@ from runner_deletion import (  # first: bench/runner_support.py puts the root on
     run_batch,
     runner_world,
 )
-from script_runner import Interrupted, configure, progress, run_for_figures, start_dev_server
+from script_runner import progress, report_run, start_dev_server
 from temporalio.client import WorkflowHandle
 
 from domain.runners.models import DeletionOutcome, DeletionRequest, DeletionResult, Requester
@@ -365,18 +364,7 @@ def run() -> int:
     record = Run("runner_scaling")
     args = parse_args()
     args.load_before = record.load_before
-    configure(args.verbose)
-    if not args.verbose:
-        logging.getLogger("temporalio.activity").setLevel(logging.ERROR)
-    try:
-        (text, ok, figures), out = run_for_figures(lambda: main(args))
-    except Interrupted:
-        progress("interrupted")
-        return 130
-    progress(f"raw results: {record.write(figures)}")
-    print(text, file=out)
-    out.flush()
-    return 0 if ok else 1
+    return report_run(record, args.verbose, lambda: main(args))
 
 
 if __name__ == "__main__":

@@ -11,8 +11,9 @@ import signal
 import sys
 import time
 from collections.abc import Awaitable, Callable
-from typing import TextIO, TypeVar
+from typing import Any, TextIO, TypeVar
 
+from run_record import Run
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.runtime import LoggingConfig, Runtime, TelemetryConfig, TelemetryFilter
 from temporalio.testing import WorkflowEnvironment
@@ -90,3 +91,23 @@ def run_for_figures(main: Callable[[], Awaitable[T]]) -> tuple[T, TextIO]:
         # A terminal's Ctrl-C reaches the server processes too, so shutting down may have
         # failed on servers that were already gone; either way nothing is left running.
         raise Interrupted from err
+
+
+def report_run(
+    record: Run, verbose: bool, main: Callable[[], Awaitable[tuple[str, bool, dict[str, Any]]]]
+) -> int:
+    """A script whose `main` gives (text, ok, figures): the text to stdout, the figures as raw
+    JSON beside the other results; exit 0 when ok, 1 when not, 130 when interrupted."""
+    configure(verbose)
+    if not verbose:
+        # Retried activities fail on purpose in these runs; each would log a traceback.
+        logging.getLogger("temporalio.activity").setLevel(logging.ERROR)
+    try:
+        (text, ok, figures), out = run_for_figures(main)
+    except Interrupted:
+        progress("interrupted")
+        return 130
+    progress(f"raw results: {record.write(figures)}")
+    print(text, file=out)
+    out.flush()
+    return 0 if ok else 1
