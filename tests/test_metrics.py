@@ -21,7 +21,7 @@ from temporalio.testing import WorkflowEnvironment
 from domain.runners.models import DeletionOutcome
 from domain.runners.reconcile import ReconcileRequest
 from domain.tpu.models import BootstrapResult
-from domain.tpu.naming import bootstrap_workflow_id
+from domain.tpu.naming import bootstrap_run_workflow_id, bootstrap_workflow_id
 from domain.tpu.phases import Phase
 from emulators.tpu import Scenario, TpuEmulator
 from runtime import metrics as m
@@ -187,12 +187,23 @@ def value(scraped: dict, name: str, **labels: str) -> float:
     return sum(v for (n, pairs), v in scraped.items() if n == name and want <= pairs)
 
 
-async def scrape_until(url: str, ready: dict[str, dict[str, str]], within: float = 20) -> dict:
+async def scrape_until(
+    url: str,
+    ready: dict[str, dict[str, str]],
+    within: float = 20,
+    at_least: dict[str, float] | None = None,
+) -> dict:
+    """Scrapes until every `ready` series is above 0 (or at `at_least[name]`), or `within`
+    has passed; the last scrape either way, for the test's own asserts to judge."""
+    minimum = at_least or {}
     async with httpx.AsyncClient(timeout=5) as http:
         deadline = asyncio.get_running_loop().time() + within
         while True:
             scraped = samples((await http.get(url)).raise_for_status().text)
-            if all(value(scraped, name, **labels) > 0 for name, labels in ready.items()):
+            if all(
+                value(scraped, name, **labels) >= minimum.get(name, 1e-9)
+                for name, labels in ready.items()
+            ):
                 return scraped
             if asyncio.get_running_loop().time() > deadline:
                 return scraped
@@ -221,6 +232,9 @@ async def test_worker_serves_keeper_and_sdk_metrics_after_real_workflows(
     # Held in assign until cancelled: its supervisor compensates.
     held = slice_request(poll_interval=timedelta(seconds=1))
     emu.set_scenario(held.slice_name, Scenario(assign_after=None, delete_duration=0.3))
+    # Held in assign until its supervisor is terminated: the phase child compensates alone.
+    orphaned = slice_request(poll_interval=timedelta(seconds=1))
+    emu.set_scenario(orphaned.slice_name, Scenario(assign_after=None, delete_duration=0.3))
     worker = build_worker(
         client, settings, emulator_client(emu.grpc_target), world.task_queue, world.deps
     )
@@ -255,6 +269,18 @@ async def test_worker_serves_keeper_and_sdk_metrics_after_real_workflows(
         await cancelled.cancel()
         with pytest.raises(WorkflowFailureError):
             await asyncio.wait_for(cancelled.result(), 60)
+        supervisor = await client.start_workflow(
+            TpuSliceBootstrap.run,
+            orphaned,
+            id=bootstrap_workflow_id(orphaned.slice_name),
+            task_queue=world.task_queue,
+            result_type=BootstrapResult,
+        )
+        await wait_for_phase(supervisor, Phase.ASSIGN)
+        await supervisor.terminate(reason="test: the supervisor is lost")
+        child = client.get_workflow_handle(bootstrap_run_workflow_id(orphaned.slice_name))
+        with pytest.raises(WorkflowFailureError):
+            await asyncio.wait_for(child.result(), 60)
         scraped = await scrape_until(
             metrics_url,
             {
@@ -263,6 +289,7 @@ async def test_worker_serves_keeper_and_sdk_metrics_after_real_workflows(
                 "keeper_runner_deletions_total": {"outcome": "deleted"},
                 "temporal_workflow_completed_total": {},
             },
+            at_least={"keeper_compensations_total": 2},
         )
     assert deleted.outcome is DeletionOutcome.DELETED
     assert value(scraped, "keeper_runner_deletions_total", outcome="deleted") == 1
@@ -271,9 +298,12 @@ async def test_worker_serves_keeper_and_sdk_metrics_after_real_workflows(
     assert value(scraped, "keeper_tpu_bootstraps_total", outcome="done", phase="done") == 1
     bootstraps = value(scraped, "keeper_tpu_bootstraps_total", outcome="cancelled", phase="assign")
     assert bootstraps == 1
-    for event, times in (("started", 1), ("finished", 1), ("stuck", 0)):
+    # The cancel's compensation is counted once (by the supervisor, though its child
+    # deleted first); the terminated supervisor's by its child, the only one left.
+    for event, times in (("started", 2), ("finished", 2), ("stuck", 0)):
         assert value(scraped, "keeper_compensations_total", family="tpu", event=event) == times
-    # Both bootstraps went through submit and assign; only the done one went further.
+    # Both bootstraps that closed went through submit and assign; only the done one went
+    # further. A terminated supervisor counts no phases: its timings died with it.
     for phase, times in ((Phase.SUBMIT, 2), (Phase.ASSIGN, 2), (Phase.PROVISION, 1)):
         assert value(scraped, "keeper_tpu_phase_duration_seconds_count", phase=phase.value) == times
     for phase in (Phase.READY, Phase.HEALTH):

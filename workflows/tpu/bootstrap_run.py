@@ -49,6 +49,7 @@ with workflow.unsafe.imports_passed_through():
     from domain.tpu.status_view import failing_vm_list, render_details
     from workflows.common.shielded import run_to_completion
     from workflows.tpu import activity_options as opts
+    from workflows.tpu import metrics
     from workflows.tpu.compensation import delete_slice
 
 FAILURE_TYPE = "SliceBootstrapFailed"
@@ -89,6 +90,11 @@ class TpuSliceBootstrapRun:
     def __init__(self) -> None:
         self._status: BootstrapStatus | None = None
         self._signals: set[asyncio.Task[None]] = set()
+        # Set when a progress signal finds the supervisor gone (terminated): this child's own
+        # compensation is then the only one, and it counts it (see _count_orphaned).
+        self._orphaned = False
+        self._compensating = False
+        self._counted_start = False
 
     @workflow.query(description="Phase, deadline, QR state and VM counts of this bootstrap.")
     def status(self) -> BootstrapStatus | None:
@@ -107,6 +113,7 @@ class TpuSliceBootstrapRun:
         if resume is not None:
             # A continued run of a stuck compensation: its supervisor is gone, and the cancel
             # was the previous run's, so this run cannot close as cancelled; it fails saying so.
+            self._counted_start = True  # the run that began the compensation counted it
             await self._compensate_on_cancel(resume)
             raise ApplicationError(
                 f"bootstrap of {req.slice_name} cancelled (its supervisor was lost); the "
@@ -393,11 +400,15 @@ class TpuSliceBootstrapRun:
             await self._flush_signals()
         else:
             workflow.set_current_details(render_details(self._status))
+        if self._orphaned:
+            metrics.compensation("finished")
 
     async def _compensate(self, resume: CompensationProgress | None) -> DeletionReport:
         assert self._status is not None
         if resume is None and self._status.failed_phase is None:
             self._status = self._status_copy(failed_phase=self._status.phase)
+        self._compensating = True
+        self._count_orphaned()
         await self._enter(Phase.COMPENSATE, None)
         return await delete_slice(
             self._ref,
@@ -410,6 +421,9 @@ class TpuSliceBootstrapRun:
 
     def _compensation_progress(self, progress: CompensationProgress) -> None:
         # Its supervisor is gone, so this child's own status and details are what show.
+        assert self._status is not None
+        if progress.stuck and not self._status.compensation_stuck and self._orphaned:
+            metrics.compensation("stuck")
         now = workflow.now()
         self._status = self._status_copy(**compensation_fields(progress, now))
         assert self._status is not None
@@ -478,9 +492,21 @@ class TpuSliceBootstrapRun:
         parent = workflow.get_external_workflow_handle(self._inp.parent_workflow_id)
         try:
             await parent.signal(PROGRESS_SIGNAL, status)
-        except (ApplicationError, asyncio.CancelledError):
-            # The supervisor may already be gone (terminated); progress is best effort.
+        except ApplicationError:
+            # The supervisor is gone (terminated); progress is best effort.
             workflow.logger.debug("supervisor did not take the progress signal")
+            self._orphaned = True
+            self._count_orphaned()
+        except asyncio.CancelledError:
+            workflow.logger.debug("progress signal cancelled")
+
+    def _count_orphaned(self) -> None:
+        """A compensation nobody else counts: the supervisor, which counts a cancel's
+        compensation whoever deletes, was terminated. Counted once, from whichever comes
+        second: the compensation starting or a signal finding the supervisor gone."""
+        if self._orphaned and self._compensating and not self._counted_start:
+            self._counted_start = True
+            metrics.compensation("started")
 
     async def _flush_signals(self) -> None:
         # A workflow that closes with a signal still in flight loses it (the supervisor
