@@ -35,10 +35,8 @@ from bench.campaign_workers import (
     InProcessWorker,
     Killable,
     ProcessWorker,
-    write_reclaim_worker_config,
     write_runner_worker_config,
     write_tpu_worker_config,
-    write_watch_worker_config,
 )
 from domain.tpu.naming import bootstrap_run_workflow_id
 from emulators.iris import IrisEmulatorConfig
@@ -54,6 +52,7 @@ from tests.runner_world import TOKEN as GITHUB_TOKEN
 from tests.runner_world import runner_world
 from tests.watch_world import SPEED, WatchWorld, watch_world
 from tests.webhook_receiver import webhook_receiver
+from tests.worker_processes import write_reclaim_worker_config, write_watch_worker_config
 from workers.families.reclaim import reclaim_activities
 from workers.main import build_worker
 from workers.registry import WORKFLOW_FAILURE_EXCEPTION_TYPES, WORKFLOW_INTERCEPTORS

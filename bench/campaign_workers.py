@@ -22,7 +22,6 @@ from pathlib import Path
 
 from temporalio.worker import Worker
 
-from runtime.settings import Settings
 from tests.e2e_support import start_worker_process
 from tests.runner_world import RunnerWorld
 from tests.worker_processes import write_worker_config
@@ -102,32 +101,6 @@ def write_runner_worker_config(path: Path, address: str, world: RunnerWorld, tok
             },
             "reconcile_interval": "1h",
         },
-    )
-
-
-def write_reclaim_worker_config(path: Path, address: str, settings: Settings) -> Path:
-    """Settings for a worker process serving only the reclaim family of a reclaim world: its
-    controller, token file, store (the intake's, shared) and timing, on the world's queue."""
-    return write_worker_config(
-        path,
-        address=address,
-        task_queue=settings.temporal.task_queue,
-        families=["reclaim"],
-        reclaim=settings.reclaim.model_dump(mode="json", exclude_none=True),
-        runners={"store_url": f"sqlite:///{path.parent / 'runners.db'}"},
-    )
-
-
-def write_watch_worker_config(path: Path, address: str, settings: Settings) -> Path:
-    """Settings for a worker process serving only the watch family of a watch world: its
-    iris emulator, token and webhook files, and the world's pace, on the world's queue."""
-    return write_worker_config(
-        path,
-        address=address,
-        task_queue=settings.temporal.task_queue,
-        families=["watch"],
-        watch=settings.watch.model_dump(mode="json", exclude_none=True),
-        runners={"store_url": f"sqlite:///{path.parent / 'runners.db'}"},
     )
 
 

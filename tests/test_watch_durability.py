@@ -4,16 +4,23 @@ restart, it keeps its verdict history and carries on judging the same job."""
 from __future__ import annotations
 
 import asyncio
+import time
+from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
-from temporalio.client import Client
+from temporalio.api.enums.v1 import PendingActivityState, TimeoutType
+from temporalio.client import Client, WorkflowHandle
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
 from domain.watch.models import WatchView
 from tests.harness import RestartableServer
+from tests.reclaim_world import until
 from tests.watch_world import watch_world
+from tests.worker_processes import WorkerFleet, until_polling, write_watch_worker_config
+from workflows.watch.activity_options import OBSERVE_START_TO_CLOSE
 
 pytestmark = pytest.mark.e2e
 
@@ -73,3 +80,59 @@ async def test_a_watch_keeps_its_verdict_history_through_worker_and_server_resta
     finally:
         if server.process is not None and server.process.returncode is None:
             await server.stop()
+
+
+async def test_a_check_cut_short_by_a_sigkilled_worker_runs_again_after_its_heartbeat_timeout(
+    dev_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    """A check reads the controller for up to its start-to-close (5 min). Its beat lets the
+    server hand the attempt a dead worker held to another after the heartbeat timeout."""
+    client = dev_env.client
+    async with watch_world(client, worker=False, call_timeout=timedelta(seconds=60)) as w:
+        config = write_watch_worker_config(
+            tmp_path / "worker.yaml", client.service_client.config.target_host, w.settings
+        )
+        fleet = WorkerFleet(config, "watch")
+        try:
+            (first,) = fleet.start(1)
+            await until_polling(client, w.queue, [first])
+            handle = await w.watch(w.launch("cpu-bound-quiet"))
+            before = await w.until_view(handle, lambda v: v.checks >= 1, what="a first check")
+            # The next check hangs on its first read (the read's deadline is a minute).
+            w.emu.set_fault("hang", None, ["GetJobStatus"])
+            await until(lambda: _observing(handle), within=30, what="a check in flight")
+            fleet.kill(first)
+            w.emu.set_fault("off", None, None)
+            killed_at = time.monotonic()
+            (second,) = fleet.start(1)
+            await until_polling(client, w.queue, [second])
+            pending = await until(
+                lambda: _observing(handle, attempt=2), within=120, what="the check's 2nd attempt"
+            )
+            after = await w.until_view(
+                handle, lambda v: v.checks > before.checks, within=60, what="the check again"
+            )
+            waited = time.monotonic() - killed_at
+        finally:
+            await fleet.stop()
+    failure = pending.last_failure
+    assert failure is not None and failure.timeout_failure_info.timeout_type == (
+        TimeoutType.TIMEOUT_TYPE_HEARTBEAT
+    ), pending
+    assert waited < OBSERVE_START_TO_CLOSE.total_seconds(), waited
+    assert after.verdict in ("running", "unknown"), after
+    await handle.cancel()
+
+
+async def _observing(handle: WorkflowHandle[Any, Any], attempt: int = 1) -> Any:
+    """The pending check (watch.observe) once it has started attempt `attempt` or later."""
+    desc = await handle.describe()
+    for pending in desc.raw_description.pending_activities:
+        started = pending.state == PendingActivityState.PENDING_ACTIVITY_STATE_STARTED
+        if (
+            pending.activity_type.name == "watch.observe"
+            and pending.attempt >= attempt
+            and (started or attempt > 1)
+        ):
+            return pending
+    return None

@@ -23,6 +23,8 @@ from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client
 
+from runtime.settings import Settings
+
 REPO = Path(__file__).resolve().parent.parent
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 # Variables that would point a worker elsewhere than its settings file.
@@ -56,6 +58,32 @@ def write_worker_config(
     }
     path.write_text(yaml.safe_dump(config))
     return path
+
+
+def write_reclaim_worker_config(path: Path, address: str, settings: Settings) -> Path:
+    """Settings for a worker process serving only the reclaim family of a reclaim world: its
+    controller, token file, store (the intake's, shared) and timing, on the world's queue."""
+    return write_worker_config(
+        path,
+        address=address,
+        task_queue=settings.temporal.task_queue,
+        families=["reclaim"],
+        reclaim=settings.reclaim.model_dump(mode="json", exclude_none=True),
+        runners={"store_url": f"sqlite:///{path.parent / 'runners.db'}"},
+    )
+
+
+def write_watch_worker_config(path: Path, address: str, settings: Settings) -> Path:
+    """Settings for a worker process serving only the watch family of a watch world: its
+    iris emulator, token and webhook files, and the world's pace, on the world's queue."""
+    return write_worker_config(
+        path,
+        address=address,
+        task_queue=settings.temporal.task_queue,
+        families=["watch"],
+        watch=settings.watch.model_dump(mode="json", exclude_none=True),
+        runners={"store_url": f"sqlite:///{path.parent / 'runners.db'}"},
+    )
 
 
 # ----------------------------------------------------------------- /proc readers

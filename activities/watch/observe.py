@@ -18,6 +18,7 @@ from typing import TypeVar
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities.heartbeat import heartbeating
 from domain.watch.calls import (
     CpuSeen,
     Observation,
@@ -87,6 +88,10 @@ class WatchObserver:
 
     @activity.defn(name="watch.observe")
     async def observe(self, call: ObserveCall) -> Observation:
+        async with heartbeating(f"checking {call.job_id}"):
+            return await self._observe(call)
+
+    async def _observe(self, call: ObserveCall) -> Observation:
         failed: list[str] = []
         iris, d = self._iris, self._deadline
 
@@ -239,6 +244,10 @@ class WatchObserver:
     async def probe(self, call: ProbeCall) -> ProbeSeen:
         """Two reads of one process's utime+stime, `gap_s` apart (a lifetime %CPU is never
         asked: a process busy for hours and then hung keeps a high one)."""
+        async with heartbeating(f"probing {call.describe()}"):
+            return await self._probe(call)
+
+    async def _probe(self, call: ProbeCall) -> ProbeSeen:
         first = await self._proc(call.task_id, call.host, call.pid)
         started = time.monotonic()
         await asyncio.sleep(call.gap_s)

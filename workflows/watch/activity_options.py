@@ -12,6 +12,9 @@ READ_START_TO_CLOSE = timedelta(seconds=30)
 # that fails comes back inside the observation as unavailable (the escalation counts them),
 # so only a worker crash or a bug retries the activity.
 OBSERVE_START_TO_CLOSE = timedelta(minutes=5)
+# The check and the probe beat while they read (activities/heartbeat.py): a worker that dies
+# mid-check is noticed after this, not after the start-to-close, and the check runs again.
+CHECK_HEARTBEAT = timedelta(seconds=30)
 READ_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=2),
     backoff_coefficient=2.0,

@@ -230,6 +230,7 @@ class JobWatch:
             WatchObserver.observe,
             ObserveCall(job_id=state.view.job_id, reading=state.reading),
             start_to_close_timeout=opts.OBSERVE_START_TO_CLOSE,
+            heartbeat_timeout=opts.CHECK_HEARTBEAT,
             retry_policy=opts.READ_RETRY,
             summary=f"check {state.view.job_id}",
         )
@@ -243,6 +244,7 @@ class JobWatch:
                     WatchObserver.probe,
                     assessment.probe,
                     start_to_close_timeout=opts.PROBE_START_TO_CLOSE,
+                    heartbeat_timeout=opts.CHECK_HEARTBEAT,
                     retry_policy=opts.PROBE_RETRY,
                     summary=f"confirm by a CPU delta probe: {assessment.probe.describe()}",
                 )

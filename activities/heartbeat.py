@@ -1,0 +1,42 @@
+"""Heartbeats from a background task while an activity awaits calls of its own.
+
+An activity with a long start-to-close (a check that makes a dozen controller reads, each
+with its own deadline) is otherwise retried only once that timeout has passed when its
+worker dies mid-attempt. With a heartbeat timeout and this beat, the server notices the dead
+worker within that timeout and hands the attempt to another.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+
+from temporalio import activity
+
+# A beat at a third of the heartbeat timeout: two may be lost or late before it fires.
+BEATS_PER_TIMEOUT = 3
+
+
+@contextlib.asynccontextmanager
+async def heartbeating(detail: str) -> AsyncIterator[None]:
+    """Beats every third of the activity's heartbeat timeout while the block runs; nothing
+    when the caller set no heartbeat timeout (an older workflow's schedule)."""
+    timeout = activity.info().heartbeat_timeout
+    if not timeout:
+        yield
+        return
+    every = timeout.total_seconds() / BEATS_PER_TIMEOUT
+
+    async def beat() -> None:
+        while True:
+            activity.heartbeat(detail)
+            await asyncio.sleep(every)
+
+    task = asyncio.create_task(beat())
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
