@@ -21,7 +21,10 @@ from bench.campaign_report import RunOutcome
 from bench.campaign_workers import Killable
 from tests.watch_world import WatchWorld
 
-RESULT_WITHIN_S = 120.0
+# Upper bounds, generous for a SIGKILL: a new worker process takes seconds to poll on a busy
+# host, and the check the dead one held runs again after its heartbeat timeout (30 s).
+RESULT_WITHIN_S = 420.0
+CHECKS_WITHIN_S = 240.0
 SHORT_JOB = "finish-while-down"
 # The rpc-timeouts scenario over one 8-minute stage (8 s of wall time at the world's pace).
 TIMEOUTS_OVERRIDES: dict[str, Any] = {
@@ -40,11 +43,15 @@ async def run_watch(world: WatchWorld, worker: Killable, spec: RunSpec) -> tuple
         job = world.launch(SHORT_JOB)
     handle = await world.watch(job)
     if first == "counter-reset":
-        view = await world.until_view(handle, lambda v: v.checks >= 8, within=60, what="8 checks")
+        view = await world.until_view(
+            handle, lambda v: v.checks >= 8, within=CHECKS_WITHIN_S, what="8 checks"
+        )
         detail = f"verdicts {sorted({e.verdict for e in view.timeline})}"
         await handle.cancel()
     elif first == "worker-kill":
-        await world.until_view(handle, lambda v: v.checks >= 1, what="a first check")
+        await world.until_view(
+            handle, lambda v: v.checks >= 1, within=CHECKS_WITHIN_S, what="a first check"
+        )
         await worker.kill(since=asyncio.get_running_loop().time())
     try:
         result = await asyncio.wait_for(handle.result(), RESULT_WITHIN_S)

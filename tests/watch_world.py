@@ -15,6 +15,7 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio.client import Client, WorkflowHandle
+from temporalio.service import RPCError
 from temporalio.worker import Worker
 
 from domain.watch.cadence import CadencePolicy
@@ -128,7 +129,11 @@ class WatchWorld:
         seen: list[WatchView] = []
 
         async def probe() -> WatchView | None:
-            view = await self.view(handle)
+            try:
+                view = await self.view(handle)
+            except RPCError:
+                # No worker answered in time (one is being replaced): ask again.
+                return None
             if view is not None:
                 seen[:] = [view]
                 if check(view):
