@@ -102,13 +102,14 @@ async def test_a_check_cut_short_by_a_sigkilled_worker_runs_again_after_its_hear
             w.emu.set_fault("hang", None, ["GetJobStatus"])
             await until(lambda: _observing(handle), within=30, what="a check in flight")
             fleet.kill(first)
-            w.emu.set_fault("off", None, None)
             killed_at = time.monotonic()
             (second,) = fleet.start(1)
             await until_polling(client, w.queue, [second])
+            # The second attempt hangs too, so it is seen pending with the first one's failure.
             pending = await until(
                 lambda: _observing(handle, attempt=2), within=120, what="the check's 2nd attempt"
             )
+            w.emu.set_fault("off", None, None)
             after = await w.until_view(
                 handle, lambda v: v.checks > before.checks, within=60, what="the check again"
             )
@@ -125,14 +126,13 @@ async def test_a_check_cut_short_by_a_sigkilled_worker_runs_again_after_its_hear
 
 
 async def _observing(handle: WorkflowHandle[Any, Any], attempt: int = 1) -> Any:
-    """The pending check (watch.observe) once it has started attempt `attempt` or later."""
+    """The pending check (watch.observe) once a worker runs attempt `attempt` or later."""
     desc = await handle.describe()
     for pending in desc.raw_description.pending_activities:
-        started = pending.state == PendingActivityState.PENDING_ACTIVITY_STATE_STARTED
         if (
             pending.activity_type.name == "watch.observe"
             and pending.attempt >= attempt
-            and (started or attempt > 1)
+            and pending.state == PendingActivityState.PENDING_ACTIVITY_STATE_STARTED
         ):
             return pending
     return None
