@@ -431,11 +431,11 @@ async def test_status_shows_verdict_evidence_progress_and_the_commands_that_answ
     )
 
     body = (await world.keeper("status", job_id, "-o", "json")).json()
-    shown = WatchView.model_validate({k: body[k] for k in WatchView.model_fields})
+    shown = WatchView.model_validate(body["view"])
     assert shown == stalled_view(job_id, proposal(ProposalKind.RESTART, 2), decided)
-    assert body["last_check_at"] == "2026-12-01T12:45:00Z"
-    assert [p["id"] for p in body["proposals"]] == ["restart-2", "stop-1"]
-    assert all(re.fullmatch(RFC3339, e["at"]) for e in body["timeline"])
+    assert body["view"]["last_check_at"] == "2026-12-01T12:45:00Z"
+    assert [p["id"] for p in body["view"]["proposals"]] == ["restart-2", "stop-1"]
+    assert all(re.fullmatch(RFC3339, e["at"]) for e in body["view"]["timeline"])
     assert (body["workflow_id"], body["status"], body["result"]) == (
         watch_id(job_id),
         "RUNNING",
@@ -476,7 +476,7 @@ async def test_status_of_a_closed_watch_shows_its_result(world: World) -> None:
     assert "phase: finished  job: failed" in text.out
     body = (await world.keeper("status", job_id, "--json")).json()
     assert body["status"] == "COMPLETED" and body["result"] == ended.model_dump(mode="json")
-    assert re.fullmatch(RFC3339, body["closed_at"]) and body["phase"] == "finished"
+    assert re.fullmatch(RFC3339, body["closed_at"]) and body["view"]["phase"] == "finished"
 
 
 async def stamped_line(stream: asyncio.StreamReader) -> str:

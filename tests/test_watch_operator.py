@@ -84,7 +84,7 @@ async def test_a_zombie_is_notified_then_restarted_through_keeper_job_approve_wi
 
         status = await keeper(config, "job", "status", job, "--json")
         assert status.code == 0, status
-        doc = status.json()
+        doc = status.json()["view"]
         assert doc["verdict"] in ("running", "stalled", "unknown")
         pending = [p for p in doc["proposals"] if p["state"] == "pending"]
         assert [p["kind"] for p in pending] == [ProposalKind.RESTART.value], doc["proposals"]

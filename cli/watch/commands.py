@@ -104,13 +104,14 @@ def _closed_exit(watch: Watch) -> int:
 
 
 async def _state_payload(watch: Watch, settings: Settings) -> dict[str, Any]:
-    """`status --json`: the watch's view, flattened, next to the shared fields and (closed)
-    its result or error."""
+    """`status --json`: the shared fields, the watch's view under `view` (as `watch --json`
+    and the other families' status documents have it; null when no worker answers) and,
+    once closed, its result or error."""
     view = await query_view(watch.handle if watch.running else watch.run)
-    payload: dict[str, Any] = to_jsonable(view) if view is not None else {}
-    payload.update(watch.fields(settings))
+    payload: dict[str, Any] = dict(watch.fields(settings))
     payload["started_at"] = watch.description.start_time
     payload["closed_at"] = watch.description.close_time
+    payload["view"] = to_jsonable(view) if view is not None else None
     payload["result"] = None
     if not watch.running:
         result, error = await ending(watch)
