@@ -382,11 +382,13 @@ async def _watch(
 
         try:
             result.outcomes += await _each(specs, config.concurrency, one)
+            # With the worker still serving, as the world's own worker is until it closes:
+            # the auditor waits for the watches of finished jobs to see them end.
+            result.findings += await audit_watch(client, world, jobs)
         finally:
             if isinstance(worker, ProcessWorker):
                 await worker.stop()
             result.kills = worker.kills
-        result.findings += await audit_watch(client, world, jobs)
     read, found = await scan(client, list(jobs.values()), secrets)
     result.histories, result.secrets = read, found
     return result
