@@ -46,6 +46,8 @@ class Report:
     findings: list[Finding] = field(default_factory=list)
     # Histories read by the secrets scan, and every secret found in one (goal: none).
     histories_scanned: int = 0
+    # The same by family (the dev-server restart's runs are in the total only).
+    histories_by_family: dict[str, int] = field(default_factory=dict)
     secrets_found: list[str] = field(default_factory=list)
     # Faults injected outside any one run (a dev-server restart), by kind.
     campaign_faults: Counter[str] = field(default_factory=Counter)
@@ -103,6 +105,7 @@ class Report:
             "undriven_runs": len(self.undriven()),
             "findings": [asdict(f) for f in self.findings],
             "histories_scanned": self.histories_scanned,
+            "histories_by_family": self.histories_by_family,
             "secrets_found": self.secrets_found,
             "properties": self.properties,
             "replay": self.replay_command(),
@@ -129,6 +132,9 @@ class Report:
             f"  histories scanned        {self.histories_scanned:>6}, "
             f"secrets found {len(self.secrets_found)} (goal 0)",
         ]
+        if self.histories_by_family:
+            by = ", ".join(f"{k} {v}" for k, v in self.histories_by_family.items())
+            lines.append(f"    by family: {by}")
         for name, figures in self.properties.items():
             verdict = "passed" if figures["passed"] else "FAILED"
             lines.append(

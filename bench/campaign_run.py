@@ -28,7 +28,7 @@ from bench.campaign_plan import RunSpec, draw
 from bench.campaign_reclaim import run_reclaim
 from bench.campaign_report import Finding, Report, RunOutcome
 from bench.campaign_runners import run_runner
-from bench.campaign_secrets import scan
+from bench.campaign_secrets import scan, workflows_on
 from bench.campaign_tpu import run_late_fulfilment, run_tpu
 from bench.campaign_watch import run_watch
 from bench.campaign_workers import (
@@ -306,7 +306,10 @@ async def _reclaim(
                 )
             nodes = [a.node for a in agents]
             result.findings += await audit_reclaim(client, world, nodes)
-            ids = [wf for node in nodes for _h, wf in world.workflows(node)]
+            # The reclaims a wipe run opened, and any the intake started on its own.
+            queue = world.settings.temporal.family_queue("reclaim")
+            ids = [o.workflow_id for o in result.outcomes if o.workflow_id.startswith("reclaim-")]
+            ids += await workflows_on(client, queue)
         finally:
             await worker.stop()
             result.kills = worker.kills
@@ -389,7 +392,8 @@ async def _watch(
             if isinstance(worker, ProcessWorker):
                 await worker.stop()
             result.kills = worker.kills
-    read, found = await scan(client, list(jobs.values()), secrets)
+    ids = list(jobs.values()) + await workflows_on(client, world.queue)
+    read, found = await scan(client, ids, secrets)
     result.histories, result.secrets = read, found
     return result
 
@@ -422,6 +426,7 @@ async def run_campaign(
         report.runs += family.outcomes
         report.findings += family.findings
         report.histories_scanned += family.histories
+        report.histories_by_family[name] = family.histories
         report.secrets_found += family.secrets
     report.seconds = time.monotonic() - started
     return report

@@ -67,3 +67,9 @@ async def scan(
                 break
             run_id = earlier
     return read, found
+
+
+async def workflows_on(client: Client, task_queue: str) -> list[str]:
+    """Every workflow id the server knows on `task_queue` (visibility), open or closed: what a
+    family's runs started, including the workflows no run outcome names."""
+    return [wf.id async for wf in client.list_workflows(f'TaskQueue = "{task_queue}"')]

@@ -79,6 +79,12 @@ async def test_short_campaign_leaks_nothing_kills_nothing_and_shows_no_secret(
     assert report.worker_kills == {"tpu": 1, "runners": 1, "reclaim": 1, "watch": 1}
     assert report.findings == [], report.text()
     assert report.histories_scanned >= sum(SHORT.counts().values())
+    # Every family's histories are read: a TPU run has a supervisor and a phase child, and
+    # a reclaim's closed workflow is found through visibility, not the intake's open list.
+    scanned = report.histories_by_family
+    assert scanned["tpu"] >= 2 * SHORT.bootstraps - 2, scanned  # late-fulfilment runs too
+    for family in ("runners", "reclaim", "watch"):
+        assert scanned[family] >= SHORT.counts()[family], scanned
     assert report.secrets_found == []
 
 
