@@ -25,6 +25,7 @@ from domain.reclaim.calls import JobReclaimResult
 from domain.reclaim.policy import ReclaimPolicy
 from domain.reclaim.steps import Mode
 from emulators.spur import SpurEmulator, SpurEmulatorConfig
+from emulators.spur.agent import AgentDown
 from emulators.spur.config import AgentSpec, numbered_agents
 from runtime.reclaim.deps import open_reclaim_deps
 from runtime.reclaim.intake import Intake
@@ -99,7 +100,7 @@ async def every_agent_known(
             )
         unregistered = [a for a in emu.agents.values() if not a.registered]
         for agent in unregistered or list(emu.agents.values()):
-            with contextlib.suppress(grpc.aio.AioRpcError):
+            with contextlib.suppress(grpc.aio.AioRpcError, AgentDown):
                 await agent.register()
         await asyncio.sleep(0.5)
 

@@ -39,7 +39,7 @@ from runtime.alerts import ALERT_WEBHOOK_ENV, WATCH_WEBHOOK_ENV, AlertChannel, a
 from runtime.settings import Settings, SettingsError, load_settings
 from runtime.webhook import WebhookUrl
 from tests.harness import env_flag
-from tests.test_metrics import metered_client, scrape_until, value
+from tests.metrics_support import metered_client, scrape_until, value
 from tests.test_reclaim_secrets import assert_absent
 from tests.test_replay import write_recording
 from tests.webhook_receiver import Receiver, webhook_receiver

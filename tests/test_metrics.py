@@ -12,10 +12,9 @@ from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 
-import httpx
 import pytest
 import yaml
-from temporalio.client import Client, WorkflowFailureError
+from temporalio.client import WorkflowFailureError
 from temporalio.testing import WorkflowEnvironment
 
 from domain.runners.models import DeletionOutcome
@@ -26,11 +25,11 @@ from domain.tpu.phases import Phase
 from emulators.tpu import Scenario, TpuEmulator
 from runtime import metrics as m
 from runtime.settings import SettingsError, load_settings
-from runtime.temporal_client import connect
 from runtime.tpu.client import emulator_client
 from tests import harness
 from tests.e2e_support import wait_for_phase
 from tests.harness import assert_no_leaks, free_port, slice_request
+from tests.metrics_support import metered_client, scrape_until, value
 from tests.runner_world import SCOPE, RunnerWorld
 from workers.main import build_worker
 from workflows.runners.reconciler import RunnerReconciler
@@ -166,58 +165,6 @@ def test_metrics_address_setting_and_its_variable(tmp_path: Path) -> None:
         load_settings(file, env={"KEEPER_METRICS_ADDRESS": "nine"})
     with pytest.raises(SettingsError, match=r"worker\.log_format"):
         load_settings(file, env={"KEEPER_LOG_FORMAT": "xml"})
-
-
-def samples(text: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
-    """The exposition's samples: (name, labels) -> value."""
-    found = {}
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        head, _, value = line.rpartition(" ")
-        name, _, labels = head.partition("{")
-        pairs = re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', labels)
-        found[(name, frozenset(pairs))] = float(value)
-    return found
-
-
-def value(scraped: dict, name: str, **labels: str) -> float:
-    """The sum over the series of `name` that carry `labels` (other labels vary: queue)."""
-    want = set(labels.items())
-    return sum(v for (n, pairs), v in scraped.items() if n == name and want <= pairs)
-
-
-async def scrape_until(
-    url: str,
-    ready: dict[str, dict[str, str]],
-    within: float = 20,
-    at_least: dict[str, float] | None = None,
-) -> dict:
-    """Scrapes until every `ready` series is above 0 (or at `at_least[name]`), or `within`
-    has passed; the last scrape either way, for the test's own asserts to judge."""
-    minimum = at_least or {}
-    async with httpx.AsyncClient(timeout=5) as http:
-        deadline = asyncio.get_running_loop().time() + within
-        while True:
-            scraped = samples((await http.get(url)).raise_for_status().text)
-            if all(
-                value(scraped, name, **labels) >= minimum.get(name, 1e-9)
-                for name, labels in ready.items()
-            ):
-                return scraped
-            if asyncio.get_running_loop().time() > deadline:
-                return scraped
-            await asyncio.sleep(0.2)
-
-
-async def metered_client(env: WorkflowEnvironment) -> tuple[Client, str]:
-    """A client whose workers count into a Prometheus runtime of their own: (client, the
-    /metrics URL), so a test reads back exactly what its own worker counted."""
-    address = f"127.0.0.1:{free_port()}"
-    settings = harness.test_settings()
-    settings.temporal.address = env.client.service_client.config.target_host
-    client = await connect(settings.temporal, runtime=m.prometheus_runtime(address))
-    return client, f"http://{address}/metrics"
 
 
 @pytest.mark.e2e

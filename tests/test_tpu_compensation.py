@@ -33,6 +33,7 @@ from runtime.tpu.client import emulator_client
 from tests import harness
 from tests.e2e_support import REPO, write_config
 from tests.harness import assert_no_leaks, running_worker, slice_request
+from tests.metrics_support import metered_client, scrape_until, value
 from workers.main import build_worker
 from workflows.tpu.bootstrap import TpuSliceBootstrap
 from workflows.tpu.teardown import TpuSliceTeardown
@@ -301,7 +302,9 @@ async def test_a_stuck_cancel_path_compensation_continues_as_new_and_finishes(
         "DeleteQueuedResource", "PERMISSION_DENIED", count=1_000_000, slice=request.slice_name
     )
     queue = f"keeper-test-{uuid.uuid4().hex[:8]}"
-    worker = build_worker(dev_env.client, settings, emulator_client(emu.grpc_target), queue)
+    # The worker counts into a Prometheus endpoint of its own, read back below.
+    metered, metrics_url = await metered_client(dev_env)
+    worker = build_worker(metered, settings, emulator_client(emu.grpc_target), queue)
     async with worker:
         handle = await start(dev_env, queue, request)
         await wait_for_status(handle, lambda s: s.phase.value == "assign")
@@ -315,9 +318,20 @@ async def test_a_stuck_cancel_path_compensation_continues_as_new_and_finishes(
             assert loop.time() < end, "the child never continued as new"
             await asyncio.sleep(0.2)
         monkeypatch.undo()
+        # The continued run starts as stuck as the run before, and knows what it counted.
+        continued = await wait_for_status(child, lambda s: s.compensation_stuck)
+        memo = await (await child.describe()).memo_value("keeper-compensation-counted")
+        assert memo == {"started": True, "stuck": True}, (memo, continued)
         emu.clear_faults()
         with pytest.raises(WorkflowFailureError) as closed:
             await asyncio.wait_for(child.result(), 150)
+        scraped = await scrape_until(
+            metrics_url, {"keeper_compensations_total": {"family": "tpu", "event": "finished"}}
+        )
+    # Nobody else counts it (the supervisor was terminated): the child counts its compensation
+    # once across its two runs, stuck included, though the second run starts stuck.
+    for event in ("started", "stuck", "finished"):
+        assert value(scraped, "keeper_compensations_total", family="tpu", event=event) == 1, event
     # The run that finished the compensation says what it did; the first run was cancelled.
     cause = closed.value.cause
     assert isinstance(cause, ApplicationError) and cause.type == "BootstrapCancelled", cause

@@ -4,8 +4,9 @@ restart, it keeps its verdict history and carries on judging the same job."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ import pytest
 from temporalio.api.enums.v1 import PendingActivityState, TimeoutType
 from temporalio.client import Client, WorkflowHandle
 from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 
 from domain.watch.models import WatchView
@@ -93,21 +95,27 @@ async def test_a_check_cut_short_by_a_sigkilled_worker_runs_again_after_its_hear
             tmp_path / "worker.yaml", client.service_client.config.target_host, w.settings
         )
         fleet = WorkerFleet(config, "watch")
+        handle: WorkflowHandle[Any, Any] | None = None
         try:
             (first,) = fleet.start(1)
             await until_polling(client, w.queue, [first])
             handle = await w.watch(w.launch("cpu-bound-quiet"))
+            watched = handle
             before = await w.until_view(handle, lambda v: v.checks >= 1, what="a first check")
-            # The next check hangs on its first read (the read's deadline is a minute).
+            # The next check hangs on its first read (the read's deadline is a minute); one
+            # already past that read when the fault is set would not, so it must start after.
+            fault_at = datetime.now(UTC)
             w.emu.set_fault("hang", None, ["GetJobStatus"])
-            await until(lambda: _observing(handle), within=30, what="a check in flight")
+            await until(
+                lambda: _observing(watched, since=fault_at), within=30, what="a hanging check"
+            )
             fleet.kill(first)
             killed_at = time.monotonic()
             (second,) = fleet.start(1)
             await until_polling(client, w.queue, [second])
             # The second attempt hangs too, so it is seen pending with the first one's failure.
             pending = await until(
-                lambda: _observing(handle, attempt=2), within=120, what="the check's 2nd attempt"
+                lambda: _observing(watched, attempt=2), within=120, what="the check's 2nd attempt"
             )
             w.emu.set_fault("off", None, None)
             after = await w.until_view(
@@ -115,6 +123,9 @@ async def test_a_check_cut_short_by_a_sigkilled_worker_runs_again_after_its_hear
             )
             waited = time.monotonic() - killed_at
         finally:
+            if handle is not None:  # ended here: the shared server keeps no watch open
+                with contextlib.suppress(RPCError):
+                    await handle.terminate(reason="test over")
             await fleet.stop()
     failure = pending.last_failure
     assert failure is not None and failure.timeout_failure_info.timeout_type == (
@@ -122,17 +133,21 @@ async def test_a_check_cut_short_by_a_sigkilled_worker_runs_again_after_its_hear
     ), pending
     assert waited < OBSERVE_START_TO_CLOSE.total_seconds(), waited
     assert after.verdict in ("running", "unknown"), after
-    await handle.cancel()
 
 
-async def _observing(handle: WorkflowHandle[Any, Any], attempt: int = 1) -> Any:
-    """The pending check (watch.observe) once a worker runs attempt `attempt` or later."""
+async def _observing(
+    handle: WorkflowHandle[Any, Any], attempt: int = 1, since: datetime | None = None
+) -> Any:
+    """The pending check (watch.observe) once a worker runs attempt `attempt` or later,
+    started after `since` if given."""
     desc = await handle.describe()
     for pending in desc.raw_description.pending_activities:
+        started_at = pending.last_started_time.ToDatetime(tzinfo=UTC)
         if (
             pending.activity_type.name == "watch.observe"
             and pending.attempt >= attempt
             and pending.state == PendingActivityState.PENDING_ACTIVITY_STATE_STARTED
+            and (since is None or started_at > since)
         ):
             return pending
     return None

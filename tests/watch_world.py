@@ -15,7 +15,7 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio.client import Client, WorkflowHandle
-from temporalio.service import RPCError
+from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Worker
 
 from domain.watch.cadence import CadencePolicy
@@ -131,7 +131,9 @@ class WatchWorld:
         async def probe() -> WatchView | None:
             try:
                 view = await self.view(handle)
-            except RPCError:
+            except RPCError as err:
+                if err.status not in (RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.UNAVAILABLE):
+                    raise
                 # No worker answered in time (one is being replaced): ask again.
                 return None
             if view is not None:

@@ -66,6 +66,11 @@ DEADLINE_LAST_LOOK_PATCH = "phase-deadline-last-look"
 # new with its progress in this memo entry; the continued run only compensates.
 CONTINUE_AS_NEW_PATCH = "child-compensation-continue-as-new"
 RESUME_MEMO = "keeper-compensation"
+# Which of its own compensation's metrics an orphaned child has counted ("started", "stuck"),
+# carried with RESUME_MEMO so a continued run counts neither again.
+COUNTED_MEMO = "keeper-compensation-counted"
+# What a signal to a closed or missing workflow fails with (sdk-core's failure type).
+SUPERVISOR_GONE = "ExternalWorkflowExecutionNotFound"
 CANCELLED_TYPE = "BootstrapCancelled"
 # A cancelled child tells its supervisor what its own compensation deleted (one more
 # progress signal), so the supervisor's failure says who deleted what.
@@ -94,7 +99,7 @@ class TpuSliceBootstrapRun:
         # compensation is then the only one, and it counts it (see _count_orphaned).
         self._orphaned = False
         self._compensating = False
-        self._counted_start = False
+        self._counted: dict[str, bool] = {"started": False, "stuck": False}
 
     @workflow.query(description="Phase, deadline, QR state and VM counts of this bootstrap.")
     def status(self) -> BootstrapStatus | None:
@@ -113,7 +118,10 @@ class TpuSliceBootstrapRun:
         if resume is not None:
             # A continued run of a stuck compensation: its supervisor is gone, and the cancel
             # was the previous run's, so this run cannot close as cancelled; it fails saying so.
-            self._counted_start = True  # the run that began the compensation counted it
+            counted = workflow.memo_value(COUNTED_MEMO, {}, type_hint=dict[str, bool])
+            self._counted.update(counted)
+            # It is as stuck as the run before: seen as such, and not counted stuck again.
+            self._status = self._status_copy(**compensation_fields(resume, workflow.now()))
             await self._compensate_on_cancel(resume)
             raise ApplicationError(
                 f"bootstrap of {req.slice_name} cancelled (its supervisor was lost); the "
@@ -421,11 +429,9 @@ class TpuSliceBootstrapRun:
 
     def _compensation_progress(self, progress: CompensationProgress) -> None:
         # Its supervisor is gone, so this child's own status and details are what show.
-        assert self._status is not None
-        if progress.stuck and not self._status.compensation_stuck and self._orphaned:
-            metrics.compensation("stuck")
         now = workflow.now()
         self._status = self._status_copy(**compensation_fields(progress, now))
+        self._count_orphaned()
         assert self._status is not None
         workflow.set_current_details(render_details(self._status))
         if workflow.info().is_continue_as_new_suggested() and workflow.patched(
@@ -438,7 +444,9 @@ class TpuSliceBootstrapRun:
                 self._ref.slice_name,
                 progress.windows_ended,
             )
-            workflow.continue_as_new(self._inp, memo={RESUME_MEMO: progress})
+            workflow.continue_as_new(
+                self._inp, memo={RESUME_MEMO: progress, COUNTED_MEMO: self._counted}
+            )
 
     # -- status --------------------------------------------------------------------------
 
@@ -492,21 +500,27 @@ class TpuSliceBootstrapRun:
         parent = workflow.get_external_workflow_handle(self._inp.parent_workflow_id)
         try:
             await parent.signal(PROGRESS_SIGNAL, status)
-        except ApplicationError:
-            # The supervisor is gone (terminated); progress is best effort.
-            workflow.logger.debug("supervisor did not take the progress signal")
-            self._orphaned = True
-            self._count_orphaned()
-        except asyncio.CancelledError:
-            workflow.logger.debug("progress signal cancelled")
+        except (ApplicationError, asyncio.CancelledError) as err:
+            # Progress is best effort; the supervisor may be gone (terminated).
+            workflow.logger.debug("supervisor did not take the progress signal: %s", err)
+            if isinstance(err, ApplicationError) and err.type == SUPERVISOR_GONE:
+                self._orphaned = True
+                self._count_orphaned()
 
     def _count_orphaned(self) -> None:
         """A compensation nobody else counts: the supervisor, which counts a cancel's
-        compensation whoever deletes, was terminated. Counted once, from whichever comes
-        second: the compensation starting or a signal finding the supervisor gone."""
-        if self._orphaned and self._compensating and not self._counted_start:
-            self._counted_start = True
+        compensation whoever deletes, was terminated. Each event is counted once, when both
+        are known: the compensation has reached it, and a signal found the supervisor gone
+        (which may be only at the end, if the supervisor went while this child deleted)."""
+        assert self._status is not None
+        if not (self._orphaned and self._compensating):
+            return
+        if not self._counted["started"]:
+            self._counted["started"] = True
             metrics.compensation("started")
+        if self._status.compensation_stuck and not self._counted["stuck"]:
+            self._counted["stuck"] = True
+            metrics.compensation("stuck")
 
     async def _flush_signals(self) -> None:
         # A workflow that closes with a signal still in flight loses it (the supervisor
