@@ -52,7 +52,7 @@ from tests.runner_world import TOKEN as GITHUB_TOKEN
 from tests.runner_world import runner_world
 from tests.watch_world import SPEED, WatchWorld, watch_world
 from tests.webhook_receiver import webhook_receiver
-from tests.worker_processes import write_reclaim_worker_config, write_watch_worker_config
+from tests.worker_processes import write_family_worker_config
 from workers.families.reclaim import reclaim_activities
 from workers.main import build_worker
 from workers.registry import WORKFLOW_FAILURE_EXCEPTION_TYPES, WORKFLOW_INTERCEPTORS
@@ -292,8 +292,8 @@ async def _reclaim(
         worker: Killable
         if config.sigkill:
             address = client.service_client.config.target_host
-            path = write_reclaim_worker_config(
-                workdir / "reclaim" / "worker.yaml", address, world.settings
+            path = write_family_worker_config(
+                workdir / "reclaim" / "worker.yaml", address, world.settings, "reclaim"
             )
             worker = ProcessWorker(path, workdir / "reclaim" / "worker.log")
         else:
@@ -370,8 +370,8 @@ async def _watch(
         worker: Killable | _WatchWorker
         if config.sigkill:
             address = client.service_client.config.target_host
-            path = write_watch_worker_config(
-                workdir / "watch" / "worker.yaml", address, world.settings
+            path = write_family_worker_config(
+                workdir / "watch" / "worker.yaml", address, world.settings, "watch"
             )
             worker = ProcessWorker(path, workdir / "watch" / "worker.log")
             await worker.start()

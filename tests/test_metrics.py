@@ -11,10 +11,11 @@ import uuid
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
-from temporalio.client import WorkflowFailureError
+from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
 from domain.runners.models import DeletionOutcome
@@ -22,6 +23,7 @@ from domain.runners.reconcile import ReconcileRequest
 from domain.tpu.models import BootstrapResult
 from domain.tpu.naming import bootstrap_run_workflow_id, bootstrap_workflow_id
 from domain.tpu.phases import Phase
+from domain.tpu.slice_request import SliceRequest
 from emulators.tpu import Scenario, TpuEmulator
 from runtime import metrics as m
 from runtime.settings import SettingsError, load_settings
@@ -167,6 +169,18 @@ def test_metrics_address_setting_and_its_variable(tmp_path: Path) -> None:
         load_settings(file, env={"KEEPER_LOG_FORMAT": "xml"})
 
 
+async def start_bootstrap(
+    client: Client, request: SliceRequest, queue: str
+) -> WorkflowHandle[Any, BootstrapResult]:
+    return await client.start_workflow(
+        TpuSliceBootstrap.run,
+        request,
+        id=bootstrap_workflow_id(request.slice_name),
+        task_queue=queue,
+        result_type=BootstrapResult,
+    )
+
+
 @pytest.mark.e2e
 async def test_worker_serves_keeper_and_sdk_metrics_after_real_workflows(
     dev_env: WorkflowEnvironment, world: RunnerWorld, emu: TpuEmulator
@@ -187,20 +201,8 @@ async def test_worker_serves_keeper_and_sdk_metrics_after_real_workflows(
     )
     async with worker:
         deletion = await world.request(client, "r-metrics", reason="test")
-        cancelled = await client.start_workflow(
-            TpuSliceBootstrap.run,
-            held,
-            id=bootstrap_workflow_id(held.slice_name),
-            task_queue=world.task_queue,
-            result_type=BootstrapResult,
-        )
-        bootstrap = await client.start_workflow(
-            TpuSliceBootstrap.run,
-            request,
-            id=bootstrap_workflow_id(request.slice_name),
-            task_queue=world.task_queue,
-            result_type=BootstrapResult,
-        )
+        cancelled = await start_bootstrap(client, held, world.task_queue)
+        bootstrap = await start_bootstrap(client, request, world.task_queue)
         deleted = await asyncio.wait_for(deletion.result(), 60)
         await asyncio.wait_for(
             client.execute_workflow(
@@ -216,13 +218,7 @@ async def test_worker_serves_keeper_and_sdk_metrics_after_real_workflows(
         await cancelled.cancel()
         with pytest.raises(WorkflowFailureError):
             await asyncio.wait_for(cancelled.result(), 60)
-        supervisor = await client.start_workflow(
-            TpuSliceBootstrap.run,
-            orphaned,
-            id=bootstrap_workflow_id(orphaned.slice_name),
-            task_queue=world.task_queue,
-            result_type=BootstrapResult,
-        )
+        supervisor = await start_bootstrap(client, orphaned, world.task_queue)
         await wait_for_phase(supervisor, Phase.ASSIGN)
         await supervisor.terminate(reason="test: the supervisor is lost")
         child = client.get_workflow_handle(bootstrap_run_workflow_id(orphaned.slice_name))

@@ -21,7 +21,7 @@ from domain.watch.models import WatchView
 from tests.harness import RestartableServer
 from tests.reclaim_world import until
 from tests.watch_world import watch_world
-from tests.worker_processes import WorkerFleet, until_polling, write_watch_worker_config
+from tests.worker_processes import WorkerFleet, until_polling, write_family_worker_config
 from workflows.watch.activity_options import OBSERVE_START_TO_CLOSE
 
 pytestmark = pytest.mark.e2e
@@ -91,8 +91,8 @@ async def test_a_check_cut_short_by_a_sigkilled_worker_runs_again_after_its_hear
     server hand the attempt a dead worker held to another after the heartbeat timeout."""
     client = dev_env.client
     async with watch_world(client, worker=False, call_timeout=timedelta(seconds=60)) as w:
-        config = write_watch_worker_config(
-            tmp_path / "worker.yaml", client.service_client.config.target_host, w.settings
+        config = write_family_worker_config(
+            tmp_path / "worker.yaml", client.service_client.config.target_host, w.settings, "watch"
         )
         fleet = WorkerFleet(config, "watch")
         handle: WorkflowHandle[Any, Any] | None = None

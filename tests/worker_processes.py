@@ -15,7 +15,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from temporalio.api.enums.v1 import TaskQueueType
@@ -60,29 +60,20 @@ def write_worker_config(
     return path
 
 
-def write_reclaim_worker_config(path: Path, address: str, settings: Settings) -> Path:
-    """Settings for a worker process serving only the reclaim family of a reclaim world: its
-    controller, token file, store (the intake's, shared) and timing, on the world's queue."""
+def write_family_worker_config(
+    path: Path, address: str, settings: Settings, family: Literal["reclaim", "watch"]
+) -> Path:
+    """Settings for a worker process serving only `family` as a test world's own worker
+    would: the world's section of that family (its controller, token and webhook files,
+    store, pace) on the world's queue base."""
+    section = getattr(settings, family).model_dump(mode="json", exclude_none=True)
     return write_worker_config(
         path,
         address=address,
         task_queue=settings.temporal.task_queue,
-        families=["reclaim"],
-        reclaim=settings.reclaim.model_dump(mode="json", exclude_none=True),
+        families=[family],
         runners={"store_url": f"sqlite:///{path.parent / 'runners.db'}"},
-    )
-
-
-def write_watch_worker_config(path: Path, address: str, settings: Settings) -> Path:
-    """Settings for a worker process serving only the watch family of a watch world: its
-    iris emulator, token and webhook files, and the world's pace, on the world's queue."""
-    return write_worker_config(
-        path,
-        address=address,
-        task_queue=settings.temporal.task_queue,
-        families=["watch"],
-        watch=settings.watch.model_dump(mode="json", exclude_none=True),
-        runners={"store_url": f"sqlite:///{path.parent / 'runners.db'}"},
+        **{family: section},
     )
 
 
