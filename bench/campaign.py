@@ -22,6 +22,7 @@ import argparse
 import json
 import logging
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -50,6 +51,7 @@ from emulators.tpu import EmulatorConfig, TpuEmulator  # noqa: E402
 from tests.conftest import claimed_ip_prefix  # noqa: E402
 from tests.harness import free_port  # noqa: E402
 
+RESULTS = ROOT / "bench" / "results"
 LONG = {"bootstraps": 500, "deletions": 2000, "reclaims": 12, "watches": 24}
 SHORT = {"bootstraps": 12, "deletions": 6, "reclaims": 3, "watches": 4}
 PROPERTY_EXAMPLES = 10_000
@@ -206,20 +208,46 @@ def run_properties(examples: dict[str, tuple[int, int]], seed: int) -> dict[str,
         if done.returncode != 0:
             # What it failed on: hypothesis prints the failing example and its notes there.
             found[Path(path).stem]["failure"] = failure_of(done.stdout, done.stderr)
+            # And the whole report beside the figures, for what the cut left out.
+            stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+            report = RESULTS / f"property-{Path(path).stem}-{stamp}.txt"
+            report.write_text(done.stdout + "\n--- stderr ---\n" + done.stderr[-20_000:])
+            found[Path(path).stem]["report_file"] = str(report.relative_to(ROOT))
     return found
 
 
-# Lines kept of a failing property run's report, from its FAILURES section on.
-FAILURE_LINES = 400
+# Lines kept of a failing property run's report: its start, every line that names an error,
+# and its end. A batch's falsifying example alone can run to thousands of lines of reprs, and
+# the error hypothesis reports (a FlakyFailure wraps the first one) comes after it.
+FAILURE_HEAD = 40
+FAILURE_ERRORS = 200
+FAILURE_TAIL = 200
+ERROR_LINE = re.compile(
+    r"Error|Exception|assert|Traceback|Falsifying|stranded|timed out|^\s*(\|\s*)*E\s"
+)
 
 
 def failure_of(stdout: str, stderr: str) -> list[str]:
     """The failing run's report from pytest's FAILURES section (the falsifying example,
-    its notes, the assertion), without the dev server's log lines."""
+    its notes, the assertion), without the dev server's log lines; a long one is cut to its
+    head, its error lines and its tail."""
     lines = [line for line in stdout.splitlines() if "level=" not in line]
     start = next((i for i, line in enumerate(lines) if " FAILURES " in line), 0)
-    kept = lines[start : start + FAILURE_LINES]
-    return kept or stderr.strip().splitlines()[-FAILURE_LINES:]
+    kept = lines[start:]
+    if not kept:
+        return stderr.strip().splitlines()[-FAILURE_TAIL:]
+    if len(kept) <= FAILURE_HEAD + FAILURE_ERRORS + FAILURE_TAIL:
+        return kept
+    middle = kept[FAILURE_HEAD:-FAILURE_TAIL]
+    errors = [line for line in middle if ERROR_LINE.search(line)][:FAILURE_ERRORS]
+    left_out = len(middle) - len(errors)
+    return [
+        *kept[:FAILURE_HEAD],
+        f"... {left_out} lines left out; the error lines among them follow ...",
+        *errors,
+        "... the report's end ...",
+        *kept[-FAILURE_TAIL:],
+    ]
 
 
 async def campaign(args: argparse.Namespace, workdir: Path) -> Report:

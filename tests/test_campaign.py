@@ -190,3 +190,35 @@ def test_the_replay_line_spells_out_every_count_and_option(
     assert {f: getattr(again, f) for f in fields} == {f: getattr(args, f) for f in fields}
     # Spelled out, not left to defaults that may change.
     assert "--bootstraps" in replay and "--runner-property-batch" in replay
+
+
+def test_a_long_failing_property_report_keeps_its_error_lines_and_its_end(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A batch's falsifying example runs to thousands of lines of reprs before the error
+    hypothesis reports; the cut report must still carry that error."""
+    monkeypatch.syspath_prepend(str(REPO / "bench"))
+    campaign = importlib.import_module("campaign")
+    reprs = [f"  |     Runner(scale_set='set-a', n={i})," for i in range(3000)]
+    stdout = "\n".join(
+        [
+            "....F",
+            "=================================== FAILURES ===================================",
+            "  | hypothesis.errors.FlakyFailure: Hypothesis test(batch=[",
+            *reprs,
+            "  | ])",
+            "  +-+---------------- 1 ----------------",
+            "    | AssertionError: stranded: deletions of ['r-3'] still running 150s",
+            *[f"    | note {i}" for i in range(300)],
+            "FAILED tests/test_runner_properties.py::test_x - FlakyFailure",
+            'time=2026 level=WARN msg="a dev server line"',
+        ]
+    )
+    kept = campaign.failure_of(stdout, "")
+    assert len(kept) < 600, len(kept)
+    assert " FAILURES " in kept[0]
+    assert any("AssertionError: stranded" in line for line in kept)
+    assert kept[-1].startswith("FAILED tests/test_runner_properties.py")
+    assert not any("level=" in line for line in kept)
+    short = "=== FAILURES ===\nE   assert 1 == 2\n"
+    assert campaign.failure_of(short, "") == ["=== FAILURES ===", "E   assert 1 == 2"]
