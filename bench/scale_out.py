@@ -38,6 +38,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -69,6 +70,8 @@ DEFAULT_WORKERS = 2
 # ever gets an address here, since no capacity is assigned.
 IP_PREFIX = "127.47"
 SAMPLE_EVERY = 2.0
+DEFAULT_BACKLOG = 300
+ADMIT_EVERY = 0.2
 GOAL_RSS_MIB = 1024.0
 GOAL_CORES = 1.0
 
@@ -92,18 +95,42 @@ def worker_config(path: Path, address: str, base: str, emu: TpuEmulator) -> Path
 
 
 async def start_bootstraps(
-    client: Client, queue: str, names: list[str], poll: timedelta, concurrency: int
-) -> tuple[float, list[str]]:
-    """Starts every bootstrap; returns the seconds from the first start to the last, and
-    the starts that failed."""
+    client: Client,
+    queue: str,
+    names: list[str],
+    poll: timedelta,
+    concurrency: int,
+    backlog: int,
+    created: Callable[[], int],
+) -> tuple[float, list[str], int]:
+    """Starts every bootstrap; returns the seconds from the first start to the last, the
+    starts that failed, and the largest backlog seen.
+
+    A start is admitted only while fewer than `backlog` started bootstraps have yet to
+    create their queued resource (`created()`, read from the emulator). Started all at once,
+    10,000 bootstraps queue more work on the dev server than its one SQLite writer clears
+    within its own persistence deadlines; it then fails and retries its updates ("context
+    canceled") and reaches assign far slower than it can when fed at its own pace."""
     gate = asyncio.Semaphore(concurrency)
     failures: list[str] = []
     done = 0
+    admitted = 0
+    peak = 0
+
+    async def admit() -> None:
+        nonlocal admitted, peak
+        # The emulator tells no one when it creates a queued resource, so the count is read
+        # again every ADMIT_EVERY; no await between the last read and the count below.
+        while backlog and admitted - created() >= backlog:  # noqa: ASYNC110
+            await asyncio.sleep(ADMIT_EVERY)
+        admitted += 1
+        peak = max(peak, admitted - created())
 
     async def one(name: str) -> None:
         nonlocal done
         request = make_request(8080, slice_name=name, poll_interval=poll)
         async with gate:
+            await admit()
             try:
                 await client.start_workflow(
                     TpuSliceBootstrap.run,
@@ -119,7 +146,7 @@ async def start_bootstraps(
 
     started = time.perf_counter()
     await asyncio.gather(*(one(n) for n in names))
-    return time.perf_counter() - started, failures
+    return time.perf_counter() - started, failures, peak
 
 
 async def in_assign(client: Client, tag: str) -> int:
@@ -200,6 +227,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         "workers": args.workers,
         "poll_seconds": args.poll,
         "start_concurrency": args.start_concurrency,
+        "backlog": args.backlog,
     }
     try:
         with tempfile.TemporaryDirectory(prefix="keeper-scale-out-") as tmp:
@@ -214,9 +242,16 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                 progress(f"{args.workers} worker(s) polling {queue}")
                 requester = await requester_client(env)
                 names = [f"scale-{tag}-{i:05d}" for i in range(args.bootstraps)]
-                seconds, failures = await start_bootstraps(
-                    requester, queue, names, timedelta(seconds=args.poll), args.start_concurrency
+                seconds, failures, peak = await start_bootstraps(
+                    requester,
+                    queue,
+                    names,
+                    timedelta(seconds=args.poll),
+                    args.start_concurrency,
+                    args.backlog,
+                    lambda: len(emu.world.all_qrs),
                 )
+                figures["backlog_peak"] = peak
                 figures["start_seconds"] = round(seconds, 1)
                 figures["starts_per_second"] = round(len(names) / seconds, 1)
                 figures["start_failures"] = failures[:10]
@@ -254,7 +289,9 @@ def render(f: dict[str, Any], load_before: list[float] | None) -> tuple[str, boo
         "processes on one queue; dev server in memory; TPU emulator in this process",
         f"  workers polling after {f['workers_polling_seconds']} s",
         f"  started in {f['start_seconds']} s ({f['starts_per_second']}/s, at most "
-        f"{f['start_concurrency']} in flight); {f['in_assign_at_window']:,} in assign "
+        f"{f['start_concurrency']} in flight, at most {f['backlog'] or 'any number'} without "
+        f"a queued resource, {f['backlog_peak']} at the most); "
+        f"{f['in_assign_at_window']:,} in assign "
         f"{f['all_in_assign_after_start_seconds']} s after the last start "
         f"({f['in_flight_seconds']} s from the first)" + ("" if partial else " - all of them"),
         f"  still in assign after the window: {f['still_in_assign']:,}; workers alive "
@@ -299,6 +336,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--start-concurrency", type=int, default=100, help="start calls in flight (100)"
     )
     parser.add_argument(
+        "--backlog",
+        type=int,
+        default=DEFAULT_BACKLOG,
+        help=f"started bootstraps without a queued resource yet, at most; 0: no limit "
+        f"({DEFAULT_BACKLOG})",
+    )
+    parser.add_argument(
         "--timeout",
         type=float,
         default=1800.0,
@@ -309,6 +353,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     for name in ("bootstraps", "workers", "start_concurrency"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1")
+    if args.backlog < 0:
+        parser.error("--backlog must be 0 (no limit) or more")
     if args.poll < 1 or args.window < SAMPLE_EVERY:
         parser.error(f"--poll must be at least 1 and --window at least {SAMPLE_EVERY:g}")
     return args
