@@ -9,6 +9,7 @@ hour yields the same history as waiting an hour would have.
 
 from __future__ import annotations
 
+import heapq
 import itertools
 import logging
 import math
@@ -113,20 +114,68 @@ class World:
     # ----------------------------------------------------------------- evaluation
 
     def evaluate(self) -> float:
+        """Applies every transition due by now, earliest first, and returns now.
+
+        The order is the one a full rescan after each transition gives: by due time, then
+        rank, then queued resources before nodes, each in insertion order, then the order a
+        record lists its own events. Only a record's own transitions, its queued resource's
+        or its nodes' change its events, so after each transition only those are computed
+        again (a version per record retires the events queued before); a rescan of every
+        record per transition made a burst of k transitions among N resources cost k x N."""
         now = self.clock.now()
-        seq = itertools.count()
+        ready: list[tuple[float, int, int, int, int, int, int]] = []
+        events: dict[tuple[int, int], _Event] = {}
+        version: dict[int, int] = {}
+        records: dict[int, QrRecord | NodeRecord] = {}
+        position: dict[int, tuple[int, int]] = {}
+        for index, qr in enumerate(self.qrs.values()):
+            position[id(qr)] = (0, index)
+        for index, node in enumerate(self.nodes.values()):
+            position[id(node)] = (1, index)
+        next_node = itertools.count(len(self.nodes))
+
+        def schedule(record: QrRecord | NodeRecord) -> None:
+            key = id(record)
+            records[key] = record
+            stamp = version[key] = version.get(key, 0) + 1
+            if isinstance(record, QrRecord):
+                if self.qrs.get(record.name) is not record:
+                    return  # removed: no longer scanned
+                due = self._qr_events(record, itertools.count())
+            else:
+                if self.nodes.get(record.name) is not record:
+                    return
+                due = self._node_events(record, itertools.count())
+            kind, index = position[key]
+            for event in due:
+                if event.due <= now:
+                    events[(key, event.seq)] = event
+                    entry = (event.due, event.rank, kind, index, event.seq, stamp, key)
+                    heapq.heappush(ready, entry)
+
+        for record in itertools.chain(list(self.qrs.values()), list(self.nodes.values())):
+            schedule(record)
         # Bounded so a scenario bug cannot spin forever; each event moves a resource on.
         for _ in range(100_000):
-            due: list[_Event] = []
-            for qr in list(self.qrs.values()):
-                due.extend(self._qr_events(qr, seq))
-            for node in list(self.nodes.values()):
-                due.extend(self._node_events(node, seq))
-            ready = [event for event in due if event.due <= now]
+            while ready and version[ready[0][-1]] != ready[0][-2]:
+                heapq.heappop(ready)
             if not ready:
                 break
-            event = min(ready)
+            *_, seq, _stamp, key = heapq.heappop(ready)
+            record = records[key]
+            nodes_before = len(self.all_nodes)
+            event = events[(key, seq)]
             event.apply(event.due)
+            touched: dict[int, QrRecord | NodeRecord] = {key: record}
+            if isinstance(record, QrRecord):
+                touched.update((id(node), node) for node in record.nodes)
+            elif record.qr is not None:
+                touched[id(record.qr)] = record.qr
+            for node in self.all_nodes[nodes_before:]:
+                position[id(node)] = (1, next(next_node))
+                touched[id(node)] = node
+            for other in touched.values():
+                schedule(other)
         for record in itertools.chain(self.qrs.values(), self.nodes.values()):
             record.evaluated_until = now
         return now
