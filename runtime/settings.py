@@ -241,6 +241,11 @@ class WorkerSettings(_Section):
     # Activity slots of the TPU family's worker; the runner family's are sized by
     # runners.max_concurrent_deletions, since each in-flight deletion may hold one.
     tpu_activity_slots: int = Field(default=100, ge=1, le=10000)
+    # The TPU family's cache, below the others': its runs wait in assign for hours with no
+    # task to run (the poll is an activity's retries), so a cached one only holds memory,
+    # about 0.2 MiB each, and an evicted one replays a history of a few dozen events at its
+    # next task. docs/operations.md#scaling has the figures.
+    tpu_max_cached_workflows: int = Field(default=1000, ge=0)
     # Where the worker serves Prometheus metrics (/metrics): the SDK's temporal_* and
     # keeper's keeper_* (runtime/metrics.py), e.g. "0.0.0.0:9464". Off ("") unless set, so
     # several workers on one host (the dev stack, the tests) never fight over a port.

@@ -53,6 +53,7 @@ def _worker(
     activities: list[Callable[..., Any]],
     slots: int,
     version: WorkerDeploymentVersion | None,
+    cached: int,
 ) -> Worker:
     return Worker(
         client,
@@ -65,7 +66,7 @@ def _worker(
         activities=activities,
         graceful_shutdown_timeout=settings.worker.graceful_shutdown,
         max_concurrent_activities=slots,
-        max_cached_workflows=settings.worker.max_cached_workflows,
+        max_cached_workflows=cached,
     )
 
 
@@ -83,7 +84,14 @@ def build_worker(
         settings, client, tpu_client, runners or open_runner_deps(settings.runners)
     )
     return _worker(
-        client, settings, task_queue, WORKFLOWS, activities, activity_slots(settings), version
+        client,
+        settings,
+        task_queue,
+        WORKFLOWS,
+        activities,
+        activity_slots(settings),
+        version,
+        settings.worker.max_cached_workflows,
     )
 
 
@@ -149,11 +157,18 @@ async def _serve(settings: Settings, readiness: Readiness) -> None:
             await ensure_schedules(client, settings, family)
             queue = family.task_queue(settings)
             slots = family.activity_slots(settings)
+            cached = family.cached_workflows(settings)
             workers.append(
-                _worker(client, settings, queue, family.workflows, activities, slots, version)
+                _worker(
+                    client, settings, queue, family.workflows, activities, slots, version, cached
+                )
             )
             log.info(
-                "serving family %s on task queue %s (%d activity slots)", family.name, queue, slots
+                "serving family %s on task queue %s (%d activity slots, %d cached workflows)",
+                family.name,
+                queue,
+                slots,
+                cached,
             )
         if len(families) == len(FAMILIES):
             # Runs started before each family had its own queue live on the stem; only a
@@ -167,6 +182,7 @@ async def _serve(settings: Settings, readiness: Readiness) -> None:
                     distinct_activities(every_activity),
                     activity_slots(settings),
                     version,
+                    settings.worker.max_cached_workflows,
                 )
             )
         log.info(

@@ -36,6 +36,8 @@ class Family:
     # Its schedules, aimed at the given task queue.
     schedules: Callable[[Settings, str], list[ScheduleSpecOf]]
     activity_slots: Callable[[Settings], int]
+    # Workflows its worker keeps in memory between tasks (max_cached_workflows).
+    cached_workflows: Callable[[Settings], int]
 
     def task_queue(self, settings: Settings) -> str:
         return settings.temporal.family_queue(self.name)

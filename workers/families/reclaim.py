@@ -77,4 +77,5 @@ RECLAIM = Family(
     activities=reclaim_activities,
     schedules=reclaim_schedules,
     activity_slots=lambda settings: 100,
+    cached_workflows=lambda settings: settings.worker.max_cached_workflows,
 )

@@ -112,4 +112,5 @@ RUNNERS = Family(
     schedules=runner_schedules,
     # Each in-flight runner deletion may hold a slot for its provider process.
     activity_slots=lambda settings: max(100, settings.runners.max_concurrent_deletions),
+    cached_workflows=lambda settings: settings.worker.max_cached_workflows,
 )

@@ -115,4 +115,5 @@ TPU = Family(
     activities=tpu_activities,
     schedules=tpu_schedules,
     activity_slots=lambda settings: settings.worker.tpu_activity_slots,
+    cached_workflows=lambda settings: settings.worker.tpu_max_cached_workflows,
 )

@@ -83,4 +83,5 @@ WATCH = Family(
     # A check is CPU work on the worker's event loop (13 reads, a log digest): past a few
     # dozen at once its workflow tasks starve (bench/watch_scale.py). Scale out instead.
     activity_slots=lambda settings: 32,
+    cached_workflows=lambda settings: settings.worker.max_cached_workflows,
 )
