@@ -111,10 +111,11 @@ async def _until(check, what: str, log: Path, within: float = 60) -> None:
 
 
 @pytest.mark.parametrize(
-    ("served", "idle", "schedule", "absent_schedule"),
+    ("served", "idle", "schedule", "absent_schedule", "cached"),
     [
-        ("tpu", "runners", SWEEPER_SCHEDULE_ID, RECONCILER_SCHEDULE_ID),
-        ("runners", "tpu", RECONCILER_SCHEDULE_ID, SWEEPER_SCHEDULE_ID),
+        # The TPU family's runs idle in assign for hours: a smaller cache of its own.
+        ("tpu", "runners", SWEEPER_SCHEDULE_ID, RECONCILER_SCHEDULE_ID, 1000),
+        ("runners", "tpu", RECONCILER_SCHEDULE_ID, SWEEPER_SCHEDULE_ID, 5000),
     ],
 )
 async def test_a_worker_serves_only_the_families_it_is_given(
@@ -124,6 +125,7 @@ async def test_a_worker_serves_only_the_families_it_is_given(
     idle: str,
     schedule: str,
     absent_schedule: str,
+    cached: int,
 ) -> None:
     client = await _namespace(dev_env)
     stem = f"fam-{uuid.uuid4().hex[:6]}"
@@ -141,6 +143,10 @@ async def test_a_worker_serves_only_the_families_it_is_given(
         assert absent_schedule not in await _schedules(client)
         # The runner store is the runner family's: a TPU-only worker never opens it.
         assert store.exists() == (served == "runners")
+        serving = [line for line in log.read_text().splitlines() if "serving family" in line]
+        assert len(serving) == 1, _tail(log)
+        assert f"serving family {served} on task queue {stem}-{served} (" in serving[0]
+        assert serving[0].endswith(f", {cached} cached workflows)"), serving[0]
     finally:
         worker.send_signal(signal.SIGTERM)
         assert worker.wait(30) == 0, _tail(log)
