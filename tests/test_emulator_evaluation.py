@@ -110,6 +110,24 @@ slices = st.tuples(
 )
 
 
+def qr_request(index: int, node: str) -> cloud_tpu.CreateQueuedResourceRequest:
+    """Queued resource `qr<index>` asking for one v4-8 node named `node`."""
+    spec = cloud_tpu.QueuedResource(
+        tpu=cloud_tpu.QueuedResource.Tpu(
+            node_spec=[
+                cloud_tpu.QueuedResource.Tpu.NodeSpec(
+                    parent=PARENT,
+                    node_id=node,
+                    node=cloud_tpu.Node(accelerator_type="v4-8", runtime_version="v"),
+                )
+            ]
+        )
+    )
+    return cloud_tpu.CreateQueuedResourceRequest(
+        parent=PARENT, queued_resource_id=f"qr{index}", queued_resource=spec
+    )
+
+
 def play(world_type: type[World], plan: list[tuple[float, int, Scenario, bool]]) -> list[str]:
     clock = FrozenClock()
     book = ScenarioBook(Scenario())
@@ -118,22 +136,8 @@ def play(world_type: type[World], plan: list[tuple[float, int, Scenario, bool]])
         for index, (gap, node, scenario, evaluate) in enumerate(plan):
             clock.at += gap
             book.set(f"qr{index}", scenario)
-            spec = cloud_tpu.QueuedResource(
-                tpu=cloud_tpu.QueuedResource.Tpu(
-                    node_spec=[
-                        cloud_tpu.QueuedResource.Tpu.NodeSpec(
-                            parent=PARENT,
-                            node_id=f"node{node}",
-                            node=cloud_tpu.Node(accelerator_type="v4-8", runtime_version="v"),
-                        )
-                    ]
-                )
-            )
-            request = cloud_tpu.CreateQueuedResourceRequest(
-                parent=PARENT, queued_resource_id=f"qr{index}", queued_resource=spec
-            )
             try:
-                world.create_qr(request)
+                world.create_qr(qr_request(index, f"node{node}"))
             except Exception as err:  # a node id a live slice holds: refused, as it should
                 lines.append(f"create qr{index} refused: {err}")
             if evaluate:
@@ -178,22 +182,8 @@ def test_a_burst_of_transitions_touches_each_record_once_per_transition() -> Non
         return computed(qr, seq)
 
     world._qr_events = counted  # type: ignore[method-assign]
-    spec = cloud_tpu.QueuedResource(
-        tpu=cloud_tpu.QueuedResource.Tpu(
-            node_spec=[
-                cloud_tpu.QueuedResource.Tpu.NodeSpec(
-                    parent=PARENT, node_id="n", node=cloud_tpu.Node(accelerator_type="v4-8")
-                )
-            ]
-        )
-    )
     for index in range(2000):
-        spec.tpu.node_spec[0].node_id = f"n{index}"
-        world.create_qr(
-            cloud_tpu.CreateQueuedResourceRequest(
-                parent=PARENT, queued_resource_id=f"q{index}", queued_resource=spec
-            )
-        )
+        world.create_qr(qr_request(index, f"n{index}"))
     clock.at += 1.0
     world.evaluate()
     assert {qr.state for qr in world.qrs.values()} == {"WAITING_FOR_RESOURCES"}

@@ -123,10 +123,10 @@ class World:
         again (a version per record retires the events queued before); a rescan of every
         record per transition made a burst of k transitions among N resources cost k x N."""
         now = self.clock.now()
-        ready: list[tuple[float, int, int, int, int, int, int]] = []
-        events: dict[tuple[int, int], _Event] = {}
+        # (due, rank, kind, position, seq, version, id, record, event): the first seven
+        # never tie, so the record and the event are never compared.
+        ready: list[tuple[float, int, int, int, int, int, int, QrRecord | NodeRecord, _Event]] = []
         version: dict[int, int] = {}
-        records: dict[int, QrRecord | NodeRecord] = {}
         position: dict[int, tuple[int, int]] = {}
         for index, qr in enumerate(self.qrs.values()):
             position[id(qr)] = (0, index)
@@ -136,7 +136,6 @@ class World:
 
         def schedule(record: QrRecord | NodeRecord) -> None:
             key = id(record)
-            records[key] = record
             stamp = version[key] = version.get(key, 0) + 1
             if isinstance(record, QrRecord):
                 if self.qrs.get(record.name) is not record:
@@ -149,22 +148,19 @@ class World:
             kind, index = position[key]
             for event in due:
                 if event.due <= now:
-                    events[(key, event.seq)] = event
-                    entry = (event.due, event.rank, kind, index, event.seq, stamp, key)
-                    heapq.heappush(ready, entry)
+                    order = (event.due, event.rank, kind, index, event.seq, stamp, key)
+                    heapq.heappush(ready, (*order, record, event))
 
         for record in itertools.chain(list(self.qrs.values()), list(self.nodes.values())):
             schedule(record)
         # Bounded so a scenario bug cannot spin forever; each event moves a resource on.
         for _ in range(100_000):
-            while ready and version[ready[0][-1]] != ready[0][-2]:
+            while ready and version[ready[0][6]] != ready[0][5]:
                 heapq.heappop(ready)
             if not ready:
                 break
-            *_, seq, _stamp, key = heapq.heappop(ready)
-            record = records[key]
+            *_, key, record, event = heapq.heappop(ready)
             nodes_before = len(self.all_nodes)
-            event = events[(key, seq)]
             event.apply(event.due)
             touched: dict[int, QrRecord | NodeRecord] = {key: record}
             if isinstance(record, QrRecord):
