@@ -49,9 +49,11 @@ def dev() -> None:
       keeper dev status    show each component (exit 3 when one is not healthy)
       keeper dev down      stop what `up` started
 
-    Everything comes from the settings file (--config, default ./temporal-dev.yaml) and
-    the environment on top of it. Each component runs detached in its own process group,
-    logs to <worker.log_dir>/<component>.log (default .dev/logs/) and is
+    Everything comes from the settings file (--config, else ./temporal-dev.yaml, else the
+    checkout's temporal-dev.yaml) and the environment on top of it. The stack lives beside
+    that file: relative paths in it are taken from its directory, whatever directory
+    `keeper dev` runs in. Each component runs detached in its own process group, in that
+    directory, logs to <worker.log_dir>/<component>.log (default .dev/logs/) and is
     tracked by a pid file in run/ next to temporal.db_file (default .dev/run/).
 
     With --json, `up`, `down` and `status` print the status report (`keeper dev status
@@ -145,8 +147,9 @@ def up(
     stack = _stack(keeper, port_base)
     base = stack.settings.dev.port_base
     out.note(
-        f"Starting the dev stack (config: {keeper.config_file or 'temporal-dev.yaml'}"
-        + (f", port base {base})" if base is not None else ")")
+        f"Starting the dev stack (config: {stack.shown_config}"
+        + (f", port base {base}" if base is not None else "")
+        + f"; state under {stack.home})"
     )
     try:
         with _progress_to_stderr(out):

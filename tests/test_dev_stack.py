@@ -126,7 +126,12 @@ def _clean_env() -> dict[str, str]:
     return env
 
 
-def _write_config(root: Path, tpu_endpoint: str) -> tuple[Path, dict[str, int]]:
+def _write_config(
+    root: Path, tpu_endpoint: str, *, relative: bool = False
+) -> tuple[Path, dict[str, int]]:
+    """`relative=True` names every path relative to the config file, as the shipped
+    temporal-dev.yaml does (`.dev/temporal.db`)."""
+    dev = Path(".dev") if relative else root / ".dev"
     grpc, ui, emu_grpc, emu_control, vm_health, github, spur, spur_control, tap, intake, iris = (
         free_ports(11)
     )
@@ -148,7 +153,7 @@ def _write_config(root: Path, tpu_endpoint: str) -> tuple[Path, dict[str, int]]:
             "address": f"127.0.0.1:{grpc}",
             "namespace": "default",
             "ui_port": ui,
-            "db_file": str(root / ".dev" / "temporal.db"),
+            "db_file": str(dev / "temporal.db"),
             "task_queue": "keeper-dev-stack-test",
         },
         "tpu": {"endpoint": tpu_endpoint, "emulator_address": f"127.0.0.1:{emu_grpc}"},
@@ -173,18 +178,18 @@ def _write_config(root: Path, tpu_endpoint: str) -> tuple[Path, dict[str, int]]:
             "mode": "act",
             "tap_address": f"127.0.0.1:{tap}",
             "intake_address": f"127.0.0.1:{intake}",
-            "store_url": f"sqlite:///{root / '.dev' / 'reclaim.db'}",
+            "store_url": f"sqlite:///{dev / 'reclaim.db'}",
             "timing": {"end_grace": "2s", "retry_initial": "3s", "retry_max": "10s"},
         },
         "runners": {
-            "store_url": f"sqlite:///{root / '.dev' / 'runners.db'}",
+            "store_url": f"sqlite:///{dev / 'runners.db'}",
             "github": {
                 "api_url": f"http://127.0.0.1:{github}",
-                "token_file": str(root / ".dev" / "github-token"),
+                "token_file": str(dev / "github-token"),
             },
-            "provider": {"config_file": str(root / ".dev" / "provider" / "config.json")},
+            "provider": {"config_file": str(dev / "provider" / "config.json")},
         },
-        "worker": {"log_dir": str(root / ".dev" / "logs")},
+        "worker": {"log_dir": str(dev / "logs")},
     }
     path = root / "keeper-test.yaml"
     path.write_text(yaml.safe_dump(config))
@@ -334,7 +339,8 @@ def second(tmp_path: Path) -> Iterator[Keeper]:
         },
         "worker": {"log_dir": str(dev_dir / "logs")},
     }
-    path = root / "second.yaml"
+    # Named as the default settings file, so a bare `keeper dev` in this directory reads it.
+    path = root / "temporal-dev.yaml"
     path.write_text(yaml.safe_dump(config))
     base = free_port_base()
     ports = {name: base + offset for name, offset in PORT_OFFSETS.items()}
@@ -413,6 +419,75 @@ def test_a_second_stack_on_another_port_base_runs_beside_the_first_and_is_found_
     assert not _wait_gone(pids), "processes survived `keeper dev down`"
     assert not (second.run_dir / "stack.json").exists()
     assert keeper.status()[0] == 0
+
+
+def test_the_stack_lives_beside_its_config_file_whatever_the_working_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from cli.devstack.stack import Stack
+
+    home = tmp_path / "home"
+    home.mkdir()
+    config, _ = _write_config(home, "emulator", relative=True)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    for var in (CONFIG_ENV, "KEEPER_DEV_PORT_BASE"):
+        monkeypatch.delenv(var, raising=False)
+    stack = Stack.open(str(config), None, follow_record=False)
+    assert stack.home == home.resolve()
+    assert run_dir(stack.settings) == home.resolve() / ".dev" / "run"
+    assert stack.settings.temporal.db_file == home.resolve() / ".dev" / "temporal.db"
+    for comp in stack.components.values():
+        assert comp.pid_file.is_relative_to(home.resolve() / ".dev" / "run"), comp
+        assert comp.log_file.is_relative_to(home.resolve() / ".dev" / "logs"), comp
+    temporal = stack.components["temporal"].argv
+    assert temporal[temporal.index("--db-filename") + 1] == str(home.resolve() / ".dev/temporal.db")
+    # A config given by a relative name is read from here, and still anchors at its own
+    # directory.
+    monkeypatch.chdir(tmp_path)
+    again = Stack.open("home/keeper-test.yaml", None, follow_record=False)
+    assert run_dir(again.settings) == run_dir(stack.settings)
+
+
+@pytest.mark.e2e
+@NEEDS_EMULATOR
+def test_a_stack_started_in_its_directory_is_found_and_left_alone_from_any_other(
+    tmp_path: Path,
+) -> None:
+    # The paths in the file are relative (`.dev/...`), as in the shipped temporal-dev.yaml.
+    config, ports = _write_config(tmp_path, "emulator", relative=True)
+    env = _clean_env()
+    home = Keeper(root=tmp_path, config=config, env=env, ports=ports)
+    other = tmp_path / "elsewhere" / "deeper"
+    other.mkdir(parents=True)
+    away = Keeper(root=other, config=config, env=env, ports=ports)
+    try:
+        home.ok("dev", "up", "--no-worker", "--timeout", "90")
+        started = {name: pid for name, pid in home.pids().items() if name != "worker"}
+        assert all(started.values()), started
+
+        # From another directory: the same stack, its processes found by their pid files.
+        _, report = away.status()
+        assert report["run_dir"] == str((tmp_path / ".dev" / "run").resolve()), report
+        for name, pid in started.items():
+            component = report["components"][name]
+            assert (component["state"], component["pid"]) == ("running", pid), component
+            assert "not started by keeper dev" not in component["detail"], component
+        again = away.run("dev", "up", "--no-worker", "--timeout", "30")
+        assert again.returncode == 0, _explain(("dev", "up", "--no-worker"), again)
+        assert "already in use" not in again.stderr and "Nothing was started" not in again.stderr
+        assert again.stdout.count("already running") == len(started), again.stdout
+        assert {n: p for n, p in away.pids().items() if n != "worker"} == started
+        assert not (other / ".dev").exists()
+
+        away.ok("dev", "down")
+        assert not _wait_gone(list(started.values())), "processes survived `keeper dev down`"
+        assert not list(home.run_dir.glob("*.pid"))
+    finally:
+        if home.run_dir.exists():
+            home.run("dev", "down", "--timeout", "5")
+            _kill_leftovers(home.run_dir)
 
 
 # -- failure paths that start nothing ------------------------------------------------------

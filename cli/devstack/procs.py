@@ -288,6 +288,15 @@ def _listening_inodes(port: int) -> set[str]:
     return inodes
 
 
+def process_cwd(pid: int) -> Path | None:
+    """The working directory of `pid`, where /proc tells (a dev stack's components run in
+    the stack's home)."""
+    try:
+        return Path(os.readlink(_PROC / str(pid) / "cwd"))
+    except OSError:
+        return None
+
+
 def port_holder(port: int) -> tuple[int, str] | None:
     """(pid, command line) of the process listening on `port`, where /proc can tell."""
     wanted = {f"socket:[{inode}]" for inode in _listening_inodes(port)}

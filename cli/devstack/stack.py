@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -43,6 +44,7 @@ from cli.devstack.procs import (
     pid_alive,
     port_holder,
     port_problem,
+    process_cwd,
     remove_pid_file,
     spawn_detached,
     stop_group,
@@ -53,10 +55,64 @@ from cli.devstack.runner_files import prepare_runner_files
 from cli.output import UsageProblem
 from runtime.dev_ports import PORT_BASE_ENV
 from runtime.search_attributes import register_missing
-from runtime.settings import Settings, SettingsConflict, SettingsError, load_settings
+from runtime.settings import (
+    CONFIG_ENV,
+    DEFAULT_CONFIG_FILE,
+    Settings,
+    SettingsConflict,
+    SettingsError,
+    load_settings,
+)
+
+# The checkout keeper runs from (the emulators ship with the source, so `keeper dev` is a
+# checkout's command): its temporal-dev.yaml is the stack's settings file when none is named
+# and the working directory has none.
+CHECKOUT = Path(__file__).resolve().parents[2]
 
 
-def _load(config_file: str | None, env: dict[str, str], port_base: int | None) -> Settings:
+def settings_file(config_file: str | None, env: Mapping[str, str]) -> Path | None:
+    """The settings file `keeper dev` reads, absolute: --config, else KEEPER_CONFIG (a
+    relative name read from the working directory), else ./temporal-dev.yaml, else the
+    checkout's temporal-dev.yaml; None when there is none (the built-in defaults)."""
+    named = config_file or env.get(CONFIG_ENV)
+    if named:
+        return Path(named).expanduser().resolve()
+    for candidate in (Path.cwd() / DEFAULT_CONFIG_FILE, CHECKOUT / DEFAULT_CONFIG_FILE):
+        if candidate.is_file():
+            return candidate.resolve()
+    return None
+
+
+def _home(file: Path | None) -> Path:
+    """The stack's home: its settings file's directory (the working directory when there
+    is no settings file at all)."""
+    return file.parent if file is not None else Path.cwd().resolve()
+
+
+def anchored(settings: Settings, home: Path) -> Settings:
+    """The settings with the stack's own paths absolute, relative ones taken from `home`
+    (the settings file's directory): the database, and with it the pid files, the logs, and
+    the runner files `up` creates. The components run in `home`, so the paths they read
+    themselves (stores, the scenario file) resolve there too."""
+
+    def at_home(path: Path) -> Path:
+        path = path.expanduser()
+        return path if path.is_absolute() else home / path
+
+    temporal = settings.temporal.model_copy(update={"db_file": at_home(settings.temporal.db_file)})
+    worker = settings.worker.model_copy(update={"log_dir": at_home(settings.worker.log_dir)})
+    runners = settings.runners
+    github = runners.github
+    if github.token_file is not None:
+        github = github.model_copy(update={"token_file": at_home(github.token_file)})
+    provider = runners.provider.model_copy(
+        update={"config_file": at_home(runners.provider.config_file)}
+    )
+    runners = runners.model_copy(update={"github": github, "provider": provider})
+    return settings.model_copy(update={"temporal": temporal, "worker": worker, "runners": runners})
+
+
+def _load(config_file: str | Path | None, env: dict[str, str], port_base: int | None) -> Settings:
     try:
         return load_settings(config_file, env)
     except SettingsConflict as err:
@@ -136,11 +192,18 @@ class Stack:
     child_env: dict[str, str] = field(default_factory=dict)
     # The record of the running stack these settings were taken from, if they were.
     followed: StackRecord | None = None
+    # The settings file read (absolute; None: the defaults), and the stack's home, its
+    # directory: relative paths in the settings are taken from it, whatever the working
+    # directory of `keeper dev`, and the components run in it.
+    settings_file: Path | None = None
+    home: Path = field(default_factory=lambda: Path.cwd().resolve())
     components: dict[str, Component] = field(init=False)
 
     def __post_init__(self) -> None:
+        self.settings = anchored(self.settings, self.home)
         try:
-            self.components = plan(self.settings, self.config_file)
+            # The worker and the tap read the very file read here, wherever they run.
+            self.components = plan(self.settings, str(self.settings_file or "") or None)
         except ValueError as err:
             raise StackError(f"{err}. Fix it in the config file or the environment.") from err
 
@@ -151,15 +214,22 @@ class Stack:
         the running stack was started with, as `up` recorded them in the run dir."""
         env = dict(os.environ)
         child_env = {PORT_BASE_ENV: str(port_base)} if port_base is not None else {}
-        settings = _load(config_file, {**env, **child_env}, port_base)
+        file = settings_file(config_file, env)
+        named = str(file) if config_file is not None and file is not None else None
+
+        def stack(settings: Settings, read: Path | None, named: str | None, **kw: Any) -> Stack:
+            return cls(settings, named, settings_file=read, home=_home(read), **kw)
+
+        settings = _load(file, {**env, **child_env}, port_base)
         if not follow_record or config_file is not None or env.get(PORT_BASE_ENV) or child_env:
-            return cls(settings, config_file, child_env)
-        record = StackRecord.load(stack_record_file(settings))
+            return stack(settings, file, named, child_env=child_env)
+        record = StackRecord.load(stack_record_file(anchored(settings, _home(file))))
         if record is None or (record.config_file is None and record.port_base is None):
-            return cls(settings, config_file, child_env)
+            return stack(settings, file, named, child_env=child_env)
         recorded_env = {PORT_BASE_ENV: str(record.port_base)} if record.port_base else {}
+        recorded = Path(record.config_file) if record.config_file else file
         try:
-            followed = _load(record.config_file, {**env, **recorded_env}, None)
+            followed = _load(recorded, {**env, **recorded_env}, None)
         except StackError as err:
             # A config file deleted or broken since: the pid files still say what to stop.
             click.echo(
@@ -167,8 +237,15 @@ class Stack:
                 f"so the defaults are used: {err.message}",
                 err=True,
             )
-            return cls(settings, config_file, child_env)
-        return cls(followed, record.config_file, recorded_env, followed=record)
+            return stack(settings, file, named, child_env=child_env)
+        return stack(
+            followed, recorded, record.config_file, child_env=recorded_env, followed=record
+        )
+
+    @property
+    def shown_config(self) -> str:
+        """The settings file, as reports name it."""
+        return str(self.settings_file) if self.settings_file else "no settings file (defaults)"
 
     @property
     def record(self) -> StackRecord:
@@ -381,7 +458,7 @@ class Stack:
 
     def _check_ports(self, to_start: list[Component]) -> None:
         problems: list[str] = []
-        config = self.config_file or "temporal-dev.yaml"
+        config = self.shown_config
         seen: dict[int, tuple[Component, Port]] = {}
         for comp in to_start:
             for port in comp.ports:
@@ -399,6 +476,9 @@ class Stack:
                     continue
                 holder = port_holder(port.number)
                 by = f" by pid {holder[0]} ({holder[1]})" if holder else ""
+                where = process_cwd(holder[0]) if holder else None
+                if where is not None and where != self.home:
+                    by += f", running in {where}"
                 env = f" (or set {port.env})" if port.env else ""
                 problems.append(
                     f"port {port.number} ({comp.name} {port.role}, {port}) is already in use"
@@ -455,7 +535,7 @@ class Stack:
         say(TEMPORAL, f"reachable: {health.detail}")
 
     def _start(self, comp: Component) -> _Running:
-        cwd = Path.cwd()
+        cwd = self.home
         env = dict(os.environ, PYTHONUNBUFFERED="1", **self.child_env)
         if comp.name == TEMPORAL:
             self.settings.temporal.db_file.parent.mkdir(parents=True, exist_ok=True)
@@ -587,7 +667,7 @@ class Stack:
         return {
             "healthy": all(c["healthy"] for c in required),
             "ui_url": self.settings.temporal.ui_base,
-            "config_file": self.config_file or "temporal-dev.yaml",
+            "config_file": self.shown_config,
             "port_base": self.settings.dev.port_base,
             # Whether the settings are the ones `up` recorded for the running stack.
             "recorded": self.followed is not None,
