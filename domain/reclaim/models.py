@@ -17,7 +17,7 @@ RECLAIM_WORKFLOW_TYPE = "JobReclaim"
 EVIDENCE_SIGNAL = "evidence"
 RELEASE_SIGNAL = "release"
 # Canonical node ids (domain/reclaim/identity.py) fit a workflow id as they are.
-NODE_ID_RE = re.compile(r"^[a-z0-9_][a-z0-9_.:-]{0,127}$")
+NODE_ID_RE = re.compile(r"^[a-z0-9_:][a-z0-9_.:-]{0,62}$")
 
 
 class _Frozen(BaseModel):
