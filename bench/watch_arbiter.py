@@ -144,7 +144,7 @@ def decide_all(traces: list[Trace], policy: LivenessPolicy) -> dict[str, Any]:
             j = judge(policy, state, t)
             if j.wants_probe:
                 probes += 1
-                j = confirm(policy, j.state, probe)
+                j = confirm(policy, j.state, probe, at=t.at)
             state = j.state
             verdicts[f"{j.verdict}/{j.reason}"] += 1
             by_kind[trace.kind][j.verdict.value] += 1
@@ -164,7 +164,7 @@ def round_trips(traces: list[Trace], policy: LivenessPolicy) -> int:
         for t, probe in zip(trace.ticks, trace.probes, strict=True):
             j = judge(policy, state, t)
             if j.wants_probe:
-                j = confirm(policy, j.state, probe)
+                j = confirm(policy, j.state, probe, at=t.at)
             text = j.state.model_dump_json()
             state = LivenessState.model_validate_json(text)
             largest = max(largest, len(text))

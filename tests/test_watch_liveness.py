@@ -83,7 +83,8 @@ def run(
         if j.wants_probe:
             assert i in probes, f"tick {i} asked for a probe: {j.evidence}"
             assert j.verdict is not V.STALLED  # only confirm() turns a verdict to stalled
-            j = confirm(policy, j.state, probes[i])
+            # The probe is read right after the check that asked for it.
+            j = confirm(policy, j.state, probes[i], at=t.at + 2.0)
         else:
             assert i not in probes, f"tick {i} was expected to ask for a probe: {j.evidence}"
         assert j.evidence, f"tick {i} gave no evidence"
@@ -295,7 +296,7 @@ def test_judge_asks_for_the_probe_and_keeps_the_verdict_until_it_comes() -> None
     assert (j.verdict, j.reason, j.wants_probe) == (V.RUNNING, R.AWAITING_PROBE, True)
     assert j.probe_target == proc(BUSY_3H).identity
     # The probe's answer carries the tick's evidence after its own sentence.
-    confirmed = confirm(POLICY, state, probe(0))
+    confirmed = confirm(POLICY, state, probe(0), at=state.last_at)
     assert confirmed.evidence[1:] == j.evidence
     assert confirmed.state.pending is None and confirmed.state.pending_evidence == ()
 
@@ -363,9 +364,9 @@ def test_the_fallback_names_no_process_it_never_saw_working() -> None:
 
 def test_a_probe_nobody_asked_for_changes_nothing_unless_it_shows_life() -> None:
     state = judge(POLICY, LivenessState(), tick(0, proc(BUSY_3H))).state
-    j = confirm(POLICY, state, probe(0))
+    j = confirm(POLICY, state, probe(0), at=None)
     assert (j.verdict, j.reason, j.state) == (V.UNKNOWN, R.NO_PROBE_ASKED, state)
-    alive = confirm(POLICY, state, probe(5))
+    alive = confirm(POLICY, state, probe(5), at=None)
     assert (alive.verdict, alive.reason) == (V.RUNNING, R.PROBE_VETOED)
 
 
@@ -456,3 +457,138 @@ def test_a_running_task_alone_is_no_evidence_of_a_stall() -> None:
     ticks = [tick(i, available=frozenset({Source.TASK})) for i in range(40)]
     seen, _ = run(ticks)
     assert all(s.startswith("unknown/") for s in seen), seen
+
+
+# ---- the session counter alone, reused pids, and a late probe --------------------------------
+
+# The seed's session totals read alone: no /proc answer, no thread dump, no log line either way.
+SESSION_FALLING = [83_824.0, 60_000.0, 41_000.0, 9_351.0, 9_000.0, 5_000.0]
+SESSION_STANDING = [9_351.0] * 6
+
+
+def _judge_all(ticks: list[Tick]) -> list[Judgement]:
+    """Each tick judged; a probe asked for is not available (no process was ever read), as
+    the watch decides when no process can be named."""
+    state, seen = LivenessState(), []
+    for t in ticks:
+        j = judge(POLICY, state, t)
+        if j.wants_probe:
+            j = confirm(POLICY, j.state, None, at=t.at)
+        state = j.state
+        seen.append(j)
+    return seen
+
+
+@pytest.mark.parametrize("values", [SESSION_FALLING, SESSION_STANDING], ids=["falling", "standing"])
+@pytest.mark.parametrize("every", [60.0, 300.0, 1800.0])
+def test_the_session_total_alone_is_never_a_stall(values: list[float], every: float) -> None:
+    """The session CPU total answering is no sign of a quiet job: each exec may see another
+    set of processes. Read on its own, for hours, it never makes a stall."""
+    ticks = [tick(i, session(v), every=every) for i, v in enumerate(values + values[-1:] * 10)]
+    seen = _judge_all(ticks)
+    assert all(j.verdict is not V.STALLED for j in seen), [f"{j.verdict}/{j.reason}" for j in seen]
+    assert not any(j.wants_probe for j in seen)
+    assert all(j.verdict is V.UNKNOWN for j in seen)
+
+
+def test_a_session_total_beside_a_quiet_source_still_lets_the_fallback_start() -> None:
+    """The session total does not hide a real quiet sign: no new log lines, the process listing
+    answering with no process of the job, or a zombie dump still count."""
+    ticks = [tick(i, session(9_351.0), log_advanced=False) for i in range(12)]
+    seen = _judge_all(ticks)
+    assert seen[10].verdict is V.STALLED and seen[10].reason is R.FALLBACK_PERSISTENCE
+
+
+REUSED = START + 777
+TINY = 0.004  # under min_cpu_seconds: the new process has not burned a clock tick yet
+
+
+def _reused(value: float) -> CounterReading:
+    return proc(value, start=REUSED)
+
+
+def test_a_reused_pid_with_no_cpu_yet_does_not_inherit_the_old_streak() -> None:
+    """pid 184938 stood flat for 8 minutes, then the pid was reused by a new process that has
+    not burned a clock tick. The old process's streak is not the new one's: whatever the probe
+    says, the new process is not stalled before it was itself seen flat for the gate."""
+    reuse_at = 8
+    ticks = [*flat(reuse_at)] + [
+        tick(reuse_at + i, _reused(TINY + 0.001 * i), log_advanced=False) for i in range(20)
+    ]
+    need = POLICY.stall_min_elapsed.total_seconds()
+    state = LivenessState()
+    for i, t in enumerate(ticks):
+        j = judge(POLICY, state, t)
+        if j.wants_probe:
+            assert j.probe_target == _reused(0.0).identity
+            assert t.at - reuse_at * EVERY >= need, f"tick {i}: a probe asked for on the old streak"
+            flat_new = ProbeReading(
+                pid=PID, start_time_1=REUSED, ticks_1=1, start_time_2=REUSED, ticks_2=1,
+                seconds_apart=2.0, host=HOST,
+            )  # fmt: skip
+            j = confirm(POLICY, j.state, flat_new, at=t.at + 2.0)
+        if j.verdict is V.STALLED:
+            assert t.at - reuse_at * EVERY >= need, f"tick {i}: stalled {t.at - 480:.0f} s in"
+        state = j.state
+    assert state.verdict is V.STALLED  # the new process, once it met the gate itself
+
+
+def test_a_reused_pid_is_a_reset_that_starts_the_streak_over() -> None:
+    seen, judged = run(
+        [*flat(8), tick(8, _reused(TINY)), *[tick(9 + i, _reused(TINY)) for i in range(3)]]
+    )
+    assert seen[8] == "unknown/reset"
+    assert judged[8].state.no_progress_ticks == 0
+    assert seen[9:] == ["unknown/gate_not_met"] * 3
+    assert judged[-1].state.no_progress_since == 8 * EVERY
+
+
+LATE = 12 * 60.0  # the worker that was to take the probe was down for 12 minutes
+
+
+def _asked(ticks: list[Tick]) -> tuple[LivenessState, float]:
+    state = LivenessState()
+    for t in ticks:
+        j = judge(POLICY, state, t)
+        state = j.state
+    assert j.wants_probe
+    return state, ticks[-1].at
+
+
+def test_a_probe_that_comes_long_after_its_check_is_an_observer_gap() -> None:
+    state, asked_at = _asked(hung_after(3, 14))
+    j = confirm(POLICY, state, probe(0), at=asked_at + LATE)
+    assert (j.verdict, j.reason) == (V.UNKNOWN, R.OBSERVER_GAP)
+    # Nothing is judged across the gap: the counters start over, and so does the streak.
+    assert j.state.readings == () and j.state.no_progress_ticks == 0
+    assert j.state.pending is None and j.state.last_at == asked_at + LATE
+    assert any("12 min" in line for line in j.evidence), j.evidence
+
+
+def test_a_fallback_probe_that_comes_long_after_its_check_is_no_persistence() -> None:
+    state, asked_at = _asked([tick(i, **DEAD) for i in range(11)])
+    assert state.pending is StallPath.FALLBACK
+    j = confirm(POLICY, state, None, at=asked_at + LATE)
+    assert (j.verdict, j.reason) == (V.UNKNOWN, R.OBSERVER_GAP)
+
+
+def test_a_probe_on_time_still_confirms() -> None:
+    state, asked_at = _asked(hung_after(3, 14))
+    j = confirm(POLICY, state, probe(0), at=asked_at + 2.0 + 30.0)
+    assert (j.verdict, j.reason) == (V.STALLED, R.PROBE_CONFIRMED_STALL)
+
+
+def test_after_a_late_probe_the_stall_needs_a_whole_new_gate() -> None:
+    state, asked_at = _asked(hung_after(3, 14))
+    j = confirm(POLICY, state, probe(0), at=asked_at + LATE)
+    state = j.state
+    first = (asked_at + LATE) / EVERY
+    verdicts = []
+    for i in range(1, 13):
+        j = judge(POLICY, state, tick(first + i, proc(BUSY_3H), log_advanced=False))
+        if j.wants_probe:
+            j = confirm(POLICY, j.state, probe(0), at=(first + i) * EVERY + 2.0)
+        state = j.state
+        verdicts.append(f"{j.verdict}/{j.reason}")
+    assert verdicts[0] == "unknown/no_baseline"
+    assert verdicts.index("stalled/probe_confirmed_stall") == 10, verdicts

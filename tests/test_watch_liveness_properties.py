@@ -19,7 +19,14 @@ Whatever the trace:
   process reading and the probe answer and no observer gap falls in that window;
 - judge() never enters stalled (only confirm() does), unknown and no-signal reasons never
   come with stalled, and an observer gap tick is always unknown;
-- the state stays bounded (it does not grow with the trace) and survives a JSON round trip.
+- the state stays bounded (it does not grow with the trace) and survives a JSON round trip;
+- a trace in which only the session CPU total answers (no /proc, no thread dump, no log line
+  either way, no progress counter) is never stalled, whatever the true process does: the
+  session total is no evidence of a stall;
+- a pid reused during a stall by a new process that has not burned a clock tick yet (its
+  start CPU under min_cpu_seconds) does not inherit the old process's streak: a stall on the
+  CPU path after the reuse needs stall_ticks ticks and stall_min_elapsed from the first tick
+  the new process was read.
 
 `KEEPER_PROPERTY_EXAMPLES=2000 pytest tests/test_watch_liveness_properties.py` runs more.
 """
@@ -117,6 +124,13 @@ class Trace:
     stall_at: int | None  # the first tick whose interval saw no work (None: never)
     dead: bool  # from the stall on, the worker answers nothing (exec, dump, probe)
     steps: tuple[Step, ...]
+    # Only the session total answers, on every tick: /proc, the dump, the logs and the
+    # probe all fail (a hardened container whose /proc cannot be read, logs and dumps down).
+    session_only: bool = False
+    # During the stall, from this tick, the pid belongs to a new process that started with
+    # reuse_cpu core-seconds (under one clock tick) and does no work either.
+    reuse_at: int | None = None
+    reuse_cpu: float = 0.0
 
 
 WORDS = st.integers(0, 2**64 - 1)
@@ -132,14 +146,24 @@ def traces(draw: st.DrawFn) -> Trace:
     )
     n = draw(st.integers(30, 120))
     odds = PROFILES[draw(st.sampled_from(sorted(PROFILES)))]
+    stall_at = draw(st.one_of(st.none(), st.integers(1, n - 1)))
+    # One trace in five reads the session total alone; one in three with a stall has its
+    # pid reused by a new, idle process during it.
+    session_only = draw(st.integers(0, 4)) == 0
+    reuse_at = None
+    if stall_at is not None and stall_at + 1 < n and draw(st.integers(0, 2)) == 0:
+        reuse_at = draw(st.integers(stall_at + 1, n - 1))
     return Trace(
         policy=policy,
         interval=interval,
         rate=draw(st.floats(0.05, 30.0)),
         helper_cpu=draw(st.floats(0.0, 50_000.0)),
-        stall_at=draw(st.one_of(st.none(), st.integers(1, n - 1))),
+        stall_at=stall_at,
         dead=draw(st.booleans()),
         steps=tuple(_step(w, odds) for w in draw(st.lists(WORDS, min_size=n, max_size=n))),
+        session_only=session_only,
+        reuse_at=reuse_at,
+        reuse_cpu=draw(st.floats(0.0, 0.009)),
     )
 
 
@@ -184,6 +208,13 @@ def simulate(trace: Trace) -> list[Observed]:
         if trace.dead and not advancing:
             step = replace(step, proc_down=True, session_down=True, probe_down=True,
                            threads=None, logs=False)  # fmt: skip
+        if trace.session_only:
+            step = replace(step, proc_down=True, session_down=False, probe_down=True,
+                           threads=None, logs=None)  # fmt: skip
+        if i == trace.reuse_at:
+            # The stalled process is gone and a new one has its pid: no work, no CPU yet.
+            true = _restarted(true, "pid", i)
+            true.cpu = trace.reuse_cpu
         dt = interval * (1 + step.jitter)
         if step.gap and i > 0:
             dt = interval + policy.gap_threshold(interval) + interval * (1.5 + step.jitter)
@@ -208,8 +239,9 @@ def simulate(trace: Trace) -> list[Observed]:
             sid = CounterIdentity(kind=K.SESSION, host="w-1")
             total = max(0.0, true.cpu + helper.cpu + session_scope)
             counters.append(CounterReading(identity=sid, value=total))
-        pid = CounterIdentity(kind=K.PROGRESS, host="coord", attempt=stage_attempt, scope="s0")
-        counters.append(CounterReading(identity=pid, value=done))
+        if not trace.session_only:
+            pid = CounterIdentity(kind=K.PROGRESS, host="coord", attempt=stage_attempt, scope="s0")
+            counters.append(CounterReading(identity=pid, value=done))
         tick = Tick(
             at=at, expected_interval=interval, counters=tuple(counters), threads=step.threads,
             log_advanced=(step.logs and advancing) if step.logs is not None else None,
@@ -221,7 +253,8 @@ def simulate(trace: Trace) -> list[Observed]:
         if judged.wants_probe:
             reading = _probe(judged.probe_target, true, helper, step, i, stall_at, rate)
             given_probe = reading is not None
-            final = confirm(policy, judged.state, reading)
+            # Read right after the check that asked for it (2 s apart).
+            final = confirm(policy, judged.state, reading, at=at + 2.0)
         state = final.state
         out.append(
             Observed(
@@ -286,10 +319,43 @@ def test_the_arbiter_is_safe_live_and_bounded(trace: Trace) -> None:
         note(f"{i} at={o.at:.0f} adv={o.advancing} proc={o.proc_read} gap={o.gap} "
              f"-> {o.final.verdict}/{o.final.reason}")  # fmt: skip
     policy, stall_at = trace.policy, trace.stall_at
+    reread = _reread(trace, seen)
     _never_stalled_early(policy, stall_at, seen)
-    _stall_is_flagged(policy, stall_at, seen)
+    _stall_is_flagged(policy, stall_at, seen, reread)
     _only_confirm_stalls(seen)
     _bounded(seen)
+    _session_alone_is_no_stall(trace, seen)
+    _no_inherited_streak(policy, reread, seen)
+
+
+def _reread(trace: Trace, seen: list[Observed]) -> int | None:
+    """The first tick at or after the pid's reuse whose /proc read answered: where the
+    arbiter first sees the new process."""
+    if trace.reuse_at is None:
+        return None
+    return next((i for i in range(trace.reuse_at, len(seen)) if seen[i].proc_read), None)
+
+
+def _session_alone_is_no_stall(trace: Trace, seen: list[Observed]) -> None:
+    if not trace.session_only:
+        return
+    for i, o in enumerate(seen):
+        assert o.final.verdict is not V.STALLED, f"tick {i}: stalled on the session total"
+        assert not o.probe_asked, f"tick {i}: a probe asked for on the session total"
+
+
+def _no_inherited_streak(policy: LivenessPolicy, reread: int | None, seen: list[Observed]) -> None:
+    if reread is None:
+        return
+    need = policy.stall_min_elapsed.total_seconds()
+    assert seen[reread].final.verdict is not V.STALLED, f"tick {reread}: the old streak went on"
+    previous = seen[reread].final.verdict
+    for i in range(reread + 1, len(seen)):
+        o = seen[i]
+        if o.final.verdict is V.STALLED and previous is not V.STALLED and o.path is StallPath.CPU:
+            assert i - reread >= policy.stall_ticks, f"tick {i}: fewer ticks than the gate"
+            assert o.at - seen[reread].at >= need, f"tick {i}: the new process stalled too soon"
+        previous = o.final.verdict
 
 
 def _never_stalled_early(
@@ -318,16 +384,21 @@ def _never_stalled_early(
         assert seen[i].at - seen[stall_at - 1].at >= need, f"tick {i}: sooner than the gate"
 
 
-def _stall_is_flagged(policy: LivenessPolicy, stall_at: int | None, seen: list[Observed]) -> None:
+def _stall_is_flagged(
+    policy: LivenessPolicy, stall_at: int | None, seen: list[Observed], reread: int | None
+) -> None:
     if stall_at is None or stall_at >= len(seen):
         return
     need = policy.stall_min_elapsed.total_seconds()
-    start = seen[stall_at - 1].at
+    # The streak counts from the tick before the first flat one; a reused pid starts it over
+    # from the tick the new process was first read.
+    base = stall_at - 1 if reread is None else reread
+    start = seen[base].at
     due = next(
         (
             j
-            for j in range(stall_at, len(seen))
-            if j - stall_at + 1 >= policy.stall_ticks and seen[j].at - start >= need
+            for j in range(base + 1, len(seen))
+            if j - base >= policy.stall_ticks and seen[j].at - start >= need
         ),
         None,
     )

@@ -135,8 +135,8 @@ def assess(
     if target is not None:
         task = target.scope or obs.reading.tasks_by_host.get(target.host)
     if target is None or target.pid is None or task is None:
-        # Nothing to probe (no process was ever read): the arbiter decides without one.
-        judgement = liveness.confirm(policy.liveness, judgement.state, None)
+        # Nothing to probe (no process was ever read): the arbiter decides without one, now.
+        judgement = liveness.confirm(policy.liveness, judgement.state, None, at=mono)
         return _conclude(policy, state, obs, judgement, now)
     probe = ProbeCall(
         task_id=task,
@@ -155,12 +155,18 @@ def confirm(
     seen: ProbeSeen,
     now: datetime,
     state: WatchState | None = None,
+    *,
+    mono: float | None,
 ) -> Assessment:
     """The probe's answer, then the rest of the check, on `state` (the watch's state now:
-    decisions taken while the probe ran stand), or the state the check began with."""
+    decisions taken while the probe ran stand), or the state the check began with. `mono`:
+    when the probe answered, on the clock the check was judged on (the probe's reads were
+    taken no later); a probe that answered long after its check confirms nothing."""
     assert pending.judgement is not None and pending.observation is not None
     assert pending.base is not None
-    judgement = liveness.confirm(policy.liveness, pending.judgement.state, probe_reading(seen))
+    judgement = liveness.confirm(
+        policy.liveness, pending.judgement.state, probe_reading(seen), at=mono
+    )
     base = state if state is not None else pending.base
     return _conclude(policy, base, pending.observation, judgement, now)
 

@@ -15,9 +15,9 @@ of these, rows tried top to bottom, the first match winning ("streak": the no-pr
 | 1 | at or before the last tick, or later than the gap threshold | unknown | observer_gap | 0* |
 | 2 | the task is not RUNNING | unknown | not_running | cleared |
 | 3 | a positive signal (below) | running | advancing | cleared |
-| 4 | a reset or first reading that may hide progress | unknown | reset, no_baseline | cleared |
+| 4 | a process replaced, or a reading hiding progress | unknown | reset, no_baseline | cleared |
 | 5 | flat: some process compared flat | see below | | +1 |
-| 6 | quiet: no process reading, threads not alive, a source answered | see below | | +1 |
+| 6 | quiet: no process reading, threads not alive, a quiet sign (below) | see below | | +1 |
 | 7 | else (nothing answered; baselines; ambiguous; live threads) | unknown | no_signal | held |
 
 Positive: a process's utime+stime rose, the progress counter rose, the stage changed within
@@ -25,6 +25,11 @@ one attempt, new log lines, or the session total rose with no process reading be
 Live threads are never progress by themselves: a coordinator stuck behind one shard shows the
 same threads for hours; they only keep the quiet fallback (6) from starting. *An observer
 gap also re-baselines every counter: no delta across it counts.
+
+A quiet sign is a source that answered with nothing: no new log lines, a zombie dump, a
+progress counter standing still, a process listing with no process of the job. The session
+total answering is none (its scope drifts, so it cannot say nothing happens), nor is a RUNNING
+task (with every other read failing, that is a control-plane failure).
 
 A flat or quiet tick decides:
 
@@ -39,6 +44,7 @@ A flat or quiet tick decides:
 
 | # | the probe | verdict | reason |
 |---|---|---|---|
+| 0 | answered (or failed) > observer_gap after the check that asked | unknown (0*) | observer_gap |
 | 1 | same pid and start time, rose >= probe_min_cpu_ticks | running (streak 0) | probe_vetoed |
 | 2 | none was asked for | same | no_probe_asked |
 | 3 | unavailable, path fallback (the old persistence rule) | stalled | fallback_persistence |
@@ -129,7 +135,7 @@ def _classify(tick: Tick, reading: Reading) -> _Seen:
         return _Seen.NOT_RUNNING
     if reading.positive:
         return _Seen.ADVANCING
-    if reading.unseen:
+    if reading.unseen or reading.restarted:
         return _Seen.UNSEEN
     if reading.ambiguous:
         return _Seen.NO_SIGNAL
@@ -182,7 +188,12 @@ def judge(policy: LivenessPolicy, state: LivenessState, tick: Tick) -> Judgement
     if seen is _Seen.NOT_RUNNING:
         lines = ["the task is not RUNNING: its liveness is not judged", *reading.notes]
         return answer(new, state, V.UNKNOWN, R.NOT_RUNNING, lines, ticked=True)
-    lines = [*reading.notes, "a reading may hide progress no delta could see"]
+    why = (
+        "a reading may hide progress no delta could see"
+        if reading.unseen
+        else "the no-progress count starts over with the new process"
+    )
+    lines = [*reading.notes, why]
     return answer(new, state, V.UNKNOWN, _no_signal_reason(reading), lines, ticked=True)
 
 

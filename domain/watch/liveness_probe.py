@@ -1,7 +1,15 @@
 """confirm(): what the delta probe the arbiter asked for says (domain/watch/liveness.py has
 the table). Two reads of one process's utime+stime a few seconds apart, with its start time
 both times: a rise is life (a veto), no rise under the same start time confirms the stall,
-and a changed start time or another process is a reset, no signal."""
+and a changed start time or another process is a reset, no signal.
+
+The probe has a clock: `at`, when its readings were taken (no earlier than the caller saw
+its answer). A probe that answers later than `observer_gap` after the check that asked for it
+(beyond its own two reads' gap) was held up by the watcher itself (a worker down between the
+check and the probe): the gate it would confirm was built before that gap, so it confirms
+nothing. The verdict is unknown, the counters start over and so does the streak, as after
+any observer gap; a probe that could not be taken in time is no fallback persistence either.
+"""
 
 from __future__ import annotations
 
@@ -22,11 +30,28 @@ from domain.watch.liveness_read import name, number, seconds
 V, R = LivenessVerdict, LivenessReason
 
 
-def confirm(policy: LivenessPolicy, state: LivenessState, probe: ProbeReading | None) -> Judgement:
-    """The verdict after the probe judge() asked for; `probe` None when none could be taken."""
+def confirm(
+    policy: LivenessPolicy,
+    state: LivenessState,
+    probe: ProbeReading | None,
+    *,
+    at: float | None,
+) -> Judgement:
+    """The verdict after the probe judge() asked for; `probe` None when none could be taken.
+    `at`: when the probe's readings were taken, on the ticks' clock (None: not known, as in a
+    run replayed from before the probe had a clock; the probe is then taken as on time)."""
     path, target = state.pending, state.probe_target
     earlier = list(state.pending_evidence)
     done = {"pending": None, "probe_target": None, "pending_evidence": ()}
+    late = _late(policy, state, probe, at)
+    if path is not None and late is not None and at is not None:
+        line = (
+            f"the probe answered {seconds(late)} later than it should have after the check "
+            "that asked for it: the watcher was held up, so the gate built before it confirms "
+            "nothing; the counters start over"
+        )
+        new = state.model_copy(update={**done, **cleared(), "last_at": at, "readings": ()})
+        return answer(new, state, V.UNKNOWN, R.OBSERVER_GAP, [line, *earlier])
     if probe is not None:
         rise = probe.ticks_2 - probe.ticks_1
         who = f"pid {probe.pid}" + (f" on {probe.host}" if probe.host else "")
@@ -79,3 +104,15 @@ def _other_process(target: CounterIdentity | None, probe: ProbeReading) -> str |
             " another process, no signal"
         )
     return None
+
+
+def _late(
+    policy: LivenessPolicy, state: LivenessState, probe: ProbeReading | None, at: float | None
+) -> float | None:
+    """How much later than its own reads take the probe answered, when beyond the observer
+    gap; None when it was on time (or its time is not known)."""
+    if at is None or state.last_at is None:
+        return None
+    own = probe.seconds_apart if probe is not None else 0.0
+    late = at - state.last_at - own
+    return late if late > policy.observer_gap.total_seconds() else None

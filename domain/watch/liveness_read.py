@@ -2,17 +2,23 @@
 
 Each reading is compared only with the last reading of its own identity:
 
-| kind | no earlier reading | fell | rose >= the minimum | otherwise |
-|---|---|---|---|---|
-| proc | baseline (unseen if it holds CPU) | reset, unseen | positive | flat |
-| session | baseline | reset | positive if no proc reading | nothing |
-| progress | new stage, same attempt: positive; else baseline** | reset, unseen | positive | quiet |
+| kind | no earlier reading | it replaces another identity | fell | rose >= the minimum | else |
+|---|---|---|---|---|---|
+| proc | baseline* | reset, restarted* | reset, restarted* | positive | flat |
+| session | baseline | reset | reset | positive if no proc reading | nothing |
+| progress | baseline* | reset, restarted*, ** | reset, restarted* | positive | quiet |
+
+* unseen as well when the reading holds CPU (or shards done). ** a new stage of the same
+attempt is progress instead: positive.
 
 "Unseen" means the reading may hide progress made where no delta could see it (a restarted
-process that already burned CPU; ** a retry that already finished shards), so the tick cannot
-count as no progress. The session total never counts as no progress: each exec may see a
-different set of processes, so a flat or fallen total says nothing about the job (the false
-stall this arbiter exists to prevent). Per-process counters, when present, outrank it.
+process that already burned CPU), so the tick cannot count as no progress. "Restarted" means
+the process (or the attempt) the no-progress streak was counted on is gone: a reused pid whose
+new process has not burned a clock tick yet is a new process all the same, and the streak
+starts over with it rather than pass to it. The session total never counts as no progress,
+and its answering is no quiet sign either: each exec may see a different set of processes, so
+a flat or fallen total says nothing about the job (the false stall this arbiter exists to
+prevent). Per-process counters, when present, outrank it.
 """
 
 from __future__ import annotations
@@ -44,6 +50,9 @@ class Reading:
     # (identity, cumulative value) of each process compared flat.
     flat: list[tuple[CounterIdentity, float]] = field(default_factory=list)
     unseen: bool = False  # a reset or first reading that may hide progress
+    # A process or attempt was replaced (a reused pid, a retry, another host) or its counter
+    # fell: the streak counted on the old one is not the new one's.
+    restarted: bool = False
     identity_changed: bool = False  # some reading replaced an earlier identity
     ambiguous: bool = False  # two readings under one identity: neither is used
     proc_seen: bool = False
@@ -146,8 +155,8 @@ def _one(
     identity, value = reading.identity, reading.value
     kind, who = identity.kind, name(identity)
     threshold = policy.min_cpu_seconds if kind is not K.PROGRESS else 1.0
-    if kind is K.SESSION:
-        out.quiet_marks.append("the session CPU total answered")
+    # The session total answering is no quiet sign: its scope drifts, so it cannot say that
+    # nothing happens (it only ever shows life, and only when no process was read).
     if prev is None:
         old = _related(identity, memory)
         if kind is K.PROGRESS and old is not None and old.attempt == identity.attempt:
@@ -155,6 +164,7 @@ def _one(
             return
         if old is not None:
             out.identity_changed = True
+            out.restarted = out.restarted or kind is not K.SESSION
             out.notes.append(f"{_change(old, identity)}: a reset, no signal")
         elif kind is not K.SESSION:
             out.notes.append(f"{who} first read at {number(value)}: a baseline, no signal")
@@ -167,6 +177,7 @@ def _one(
             f"{who} fell from {number(prev.value)} to {number(value)}: a reset, no signal"
         )
         out.identity_changed = True
+        out.restarted = out.restarted or kind is not K.SESSION
         if kind is not K.SESSION and value >= threshold:
             out.unseen = True
         return

@@ -37,6 +37,11 @@ def await_scheduled_retry(first: timedelta, longest: timedelta) -> RetryPolicy:
 
 # The delta probe: two reads a few seconds apart.
 PROBE_START_TO_CLOSE = timedelta(minutes=2)
+# A probe is worth its reads only right after the check that asked for it: confirm() refuses
+# one that answers more than liveness.observer_gap (1 min) after its check, as an observer
+# gap. So a probe waiting for a worker (one died between the check and the probe), retried or
+# queued behind others, is given up after this, retries included, and the watch goes on.
+PROBE_SCHEDULE_TO_CLOSE = timedelta(minutes=2)
 PROBE_RETRY = RetryPolicy(initial_interval=timedelta(seconds=2), maximum_attempts=3)
 # An approved stop or relaunch retries until the controller answers; a refusal (invalid
 # request, permission) is not retried and fails the proposal, loudly.

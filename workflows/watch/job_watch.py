@@ -88,6 +88,9 @@ AWAIT_SCHEDULED = "watch-await-scheduled"
 # Runs past this patch tell operators through keeper's shared alert channel (keeper.alert)
 # rather than the watch's own notify activity.
 ALERTS_WATCH = "alerts-watch"
+# Runs past this patch give the delta probe a schedule-to-close and confirm() the time the
+# probe answered, so a probe held up past the observer gap confirms no stall.
+PROBE_DEADLINE = "watch-probe-deadline"
 
 
 @workflow.defn(
@@ -239,11 +242,13 @@ class JobWatch:
         state = self._state
         assessment = assess(policy, state, observation, workflow.now(), workflow.time())
         if assessment.probe is not None:
+            timed = workflow.patched(PROBE_DEADLINE)
             try:
                 probe = await workflow.execute_activity_method(
                     WatchObserver.probe,
                     assessment.probe,
                     start_to_close_timeout=opts.PROBE_START_TO_CLOSE,
+                    schedule_to_close_timeout=opts.PROBE_SCHEDULE_TO_CLOSE if timed else None,
                     heartbeat_timeout=opts.CHECK_HEARTBEAT,
                     retry_policy=opts.PROBE_RETRY,
                     summary=f"confirm by a CPU delta probe: {assessment.probe.describe()}",
@@ -251,7 +256,10 @@ class JobWatch:
             except ActivityError:
                 # No probe could be taken: the arbiter decides as for an unreadable process.
                 probe = ProbeSeen(error="the probe failed")
-            assessment = confirm(policy, assessment, probe, workflow.now(), self._state)
+            # The probe answered no later than now: one that came long after its check (the
+            # watcher was held up between them) confirms nothing.
+            mono = workflow.time() if timed else None
+            assessment = confirm(policy, assessment, probe, workflow.now(), self._state, mono=mono)
         self._state = assessment.state
         metrics.verdict(self._state.view.verdict)
         for notice in assessment.notices:
