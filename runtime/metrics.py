@@ -13,6 +13,7 @@ list, the alert rules and the dashboard name only metrics that exist.
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -43,6 +44,9 @@ class Metric:
     labels: tuple[str, ...]
     help: str
     buckets: tuple[float, ...] = ()
+    # The process that serves it: the worker (through the SDK's exporter) or
+    # `keeper reclaim tap` (its own /metrics on reclaim.metrics_address).
+    process: str = "worker"
 
     @property
     def sdk_name(self) -> str:
@@ -122,6 +126,56 @@ WATCH_VERDICTS = Metric(
     "Job watch checks, by the liveness verdict: running, stalled, unknown.",
 )
 
+# The heartbeat tap's own counters (runtime/reclaim/tap.py TapCounters), served by
+# `keeper reclaim tap`: none of them depends on Temporal or the reclaim memory.
+TAP_FORWARDED = Metric(
+    "keeper_reclaim_tap_forwarded_total",
+    Kind.COUNTER,
+    "1",
+    (),
+    "RPCs the reclaim tap forwarded to the spur controller and answered, whatever the status.",
+    process="tap",
+)
+TAP_OBSERVED = Metric(
+    "keeper_reclaim_tap_observed_total",
+    Kind.COUNTER,
+    "1",
+    (),
+    "Copies of agent calls (RegisterAgent, Heartbeat) the reclaim tap handed to its intake.",
+    process="tap",
+)
+TAP_DROPPED = Metric(
+    "keeper_reclaim_tap_dropped_total",
+    Kind.COUNTER,
+    "1",
+    (),
+    "Copies the reclaim tap dropped because its queue was full (the calls were forwarded).",
+    process="tap",
+)
+TAP_OBSERVER_ERRORS = Metric(
+    "keeper_reclaim_tap_observer_errors_total",
+    Kind.COUNTER,
+    "1",
+    (),
+    "Copies the reclaim intake failed on (logged; the calls were forwarded).",
+    process="tap",
+)
+TAP_DECODE_ERRORS = Metric(
+    "keeper_reclaim_tap_decode_errors_total",
+    Kind.COUNTER,
+    "1",
+    (),
+    "Copies that did not decode as spur's messages (the calls were forwarded).",
+    process="tap",
+)
+TAP_METRICS: tuple[Metric, ...] = (
+    TAP_FORWARDED,
+    TAP_OBSERVED,
+    TAP_DROPPED,
+    TAP_OBSERVER_ERRORS,
+    TAP_DECODE_ERRORS,
+)
+
 METRICS: tuple[Metric, ...] = (
     BOOTSTRAPS,
     PHASE_DURATION,
@@ -133,6 +187,7 @@ METRICS: tuple[Metric, ...] = (
     RECLAIMS,
     DRAINED_NODES,
     WATCH_VERDICTS,
+    *TAP_METRICS,
 )
 
 
@@ -166,6 +221,23 @@ def gauge(meter: MetricMeter, metric: Metric, value: int, **labels: str) -> None
     meter.create_gauge(metric.sdk_name, metric.help, metric.unit).with_additional_attributes(
         attributes
     ).set(value)
+
+
+def exposition(values: Mapping[Metric, float]) -> str:
+    """Unlabelled metrics in Prometheus's text format (0.0.4), for a process that counts
+    outside the SDK (the tap): HELP, TYPE and the one sample of each."""
+    lines: list[str] = []
+    for metric, value in values.items():
+        if metric not in METRICS or metric.labels or metric.kind is Kind.HISTOGRAM:
+            raise ValueError(f"{metric.name} is not a declared unlabelled counter or gauge")
+        help_text = metric.help.replace("\\", "\\\\").replace("\n", "\\n")
+        lines.append(f"# HELP {metric.name} {help_text}")
+        lines.append(f"# TYPE {metric.name} {metric.kind.value}")
+        lines.append(f"{metric.name} {value}")
+    return "\n".join(lines) + "\n"
+
+
+EXPOSITION_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
 class MetricsEndpointError(Exception):

@@ -351,6 +351,9 @@ class ReclaimSettings(_Section):
     tap_address: str = "127.0.0.1:6819"
     # The HTTP intake (POST /report) served beside the tap.
     intake_address: str = "127.0.0.1:6820"
+    # Where `keeper reclaim tap` serves Prometheus metrics (/metrics: its counters,
+    # keeper_reclaim_tap_*), e.g. "0.0.0.0:9466". Off ("") unless set, like the worker's.
+    metrics_address: str = ""
     # The bearer token for the controller and agents: KEEPER_SPUR_TOKEN wins over this file;
     # it never enters a workflow payload. Unset and no variable: calls go anonymous.
     token_file: Path | None = None
@@ -395,6 +398,12 @@ class ReclaimSettings(_Section):
         # controller, which needs a real one.
         least = 1 if info.field_name == "controller_address" else 0
         return checked_host_port(value, f"reclaim.{info.field_name}", least)
+
+    @field_validator("metrics_address")
+    @classmethod
+    def _metrics_host_port(cls, value: str) -> str:
+        # "" serves nothing; port 0 takes any free one.
+        return value and checked_host_port(value, "reclaim.metrics_address", 0)
 
     @field_validator("store_url")
     @classmethod
@@ -535,6 +544,7 @@ ENV_OVERRIDES: dict[str, str] = {
     "KEEPER_SPUR_CONTROLLER": "reclaim.controller_address",
     "KEEPER_SPUR_TOKEN_FILE": "reclaim.token_file",
     "KEEPER_RECLAIM_STORE_URL": "reclaim.store_url",
+    "KEEPER_RECLAIM_METRICS_ADDRESS": "reclaim.metrics_address",
     "KEEPER_IRIS_CONTROLLER": "watch.controller_url",
     "KEEPER_IRIS_TOKEN_FILE": "watch.token_file",
     "KEEPER_WATCH_WEBHOOK_URL_FILE": "watch.webhook_url_file",

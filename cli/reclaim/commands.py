@@ -26,6 +26,7 @@ from domain.reclaim.calls import OperatorRelease
 from domain.reclaim.identity import NodeNameError, canonical_node
 from domain.reclaim.models import RECLAIM_WORKFLOW_TYPE, RELEASE_SIGNAL
 from domain.reclaim.view import ReclaimView, render_details
+from runtime.metrics import MetricsEndpointError
 from runtime.reclaim import search_attributes as sa
 from runtime.reclaim.credentials import SpurTokenError
 from runtime.reclaim.intake import Report
@@ -349,14 +350,22 @@ def tap(keeper: KeeperContext) -> None:
         async def reconnect() -> Client:
             return await client_for(settings)
 
-        async with run_tap(settings, client, reconnect) as (_tap, _intake, intake_port):
-            click.echo(
-                f"tap on {settings.reclaim.tap_address} -> {settings.reclaim.controller_address}"
-                f"; intake on port {intake_port}; mode {settings.reclaim.mode.value}",
-                err=True,
-            )
-            with contextlib.suppress(asyncio.CancelledError):
-                await stop.wait()
+        try:
+            async with run_tap(settings, client, reconnect) as (_tap, _intake, intake_port):
+                metrics_at = settings.reclaim.metrics_address
+                click.echo(
+                    f"tap on {settings.reclaim.tap_address} -> "
+                    f"{settings.reclaim.controller_address}; intake on port {intake_port}; "
+                    f"mode {settings.reclaim.mode.value}"
+                    + (f"; metrics on http://{metrics_at}/metrics" if metrics_at else ""),
+                    err=True,
+                )
+                with contextlib.suppress(asyncio.CancelledError):
+                    await stop.wait()
+        except MetricsEndpointError as err:
+            raise CommandFailed(
+                str(err), hint="Set reclaim.metrics_address (KEEPER_RECLAIM_METRICS_ADDRESS)."
+            ) from None
         return 0
 
     raise SystemExit(asyncio.run(run()))

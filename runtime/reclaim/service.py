@@ -17,6 +17,7 @@ from aiohttp import web
 from temporalio.client import Client
 
 from domain.reclaim.identity import NodeNameError, canonical_node
+from runtime import metrics
 from runtime.dev_ports import split_address
 from runtime.reclaim.assess import Assessor
 from runtime.reclaim.deps import spur_controller
@@ -102,7 +103,58 @@ def parse_report(body: Any) -> tuple[str, tuple[int, ...]]:
     return node, tuple(jobs)
 
 
-def intake_app(intake: Intake) -> web.Application:
+def tap_json(tap: HeartbeatTap) -> dict[str, int]:
+    """The tap's counters, and the copies waiting for the intake."""
+    return {**asdict(tap.counters), "queued": tap.queued}
+
+
+# Each keeper_reclaim_tap_* metric and the TapCounters field it shows.
+TAP_COUNTERS = {
+    metrics.TAP_FORWARDED: "forwarded",
+    metrics.TAP_OBSERVED: "observed",
+    metrics.TAP_DROPPED: "dropped",
+    metrics.TAP_OBSERVER_ERRORS: "observer_errors",
+    metrics.TAP_DECODE_ERRORS: "decode_errors",
+}
+
+
+def tap_metrics_app(tap: HeartbeatTap) -> web.Application:
+    """GET /metrics: the tap's counters as keeper_reclaim_tap_* (docs/operations.md), read
+    at each scrape, so each is there from the start, at 0."""
+
+    async def scrape(_request: web.Request) -> web.Response:
+        text = metrics.exposition(
+            {metric: getattr(tap.counters, field) for metric, field in TAP_COUNTERS.items()}
+        )
+        return web.Response(
+            body=text.encode(), headers={"Content-Type": metrics.EXPOSITION_CONTENT_TYPE}
+        )
+
+    app = web.Application()
+    app.router.add_get("/metrics", scrape)
+    return app
+
+
+@contextlib.asynccontextmanager
+async def serve_tap_metrics(tap: HeartbeatTap, address: str) -> AsyncIterator[None]:
+    """The tap's /metrics on `address` (reclaim.metrics_address) while the block runs."""
+    runner = web.AppRunner(tap_metrics_app(tap), access_log=None)
+    await runner.setup()
+    try:
+        host, port = split_address(address, "reclaim.metrics_address")
+        try:
+            await web.TCPSite(runner, host, port).start()
+        except OSError as err:
+            raise metrics.MetricsEndpointError(
+                f"reclaim.metrics_address {address!r}: cannot serve metrics there ({err}); "
+                'choose a free HOST:PORT, or set it to "" to turn the tap\'s metrics off'
+            ) from None
+        yield
+    finally:
+        await runner.cleanup()
+
+
+def intake_app(intake: Intake, tap: HeartbeatTap | None = None) -> web.Application:
     async def report(request: web.Request) -> web.Response:
         try:
             node, jobs = parse_report(await request.json())
@@ -114,7 +166,10 @@ def intake_app(intake: Intake) -> web.Application:
         return web.json_response({"handled": [handled_json(h) for h in handled]})
 
     async def health(_request: web.Request) -> web.Response:
-        return web.json_response({"status": "ok", "intake": asdict(intake.counters)})
+        body: dict[str, Any] = {"status": "ok", "intake": asdict(intake.counters)}
+        if tap is not None:
+            body["tap"] = tap_json(tap)
+        return web.json_response(body)
 
     app = web.Application()
     app.router.add_post("/report", report)
@@ -170,7 +225,8 @@ async def run_tap(
     connect: Callable[[], Awaitable[Client]] | None = None,
 ) -> AsyncIterator[tuple[HeartbeatTap, Intake, int]]:
     """The tap, its intake loop and the HTTP intake, serving until the block exits. The tap
-    starts first and forwards from then on, whether or not the intake ever can."""
+    starts first (after its metrics endpoint, when reclaim.metrics_address is set) and
+    forwards from then on, whether or not the intake ever can."""
     ready: list[Intake] = []
 
     async def observer(event: TapEvent) -> None:
@@ -184,12 +240,16 @@ async def run_tap(
         port=tap_port,
         observer=observer,
     )
-    await tap.start()
     async with contextlib.AsyncExitStack() as stack:
+        if settings.reclaim.metrics_address:
+            await stack.enter_async_context(
+                serve_tap_metrics(tap, settings.reclaim.metrics_address)
+            )
+        await tap.start()
         stack.push_async_callback(tap.stop)
         intake = await _open_intake_retrying(stack, settings, client, connect)
         ready.append(intake)
-        runner = web.AppRunner(intake_app(intake), access_log=None)
+        runner = web.AppRunner(intake_app(intake, tap), access_log=None)
         await runner.setup()
         host, port = split_address(settings.reclaim.intake_address, "reclaim.intake_address")
         site = web.TCPSite(runner, host, port)
