@@ -361,6 +361,16 @@ async def test_dead_worker_fails_exec_and_profile_and_goes_silent_while_running(
     assert (await iris.tasks(coord))[0]["state"] == "TASK_STATE_RUNNING"
 
 
+async def test_a_denied_proc_fails_the_stat_read_while_ps_still_answers(iris: Iris) -> None:
+    job = await iris.job("pd", "cpu-bound-quiet", proc_stat="denied")
+    await iris.forward(600)
+    task = f"{await iris.child(job, 'coord')}/0"
+    stat = await iris.exec(task, PROC_STAT_COMMAND)
+    assert (stat.get("exitCode"), stat.get("stdout", ""), stat.get("error", "")) == (1, "", "")
+    session = await iris.exec(task, SESSION_CPU_COMMAND)
+    assert session.get("exitCode", 0) == 0 and float(session["stdout"]) >= 0
+
+
 async def test_other_commands_exit_127(iris: Iris) -> None:
     job = await iris.job("cmd", "healthy")
     await iris.forward(60)

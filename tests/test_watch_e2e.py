@@ -268,6 +268,27 @@ async def test_the_seed_false_stall_a_healthy_cpu_bound_run_whose_session_counte
         await handle.cancel()
 
 
+async def test_the_session_total_alone_never_makes_a_stall_when_proc_cannot_be_read(
+    dev_env: WorkflowEnvironment,
+) -> None:
+    """A container whose /proc cannot be read while `ps` still answers, its thread dump and
+    its logs unreadable too: the session CPU total, resetting at every read, is the only
+    reading left. Its rises show life (no process was read beside it); its falls and standing
+    values are resets and nothing: never a stall, well past the fallback's gate (2 checks and
+    3 s), and nothing proposed on it."""
+    async with watch_world(dev_env.client) as w:
+        job = w.launch("cpu-bound-quiet", proc_stat="denied")
+        w.emu.set_fault("unavailable", None, ["ProfileTask", "GetTaskLogs"])
+        handle = await w.watch(job)
+        view = await w.until_view(handle, lambda v: v.checks >= 15, within=60, what="15 checks")
+        assert "stalled" not in verdicts(view), view.timeline
+        reasons = {e.reason for e in view.timeline}
+        assert not reasons & {"fallback_persistence", "probe_confirmed_stall"}, view.timeline
+        assert not [p for p in view.proposals if p.kind is ProposalKind.RESTART], view.proposals
+        assert w.actions() == []
+        await handle.cancel()
+
+
 async def test_a_process_busy_for_hours_then_hung_is_flagged_after_the_gate_not_before(
     dev_env: WorkflowEnvironment,
 ) -> None:

@@ -35,6 +35,10 @@ LevelStyle = Literal["string", "enum"]
 # never: the session counter is the container's true total; every-read: each read sees a
 # fresh, smaller scope (the false-stall bug's fresh SSH session per tick).
 SessionReset = Literal["never", "every-read"]
+# readable: `cat /proc/[0-9]*/stat` lists the container's processes; denied: it fails (exit 1,
+# nothing printed) while `ps` still answers the session total (a hardened container whose
+# /proc is masked): the split that leaves keeper the session total alone.
+ProcStat = Literal["readable", "denied"]
 
 
 class Stage(BaseModel):
@@ -79,6 +83,7 @@ class Scenario(BaseModel):
     event_at: float = Field(default=300.0, ge=0)
     event_for: float = Field(default=600.0, ge=0)
     session_reset: SessionReset = "never"
+    proc_stat: ProcStat = "readable"
     # The job was launched this long before it appears (hung-busy: already busy for hours).
     backdate: float = Field(default=0.0, ge=0)
     # The job waits this long in the queue (PENDING, no children) before its timeline starts.

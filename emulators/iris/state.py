@@ -324,6 +324,9 @@ class Controller:
         container = root.container(task, wall)
         assert container is not None
         if list(command) == PROC_STAT_COMMAND:
+            if root.scenario.proc_stat == "denied":
+                # cat's complaints go to /dev/null in the command: only its exit code is left.
+                return 1, "", "", ""
             return 0, container.proc_stat(wall), "", ""
         if list(command) == SESSION_CPU_COMMAND:
             reset = root.scenario.session_reset == "every-read"
