@@ -210,7 +210,9 @@ async def test_report_list_status_and_release_of_an_observed_reclaim(
         assert "verdict: reclaim (terminal)" in shown.out and "mode: observe" in shown.out
         assert "would send signal 0" in shown.out and f"ui: {row['ui_url']}" in shown.out
         as_json = (await keeper(config, "reclaim", "status", node, str(job), "--json")).json()
-        assert set(as_json) == LIST_FIELDS | {"view"} and as_json["workflow_id"] == wf
+        assert set(as_json) == LIST_FIELDS | {"view", "others"} and as_json["workflow_id"] == wf
+        assert as_json["others"] == []  # one reclaim of this holding: no "shown:" line either
+        assert "shown:" not in shown.out
         assert as_json["view"]["holding"]["job_id"] == job and as_json["job_id"] == job
 
         none = await keeper(config, "reclaim", "status", node, str(keep))

@@ -20,6 +20,7 @@ from temporalio.client import Client, WorkflowExecutionStatus
 from cli.context import KeeperContext, pass_keeper
 from cli.output import CommandFailed, Output, UsageProblem, json_options, rfc3339
 from cli.reclaim.demo import demo
+from cli.reclaim.runs import reclaims_of, run_json
 from cli.temporal_ops import client_for, list_query
 from domain.common.untrusted import terminal_text
 from domain.reclaim.calls import OperatorRelease
@@ -202,7 +203,7 @@ def status(keeper: KeeperContext, out: Output, node_name: str, job: int) -> None
 
     async def run() -> int:
         client = await client_for(settings)
-        found = [wf async for wf in client.list_workflows(_query_for(node, job, False), limit=20)]
+        found = await reclaims_of(client, node, job)
         if not found:
             raise CommandFailed(
                 f"no reclaim of job {job} on {node}",
@@ -210,14 +211,32 @@ def status(keeper: KeeperContext, out: Output, node_name: str, job: int) -> None
                 "spares gets none.",
                 node=node, job_id=job,
             )  # fmt: skip
-        wf = max(found, key=lambda w: w.start_time)
+        # The reclaim of the holding now: the running one, else the newest.
+        wf, others = found[0], found[1:]
         view = await _view(client, wf.id, wf.run_id)
         row = _row(wf, view)
         row["ui_url"] = settings.temporal.workflow_url(wf.id)
         if out.json:
-            out.data({**row, "view": view.model_dump(mode="json") if view else None})
+            out.data(
+                {
+                    **row,
+                    "view": view.model_dump(mode="json") if view else None,
+                    "others": [run_json(o) for o in others],
+                }
+            )
             return 0
         out.line(f"{row['workflow_id']}  {row['status']}  step {row['step']}")
+        if others:
+            running = wf.status is WorkflowExecutionStatus.RUNNING
+            which = "the running one" if running else "the newest"
+            out.line(
+                f"shown: {which} of {len(found)} reclaims of job {job} on {node} (started "
+                f"{row['started_at']}{'' if running else ', none runs'}); the others:"
+            )
+            for other in map(run_json, others):
+                out.line(
+                    f"  {other['workflow_id']}  {other['status']}  started {other['started_at']}"
+                )
         if view is not None:
             # What the Temporal UI shows as the current details, from the same view.
             details = render_details(view, settings.reclaim.timing.release_beats)

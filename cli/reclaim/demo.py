@@ -23,11 +23,11 @@ from temporalio.client import Client, WorkflowExecutionStatus
 from cli.context import KeeperContext, pass_keeper
 from cli.emulator_spur import SpurControl, holdings_of
 from cli.output import CommandFailed, Output, json_options
+from cli.reclaim.runs import reclaims_of
 from cli.temporal_ops import client_for
 from domain.common.durations import format_duration
 from domain.reclaim.calls import JobReclaimResult
 from domain.reclaim.identity import NodeNameError, canonical_node
-from domain.reclaim.models import RECLAIM_WORKFLOW_TYPE
 from domain.reclaim.steps import Mode, Outcome
 from runtime.dev_ports import dial_host, split_address
 from runtime.reclaim import search_attributes as sa
@@ -117,13 +117,26 @@ def _check_stack(settings: Settings, control: SpurControl, node: str | None) -> 
     return node or names[0]
 
 
-async def _find(client: Client, node_id: str, job_id: int) -> Any:
-    query = (
-        f'WorkflowType="{RECLAIM_WORKFLOW_TYPE}" AND {sa.NODE.name}="{node_id}" '
-        f'AND {sa.JOB_ID.name}="{job_id}"'
-    )
-    found = [wf async for wf in client.list_workflows(query, limit=5)]
-    return max(found, key=lambda wf: wf.start_time) if found else None
+async def _find(client: Client, node_id: str, job_id: int, earlier: set[str]) -> Any:
+    """The reclaim of the holding the demo made: a run of (node, job) that did not exist
+    when it leaked the job (a restarted stack issues job ids again, and keeper's reclaims of
+    the last stack's job of that id stay in Temporal), running first, then the newest."""
+    found = [wf for wf in await reclaims_of(client, node_id, job_id) if wf.run_id not in earlier]
+    return found[0] if found else None
+
+
+def _since(records: list[dict[str, Any]], since: str) -> list[dict[str, Any]]:
+    """What the spur emulator logged from `since` (its clock when the demo began) on."""
+    return [r for r in records if str(r.get("at", "")) >= since]
+
+
+def _cancels(state: dict[str, Any], node: str, job_id: int, since: str) -> list[dict[str, Any]]:
+    """The cancels of this demo's job on its node."""
+    return [
+        c
+        for c in _since(state.get("cancels", []), since)
+        if c.get("job_id") == job_id and c.get("node") == node
+    ]
 
 
 def _cancel_text(cancel: dict[str, Any]) -> str:
@@ -136,27 +149,68 @@ def _cancel_text(cancel: dict[str, Any]) -> str:
     )
 
 
-async def _follow(
+@dataclass
+class _Leak:
+    live_id: int
+    job_id: int
+    seen: _Seen
+    result: JobReclaimResult | None
+
+
+async def _leak_and_follow(
     settings: Settings,
     control: SpurControl,
     node: str,
+    since: str,
+    out: Output,
+    progress: _Progress,
+    within: float,
+) -> _Leak:
+    """Runs a job that keeps running and one that ends while the agent keeps holding it,
+    then follows the reclaim keeper starts for the leaked one."""
+    client = await client_for(settings)
+    node_id = canonical_node(node, settings.reclaim.node_aliases)
+    live = control.submit(node, "demo-running")
+    leaked = control.submit(node, "demo-leaked")
+    job_id = int(leaked["job_id"])
+    # Still running on its node: keeper spares it, so no reclaim of this holding exists yet;
+    # every run of (node, job) there is now is another holding's.
+    earlier = {wf.run_id for wf in await reclaims_of(client, node_id, job_id)}
+    control.complete(job_id, leak=True)
+    out.note(
+        f"Job {job_id} finished on {node} but its agent keeps holding it; job "
+        f"{live['job_id']} keeps running there. keeper spares a job that ended less than "
+        f"{format_duration(settings.reclaim.timing.end_grace)} ago, then reclaims it:"
+    )
+    seen, result = await _follow(
+        client, settings, control, (node, node_id), job_id, (earlier, since), progress, within
+    )
+    return _Leak(int(live["job_id"]), job_id, seen, result)
+
+
+async def _follow(
+    client: Client,
+    settings: Settings,
+    control: SpurControl,
+    names: tuple[str, str],
     job_id: int,
+    before: tuple[set[str], str],
     progress: _Progress,
     within: float,
 ) -> tuple[_Seen, JobReclaimResult | None]:
-    client = await client_for(settings)
-    node_id = canonical_node(node, settings.reclaim.node_aliases)
+    node, node_id = names
+    earlier, since = before
     seen = _Seen()
     deadline = time.monotonic() + within
     grace = format_duration(settings.reclaim.timing.end_grace)
     progress.waiting(f"waiting for the tap: spared while it ended less than {grace} ago")
     while True:
         state = control.state()
-        cancels = [c for c in state.get("cancels", []) if c.get("job_id") == job_id]
+        cancels = _cancels(state, node, job_id, since)
         for cancel in cancels[seen.cancels :]:
             progress.line(_cancel_text(cancel))
         seen.cancels = len(cancels)
-        drains = [d for d in state.get("drains", []) if d.get("name") == node]
+        drains = [d for d in _since(state.get("drains", []), since) if d.get("name") == node]
         for drain in drains[seen.drains :]:
             progress.line(f"{node} drained ({drain.get('actual_state')}): {drain.get('reason')}")
         seen.drains = len(drains)
@@ -165,7 +219,7 @@ async def _follow(
             progress.line(f"{node}'s agent let go of job {job_id}")
         seen.held = held
 
-        wf = await _find(client, node_id, job_id)
+        wf = await _find(client, node_id, job_id, earlier)
         if wf is not None:
             if seen.workflow_id != wf.id:
                 seen.workflow_id, seen.run_id = wf.id, wf.run_id
@@ -240,28 +294,18 @@ def demo(keeper: KeeperContext, node: str | None, timeout: float, out: Output) -
     began = time.monotonic()
     # The emulator's clock, in the cancel log's format: cancels from here on are this run's.
     since = str(control.state().get("clock", ""))
-    live = control.submit(node, "demo-running")
-    leaked = control.submit(node, "demo-leaked")
-    job_id = int(leaked["job_id"])
-    control.complete(job_id, leak=True)
-    out.note(
-        f"Job {job_id} finished on {node} but its agent keeps holding it; job "
-        f"{live['job_id']} keeps running there. keeper spares a job that ended less than "
-        f"{format_duration(settings.reclaim.timing.end_grace)} ago, then reclaims it:"
-    )
     progress = _Progress(out, began)
     try:
-        seen, result = asyncio.run(_follow(settings, control, node, job_id, progress, timeout))
+        leak = asyncio.run(_leak_and_follow(settings, control, node, since, out, progress, timeout))
     finally:
         progress.done()
     seconds = time.monotonic() - began
+    job_id, seen, result = leak.job_id, leak.seen, leak.result
 
     state = control.state()
-    cancels = [c for c in state.get("cancels", []) if c.get("job_id") == job_id]
-    live_cancels = [
-        c for c in state.get("cancels", []) if c.get("live_here") and str(c.get("at")) >= since
-    ]
-    live_id = int(live["job_id"])
+    cancels = _cancels(state, node, job_id, since)
+    live_cancels = [c for c in _since(state.get("cancels", []), since) if c.get("live_here")]
+    live_id = leak.live_id
     live_held = live_id in holdings_of(state, node)
     # The running job has done its part (it kept the heartbeats non-empty): end it cleanly.
     control.complete(live_id)

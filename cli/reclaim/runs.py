@@ -1,0 +1,60 @@
+"""The reclaims of one (node, job) and which of them a command speaks of.
+
+One holding can have had several reclaims: a controller restart reissues job ids, keeper's
+memory may have been reset, an operator released one that came back. A command reports the
+run it started or found for the holding now, never an older one that happens to share the
+node and job id: `keeper reclaim status` shows the running one (the newest, when several
+run), else the newest, and names the others; `keeper reclaim demo` follows only a run that
+did not exist before it leaked its job.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from typing import Any
+
+from temporalio.client import Client, WorkflowExecution, WorkflowExecutionStatus
+
+from cli.output import rfc3339
+from cli.temporal_ops import list_query
+from domain.reclaim.models import RECLAIM_WORKFLOW_TYPE
+from runtime.reclaim import search_attributes as sa
+
+# Reclaims of one (node, job) a listing reads at most: far more than one holding ever has.
+LIMIT = 200
+
+
+def _query(node: str, job_id: int, running: bool) -> str:
+    return list_query(
+        RECLAIM_WORKFLOW_TYPE, running, **{sa.NODE.name: node, sa.JOB_ID.name: job_id}
+    )
+
+
+async def reclaims_of(client: Client, node: str, job_id: int) -> list[WorkflowExecution]:
+    """Every reclaim run of (node, job), current first (`current_first`). The running ones
+    are read on their own as well, so no number of closed ones can hide them."""
+    found: dict[tuple[str, str], WorkflowExecution] = {}
+    for running in (True, False):
+        async for wf in client.list_workflows(_query(node, job_id, running), limit=LIMIT):
+            found.setdefault((wf.id, wf.run_id), wf)
+    return current_first(found.values())
+
+
+def current_first(runs: Collection[WorkflowExecution] | Sequence[Any]) -> list[Any]:
+    """Running runs before closed ones, each group newest first."""
+
+    def key(wf: Any) -> tuple[bool, float]:
+        running = wf.status is WorkflowExecutionStatus.RUNNING
+        return (not running, -wf.start_time.timestamp())
+
+    return sorted(runs, key=key)
+
+
+def run_json(wf: Any) -> dict[str, Any]:
+    """One run as `status --json` lists the others."""
+    return {
+        "workflow_id": wf.id,
+        "run_id": wf.run_id,
+        "status": WorkflowExecutionStatus(wf.status).name if wf.status else None,
+        "started_at": rfc3339(wf.start_time),
+    }
