@@ -26,6 +26,7 @@ from domain.watch.models import (
     WatchOutcome,
     WatchView,
 )
+from emulators.iris import IrisEmulatorConfig
 from tests.reclaim_world import until
 from tests.watch_world import watch_world
 
@@ -300,18 +301,42 @@ async def test_a_process_busy_for_hours_then_hung_is_flagged_after_the_gate_not_
         )
         stalled = next(e for e in view.timeline if e.verdict == "stalled")
         assert stalled.reason == "probe_confirmed_stall", stalled
-        # The gate: the first flat check did not flag (gate_not_met came first), and the
-        # verdict's own span of no progress is at least stall_min_elapsed. The span starts at
-        # the check before the first flat one, so the timeline's entries, stamped when each
-        # check ended, can sit closer together than the gate on a loaded host.
-        first_flat = next(e for e in view.timeline if e.reason == "gate_not_met")
-        assert first_flat.at < stalled.at, view.timeline
-        gate = w.settings.watch.liveness.stall_min_elapsed
+        # The gate: the first check did not flag, and the verdict's own streak of no progress
+        # is at least stall_ticks checks over stall_min_elapsed. The span starts at the check
+        # before the first flat one, so the timeline's entries, stamped when each check
+        # ended, can sit closer together than the gate on a loaded host.
+        assert view.timeline[0].verdict != "stalled" and view.timeline[0].at < stalled.at
+        liveness = w.settings.watch.liveness
         evidence = " ".join(stalled.evidence)
-        span = re.search(r"no progress for \d+ ticks over (\d[\d,]*) s;", evidence)
+        span = re.search(r"no progress for (\d+) ticks over (\d[\d,]*) s;", evidence)
         assert span is not None, stalled.evidence
-        assert int(span.group(1).replace(",", "")) >= gate.total_seconds(), stalled.evidence
+        assert int(span.group(1)) >= liveness.stall_ticks, stalled.evidence
+        seconds = int(span.group(2).replace(",", ""))
+        assert seconds >= liveness.stall_min_elapsed.total_seconds(), stalled.evidence
         assert pending(view, ProposalKind.RESTART) is not None
+        assert w.actions() == []
+        await handle.cancel()
+
+
+async def test_the_first_check_of_a_job_hung_for_hours_reads_its_log_as_a_backlog(
+    dev_env: WorkflowEnvironment,
+) -> None:
+    """hung-busy in real time (speed 1, so the log's stamps are wall-clock true): the job is
+    3 h 10 min old when the watch starts, hung for the last 10 minutes, its coordinator's log
+    full of the three hours of progress before. The first check reads that log as a backlog,
+    not as new progress: the job is never reported running, and the stall is still found."""
+    async with watch_world(dev_env.client, IrisEmulatorConfig(speed=1.0)) as w:
+        job = w.launch("hung-busy")
+        handle = await w.watch(job)
+        view = await w.until_view(
+            handle, lambda v: v.verdict == "stalled", within=60, what="a stalled verdict"
+        )
+        first = view.timeline[0]
+        assert (first.verdict, first.reason) == ("unknown", "no_baseline"), view.timeline
+        assert "running" not in verdicts(view), view.timeline
+        assert not any("new log lines" in e for entry in view.timeline for e in entry.evidence)
+        stalled = next(e for e in view.timeline if e.verdict == "stalled")
+        assert stalled.reason == "probe_confirmed_stall", stalled
         assert w.actions() == []
         await handle.cancel()
 

@@ -136,6 +136,8 @@ class WatchObserver:
         coordinator: TaskSeen | None = None
         coord_tasks: list[TaskStatus] | None = None
         coord_log: LogDigest | None = None
+        # No cursor yet: the read starts at the log's beginning (its backlog, tail-limited).
+        from_start = reading.coordinator_cursor == 0
         threads: DumpReading | None = None
         cpu: list[CpuSeen] | None = None
         session: float | None = None
@@ -233,6 +235,7 @@ class WatchObserver:
             worker_errors=worker_errors,
             parent_errors=parent_errors,
             coordinator_log=coord_log,
+            coordinator_log_from_start=from_start and coord_log is not None,
             threads=threads,
             cpu=cpu,
             session_cpu=session,

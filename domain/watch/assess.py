@@ -245,12 +245,34 @@ def to_tick(policy: WatchPolicy, state: WatchState, obs: Observation, mono: floa
         expected_interval=expected,
         counters=tuple(counters),
         threads=obs.threads.state if obs.threads is not None else None,
-        log_advanced=(log.lines - log.noise_dropped > 0) if log is not None else None,
+        log_advanced=_log_advanced(policy, obs, expected),
         task_running=(
             obs.coordinator.state is JobPhase.RUNNING if obs.coordinator is not None else None
         ),
         available=frozenset(available),
     )
+
+
+def _log_advanced(policy: WatchPolicy, obs: Observation, expected: float) -> bool | None:
+    """New lines other than noise since the last check; None when no answer says either.
+
+    Past the first read, the cursor says what is new. The first read of an attempt's log
+    starts at its beginning: a backlog, written before the watch looked (a job hung for hours
+    shows hours of progress lines). Its lines count as new only when the newest of them was
+    stamped within the check's window, the interval it waited plus the observer gap (which
+    also absorbs a controller clock a little off keeper's); an older backlog is a baseline,
+    neither progress nor its absence.
+    """
+    log = obs.coordinator_log
+    if log is None:
+        return None
+    fresh = log.lines - log.noise_dropped > 0
+    if not fresh or not obs.coordinator_log_from_start:
+        return fresh
+    window = expected + policy.liveness.observer_gap.total_seconds()
+    since_ms = (obs.at.timestamp() - window) * 1000
+    newest = log.last_line_ms
+    return True if newest is not None and newest >= since_ms else None
 
 
 def _missing(state: WatchState, obs: Observation, now: datetime) -> Assessment:

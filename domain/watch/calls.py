@@ -75,6 +75,9 @@ class Observation(_Model):
     # runbook's "read logs at every level before naming a cause". None: not read.
     parent_errors: list[str] | None = None
     coordinator_log: LogDigest | None = None
+    # The coordinator's log was read from its start (no cursor yet for this attempt): its
+    # lines are a backlog, written before the watch looked, not necessarily since a check.
+    coordinator_log_from_start: bool = False
     threads: DumpReading | None = None
     # None: the exec could not run (not: no process).
     cpu: list[CpuSeen] | None = None
