@@ -46,6 +46,9 @@ FAST = ReclaimPolicy(
     retry_initial=timedelta(seconds=1),
     retry_max=timedelta(seconds=2),
     release_beats=2,
+    # An idle node's empty heartbeats: three, over at least 0.3 s (the tests beat by hand).
+    idle_release_beats=3,
+    idle_release_window=timedelta(milliseconds=300),
     drained_recheck=timedelta(seconds=1),
     history_events_limit=400,
     # The emulator and keeper share this host's clock; a wipe's reissued ids come within

@@ -85,30 +85,40 @@ ROWS: list[tuple[int, str, dict[str, Any], Verdict, Reason]] = [
      V.QUARANTINE, R.UNKNOWN_NODE),
     (1, "neighbour: a known node", {"node": "n3", "job": _ended(GRACE * 10)},
      V.RECLAIM, R.TERMINAL),
-    (2, "held since an earlier epoch", {"held_epoch": 1, "epoch": EPOCH.model_copy(
-        update={"epoch": 2}), "job": _ended(GRACE * 10)}, V.QUARANTINE, R.OTHER_EPOCH),
-    (2, "even on a job active here", {"held_epoch": 1, "epoch": EPOCH.model_copy(
-        update={"epoch": 2}), "job": _job(nodes=frozenset({"n1"}))},
-     V.QUARANTINE, R.OTHER_EPOCH),
-    (3, "tracked, held before the submit", {"seen": SUBMIT - SKEW - timedelta(seconds=1),
-     "job": _job(nodes=frozenset({"n2"}))}, V.QUARANTINE, R.PREDATES_JOB),
-    (3, "neighbour: within the clock skew", {"seen": SUBMIT - SKEW,
-     "job": _job(nodes=frozenset({"n2"}))}, V.RECLAIM, R.ACTIVE_ELSEWHERE),
-    (3, "neighbour: no submit time proves nothing", {"seen": SUBMIT - timedelta(hours=1),
-     "job": _job(submit=None, nodes=frozenset({"n2"}))}, V.RECLAIM, R.ACTIVE_ELSEWHERE),
-    (4, "pending", {"job": _job(state=S.PENDING)}, V.SPARE, R.WAITING),
-    (4, "preempted", {"job": _job(state=S.PREEMPTED)}, V.SPARE, R.WAITING),
-    (4, "requeued, even with an old allocation elsewhere",
-     {"job": _job(state=S.REQUEUED, nodes=frozenset({"n2"}))}, V.SPARE, R.WAITING),
-    (5, "running, nodes not committed", {"job": _job()}, V.SPARE, R.NODES_NOT_COMMITTED),
-    (5, "completing, nodes not committed", {"job": _job(state=S.COMPLETING)},
-     V.SPARE, R.NODES_NOT_COMMITTED),
-    (6, "running here", {"job": _job(nodes=frozenset({"n1"}))}, V.SPARE, R.ACTIVE_HERE),
-    (6, "suspended here", {"job": _job(state=S.SUSPENDED, nodes=frozenset({"n1"}))},
+    (2, "running here", {"job": _job(nodes=frozenset({"n1"}))}, V.SPARE, R.ACTIVE_HERE),
+    (2, "suspended here", {"job": _job(state=S.SUSPENDED, nodes=frozenset({"n1"}))},
      V.SPARE, R.ACTIVE_HERE),
-    (6, "a multi-node job containing this node",
+    (2, "a multi-node job containing this node",
      {"job": _job(nodes=frozenset({"n2", "n1", "n3"}), nodelist="n[1-3]")},
      V.SPARE, R.ACTIVE_HERE),
+    # A wipe seen out of order: the new controller's job runs here, though keeper remembers
+    # the holding in the older epoch.
+    (2, "held since an earlier epoch, the job active here", {"held_epoch": 1,
+     "epoch": EPOCH.model_copy(update={"epoch": 2}), "job": _job(nodes=frozenset({"n1"}))},
+     V.SPARE, R.ACTIVE_HERE),
+    (2, "held before the submit, the job active here", {"seen": SUBMIT - SKEW -
+     timedelta(seconds=1), "job": _job(nodes=frozenset({"n1"}))}, V.SPARE, R.ACTIVE_HERE),
+    (3, "running, nodes not committed", {"job": _job()}, V.SPARE, R.NODES_NOT_COMMITTED),
+    (3, "completing, nodes not committed", {"job": _job(state=S.COMPLETING)},
+     V.SPARE, R.NODES_NOT_COMMITTED),
+    (3, "held since an earlier epoch, nodes not committed", {"held_epoch": 1,
+     "epoch": EPOCH.model_copy(update={"epoch": 2}), "job": _job()},
+     V.SPARE, R.NODES_NOT_COMMITTED),
+    (4, "held since an earlier epoch", {"held_epoch": 1, "epoch": EPOCH.model_copy(
+        update={"epoch": 2}), "job": _ended(GRACE * 10)}, V.QUARANTINE, R.OTHER_EPOCH),
+    (4, "held since an earlier epoch, the job active elsewhere", {"held_epoch": 1,
+     "epoch": EPOCH.model_copy(update={"epoch": 2}), "job": _job(nodes=frozenset({"n2"}))},
+     V.QUARANTINE, R.OTHER_EPOCH),
+    (5, "tracked, held before the submit", {"seen": SUBMIT - SKEW - timedelta(seconds=1),
+     "job": _job(nodes=frozenset({"n2"}))}, V.QUARANTINE, R.PREDATES_JOB),
+    (5, "neighbour: within the clock skew", {"seen": SUBMIT - SKEW,
+     "job": _job(nodes=frozenset({"n2"}))}, V.RECLAIM, R.ACTIVE_ELSEWHERE),
+    (5, "neighbour: no submit time proves nothing", {"seen": SUBMIT - timedelta(hours=1),
+     "job": _job(submit=None, nodes=frozenset({"n2"}))}, V.RECLAIM, R.ACTIVE_ELSEWHERE),
+    (6, "pending", {"job": _job(state=S.PENDING)}, V.SPARE, R.WAITING),
+    (6, "preempted", {"job": _job(state=S.PREEMPTED)}, V.SPARE, R.WAITING),
+    (6, "requeued, even with an old allocation elsewhere",
+     {"job": _job(state=S.REQUEUED, nodes=frozenset({"n2"}))}, V.SPARE, R.WAITING),
     (7, "a multi-node job not containing this node",
      {"job": _job(nodes=frozenset({"n2", "n3"}), nodelist="n[2-3]")},
      V.RECLAIM, R.ACTIVE_ELSEWHERE),
@@ -274,8 +284,17 @@ EPOCH_CASES: list[tuple[str, ControllerView, dict[int, KnownJob], bool]] = [
      _view(_job(5, submit=T + SKEW)), {}, False),
     ("a remembered id with a new submit time",
      _view(_job(50, S.RUNNING, submit=T - timedelta(minutes=30))), _remembered(50), True),
+    # The same id's submit times come from one clock: a reissue within the skew is a reissue.
     ("a remembered id, its submit time within the skew",
-     _view(_job(50, S.RUNNING, submit=T - timedelta(hours=1) + SKEW)), _remembered(50), False),
+     _view(_job(50, S.RUNNING, submit=T - timedelta(hours=1) + SKEW)), _remembered(50), True),
+    ("a remembered id, submitted 2 ms apart",
+     _view(_job(50, S.RUNNING, submit=T - timedelta(hours=1, milliseconds=-2))),
+     _remembered(50), True),
+    ("a remembered id read again, to the microsecond",
+     _view(_job(50, S.COMPLETED, submit=T - timedelta(hours=1))), _remembered(50), False),
+    ("a remembered id read again, within a millisecond",
+     _view(_job(50, S.COMPLETED, submit=T - timedelta(hours=1, microseconds=-900))),
+     _remembered(50), False),
     ("a job without a submit time", _view(_job(5, submit=None)), {}, False),
 ]  # fmt: skip
 
@@ -316,26 +335,39 @@ def test_only_new_or_changed_jobs_are_remembered() -> None:
 
 
 @pytest.mark.parametrize(
-    ("reported", "evidence"),
-    [([], BeatEvidence.SILENT), ([1, 10], BeatEvidence.HELD), ([1, 2], BeatEvidence.ABSENT)],
+    ("reported", "runs_nothing", "evidence"),
+    [
+        ([], False, BeatEvidence.SILENT),
+        ([], True, BeatEvidence.IDLE),
+        ([1, 10], False, BeatEvidence.HELD),
+        ([1, 10], True, BeatEvidence.HELD),
+        ([1, 2], False, BeatEvidence.ABSENT),
+    ],
 )
-def test_evidence_of_one_beat(reported: list[int], evidence: BeatEvidence) -> None:
-    assert evidence_of(reported, 10) is evidence
+def test_evidence_of_one_beat(
+    reported: list[int], runs_nothing: bool, evidence: BeatEvidence
+) -> None:
+    assert evidence_of(reported, 10, node_runs_nothing=runs_nothing) is evidence
 
 
 H, A, Q = BeatEvidence.HELD, BeatEvidence.ABSENT, BeatEvidence.SILENT
+I, D = BeatEvidence.IDLE, BeatEvidence.DONE  # noqa: E741
 
 
 @pytest.mark.parametrize(
     ("beats", "count", "released"),
     [
         ([], 0, False),
-        ([Q, Q, Q, Q], 0, False),  # empty beats never count
+        ([Q, Q, Q, Q], 0, False),  # empty beats while the node runs something never count
         ([A], 1, False),
         ([A, Q, A], 2, True),  # silence between does not reset
         ([A, H, A], 1, False),  # held resets
         ([A, A, H], 0, False),
         ([A, A, A], 3, True),
+        ([D], 0, True),  # the agent reported the job finished
+        ([H, D], 0, True),
+        ([D, H], 0, False),  # ... and then listed it again
+        ([Q, D], 0, True),
     ],
 )
 def test_release_tally(beats: list[BeatEvidence], count: int, released: bool) -> None:
@@ -343,7 +375,48 @@ def test_release_tally(beats: list[BeatEvidence], count: int, released: bool) ->
     for i, evidence in enumerate(beats):
         tally = tally.add(BeatReport(evidence=evidence, at=T + timedelta(seconds=30 * i)))
     assert tally.absent_in_a_row == count
-    assert tally.released(POLICY.release_beats) is released
+    assert tally.released(POLICY) is released
+    assert bool(tally.why_released(POLICY)) is released
+
+
+# An idle node: empty heartbeats every 30 s (spurd's pace), the default policy (4 beats over
+# at least 2 minutes).
+@pytest.mark.parametrize(
+    ("beats", "released"),
+    [
+        ([I, I, I, I], False),  # four beats span 90 s: under the window
+        ([I, I, I, I, I], True),  # five span 120 s
+        ([I, I, H, I, I, I, I], False),  # held starts the count and the window again
+        ([I, I, H, I, I, I, I, I], True),
+        ([I, I, Q, I, I, I], True),  # a beat while the node ran something neither counts nor resets
+        ([I, A, I, I, I, I], True),  # an absent beat does not reset the idle count
+    ],
+)
+def test_an_idle_nodes_empty_beats_release_it_over_a_window(
+    beats: list[BeatEvidence], released: bool
+) -> None:
+    tally = ReleaseTally()
+    for i, evidence in enumerate(beats):
+        tally = tally.add(BeatReport(evidence=evidence, at=T + timedelta(seconds=30 * i)))
+    assert tally.released(POLICY) is released, tally
+    if released:
+        assert "weak evidence" in tally.why_released(POLICY) or tally.absent_in_a_row
+
+
+def test_idle_beats_need_both_the_count_and_the_window() -> None:
+    policy = ReclaimPolicy(idle_release_beats=3, idle_release_window=timedelta(minutes=5))
+    tally = ReleaseTally()
+    for seconds in (0, 1, 2, 3, 4):  # five beats within 4 s: the count, not the window
+        tally = tally.add(BeatReport(evidence=I, at=T + timedelta(seconds=seconds)))
+    assert not tally.released(policy)
+    tally = tally.add(BeatReport(evidence=I, at=T + timedelta(minutes=5)))
+    assert tally.released(policy) and tally.idle_in_a_row == 6
+
+
+def test_a_held_beat_is_remembered_as_the_last_listing() -> None:
+    tally = ReleaseTally().add(BeatReport(evidence=H, at=T))
+    tally = tally.add(BeatReport(evidence=A, at=T + timedelta(seconds=30)))
+    assert tally.held_at == T and tally.last is A
 
 
 @pytest.mark.parametrize(

@@ -252,6 +252,46 @@ async def test_a_wiped_controller_reissuing_ids_cancels_nothing_and_quarantines(
         assert w.cancels() == []
 
 
+async def test_a_wipe_seen_out_of_order_never_quarantines_a_live_job(
+    client: Any, tmp_path: Path
+) -> None:
+    """Job 5 runs on A; the controller is wiped; the new one issues ids 1 to 6 and runs job 5
+    on B and job 6 on C. C's heartbeat comes first: 6 is above every id keeper saw, so its
+    holding is remembered in the old epoch; B's then shows job 5 reissued, and the epoch
+    moves on. C's next heartbeat must not quarantine job 6, which the controller runs there."""
+    async with reclaim_world(client, tmp_path, agents=nodes()) as w:
+        a, b, c = names(w)
+        before = [w.emu.submit()[0].job_id for _ in range(4)]
+        (pre_wipe,) = w.emu.submit(nodes=[a])
+        assert pre_wipe.job_id == 5
+        for n in (a, b, c):
+            await w.beat(n)
+        w.emu.wipe()
+        for n in (a, b, c):
+            await w.beat(n)  # NOT_FOUND: each agent registers again, through the tap
+        reissued = [w.emu.submit()[0].job_id for _ in range(len(before) + 2)]
+        assert reissued == [1, 2, 3, 4, 5, 6]
+        w.emu.dispatch(5, [b])
+        w.emu.dispatch(6, [c])
+        await w.beat(c)
+        assert w.memory.epoch().epoch == 1  # nothing keeper read yet shows the reissue
+        await w.beat(b)
+        await w.beat(a)
+        assert w.memory.epoch().epoch == 2
+        for _ in range(3):
+            await w.beat(c)
+        (held_on_c,) = [h for h in w.memory.holdings(c) if h.job_id == 6]
+        assert held_on_c.epoch == 1  # remembered in the old epoch, as the incident had it
+        assert [wf for h, wf in w.workflows(c)] == []
+        # A's pre-wipe job is quarantined (its id names B's job now), never cancelled.
+        wf = only_workflow(w, a, 5)
+        await until(lambda: _reason_in(w, wf, FENCED), what="the epoch fence on A")
+        drained = await until(lambda: w.emu.cluster.drains, what="A's drain")
+        assert {d["name"] for d in drained} == {a}
+        assert w.cancels() == []
+        assert_no_live_job_was_cancelled(w)
+
+
 FENCED = {Reason.OTHER_EPOCH, Reason.PREDATES_JOB}
 
 
@@ -424,6 +464,7 @@ async def test_empty_heartbeats_start_nothing_and_prove_nothing(
         node = names(w)[0]
         live(w, node)
         job = stale(w, node)
+        w.emu.set_reports(node, False)  # no completion report: only heartbeats can tell
         w.emu.set_contention(node, "empty")
         for _ in range(3):
             assert await w.beat(node) == []
@@ -433,10 +474,11 @@ async def test_empty_heartbeats_start_nothing_and_prove_nothing(
         wf = only_workflow(w, node, job)
         await until(lambda: job not in w.emu.holdings(node), what="the release")
         w.emu.set_contention(node, "empty")
-        for _ in range(FAST.release_beats + 1):
+        for _ in range(max(FAST.release_beats, FAST.idle_release_beats) + 1):
             await w.beat(node)
+        # The controller runs a job on the node: its empty heartbeats are no idle evidence.
         view = await view_of(w, wf)
-        assert view.tally.absent_in_a_row == 0
+        assert view.tally.absent_in_a_row == 0 and view.tally.idle_in_a_row == 0
         assert (await w.handle(wf).describe()).status is WorkflowExecutionStatus.RUNNING
         w.emu.set_contention(node, "off")
         result = await released_after_beats(w, node, wf)

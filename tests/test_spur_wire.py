@@ -45,6 +45,10 @@ def test_names_and_numbers_are_spurs() -> None:
     }  # fmt: skip
     assert _fields("RunningJobStatus") == {"job_id": 1, "state": 2, "exit_code": 3}
     assert _fields("AgentCancelJobRequest") == {"job_id": 1, "signal": 2}
+    assert _fields("ReportJobStatusRequest") == {
+        "job_id": 1, "state": 2, "exit_code": 3, "message": 4, "drain_node": 5,
+        "drain_reason": 6, "reporting_node": 7, "signal": 8, "run_attempt": 9,
+    }  # fmt: skip
     assert _fields("DrainNodeRequest") == {"name": 1, "reason": 2}
     assert _fields("RegisterAgentRequest") == {
         "hostname": 1, "resources": 2, "version": 3, "address": 4, "port": 5,
@@ -60,7 +64,7 @@ def test_names_and_numbers_are_spurs() -> None:
     }
     assert set(services["SlurmController"]) == {
         "GetJobs", "GetJob", "GetNodes", "UpdateNode", "DrainNode", "Ping", "RegisterAgent",
-        "Heartbeat",
+        "Heartbeat", "ReportJobStatus",
     }  # fmt: skip
     assert services["SlurmAgent"] == ["CancelJob"]
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from datetime import UTC, datetime
+from typing import Any
 
 from temporalio import activity
 
@@ -25,14 +26,14 @@ from domain.reclaim.calls import (
     UndrainCall,
     UndrainResult,
 )
-from domain.reclaim.models import Verdict
+from domain.reclaim.models import Holding, Verdict
 from domain.reclaim.steps import Mode, Outcome
 from runtime.reclaim.agent_client import AgentCancelError, AgentCancelTimedOut, SpurAgents
 from runtime.reclaim.assess import Assessor
 from runtime.reclaim.controller_client import SpurController
 from runtime.reclaim.views import drained_by_keeper, node_state_name
 from runtime.settings import ReclaimSettings
-from store.reclaim import ReclaimMemory
+from store.reclaim import WEAKLY_RELEASED, ReclaimMemory
 from wire.spur import slurm_pb2
 
 # Only evidence closes a holding: after an operator's release the holding keeps its fence
@@ -74,13 +75,19 @@ class ReclaimActivities:
 
     @activity.defn(name="reclaim_assess")
     async def assess(self, call: AssessCall) -> Assessment:
-        """Reads the controller now and decides the holding afresh (never from history)."""
-        decision = await self.assessor.assess(call.holding)
+        """Reads the controller now and decides the holding afresh (never from history), with
+        what keeper's memory holds of the agent's word on it."""
+        h = call.holding
+        decision = await self.assessor.assess(h)
+        tally = await asyncio.to_thread(self.memory.tally, h.node, h.job_id, h.sighting)
+        listed = await asyncio.to_thread(self.memory.last_listed, h.node, h.job_id, h.sighting)
         return Assessment(
             decision=decision,
             mode=self.settings.mode,
-            node=await self._node(call.holding.node),
+            node=await self._node(h.node),
             read_at=datetime.now(UTC),
+            listed_at=listed,
+            released=tally.release(self.settings.timing),
         )
 
     @activity.defn(name="reclaim_cancel")
@@ -88,54 +95,103 @@ class ReclaimActivities:
         """One cancel on the holding's agent, at the address it registered last, decided
         afresh in this same call: the controller is read and the holding decided right
         before the send, so a retry after a crash, or a task that waited in the queue, never
-        sends on an older read. Anything but `reclaim` (or observe mode) sends nothing."""
-        decision = await self.assessor.assess(call.holding)
+        sends on an older read. Anything but `reclaim` (or observe mode) sends nothing.
+
+        Two more checks make it one cancel per step, not one per retry: the release evidence
+        keeper's memory holds (the intake folds every heartbeat into it, whether or not the
+        workflow heard) stops the send once the agent let go, and the send is claimed under
+        a key of this scheduled activity first, so a retried attempt finds the claim of the
+        attempt that died and never sends again."""
+        h = call.holding
+        decision = await self.assessor.assess(h)
+
+        async def result(**kw: Any) -> CancelResult:
+            sent = await asyncio.to_thread(self._sent, h)
+            return CancelResult(decision=decision, cancels_sent=sent, **kw)
+
         if self.settings.mode is not Mode.ACT or decision.verdict is not Verdict.RECLAIM:
             why = (
                 "observe mode"
                 if self.settings.mode is not Mode.ACT
                 else f"a fresh read says {decision.verdict.value} ({decision.reason.value})"
             )
-            return CancelResult(delivered=False, error=f"not sent: {why}", decision=decision)
-        node = await asyncio.to_thread(self.memory.node, call.holding.node)
+            return await result(delivered=False, error=f"not sent: {why}")
+        tally = await asyncio.to_thread(self.memory.tally, h.node, h.job_id, h.sighting)
+        release = tally.release(self.settings.timing)
+        if release is not None:
+            return await result(
+                delivered=False, error=f"not sent: the agent let go: {release.why}",
+                released=release,
+            )  # fmt: skip
+        node = await asyncio.to_thread(self.memory.node, h.node)
         if node is None or not node.address:
-            return CancelResult(
+            return await result(
                 delivered=False,
-                error=f"keeper knows no address for {call.holding.node}'s agent: it has not "
+                error=f"keeper knows no address for {h.node}'s agent: it has not "
                 "registered through the tap since keeper started",
-                decision=decision,
             )
         agent = f"{node.address}:{node.port}"
+        info = activity.info()
+        key = f"{info.workflow_id}/{info.workflow_run_id}/{info.activity_id}"
+        earlier = await asyncio.to_thread(
+            self.memory.claim_send, key, h.node, h.job_id, h.sighting, call.signal,
+            datetime.now(UTC),
+        )  # fmt: skip
+        if earlier is not None:
+            at = earlier.claimed_at.isoformat(timespec="seconds")
+            return await result(
+                delivered=earlier.answer == "delivered", sent=True, agent=agent,
+                error=f"sent at {at} by an earlier try of this step (answer "
+                f"{earlier.answer or 'lost'}); not sent again",
+            )  # fmt: skip
         try:
-            await self.agents.cancel_job(node.address, node.port, call.holding.job_id, call.signal)
+            await self.agents.cancel_job(node.address, node.port, h.job_id, call.signal)
         except AgentCancelTimedOut as err:
-            return CancelResult(delivered=False, error=f"timed out (it may have acted): {err}",
-                                agent=agent, sent=True, decision=decision)  # fmt: skip
+            await self._answer(key, "timed-out")
+            return await result(delivered=False, error=f"timed out (it may have acted): {err}",
+                          agent=agent, sent=True)  # fmt: skip
         except AgentCancelError as err:
             # Unreachable, refused: an answer for the escalation to count, never a failure
             # of the workflow (which would leave its drain behind).
-            return CancelResult(delivered=False, error=f"not delivered: {err}", agent=agent,
-                                decision=decision)  # fmt: skip
-        return CancelResult(delivered=True, agent=agent, sent=True, decision=decision)
+            await self._answer(key, "not-delivered")
+            return await result(delivered=False, error=f"not delivered: {err}", agent=agent)
+        await self._answer(key, "delivered")
+        return await result(delivered=True, agent=agent, sent=True)
+
+    def _sent(self, h: Holding) -> int:
+        """Cancels that may have reached the agent: every claimed send not refused outright."""
+        sends = self.memory.sends(h.node, h.job_id, h.sighting)
+        return sum(1 for s in sends if s.answer != "not-delivered")
+
+    async def _answer(self, key: str, answer: str) -> None:
+        await asyncio.to_thread(self.memory.answer_send, key, answer, datetime.now(UTC))
 
     @activity.defn(name="reclaim_drain")
     async def drain(self, call: DrainCall) -> DrainResult:
+        """Drains the holding's node, after deciding afresh in the same call: a holding the
+        controller now runs on that node (or anything but stale) is never drained, and no
+        operator is told to free it."""
         node = call.holding.node
         name = await self._controller_name(node)
+        decision = await self.assessor.assess(call.holding)
+        if not decision.stale:
+            return DrainResult(node=name, actual_state="not drained", drained=False,
+                               decision=decision)  # fmt: skip
         await asyncio.to_thread(
             self.memory.record_drain, node, call.workflow_id, call.reason, datetime.now(UTC)
         )
         current = await self._node(node)
         if current.drained_by_keeper and current.reason == call.reason:
-            return DrainResult(node=name, actual_state=current.state)
+            return DrainResult(node=name, actual_state=current.state, decision=decision)
         if current.state in ("drain", "draining") and not current.drained_by_keeper:
             # Someone else's drain already stops dispatch; rewriting its reason would make it
             # look like keeper's, and keeper would later lift it.
             return DrainResult(
-                node=name, actual_state=f"{current.state} already ({current.reason})"
-            )
+                node=name, actual_state=f"{current.state} already ({current.reason})",
+                decision=decision,
+            )  # fmt: skip
         answer = await self.controller.drain_node(name, call.reason)
-        return DrainResult(node=name, actual_state=answer.actual_state)
+        return DrainResult(node=name, actual_state=answer.actual_state, decision=decision)
 
     @activity.defn(name="reclaim_undrain")
     async def undrain(self, call: UndrainCall) -> UndrainResult:
@@ -159,14 +215,18 @@ class ReclaimActivities:
 
     @activity.defn(name="reclaim_close")
     async def close(self, call: CloseCall) -> None:
-        """A released holding is closed (the agent let go: a later report is a new sighting).
-        A spared or cancelled one stays open with its fence, only without this workflow, so
-        its first sighting and epoch keep guarding it."""
+        """A released holding is closed (the agent let go: a later report is a new sighting;
+        after weak evidence, the same holding reopened). A spared or cancelled one stays open
+        with its fence, only without this workflow, so its first sighting and epoch keep
+        guarding it."""
         h = call.holding
         if call.outcome in RELEASED_OUTCOMES:
+            outcome = str(call.outcome)
+            if call.release is not None and call.release.weak:
+                outcome = WEAKLY_RELEASED
             await asyncio.to_thread(
                 self.memory.close_holding,
-                h.node, h.job_id, h.sighting, str(call.outcome), datetime.now(UTC),
+                h.node, h.job_id, h.sighting, outcome, datetime.now(UTC),
             )  # fmt: skip
         else:
             await asyncio.to_thread(

@@ -127,7 +127,9 @@ def _row(wf: Any, view: ReclaimView | None) -> dict[str, Any]:
         "mode": view.mode.value if view else None,
         "verdict": last.verdict.value if last else None,
         "reason": last.reason.value if last else None,
-        "cancels_sent": view.attempts if view else None,
+        "cancels_sent": (
+            (view.attempts if view.cancels_sent is None else view.cancels_sent) if view else None
+        ),
         "drained": view.drained if view else None,
         "last_action": view.actions[-1] if view and view.actions else None,
         "started_at": rfc3339(wf.start_time),
@@ -239,7 +241,7 @@ def status(keeper: KeeperContext, out: Output, node_name: str, job: int) -> None
                 )
         if view is not None:
             # What the Temporal UI shows as the current details, from the same view.
-            details = render_details(view, settings.reclaim.timing.release_beats)
+            details = render_details(view, settings.reclaim.timing)
             for line in details.splitlines():
                 out.line(terminal_text(_plain(line), limit=400))
         else:

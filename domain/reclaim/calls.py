@@ -9,7 +9,7 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from domain.reclaim.evidence import ReleaseTally
+from domain.reclaim.evidence import Release, ReleaseTally
 from domain.reclaim.models import Decision, Holding
 from domain.reclaim.policy import ReclaimPolicy
 from domain.reclaim.steps import Mode, Outcome, Step
@@ -36,6 +36,11 @@ class Assessment(_Model):
     mode: Mode
     node: NodeView = Field(default_factory=NodeView)
     read_at: datetime
+    # When a heartbeat last listed the holding, as keeper's memory had it at the read.
+    listed_at: datetime | None = None
+    # The agent already let go, by the evidence the intake folded into keeper's memory
+    # (the workflow may not have been told yet: signals lost, or it was not running).
+    released: Release | None = None
 
 
 class AssessCall(_Model):
@@ -60,6 +65,11 @@ class CancelResult(_Model):
     sent: bool = False
     # The fresh decision the call acted on (None in results recorded before it had one).
     decision: Decision | None = None
+    # Every cancel claimed for this holding so far, this one included: what may have reached
+    # the agent, answers lost to a crash counted (None in results recorded before).
+    cancels_sent: int | None = None
+    # Not sent because keeper's memory shows the agent already let go.
+    released: Release | None = None
 
 
 class DrainCall(_Model):
@@ -71,6 +81,10 @@ class DrainCall(_Model):
 class DrainResult(_Model):
     node: str
     actual_state: str
+    # False: a fresh read in the same call no longer found the holding stale (`decision`
+    # says why), so nothing was drained and no operator is told to free anything.
+    drained: bool = True
+    decision: Decision | None = None
 
 
 class UndrainCall(_Model):
@@ -90,6 +104,8 @@ class CloseCall(_Model):
     holding: Holding
     workflow_id: str
     outcome: Outcome
+    # What released it: weak evidence keeps the holding's fence for a later listing.
+    release: Release | None = None
 
 
 class OperatorRelease(_Model):
@@ -111,6 +127,7 @@ class ReclaimCarry(_Model):
     operator: OperatorRelease | None = None
     attention: str = ""
     actions: list[str] = Field(default_factory=list)
+    cancels_sent: int | None = None
 
 
 class JobReclaimInput(_Model):

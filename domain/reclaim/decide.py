@@ -6,11 +6,11 @@ called for (docs/reclaim.md#deciding). Rows are tried top to bottom; the first m
 | # | what keeper sees | verdict | reason |
 |---|---|---|---|
 | 1 | the node is not one keeper knows | quarantine | unknown-node |
-| 2 | the holding was first seen in an earlier epoch | quarantine | other-controller-epoch |
-| 3 | tracked, the holding first seen before the job's submit | quarantine | predates-the-job |
-| 4 | tracked, waiting (pending, preempted, requeued) | spare | waiting-for-dispatch |
-| 5 | tracked, active, no allocation committed yet | spare | nodes-not-committed |
-| 6 | tracked, active, this node in the allocation | spare | active-here |
+| 2 | tracked, active, this node in the allocation | spare | active-here |
+| 3 | tracked, active, no allocation committed yet | spare | nodes-not-committed |
+| 4 | the holding was first seen in an earlier epoch | quarantine | other-controller-epoch |
+| 5 | tracked, the holding first seen before the job's submit | quarantine | predates-the-job |
+| 6 | tracked, waiting (pending, preempted, requeued) | spare | waiting-for-dispatch |
 | 7 | tracked, active, allocated to other nodes only | reclaim | active-elsewhere |
 | 8 | tracked, terminal, no end time | spare | end-time-unknown |
 | 9 | tracked, terminal, ended less than end_grace ago | spare | just-ended |
@@ -20,6 +20,11 @@ called for (docs/reclaim.md#deciding). Rows are tried top to bottom; the first m
 | 13 | untracked, first seen before keeper saw the job submitted | quarantine | predates-the-job |
 | 14 | untracked, last seen live (it cannot have aged out) | quarantine | vanished-while-live |
 | 15 | untracked, last seen finalized | reclaim | aged-out |
+
+Rows 2 and 3 come before every fence: a job the controller runs on the node (or may be
+placing there) is never cancelled, quarantined or drained, whatever keeper remembers of its
+id. A wipe seen out of order can leave a new controller's holding remembered in the old
+epoch; its job runs there, and the verdict follows what the controller runs now.
 
 Omission is never an input: only what an agent reports holding is decided, and a heartbeat
 that omits a job is evidence of nothing here (domain/reclaim/evidence.py).
@@ -75,6 +80,8 @@ def decide(
             f"{node} is not a node keeper knows: it never registered through the tap and the "
             "controller does not list it",
         )  # fmt: skip
+    if job is not None and job.state in ACTIVE and (not job.nodes or node in job.nodes):
+        return _running_here(holding, job, verdict)
     if holding.epoch != epoch.epoch:
         return verdict(
             V.QUARANTINE, R.OTHER_EPOCH,
@@ -112,6 +119,20 @@ def decide(
     )  # fmt: skip
 
 
+def _running_here(
+    holding: Holding, job: JobView, verdict: Callable[[Verdict, Reason, str], Decision]
+) -> Decision:
+    """Rows 2 and 3: the controller runs the job on this node, or has not yet committed
+    where it runs."""
+    node, job_id, state = holding.node, holding.job_id, job.state.name
+    if not job.nodes:
+        return verdict(
+            V.SPARE, R.NODES_NOT_COMMITTED,
+            f"job {job_id} is {state} with no nodes committed yet: {node} may be one",
+        )  # fmt: skip
+    return verdict(V.SPARE, R.ACTIVE_HERE, f"job {job_id} is {state} on {node}")
+
+
 def _before(first_seen: datetime, submitted: datetime | None, skew: timedelta) -> bool:
     """The holding was seen before the job existed (a submit time keeper lacks proves nothing)."""
     return submitted is not None and first_seen + skew < submitted
@@ -137,13 +158,6 @@ def _tracked(
             f"job {job_id} is {state}: it may be on its way to {node}",
         )  # fmt: skip
     if job.state in ACTIVE:
-        if not job.nodes:
-            return verdict(
-                V.SPARE, R.NODES_NOT_COMMITTED,
-                f"job {job_id} is {state} with no nodes committed yet: {node} may be one",
-            )  # fmt: skip
-        if node in job.nodes:
-            return verdict(V.SPARE, R.ACTIVE_HERE, f"job {job_id} is {state} on {node}")
         return verdict(
             V.RECLAIM, R.ACTIVE_ELSEWHERE,
             f"job {job_id} is {state} on {job.nodelist or ', '.join(sorted(job.nodes))}, "

@@ -5,8 +5,15 @@ submit time. After a wipe the counter starts again, and new jobs get ids keeper 
 seen on older jobs. keeper's rule: a job in a view whose id is at or below the highest id of
 the current epoch, but which was submitted after that highest job (beyond the clock skew),
 or a job id keeper remembers in this epoch with a different submit time, proves the ids were
-reissued: the next epoch begins. Evictions never trip it (they remove jobs, they never add
-a low id with a new submit time), so an emptied job map is not a new epoch on its own.
+reissued: the next epoch begins.
+
+One job's submit time never changes, and both readings come from the controller's clock, so
+the same id's submit times are compared to SAME_JOB_TOLERANCE (the precision keeper stores),
+not to the clock skew: a wipe that reissues an id is seen however soon after the original
+submission it comes. Different ids' submit times are compared with the skew, since
+concurrent submissions may be stamped out of id order. Evictions never trip it (they remove
+jobs, they never add a low id with a new submit time), so an emptied job map is not a new
+epoch on its own.
 """
 
 from __future__ import annotations
@@ -17,6 +24,10 @@ from datetime import datetime, timedelta
 
 from domain.reclaim.jobs import FINALIZED
 from domain.reclaim.models import ControllerView, EpochState, JobView, KnownJob
+
+# The same job read twice: keeper stores times to the microsecond, the controller stamps
+# them to the nanosecond.
+SAME_JOB_TOLERANCE = timedelta(milliseconds=1)
 
 
 @dataclass(frozen=True)
@@ -35,7 +46,7 @@ def _reissued(job: JobView, epoch: EpochState, known: KnownJob | None, skew: tim
         known is not None
         and known.submit_time
         and job.submit_time
-        and abs(known.submit_time - job.submit_time) > skew
+        and abs(known.submit_time - job.submit_time) > SAME_JOB_TOLERANCE
     ):
         return (
             f"job {job.job_id} was submitted at {job.submit_time.isoformat()}, but keeper "

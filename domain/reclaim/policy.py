@@ -27,6 +27,12 @@ class ReclaimPolicy(BaseModel):
     # Heartbeats in a row that list other jobs but not this one: the release evidence.
     # Empty heartbeats never count (spur sends one whenever the agent's map is busy).
     release_beats: int = Field(default=2, ge=1, le=10, strict=True)
+    # An idle node's evidence (domain/reclaim/evidence.py): this many empty heartbeats in a
+    # row, spanning at least the window, while the controller runs nothing on the node. A
+    # busy job map empties one spurd heartbeat (every 30 s) now and then, not several over
+    # minutes on a node with nothing to launch or reap.
+    idle_release_beats: int = Field(default=4, ge=1, le=100, strict=True)
+    idle_release_window: HumanDuration = Field(default=timedelta(minutes=2), ge=timedelta(0))
     # While a node is drained, how often keeper reads the controller again.
     drained_recheck: HumanDuration = Field(default=timedelta(minutes=10), gt=timedelta(0))
     # A run that waits this many events continues as new (the history stays bounded).

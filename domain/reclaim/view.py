@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from pydantic import BaseModel, ConfigDict, Field
 
 from domain.common.untrusted import md_text
 from domain.reclaim.calls import Assessment
 from domain.reclaim.evidence import ReleaseTally
 from domain.reclaim.models import Holding
+from domain.reclaim.policy import ReclaimPolicy
 from domain.reclaim.steps import Mode, Step
 
 
@@ -24,17 +27,25 @@ class ReclaimView(BaseModel):
     drained: bool = False
     attention: str = ""
     last: Assessment | None = None
+    # Cancels that may have reached the agent (keeper's send ledger, answers lost to a crash
+    # included); None until the first cancel call answered.
+    cancels_sent: int | None = None
 
 
 MAX_ACTIONS = 8
 
 
-def render_details(view: ReclaimView, release_beats: int) -> str:
+def _at(value: datetime) -> str:
+    return value.isoformat(timespec="seconds")
+
+
+def render_details(view: ReclaimView, policy: ReclaimPolicy) -> str:
     h = view.holding
+    sent = view.attempts if view.cancels_sent is None else view.cancels_sent
     lines = [
         f"**{h.node}** holds job **{h.job_id}** (incarnation {h.incarnation}, first seen "
-        f"{h.first_seen.isoformat(timespec='seconds')})",
-        f"step: {view.step.value} · mode: {view.mode.value} · cancels sent: {view.attempts}",
+        f"{_at(h.first_seen)})",
+        f"step: {view.step.value} · mode: {view.mode.value} · cancels sent: {sent}",
     ]
     if view.attention:
         lines.append(f"ATTENTION: {md_text(view.attention)}")
@@ -48,15 +59,24 @@ def render_details(view: ReclaimView, release_beats: int) -> str:
         )
         node = view.last.node
         lines.append(
-            f"controller at {view.last.read_at.isoformat(timespec='seconds')}: {job}; "
+            f"controller at {_at(view.last.read_at)}: {job}; "
             f"watermark {d.watermark}, epoch {d.epoch}; node {md_text(node.name)} "
             f"{node.state}" + (f" ({md_text(node.reason)})" if node.reason else "")
         )
+        if view.last.listed_at is not None:
+            lines.append(
+                f"its agent last listed the job at {_at(view.last.listed_at)} "
+                f"(keeper's memory, as of {_at(view.last.read_at)})"
+            )
     t = view.tally
-    last = f", last {t.last.value} at {t.last_at.isoformat(timespec='seconds')}" if t.last else ""
-    lines.append(
-        f"release evidence: {t.absent_in_a_row}/{release_beats} heartbeats without it{last}"
-    )
+    last = f"; last heard: {t.last.value} at {_at(t.last_at)}" if t.last and t.last_at else ""
+    evidence = f"{t.absent_in_a_row}/{policy.release_beats} heartbeats listing other jobs"
+    if t.idle_in_a_row:
+        evidence += (
+            f", {t.idle_in_a_row}/{policy.idle_release_beats} empty ones while the node "
+            "runs nothing"
+        )
+    lines.append(f"release evidence: {evidence}{last}")
     if view.drained:
         lines.append("node drained by keeper until the agent releases the job")
     lines.extend(f"- {md_text(a)}" for a in view.actions[-MAX_ACTIONS:])

@@ -55,6 +55,8 @@ class Agent(slurm_pb2_grpc.SlurmAgentServicer):
         self.live_here = live_here
         self.registered = False
         self.beats: list[dict[str, Any]] = []
+        # Completion reports sent (ReportJobStatus), and what the controller answered.
+        self.reports: list[dict[str, Any]] = []
         self._server: grpc.aio.Server | None = None
         self._port: int | None = None
         self._channel: grpc.aio.Channel | None = None
@@ -194,6 +196,8 @@ class Agent(slurm_pb2_grpc.SlurmAgentServicer):
         )
         if record.action in ("sigterm", "signal"):
             self._later(self.settings.kill_grace, record)
+        elif record.action == "sigkill":
+            self._spawn(self.report_finished(record), f"{self.state.node}-report-{record.job_id}")
         if delay > 0:
             # Longer than the caller's deadline: the caller sees DEADLINE_EXCEEDED.
             await asyncio.sleep(delay)
@@ -202,11 +206,48 @@ class Agent(slurm_pb2_grpc.SlurmAgentServicer):
     def _later(self, grace: float, record: CancelRecord) -> None:
         async def fire() -> None:
             await asyncio.sleep(grace)
-            self.state.after_grace(record)
+            if self.state.after_grace(record) in ("sigkill", "terminated"):
+                await self.report_finished(record)
 
-        task = asyncio.create_task(fire(), name=f"{self.state.node}-kill-{record.job_id}")
+        self._spawn(fire(), f"{self.state.node}-kill-{record.job_id}")
+
+    def _spawn(self, work: Any, name: str) -> None:
+        task = asyncio.create_task(work, name=name)
         self._timers.add(task)
         task.add_done_callback(self._timers.discard)
+
+    async def report_finished(self, record: CancelRecord) -> None:
+        """spurd's monitor loop: the process is reaped and gone from the running map, then
+        the completion goes to the controller. A signalled process reports COMPLETED with
+        exit code 0 and the signal (spur's validator ties state to exit code; the controller
+        derives the outcome from the signal). The reporting node is the agent's own host
+        name; the run attempt is the one it launched."""
+        if self.state.knobs.down or not self.state.knobs.reports:
+            return
+        signal = 9 if record.action in ("sigkill", "sigterm") else 15
+        request = slurm_pb2.ReportJobStatusRequest(
+            job_id=record.job_id,
+            state=slurm_pb2.JOB_COMPLETED,
+            exit_code=0,
+            message="exit_code=0",
+            reporting_node=self.state.hostname,
+            signal=signal,
+            run_attempt=record.run_attempt or 0,
+        )
+        outcome = "ok"
+        try:
+            await self._stub().ReportJobStatus(
+                request, metadata=self._metadata(), timeout=self.settings.rpc_timeout
+            )
+        except grpc.aio.AioRpcError as exc:
+            # spurd logs and gives up on a non-retryable answer (NOT_FOUND for a job the
+            # controller lost, INVALID_ARGUMENT for one it moved elsewhere).
+            outcome = exc.code().name
+        self.reports.append(
+            {"at": self.clock.now(), "job_id": record.job_id, "signal": signal,
+             "outcome": outcome}
+        )  # fmt: skip
+        del self.reports[:-50]
 
     def pending_kills(self) -> int:
         return len(self._timers)

@@ -86,6 +86,10 @@ class _Down(_Body):
     down: bool = True
 
 
+class _Reports(_Body):
+    reports: bool = True
+
+
 class _Hold(_Body):
     job_id: int = Field(ge=1)
     run_attempt: int = Field(default=1, ge=0)
@@ -215,6 +219,13 @@ async def down(request: web.Request) -> web.Response:
     return web.json_response(_emu(request).agent(node).state.knobs.to_json())
 
 
+async def reports(request: web.Request) -> web.Response:
+    node = _node(request)
+    body = await parse(request, _Reports)
+    _emu(request).set_reports(node, body.reports)
+    return web.json_response(_emu(request).agent(node).state.knobs.to_json())
+
+
 async def hold(request: web.Request) -> web.Response:
     node = _node(request)
     body = await parse(request, _Hold)
@@ -244,6 +255,7 @@ def make_app(emulator: SpurEmulator) -> web.Application:
             web.post("/agents/{node}/contention", contention),
             web.post("/agents/{node}/cancel-timeout", cancel_timeout),
             web.post("/agents/{node}/down", down),
+            web.post("/agents/{node}/reports", reports),
             web.post("/agents/{node}/hold", hold),
         ]
     )

@@ -180,6 +180,28 @@ class ControllerService(slurm_pb2_grpc.SlurmControllerServicer):
         self.cluster.register(name, reg, booted if booted is not None else self.cluster.clock.now())
         return slurm_pb2.RegisterAgentResponse(accepted=True, message="registered")
 
+    async def ReportJobStatus(self, request: Any, context: Any) -> empty_pb2.Empty:
+        """An agent's completion report, answered as spurctld does: NOT_FOUND for a job it
+        does not track, INVALID_ARGUMENT for a node outside the job's allocation, and OK for
+        a job already ended or a superseded run's report (both only logged)."""
+        await self._guard(context, write=True)
+        if request.reporting_node:
+            if request.exit_code == 0 and request.state != slurm_pb2.JOB_COMPLETED:
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "state must be COMPLETED")
+            try:
+                self.cluster.node_complete(
+                    request.job_id,
+                    self.resolve(request.reporting_node),
+                    request.exit_code,
+                    request.signal,
+                    request.run_attempt,
+                )
+            except NotFound as exc:
+                await context.abort(grpc.StatusCode.NOT_FOUND, str(exc))
+            except ValueError as exc:
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        return empty_pb2.Empty()
+
     async def Heartbeat(self, request: Any, context: Any) -> slurm_pb2.HeartbeatResponse:
         await self._guard(context, write=True)
         name = self.resolve(request.hostname)

@@ -196,6 +196,10 @@ class SpurEmulator(Served):
     def set_down(self, node: str, down: bool = True) -> None:
         self.agent(node).state.knobs.down = down
 
+    def set_reports(self, node: str, reports: bool = True) -> None:
+        """Whether the agent's completion reports (ReportJobStatus) reach the controller."""
+        self.agent(node).state.knobs.reports = reports
+
     def hold(
         self, node: str, job_id: int, run_attempt: int = 1, kind: HoldingKind = "process"
     ) -> None:
@@ -341,6 +345,7 @@ class SpurEmulator(Served):
                     "registered": agent.registered,
                     "pending_kills": agent.pending_kills(),
                     "beats": [{**beat, "at": iso(beat["at"])} for beat in agent.beats[-10:]],
+                    "reports": [{**r, "at": iso(r["at"])} for r in agent.reports[-10:]],
                 }
                 for agent in self.agents.values()
             ],

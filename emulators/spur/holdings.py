@@ -77,6 +77,9 @@ class Knobs:
     # Whether a delayed cancel still does its work (it acts at once, the answer is late).
     cancel_acts: bool = True
     down: bool = False
+    # Whether the agent's completion report (ReportJobStatus, after it reaps a killed
+    # process) reaches the controller; off: spurd gave up reporting (controller unreachable).
+    reports: bool = True
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -85,6 +88,7 @@ class Knobs:
             "cancel_delay": self.cancel_delay,
             "cancel_acts": self.cancel_acts,
             "down": self.down,
+            "reports": self.reports,
         }
 
 

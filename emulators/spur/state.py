@@ -88,6 +88,8 @@ class Job:
     array_task_id: int = 0
     exit_code: int = 0
     state_reason: str = ""
+    # Nodes of the current run that reported their process finished (ReportJobStatus).
+    node_completions: dict[str, int] = field(default_factory=dict)
 
     @property
     def active(self) -> bool:
@@ -226,6 +228,7 @@ class Cluster:
         job.run_attempt += 1
         job.dispatched_to = list(nodes)
         job.allocated_nodes = []
+        job.node_completions = {}
         return job
 
     def commit(self, job_id: int) -> Job:
@@ -250,6 +253,28 @@ class Cluster:
         for name in job.allocated_nodes:
             self._refresh_node(name)
         return job
+
+    def node_complete(
+        self, job_id: int, node: str, exit_code: int, signal: int, run_attempt: int
+    ) -> str:
+        """spurctld's node_complete, for an agent's ReportJobStatus: raises NotFound for a job
+        it does not track and ValueError for a node outside the job's allocation; answers
+        "already-terminal", "stale-report" (a superseded run), "completing" or "all-done"."""
+        job = self.jobs.get(job_id)
+        if job is None:
+            raise NotFound(f"job {job_id} not found")
+        if job.state in TERMINAL:
+            return "already-terminal"
+        if run_attempt and job.run_attempt and run_attempt < job.run_attempt:
+            return "stale-report"
+        if node not in job.allocated_nodes:
+            raise ValueError(f"node {node} is not allocated to job {job_id}")
+        job.node_completions[node] = exit_code if not signal else 128 + signal
+        if set(job.node_completions) < set(job.allocated_nodes):
+            return "completing"
+        failed = any(code != 0 for code in job.node_completions.values())
+        self.finish(job_id, slurm_pb2.JOB_FAILED if failed else slurm_pb2.JOB_COMPLETED)
+        return "all-done"
 
     def requeue(self, job_id: int) -> tuple[Job, list[str]]:
         """The run ends and the job waits again; returns the nodes the ended run was sent to."""

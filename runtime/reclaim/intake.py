@@ -1,23 +1,27 @@
 """The reclaim intake: what agents report holding, decided, and handed to workflows.
 
-Reports come from the heartbeat tap (every Heartbeat an agent sends: a complete listing),
-from `keeper reclaim report` and from the HTTP endpoint (a partial listing: the jobs it
-names). The intake gathers them for `reclaim.batch_window`, reads the controller once for
-the whole batch (a view newer than every report it decides), folds that view into keeper's
-memory, records each holding's first sighting, and decides every holding
-(domain/reclaim/decide.py). Then:
+Reports come from the heartbeat tap (every Heartbeat an agent sends: a complete listing;
+every ReportJobStatus: the agent reaped a job's process), from `keeper reclaim report` and
+from the HTTP endpoint (a partial listing: the jobs it names). The intake gathers them for
+`reclaim.batch_window`, reads the controller once for the whole batch (a view newer than
+every report it decides), folds that view into keeper's memory, records each holding's first
+sighting, and decides every holding (domain/reclaim/decide.py). Then:
 
 | holding | what the intake does |
 |---|---|
 | spare | nothing: no workflow is started or signalled |
 | stale (reclaim or quarantine), no workflow yet | signal-with-start its JobReclaim (USE_EXISTING) |
-| has a workflow | signals `evidence` when a heartbeat's answer changes (held / absent) |
+| has a workflow | folds each report's evidence into keeper's memory; signals it (below) |
 
-An empty heartbeat starts, signals and decides nothing (spur sends one whenever the agent's
-job map is busy), and a heartbeat that omits a job the controller runs on that node is
-partial: what it omits is no evidence of release. Nothing here can block or fail the tap's
-forwarding: the tap hands events over through a bounded queue, and an error here is logged
-and counted.
+The evidence (domain/reclaim/evidence.py) is signalled to the holding's workflow: held when
+that changes, absent, idle and done each time (the workflow counts them). An empty heartbeat
+starts and decides nothing (spur sends one whenever the agent's job map is busy); to a
+node's open reclaims it is idle evidence only while the controller runs nothing on that
+node. A heartbeat that omits a job the controller runs on that node is partial: what it
+omits is no evidence of release. A signal to a reclaim that is no longer running is benign
+(counted as `closed`): the holding is detached from it, so the next stale verdict starts a
+new one. Nothing here can block or fail the tap's forwarding: the tap hands events over
+through a bounded queue, and an error here is logged and counted.
 """
 
 from __future__ import annotations
@@ -63,6 +67,8 @@ class Report:
     # A heartbeat lists everything the agent holds; a report only the jobs it names.
     complete: bool
     source: str = "heartbeat"
+    # The agent reported these jobs finished (ReportJobStatus): evidence, never a sighting.
+    finished: bool = False
 
 
 @dataclass(frozen=True)
@@ -90,6 +96,10 @@ class IntakeCounters:
     # a Temporal connection.
     refused: int = 0
     no_temporal: int = 0
+    # Completion reports seen (ReportJobStatus), and signals that found their reclaim
+    # closed (benign: the holding is detached from it).
+    finished: int = 0
+    closed: int = 0
 
 
 @dataclass
@@ -138,7 +148,9 @@ class Intake:
     def offer(self, report: Report) -> None:
         """Queues a report for the next batch; never blocks."""
         self.counters.reports += 1
-        if not report.job_ids:
+        if report.finished:
+            self.counters.finished += 1
+        elif not report.job_ids:
             self.counters.empty += 1
         self._pending.append(report)
         if len(self._pending) > MAX_PENDING:
@@ -185,18 +197,38 @@ class Intake:
             await self._forget_quiet_holdings()
             await self._lift_orphaned_drains()
         await self._learn_nodes(set(by_node))
-        listed = {n: rs for n, rs in by_node.items() if any(r.job_ids for r in rs)}
-        if not listed:
+        sightings = {n: [r for r in rs if not r.finished] for n, rs in by_node.items()}
+        listed = {n: rs for n, rs in sightings.items() if any(r.job_ids for r in rs)}
+        watched_nodes = await asyncio.to_thread(self.memory.watched_nodes)
+        # Nodes whose reports are evidence with no sighting: empty heartbeats and completion
+        # reports, for the open reclaims of that node.
+        evidence_only = {
+            n for n, rs in by_node.items()
+            if n in watched_nodes and any(r.finished or not r.job_ids for r in rs)
+        }  # fmt: skip
+        if not listed and not evidence_only:
             return []
-        watched = await asyncio.to_thread(self._watched, list(listed))
+        watched = await asyncio.to_thread(self._watched, sorted(set(listed) | evidence_only))
+        handled = await self._decide_listed(listed, watched) if listed else []
+        # What each node must be holding by the controller's account: a heartbeat that omits
+        # any of it is partial, and says nothing about what it omits; an empty one is idle
+        # evidence only where the controller runs nothing.
+        complete = any(r.complete for n in watched for r in by_node.get(n, []))
+        active = await self.assessor.active_by_node() if complete and watched else {}
+        for node in sorted(watched):
+            for report in by_node.get(node, []):
+                await self._evidence(watched[node], report, active.get(node, set()))
+        return handled
+
+    async def _decide_listed(
+        self, listed: dict[str, list[Report]], watched: dict[str, list[tuple[Holding, str]]]
+    ) -> list[Handled]:
+        """Sights every listed holding, decides it against one controller read, and starts a
+        reclaim for each stale one that has none (added to `watched`)."""
         job_ids = {j for rs in listed.values() for r in rs for j in r.job_ids}
         job_ids |= {h.job_id for pairs in watched.values() for h, _ in pairs}
         everything = self._full_read_due()
         view, epoch = await self.assessor.read(job_ids, everything=everything)
-        # What each node must be holding by the controller's account: a heartbeat that
-        # omits any of it is partial, and says nothing about what it omits.
-        complete = any(r.complete for rs in listed.values() for r in rs)
-        active = await self.assessor.active_by_node() if complete else {}
         sighted = await asyncio.to_thread(self._sight, listed, epoch.epoch)
         decided = await self.assessor.decide([h for _, h, _ in sighted], view, epoch)
         handled: list[Handled] = []
@@ -210,11 +242,6 @@ class Intake:
                 if started:
                     watched.setdefault(node, []).append((holding, workflow_id))
             handled.append(Handled(node, holding.job_id, decision, workflow_id, started))
-        for node, node_reports in listed.items():
-            for report in node_reports:
-                if report.complete and report.job_ids:
-                    whole = active.get(node, set()) <= set(report.job_ids)
-                    await self._signal_evidence(watched.get(node, []), report, whole)
         return handled
 
     def _touch(self, by_node: dict[str, list[Report]]) -> None:
@@ -381,36 +408,64 @@ class Intake:
         )
         return workflow_id
 
-    async def _signal_evidence(
-        self, watched: list[tuple[Holding, str]], report: Report, whole: bool
+    async def _evidence(
+        self, watched: list[tuple[Holding, str]], report: Report, active_here: set[int]
     ) -> None:
-        """Tells each open reclaim of the report's node what this heartbeat showed, when that
-        differs from what it was last told. A heartbeat that omits a job the controller runs
-        on the node (`whole` false) is partial: its omissions are no evidence."""
-        if not watched or await self._temporal() is None:
+        """Folds what one report says about each open reclaim of its node into keeper's
+        memory, and tells the reclaim: held when that changes, absent, idle and done each
+        time (the workflow counts them). A heartbeat that omits a job the controller runs on
+        the node is partial, so its omissions are no evidence; an empty one is idle evidence
+        only while the controller runs nothing there; a partial report (CLI, HTTP) is
+        evidence only of what it lists."""
+        if not watched or not (report.complete or report.finished):
             return
-        assert self.client is not None
+        whole = active_here <= set(report.job_ids)
         for holding, workflow_id in watched:
             if report.received_at < holding.first_seen:
                 continue  # from before the holding was seen: evidence of nothing about it
-            evidence = evidence_of(report.job_ids, holding.job_id)
+            if report.finished:
+                if holding.job_id not in report.job_ids:
+                    continue
+                evidence = BeatEvidence.DONE
+            else:
+                evidence = evidence_of(
+                    report.job_ids, holding.job_id, node_runs_nothing=not active_here
+                )
             if evidence is BeatEvidence.SILENT or (evidence is BeatEvidence.ABSENT and not whole):
                 continue
-            last = await asyncio.to_thread(
-                self.memory.last_signalled, holding.node, holding.job_id, holding.sighting
-            )
-            # Absent counts each heartbeat (the workflow wants several in a row); held only
-            # when it changes.
+            told = BeatReport(evidence=evidence, at=report.received_at)
+            h = holding
+            await asyncio.to_thread(self.memory.add_evidence, h.node, h.job_id, h.sighting, told)
+            last = await asyncio.to_thread(self.memory.last_signalled, h.node, h.job_id, h.sighting)
             if evidence is BeatEvidence.HELD and last and last.evidence is BeatEvidence.HELD:
                 continue
-            told = BeatReport(evidence=evidence, at=report.received_at)
-            try:
-                await self.client.get_workflow_handle(workflow_id).signal(EVIDENCE_SIGNAL, told)
-            except Exception as err:
+            await self._signal(holding, workflow_id, told)
+
+    async def _signal(self, holding: Holding, workflow_id: str, told: BeatReport) -> None:
+        if await self._temporal() is None:
+            return
+        assert self.client is not None
+        h = holding
+        try:
+            await self.client.get_workflow_handle(workflow_id).signal(EVIDENCE_SIGNAL, told)
+        except RPCError as err:
+            if err.status is not RPCStatusCode.NOT_FOUND:
                 self.counters.errors += 1
                 log.warning("could not signal %s: %s", workflow_id, err)
-                continue
-            self.counters.signalled += 1
+                return
+            # The reclaim is no longer running (it ended, was terminated, or its history is
+            # gone): benign. The holding stays open with its fence but without that
+            # workflow, so the next stale verdict starts a new one and no signal is wasted.
+            self.counters.closed += 1
             await asyncio.to_thread(
-                self.memory.set_last_signalled, holding.node, holding.job_id, holding.sighting, told
+                self.memory.detach_workflow, h.node, h.job_id, h.sighting, workflow_id
             )
+            log.info("%s is not running; %s's holding of job %s is detached from it",
+                     workflow_id, h.node, h.job_id)  # fmt: skip
+            return
+        except Exception as err:
+            self.counters.errors += 1
+            log.warning("could not signal %s: %s", workflow_id, err)
+            return
+        self.counters.signalled += 1
+        await asyncio.to_thread(self.memory.set_last_signalled, h.node, h.job_id, h.sighting, told)

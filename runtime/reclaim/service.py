@@ -31,6 +31,11 @@ from wire.spur import slurm_pb2
 log = logging.getLogger("keeper.reclaim.tap")
 HEARTBEAT = "/slurm.SlurmController/Heartbeat"
 REGISTER = "/slurm.SlurmController/RegisterAgent"
+REPORT_JOB_STATUS = "/slurm.SlurmController/ReportJobStatus"
+# A completion report is the agent's word about its own map whatever the controller made of
+# the job (NOT_FOUND for one it lost, INVALID_ARGUMENT for one it moved): only a caller the
+# controller would not accept is nobody's evidence.
+_REPORT_REFUSED = frozenset({grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED})
 MAX_REPORTED_JOBS = 4096
 
 
@@ -54,6 +59,24 @@ def _peer_host(peer: str) -> str:
 
 
 async def on_tap_event(intake: Intake, event: TapEvent) -> None:
+    if event.method == REPORT_JOB_STATUS and isinstance(
+        event.message, slurm_pb2.ReportJobStatusRequest
+    ):
+        msg = event.message
+        if event.status in _REPORT_REFUSED or not msg.reporting_node:
+            intake.counters.refused += 1
+            return
+        intake.offer(
+            Report(
+                hostname=msg.reporting_node,
+                job_ids=(msg.job_id,),
+                received_at=event.received_at,
+                complete=False,
+                source="report-job-status",
+                finished=True,
+            )
+        )
+        return
     if event.status is not grpc.StatusCode.OK:
         # The controller refused it (an unknown or unregistered node, a denied token, a
         # hostname its node token does not bind): what it claims is nobody's evidence, and a

@@ -5,8 +5,9 @@ the caller's metadata and deadline go up; the upstream's headers, messages, trai
 code and details come back, so the agent cannot tell the tap from the controller (leader
 redirects and NOT_FOUND "is the node registered?" included). Nothing is parsed on the way.
 
-RegisterAgent and Heartbeat requests are also copied, with the upstream's final status, into a
-bounded queue. A task drains it, decodes each copy and hands a `TapEvent` to the observer.
+RegisterAgent, Heartbeat and ReportJobStatus requests are also copied, with the upstream's
+final status, into a bounded queue. A task drains it, decodes each copy and hands a
+`TapEvent` to the observer.
 A full queue drops the event, a bad message or a raising observer is counted: the forwarded
 call never waits for, or learns about, any of it.
 """
@@ -31,9 +32,13 @@ log = logging.getLogger(__name__)
 
 REGISTER_AGENT = "/slurm.SlurmController/RegisterAgent"
 HEARTBEAT = "/slurm.SlurmController/Heartbeat"
+# An agent's word that it reaped a job's process (spurd's monitor loop, after it removed the
+# job from its running map): release evidence for job reclaim.
+REPORT_JOB_STATUS = "/slurm.SlurmController/ReportJobStatus"
 _OBSERVED: dict[str, type[Message]] = {
     REGISTER_AGENT: slurm_pb2.RegisterAgentRequest,
     HEARTBEAT: slurm_pb2.HeartbeatRequest,
+    REPORT_JOB_STATUS: slurm_pb2.ReportJobStatusRequest,
 }
 DEFAULT_QUEUE_SIZE = 4096
 
@@ -56,7 +61,9 @@ _HOP_HEADERS = frozenset(
     {"content-type", "te", "user-agent", "host", "connection", "content-length", "trailer"}
 )
 
-ObservedRequest = slurm_pb2.RegisterAgentRequest | slurm_pb2.HeartbeatRequest
+ObservedRequest = (
+    slurm_pb2.RegisterAgentRequest | slurm_pb2.HeartbeatRequest | slurm_pb2.ReportJobStatusRequest
+)
 Observer = Callable[["TapEvent"], Awaitable[None]]
 _Metadata = tuple[tuple[str, str | bytes], ...]
 
@@ -65,7 +72,7 @@ _Metadata = tuple[tuple[str, str | bytes], ...]
 class TapEvent:
     """One observed request. `status` is what the upstream answered the agent."""
 
-    method: str  # the full path, REGISTER_AGENT or HEARTBEAT
+    method: str  # the full path: REGISTER_AGENT, HEARTBEAT or REPORT_JOB_STATUS
     message: ObservedRequest
     peer: str  # the agent's gRPC peer, e.g. "ipv4:10.0.0.7:40112"
     received_at: datetime  # UTC, when the tap received the call
@@ -73,8 +80,10 @@ class TapEvent:
 
     def __repr__(self) -> str:
         # The message carries join and node tokens; a repr in a log line must not.
+        m = self.message
+        host = m.reporting_node if isinstance(m, slurm_pb2.ReportJobStatusRequest) else m.hostname
         return (
-            f"TapEvent(method={self.method!r}, hostname={self.message.hostname!r}, "
+            f"TapEvent(method={self.method!r}, hostname={host!r}, "
             f"peer={self.peer!r}, received_at={self.received_at.isoformat()}, "
             f"status={self.status.name})"
         )

@@ -2,16 +2,19 @@
 
 from store.reclaim.memory import (
     FORGET_AFTER,
+    WEAKLY_RELEASED,
     ReclaimMemory,
     UnknownHolding,
     WorkflowConflict,
     open_reclaim_memory,
 )
-from store.reclaim.records import AgentNode, DrainRecord
+from store.reclaim.records import AgentNode, CancelSend, DrainRecord
 
 __all__ = [
     "FORGET_AFTER",
+    "WEAKLY_RELEASED",
     "AgentNode",
+    "CancelSend",
     "DrainRecord",
     "ReclaimMemory",
     "UnknownHolding",

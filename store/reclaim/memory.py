@@ -29,12 +29,21 @@ from sqlalchemy import (
 from sqlalchemy.exc import IntegrityError
 
 from domain.reclaim.epoch import Observation
-from domain.reclaim.evidence import BeatEvidence, BeatReport
+from domain.reclaim.evidence import BeatEvidence, BeatReport, ReleaseTally
 from domain.reclaim.jobs import JobState
 from domain.reclaim.models import NODE_ID_RE, EpochState, Holding, KnownJob
 from store.database import StoreUnavailable, open_engine, redacted_url, without_password
-from store.reclaim.records import AgentNode, DrainRecord
-from store.reclaim.schema import drains, epochs, holdings, jobs, metadata, nodes
+from store.reclaim.records import AgentNode, CancelSend, DrainRecord
+from store.reclaim.schema import (
+    cancels,
+    drains,
+    epochs,
+    evidence,
+    holdings,
+    jobs,
+    metadata,
+    nodes,
+)
 
 # Ids per IN (...) list and rows per executemany batch: well under SQLite's bound-parameter
 # limit, and large enough that a 100,000-job first observation is a few hundred statements.
@@ -48,6 +57,10 @@ WRITE_ROUNDS = 3
 # (`forget(now - FORGET_AFTER)`): spur's agent reports every 30 s, so a day of silence means
 # the agent dropped the job, and a later report is a new sighting with a fresh first_seen.
 FORGET_AFTER = timedelta(hours=24)
+# The outcome of a holding released on weak evidence (an idle node's empty heartbeats): a
+# heartbeat that lists the job again within FORGET_AFTER reopens this holding, fence and all,
+# rather than sighting a new one decided afresh (domain/reclaim/evidence.py).
+WEAKLY_RELEASED = "released-weak"
 _EPOCH_ROW = 1
 _OPEN = 1
 _T = TypeVar("_T")
@@ -448,6 +461,10 @@ class ReclaimMemory:
                     .group_by(holdings.c.job_id)
                 )
                 last.update({job_id: top for job_id, top in conn.execute(query)})
+            reopened = self._reopen_weak(conn, node_id, last, at)
+            for row in reopened:
+                open_rows[row.job_id] = row
+            missing = [j for j in missing if j not in open_rows]
             new = [
                 {"node_id": node_id, "job_id": j, "sighting": last.get(j, 0) + 1,
                  "epoch": epoch, "first_seen": at, "last_reported_at": at, "is_open": _OPEN}
@@ -464,6 +481,37 @@ class ReclaimMemory:
             return sorted(out, key=lambda h: h.job_id)
 
         return self._retry(work)
+
+    def _reopen_weak(
+        self, conn: Connection, node_id: str, last: dict[int, int], at: datetime
+    ) -> list[Any]:
+        """Reopens each job's last holding if weak evidence closed it within FORGET_AFTER:
+        the agent lists the job again, so the release was a mistake, and the holding keeps
+        the fence it had (first sighting, epoch). Its tally starts over."""
+        out: list[Any] = []
+        for job_id, sighting in last.items():
+            key = self._key(node_id, job_id, sighting)
+            row = conn.execute(select(holdings).where(key)).first()
+            if row is None or row.outcome != WEAKLY_RELEASED or row.closed_at is None:
+                continue
+            if _at(row.closed_at) < at - FORGET_AFTER:
+                continue
+            conn.execute(
+                update(holdings)
+                .where(key)
+                .values(is_open=_OPEN, closed_at=None, outcome=None, workflow_id=None,
+                        signalled_evidence=None, signalled_at=None, signalled_boot=None,
+                        last_reported_at=at)
+            )  # fmt: skip
+            conn.execute(
+                delete(evidence).where(
+                    evidence.c.node_id == node_id,
+                    evidence.c.job_id == job_id,
+                    evidence.c.sighting == sighting,
+                )
+            )
+            out.append(conn.execute(select(holdings).where(key)).one())
+        return out
 
     def holdings(self, node_id: str | None = None, *, open_only: bool = True) -> list[Holding]:
         query = select(holdings).order_by(
@@ -569,6 +617,17 @@ class ReclaimMemory:
         with self.engine.connect() as conn:
             return [(self._holding(r), r.workflow_id) for r in conn.execute(query)]
 
+    def watched_nodes(self) -> set[str]:
+        """The nodes with at least one open holding a workflow watches: the only nodes whose
+        empty heartbeats the intake needs to look at."""
+        query = (
+            select(holdings.c.node_id)
+            .where(holdings.c.is_open == _OPEN, holdings.c.workflow_id.is_not(None))
+            .distinct()
+        )
+        with self.engine.connect() as conn:
+            return set(conn.execute(query).scalars())
+
     def forget(self, before: datetime) -> int:
         """Prunes open holdings without a workflow that no heartbeat listed since `before`
         (callers pass `now - FORGET_AFTER`); returns how many. Closed holdings stay: they
@@ -621,6 +680,111 @@ class ReclaimMemory:
                 )
             )
             return True
+
+    def add_evidence(
+        self, node_id: str, job_id: int, sighting: int, report: BeatReport
+    ) -> ReleaseTally:
+        """Folds one report into the holding's release tally (domain/reclaim/evidence.py) and
+        returns it. The intake calls this for every report about a watched holding, so the
+        tally is the agent's word whether or not the workflow was told (or running)."""
+        key = and_(
+            evidence.c.node_id == node_id,
+            evidence.c.job_id == job_id,
+            evidence.c.sighting == sighting,
+        )
+
+        def work(conn: Connection) -> ReleaseTally:
+            self._require(conn, node_id, job_id, sighting)
+            row = conn.execute(select(evidence.c.tally).where(key)).first()
+            before = ReleaseTally() if row is None else ReleaseTally.model_validate_json(row.tally)
+            after = before.add(report)
+            values = {"tally": after.model_dump_json(), "updated_at": _utc(report.at, "at")}
+            if row is None:
+                conn.execute(
+                    insert(evidence).values(
+                        node_id=node_id, job_id=job_id, sighting=sighting, **values
+                    )
+                )
+            else:
+                conn.execute(update(evidence).where(key).values(**values))
+            return after
+
+        return self._retry(work)
+
+    def tally(self, node_id: str, job_id: int, sighting: int) -> ReleaseTally:
+        """The holding's release tally as the intake last folded it (empty: no report yet)."""
+        query = select(evidence.c.tally).where(
+            evidence.c.node_id == node_id,
+            evidence.c.job_id == job_id,
+            evidence.c.sighting == sighting,
+        )
+        with self.engine.connect() as conn:
+            row = conn.execute(query).first()
+        return ReleaseTally() if row is None else ReleaseTally.model_validate_json(row.tally)
+
+    def last_listed(self, node_id: str, job_id: int, sighting: int) -> datetime | None:
+        """When a report last listed the holding (None: keeper has no such holding)."""
+        with self.engine.connect() as conn:
+            row = self._row(conn, node_id, job_id, sighting)
+        return None if row is None else _at(row.last_reported_at)
+
+    # ---- cancels -----------------------------------------------------------------------
+
+    def claim_send(
+        self, send_key: str, node_id: str, job_id: int, sighting: int, signal: int, at: datetime
+    ) -> CancelSend | None:
+        """Claims the one send `send_key` stands for. None: claimed now, send it. A CancelSend:
+        an earlier try claimed it (and sent it, or died before it could): never send again."""
+        if not send_key:
+            raise ValueError("a cancel is claimed under a non-empty key")
+        at = _utc(at, "at")
+
+        def work(conn: Connection) -> CancelSend | None:
+            row = conn.execute(select(cancels).where(cancels.c.send_key == send_key)).first()
+            if row is not None:
+                return self._send(row)
+            conn.execute(
+                insert(cancels).values(
+                    send_key=send_key, node_id=_node_id(node_id), job_id=_job_id(job_id),
+                    sighting=sighting, signal=signal, claimed_at=at, answer=None,
+                    answered_at=None,
+                )
+            )  # fmt: skip
+            return None
+
+        return self._retry(work)
+
+    def answer_send(self, send_key: str, answer: str, at: datetime) -> None:
+        """Records what the agent answered to the claimed send (first answer wins)."""
+        with self.engine.begin() as conn:
+            conn.execute(
+                update(cancels)
+                .where(cancels.c.send_key == send_key, cancels.c.answer.is_(None))
+                .values(answer=answer, answered_at=_utc(at, "at"))
+            )
+
+    def sends(self, node_id: str, job_id: int, sighting: int) -> list[CancelSend]:
+        """Every cancel claimed for the holding, oldest first: what may have reached its agent."""
+        query = (
+            select(cancels)
+            .where(
+                cancels.c.node_id == node_id,
+                cancels.c.job_id == job_id,
+                cancels.c.sighting == sighting,
+            )
+            .order_by(cancels.c.claimed_at, cancels.c.send_key)
+        )
+        with self.engine.connect() as conn:
+            return [self._send(r) for r in conn.execute(query)]
+
+    @staticmethod
+    def _send(row: Any) -> CancelSend:
+        return CancelSend(
+            send_key=row.send_key,
+            signal=row.signal,
+            claimed_at=_at(row.claimed_at),
+            answer=row.answer,
+        )
 
     # ---- drains ------------------------------------------------------------------------
 

@@ -34,3 +34,15 @@ class DrainRecord(BaseModel):
     reason: str
     drained_at: datetime
     cleared_at: datetime | None = None
+
+
+class CancelSend(BaseModel):
+    """One agent cancel keeper claimed (and then sent, unless the sender died in between)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    send_key: str
+    signal: int
+    claimed_at: datetime
+    # delivered | timed-out | not-delivered; None while unknown (the answer was lost).
+    answer: str | None = None

@@ -92,3 +92,33 @@ drains = Table(
     Column("drained_at", DateTime(timezone=True), nullable=False),
     Column("cleared_at", DateTime(timezone=True)),
 )
+
+# The release evidence the intake has seen for each watched holding (a ReleaseTally as JSON),
+# so an activity retried after a crash can see that the agent already let go.
+evidence = Table(
+    "reclaim_evidence",
+    metadata,
+    Column("node_id", String(128), primary_key=True),
+    Column("job_id", BigInteger, primary_key=True),
+    Column("sighting", Integer, primary_key=True),
+    Column("tally", Text, nullable=False),
+    Column("updated_at", DateTime(timezone=True), nullable=False),
+)
+
+# Every agent cancel keeper sent, claimed before the send under a key unique to the
+# scheduled activity (workflow id, run id, activity id): a retry of that activity finds its
+# claim and never sends again, and the count is what may have reached the agent.
+cancels = Table(
+    "reclaim_cancels",
+    metadata,
+    Column("send_key", String(512), primary_key=True),
+    Column("node_id", String(128), nullable=False),
+    Column("job_id", BigInteger, nullable=False),
+    Column("sighting", Integer, nullable=False),
+    Column("signal", Integer, nullable=False),
+    Column("claimed_at", DateTime(timezone=True), nullable=False),
+    # delivered | timed-out | not-delivered; NULL while the answer is unknown (lost).
+    Column("answer", String(32)),
+    Column("answered_at", DateTime(timezone=True)),
+    Index("reclaim_cancels_holding", "node_id", "job_id", "sighting"),
+)

@@ -380,6 +380,28 @@ class HeartbeatResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
+class ReportJobStatusRequest(_message.Message):
+    __slots__ = ("job_id", "state", "exit_code", "message", "drain_node", "drain_reason", "reporting_node", "signal", "run_attempt")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    DRAIN_NODE_FIELD_NUMBER: _ClassVar[int]
+    DRAIN_REASON_FIELD_NUMBER: _ClassVar[int]
+    REPORTING_NODE_FIELD_NUMBER: _ClassVar[int]
+    SIGNAL_FIELD_NUMBER: _ClassVar[int]
+    RUN_ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    job_id: int
+    state: JobState
+    exit_code: int
+    message: str
+    drain_node: bool
+    drain_reason: str
+    reporting_node: str
+    signal: int
+    run_attempt: int
+    def __init__(self, job_id: _Optional[int] = ..., state: _Optional[_Union[JobState, str]] = ..., exit_code: _Optional[int] = ..., message: _Optional[str] = ..., drain_node: _Optional[bool] = ..., drain_reason: _Optional[str] = ..., reporting_node: _Optional[str] = ..., signal: _Optional[int] = ..., run_attempt: _Optional[int] = ...) -> None: ...
+
 class AgentCancelJobRequest(_message.Message):
     __slots__ = ("job_id", "signal")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]

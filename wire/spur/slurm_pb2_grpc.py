@@ -75,6 +75,11 @@ class SlurmControllerStub:
                 request_serializer=wire_dot_spur_dot_slurm__pb2.HeartbeatRequest.SerializeToString,
                 response_deserializer=wire_dot_spur_dot_slurm__pb2.HeartbeatResponse.FromString,
                 _registered_method=True)
+        self.ReportJobStatus = channel.unary_unary(
+                '/slurm.SlurmController/ReportJobStatus',
+                request_serializer=wire_dot_spur_dot_slurm__pb2.ReportJobStatusRequest.SerializeToString,
+                response_deserializer=google_dot_protobuf_dot_empty__pb2.Empty.FromString,
+                _registered_method=True)
 
 
 class SlurmControllerServicer:
@@ -128,6 +133,12 @@ class SlurmControllerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ReportJobStatus(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SlurmControllerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -170,6 +181,11 @@ def add_SlurmControllerServicer_to_server(servicer, server):
                     servicer.Heartbeat,
                     request_deserializer=wire_dot_spur_dot_slurm__pb2.HeartbeatRequest.FromString,
                     response_serializer=wire_dot_spur_dot_slurm__pb2.HeartbeatResponse.SerializeToString,
+            ),
+            'ReportJobStatus': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReportJobStatus,
+                    request_deserializer=wire_dot_spur_dot_slurm__pb2.ReportJobStatusRequest.FromString,
+                    response_serializer=google_dot_protobuf_dot_empty__pb2.Empty.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -388,6 +404,33 @@ class SlurmController:
             '/slurm.SlurmController/Heartbeat',
             wire_dot_spur_dot_slurm__pb2.HeartbeatRequest.SerializeToString,
             wire_dot_spur_dot_slurm__pb2.HeartbeatResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReportJobStatus(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/slurm.SlurmController/ReportJobStatus',
+            wire_dot_spur_dot_slurm__pb2.ReportJobStatusRequest.SerializeToString,
+            google_dot_protobuf_dot_empty__pb2.Empty.FromString,
             options,
             channel_credentials,
             insecure,

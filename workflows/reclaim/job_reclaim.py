@@ -43,7 +43,7 @@ with workflow.unsafe.imports_passed_through():
         ReclaimCarry,
         UndrainCall,
     )
-    from domain.reclaim.evidence import BeatReport
+    from domain.reclaim.evidence import BeatReport, Release
     from domain.reclaim.models import (
         EVIDENCE_SIGNAL,
         RECLAIM_WORKFLOW_TYPE,
@@ -88,6 +88,10 @@ class JobReclaim:
         self._early: list[BeatReport] = []
         # A drain was asked for (it may have been made even if its answer never came back).
         self._drain_requested = False
+        # Release evidence keeper's memory held when an activity read it (the intake folds
+        # every heartbeat in, whether or not this run heard): as good as a signal's.
+        self._memory_release: Release | None = None
+        self._release: Release | None = None
 
     @workflow.signal(name=EVIDENCE_SIGNAL, description="What a later heartbeat showed.")
     def evidence(self, report: BeatReport) -> None:
@@ -120,6 +124,7 @@ class JobReclaim:
                 last=carry.last,
                 attention=carry.attention,
                 actions=list(carry.actions),
+                cancels_sent=carry.cancels_sent,
             )
             self._drain_requested = carry.drained
             if self._operator is None:
@@ -169,6 +174,9 @@ class JobReclaim:
             if self._released():
                 return self._release_outcome()
             a = await self._assess()
+            if a.released is not None:
+                self._memory_release = a.released
+                return self._release_outcome()
             verdict = a.decision.verdict
             if verdict is Verdict.SPARE:
                 self._act(f"spared: {a.decision.detail}")
@@ -178,7 +186,8 @@ class JobReclaim:
                 await self._wait(inp.policy.drained_recheck)
                 continue
             if verdict is Verdict.QUARANTINE or view.attempts >= len(plan):
-                await self._quarantine(a)
+                if not await self._quarantine(a):
+                    continue  # the drain's own fresh read found it no longer stale
                 await self._wait(inp.policy.drained_recheck)
                 continue
             attempt = plan[view.attempts]
@@ -192,6 +201,13 @@ class JobReclaim:
                 f"{inp.holding.node} (try {attempt.overall})",
             )
             what = f"signal {attempt.signal} ({attempt.step.value} {attempt.try_in_step})"
+            if result.cancels_sent is not None:
+                view.cancels_sent = result.cancels_sent
+            if result.released is not None:
+                # keeper's memory shows the agent let go: nothing was sent, nothing is left.
+                self._act(f"{what} {result.error}")
+                self._memory_release = result.released
+                return self._release_outcome()
             if result.decision is not None and not result.sent:
                 # The activity's own fresh read found nothing to cancel (or observe mode):
                 # no try was spent; the next read decides what follows.
@@ -216,7 +232,9 @@ class JobReclaim:
             would = f"would send signal {step.signal} ({step.step.value})"
         self._act(f"observe mode: {would}; {a.decision.reason.value}", dedupe=True)
 
-    async def _quarantine(self, a: Assessment) -> None:
+    async def _quarantine(self, a: Assessment) -> bool:
+        """Drains the node (once) and tells the operator; False when the drain's own fresh
+        read found the holding no longer stale, so nothing was drained."""
         inp, view = self._inp, self._view
         assert inp is not None and view is not None
         self._step(Step.DRAINED)
@@ -227,9 +245,9 @@ class JobReclaim:
                 f"with `keeper reclaim release {inp.holding.node} {inp.holding.job_id}`"
             )
             self._publish()
-            return
+            return True
         if view.drained:
-            return
+            return True
         reason = self._drain_reason(a)
         self._drain_requested = True
         result = await workflow.execute_activity_method(
@@ -239,6 +257,12 @@ class JobReclaim:
             retry_policy=opts.NODE_RETRY,
             summary=f"drain {inp.holding.node}: holds job {inp.holding.job_id}",
         )
+        if not result.drained:
+            self._drain_requested = False
+            d = result.decision
+            why = f"{d.verdict.value} ({d.reason.value}): {d.detail}" if d else "not stale"
+            self._act(f"not drained: a fresh read says {why}")
+            return False
         view.drained = True
         metrics.node_drained()
         view.attention = (
@@ -260,6 +284,7 @@ class JobReclaim:
                     [view.attention, f"why: {reason}"],
                 )
             )
+        return True
 
     def _drain_reason(self, a: Assessment) -> str:
         assert self._inp is not None
@@ -294,16 +319,18 @@ class JobReclaim:
 
     def _released(self) -> bool:
         assert self._inp is not None and self._view is not None
-        return self._operator is not None or self._view.tally.released(
-            self._inp.policy.release_beats
+        return (
+            self._operator is not None
+            or self._memory_release is not None
+            or self._view.tally.released(self._inp.policy)
         )
 
     def _release_outcome(self) -> Outcome:
         assert self._view is not None and self._inp is not None
-        if self._view.tally.released(self._inp.policy.release_beats):
-            self._act(
-                f"released: {self._view.tally.absent_in_a_row} heartbeats in a row without it"
-            )
+        release = self._view.tally.release(self._inp.policy) or self._memory_release
+        if release is not None:
+            self._release = release
+            self._act(f"released: {release.why}")
             return Outcome.RELEASED
         op = self._operator
         assert op is not None
@@ -339,7 +366,10 @@ class JobReclaim:
         await workflow.execute_activity_method(
             ReclaimActivities.close,
             CloseCall(
-                holding=inp.holding, workflow_id=workflow.info().workflow_id, outcome=outcome
+                holding=inp.holding,
+                workflow_id=workflow.info().workflow_id,
+                outcome=outcome,
+                release=self._release if outcome is Outcome.RELEASED else None,
             ),
             start_to_close_timeout=opts.READ_START_TO_CLOSE,
             retry_policy=opts.READ_RETRY,
@@ -405,6 +435,7 @@ class JobReclaim:
             operator=self._operator,
             attention=view.attention,
             actions=view.actions[-MAX_ACTIONS:],
+            cancels_sent=view.cancels_sent,
         )
         workflow.continue_as_new(inp.model_copy(update={"carry": carry}))
 
@@ -427,4 +458,4 @@ class JobReclaim:
     def _publish(self) -> None:
         if self._view is None or self._inp is None:
             return
-        workflow.set_current_details(render_details(self._view, self._inp.policy.release_beats))
+        workflow.set_current_details(render_details(self._view, self._inp.policy))

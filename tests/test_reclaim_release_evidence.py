@@ -1,0 +1,175 @@
+"""Release evidence end to end: what an idle node can say, and one cancel per step.
+
+The most common reclaim is a node the controller believes idle whose agent still holds one
+old job. Once keeper's cancel kills it, the agent holds nothing, so its heartbeats are empty
+and can never list "other jobs, not this one". spurd gives two other kinds of evidence
+(docs/reclaim.md#release-evidence): the completion report its monitor loop sends after it
+reaps the process (ReportJobStatus, through the tap), and, weaker, empty heartbeats over a
+window while the controller runs nothing on the node. Either ends the reclaim released,
+never drained. And a cancel whose activity is retried after a worker died is never sent a
+second time, nor after the heartbeats showed the release.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from temporalio.client import WorkflowExecutionStatus
+from temporalio.testing import WorkflowEnvironment
+
+from domain.reclaim.steps import Outcome
+from store.reclaim import WEAKLY_RELEASED
+from tests.e2e_support import dev_address, start_worker_process
+from tests.reclaim_world import FAST, ReclaimWorld, reclaim_world, until
+from tests.test_reclaim_e2e import live, names, nodes, only_workflow, stale, view_of
+from tests.test_reclaim_worker_kill import write_config
+
+pytestmark = pytest.mark.e2e
+# A wait after each cancel far longer than any test's beats: a second cancel would be a
+# retry's, never the escalation's next step.
+PATIENT = FAST.model_copy(update={"retry_initial": timedelta(seconds=60),
+                                  "retry_max": timedelta(seconds=60)})  # fmt: skip
+
+
+@pytest.fixture
+async def client(dev_env: WorkflowEnvironment) -> Any:
+    return dev_env.client
+
+
+async def _running(w: ReclaimWorld, wf: str) -> bool:
+    return (await w.handle(wf).describe()).status is WorkflowExecutionStatus.RUNNING
+
+
+async def _beat_until_closed(w: ReclaimWorld, node: str, wf: str, beats: int = 40) -> None:
+    """Heartbeats of `node` at about spurd's rhythm scaled down (the idle window is a span
+    of time), until the reclaim closes."""
+    for _ in range(beats):
+        await w.beat(node)
+        if not await _running(w, wf):
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"{wf} still running after {beats} heartbeats")
+
+
+async def test_an_idle_nodes_completion_report_releases_it_after_one_cancel(
+    client: Any, tmp_path: Path
+) -> None:
+    async with reclaim_world(client, tmp_path, agents=nodes(), policy=PATIENT) as w:
+        node = names(w)[0]
+        job = stale(w, node)  # the only thing the agent holds: the node is idle otherwise
+        await w.beat(node)
+        wf = only_workflow(w, node, job)
+        # SIGTERM, the kill after the grace, then the agent's ReportJobStatus through the tap.
+        await until(lambda: w.emu.agent(node).reports, what="the completion report")
+        result = await w.result(wf)
+        view = await view_of(w, wf)
+        sent = [c.signal for c in w.cancels(job)]
+        reports = [(r["job_id"], r["outcome"]) for r in w.emu.agent(node).reports]
+    assert result.outcome is Outcome.RELEASED, result
+    assert not result.drained and w.emu.cluster.drains == []
+    assert sent == [0]
+    assert "ReportJobStatus" in result.detail, result.detail
+    # The controller had ended the job long ago (it answers "already terminal", OK); the
+    # report is the agent's word about its own map all the same.
+    assert reports == [(job, "ok")]
+    assert view.cancels_sent == 1
+
+
+async def test_an_idle_node_without_a_report_is_released_on_its_empty_heartbeats(
+    client: Any, tmp_path: Path
+) -> None:
+    async with reclaim_world(client, tmp_path, agents=nodes(), policy=PATIENT) as w:
+        node = names(w)[0]
+        job = stale(w, node)
+        w.emu.set_reports(node, False)  # spurd gave up reporting: only heartbeats are left
+        await w.beat(node)
+        wf = only_workflow(w, node, job)
+        await until(lambda: job not in w.emu.holdings(node), what="the kill")
+        await _beat_until_closed(w, node, wf)
+        result = await w.result(wf)
+        closed = w.memory.holdings(node, open_only=False)
+        sent = [c.signal for c in w.cancels(job)]
+    assert result.outcome is Outcome.RELEASED, result
+    assert not result.drained and w.emu.cluster.drains == []
+    assert sent == [0]
+    assert "empty heartbeats" in result.detail and "weak evidence" in result.detail
+    ((holding,),) = [[h for h in closed if h.job_id == job]]
+    outcome = w.memory.holding_closed(node, job, holding.sighting)[1]
+    assert outcome == WEAKLY_RELEASED
+
+
+async def test_a_weak_release_is_reopened_when_the_job_is_listed_again(
+    client: Any, tmp_path: Path
+) -> None:
+    async with reclaim_world(client, tmp_path, agents=nodes(), policy=PATIENT) as w:
+        node = names(w)[0]
+        job = stale(w, node)
+        w.emu.set_reports(node, False)
+        # The agent takes the cancel but keeps the job: a wedged process. Its heartbeats are
+        # empty (a busy map) while the controller runs nothing there, so keeper releases on
+        # weak evidence; the next heartbeat that lists the job proves that wrong.
+        w.emu.set_cancel_timeout(node, 0.01, acts=False)
+        await w.beat(node)
+        wf = only_workflow(w, node, job)
+        first = await w.handle(wf).describe()
+        await until(lambda: w.cancels(job), what="the first cancel")
+        w.emu.set_contention(node, "empty")
+        await _beat_until_closed(w, node, wf)
+        released = await w.result(wf)
+        assert released.outcome is Outcome.RELEASED and "weak evidence" in released.detail
+        w.emu.set_contention(node, "off")
+        assert await w.beat(node) == [job]
+        # The same holding, fence and all (its incarnation names the workflow), reopened.
+        assert only_workflow(w, node, job) == wf
+        (holding,) = [h for h in w.memory.holdings(node) if h.job_id == job]
+        assert holding.sighting == 1
+        again = await w.handle(wf).describe()
+        assert again.run_id != first.run_id
+        assert again.status is WorkflowExecutionStatus.RUNNING
+        await w.handle(wf).cancel()
+
+
+async def test_a_cancel_retried_after_a_worker_died_is_not_sent_again(
+    dev_env: Any, tmp_path: Path
+) -> None:
+    """The worker dies while its cancel waits for the agent's answer (the agent acted); the
+    agent's heartbeats show the release while no worker runs; the activity's retry reads
+    keeper's memory, sends nothing, and the reclaim ends released, the status counting the
+    one cancel whose answer was lost."""
+    async with reclaim_world(
+        dev_env.client, tmp_path, agents=nodes(), policy=PATIENT, worker=False
+    ) as w:
+        node = names(w)[0]
+        live(w, node)  # keeps the node's heartbeats complete and non-empty
+        job = stale(w, node)
+        w.emu.set_reports(node, False)
+        w.emu.set_cancel_timeout(node, 30.0, acts=True)  # it acts at once, answers late
+        w.settings.reclaim.cancel_timeout = timedelta(seconds=20)
+        config = write_config(tmp_path / "keeper.yaml", w, dev_address(dev_env))
+        log = tmp_path / "worker.log"
+        worker = start_worker_process(config, log)
+        try:
+            await w.beat(node)
+            wf = only_workflow(w, node, job)
+            await until(lambda: w.cancels(job), within=60, what="the first cancel")
+            worker.send_signal(signal.SIGKILL)
+            worker.wait(10)
+            await until(lambda: job not in w.emu.holdings(node), what="the kill")
+            for _ in range(FAST.release_beats + 1):
+                await w.beat(node)  # through the tap: absent, absent, absent
+            worker = start_worker_process(config, log)
+            # The lost attempt times out (start-to-close) and its retry runs.
+            result = await w.result(wf, within=120)
+            view = await view_of(w, wf)
+            sent = [c.signal for c in w.cancels(job)]
+        finally:
+            worker.terminate()
+            worker.wait(20)
+    assert result.outcome is Outcome.RELEASED, log.read_text()[-3000:]
+    assert sent == [0], sent
+    assert view.cancels_sent == 1
