@@ -141,7 +141,8 @@ TAP_OBSERVED = Metric(
     Kind.COUNTER,
     "1",
     (),
-    "Copies of agent calls (RegisterAgent, Heartbeat) the reclaim tap handed to its intake.",
+    "Copies of agent calls keeper reads (RegisterAgent, Heartbeat, ReportJobStatus) the reclaim "
+    "tap handed to its intake.",
     process="tap",
 )
 TAP_DROPPED = Metric(
