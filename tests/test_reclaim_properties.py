@@ -5,15 +5,23 @@ from RUNNING, terminal aging with retention, requeues to another or the same nod
 run attempt, wrong evictions where the old node keeps running, wipes that restart the ids),
 agents that hold jobs and report them under varying spellings of their hostname (heartbeats
 may be empty or duplicated; agents restart), and keeper: `observe` and a dict model of its
-memory on every non-empty heartbeat, `decide` on each holding sighted, and one reclaim
-driver per stale holding that follows `steps.attempts`, reading the controller afresh and
-deciding again before every cancel, and sending only on `reclaim`. No servers.
+memory, `decide` on each holding sighted, and one reclaim driver per stale holding that
+follows `steps.attempts`, reading the controller afresh and deciding again before every
+cancel and every drain, and sending only on `reclaim`. Like the intake, keeper reads only the
+jobs a heartbeat lists (and the ones it watches on that node), and the whole job map now and
+then, so a wipe can be seen out of order: one node's reissued id first, another's later.
+Release evidence is the real tally (domain/reclaim/evidence.py): heartbeats that list other
+jobs, empty heartbeats while the controller runs nothing on the node (idle nodes: weak, and
+reopened when the job is listed again), and the agent's completion report after a kill
+(sometimes lost). No servers.
 
 Whatever the interleaving:
 
 - safety: no cancel is ever sent for a job that, at the moment of sending, is active on that
-  node in the controller (after canonicalisation, committed or being committed), and no
-  holding that was live on its node when the controller was wiped is ever cancelled;
+  node in the controller (after canonicalisation, committed or being committed), no holding
+  that was live on its node when the controller was wiped is ever cancelled (a wipe may
+  reissue the same id within the clock skew of the original), and no holding is quarantined
+  (drained, an operator told to free it) while the controller runs its job on that node;
 - liveness: once the controller is quiet (its in-flight commits done, no more operations;
   heartbeats keep coming and list every holding), every stale holding ends released (a
   cancel delivered and the agent dropped it) or quarantined (its driver drained the node).
@@ -40,7 +48,7 @@ from hypothesis import strategies as st
 
 from domain.reclaim.decide import decide
 from domain.reclaim.epoch import observe
-from domain.reclaim.evidence import BeatReport, ReleaseTally, evidence_of
+from domain.reclaim.evidence import BeatEvidence, BeatReport, ReleaseTally, evidence_of
 from domain.reclaim.identity import canonical_node, canonical_nodes
 from domain.reclaim.jobs import ACTIVE, FINALIZED, TERMINAL, WAITING, JobState
 from domain.reclaim.models import (
@@ -142,8 +150,9 @@ class World:
             if held.get(job.job_id, (0, 0, 0))[2] == job.attempt:
                 del held[job.job_id]
 
-    def cancel(self, node: str, job_id: int, delivered: bool) -> None:
-        """An agent cancel, checked for safety at the moment it is sent."""
+    def cancel(self, node: str, job_id: int, delivered: bool) -> bool:
+        """An agent cancel, checked for safety at the moment it is sent; True when the agent
+        dropped a job it held."""
         assert not self.active_on(job_id, node), (
             f"cancel of job {job_id} on {node} while the controller runs it there"
         )
@@ -153,8 +162,7 @@ class World:
                 f"cancel of job {job_id} on {node}, a run live there before the wipe"
             )
         self.cancels.append(f"{node}:{job_id}")
-        if delivered:
-            self.agents[node].held.pop(job_id, None)
+        return delivered and self.agents[node].held.pop(job_id, None) is not None
 
 
 # ---- keeper --------------------------------------------------------------------------------
@@ -179,13 +187,20 @@ class Keeper:
     known: dict[int, KnownJob] = field(default_factory=dict)
     nodes: set[str] = field(default_factory=lambda: set(NODES))
     open: dict[tuple[str, int], Holding] = field(default_factory=dict)
+    # Holdings closed on weak evidence: a later listing reopens them, fence and all.
+    weak: dict[tuple[str, int], Holding] = field(default_factory=dict)
     last_sighting: dict[tuple[str, int], int] = field(default_factory=dict)
     drivers: dict[tuple[str, int], Driver] = field(default_factory=dict)
     finished: list[Driver] = field(default_factory=list)
 
-    def read(self) -> ControllerView:
-        """A fresh read of the controller, folded into the memory before anything decides."""
+    def read(self, job_ids: set[int] | None) -> ControllerView:
+        """A fresh read of the controller (the jobs `job_ids` names, or every job), folded
+        into the memory before anything decides."""
         view = self.world.view()
+        if job_ids is not None:
+            view = ControllerView(
+                read_at=view.read_at, jobs={j: v for j, v in view.jobs.items() if j in job_ids}
+            )
         obs = observe(view, self.epoch, self.known, POLICY.clock_skew)
         if obs.new_epoch:
             self.known = {}
@@ -195,56 +210,86 @@ class Keeper:
 
     def decide(self, holding: Holding, view: ControllerView) -> Decision:
         known = self.known.get(holding.job_id)
-        return decide(holding, view, self.epoch, known, self.nodes, POLICY)
+        decision = decide(holding, view, self.epoch, known, self.nodes, POLICY)
+        if decision.verdict is Verdict.QUARANTINE:
+            # Quarantine drains the node and asks an operator to free the job.
+            assert not self.world.active_on(holding.job_id, holding.node), (
+                f"quarantine of job {holding.job_id} on {holding.node} while the controller "
+                f"runs it there ({decision.reason.value})"
+            )
+        return decision
 
-    def heartbeat(self, hostname: str, reported: list[int]) -> None:
+    def heartbeat(self, hostname: str, reported: list[int], full: bool = False) -> None:
         node = canonical_node(hostname)
         at = self.world.clock
+        if reported:
+            watched = {k[1] for k in self.drivers if k[0] == node}
+            view = self.read(None if full else set(reported) | watched)
+            for job_id in sorted(set(reported)):
+                key = (node, job_id)
+                if key not in self.open:
+                    self.open[key] = self.weak.pop(key, None) or self._sighting(key, at)
+                if key in self.drivers:
+                    continue
+                decision = self.decide(self.open[key], view)
+                if decision.stale:
+                    driver = Driver(self.open[key], attempts(POLICY))
+                    driver.drained = decision.verdict is Verdict.QUARANTINE
+                    self.drivers[key] = driver
+        active_here = {
+            j.job_id
+            for j in self.world.jobs.values()
+            if j.state in ACTIVE and node in canonical_nodes(j.nodes)
+        }
+        whole = active_here <= set(reported)
         for key, driver in list(self.drivers.items()):
-            if key[0] != node:
+            if key[0] != node or at < driver.holding.first_seen:
                 continue
-            report = BeatReport(evidence=evidence_of(reported, key[1]), at=at)
-            driver.tally = driver.tally.add(report)
-            if driver.tally.released(POLICY.release_beats):
-                self.close(key, "released")
-        if not reported:
-            return  # an empty heartbeat is evidence of nothing, and sights nothing
-        view = self.read()
-        for job_id in sorted(set(reported)):
-            key = (node, job_id)
-            if key not in self.open:
-                sighting = self.last_sighting.get(key, 0) + 1
-                self.last_sighting[key] = sighting
-                self.open[key] = Holding(node=node, job_id=job_id, epoch=self.epoch.epoch,
-                                         first_seen=at, sighting=sighting)  # fmt: skip
-            if key in self.drivers:
+            evidence = evidence_of(reported, key[1], node_runs_nothing=not active_here)
+            if evidence is BeatEvidence.SILENT or (evidence is BeatEvidence.ABSENT and not whole):
                 continue
-            decision = self.decide(self.open[key], view)
-            if decision.stale:
-                driver = Driver(self.open[key], attempts(POLICY))
-                driver.drained = decision.verdict is Verdict.QUARANTINE
-                self.drivers[key] = driver
+            self.evidence(key, BeatReport(evidence=evidence, at=at))
+
+    def _sighting(self, key: tuple[str, int], at: datetime) -> Holding:
+        sighting = self.last_sighting.get(key, 0) + 1
+        self.last_sighting[key] = sighting
+        return Holding(node=key[0], job_id=key[1], epoch=self.epoch.epoch, first_seen=at,
+                       sighting=sighting)  # fmt: skip
+
+    def evidence(self, key: tuple[str, int], report: BeatReport) -> None:
+        driver = self.drivers.get(key)
+        if driver is None:
+            return
+        driver.tally = driver.tally.add(report)
+        release = driver.tally.release(POLICY)
+        if release is not None:
+            self.close(key, "released-weak" if release.weak else "released")
 
     def close(self, key: tuple[str, int], outcome: str) -> None:
         driver = self.drivers.pop(key)
         driver.outcome = outcome
         self.finished.append(driver)
-        del self.open[key]
+        if outcome == "released":
+            del self.open[key]
+        elif outcome == "released-weak":
+            self.weak[key] = self.open.pop(key)
+        # spared: the holding stays open with its fence, only without a driver.
 
-    def drive(self, key: tuple[str, int], delivered: bool) -> None:
-        """The driver's timer fired: read afresh, decide again, and cancel only on reclaim."""
+    def drive(self, key: tuple[str, int], delivered: bool, reported: bool) -> None:
+        """The driver's timer fired: read afresh, decide again; cancel only on reclaim, and
+        drain only on a stale verdict read in the same step."""
         driver = self.drivers[key]
-        if driver.drained:
-            return  # drained: waits for release evidence (or an operator)
-        decision = self.decide(driver.holding, self.read())
+        decision = self.decide(driver.holding, self.read({key[1]}))
         if decision.verdict is Verdict.SPARE:
             self.close(key, "spared")
             return
         if decision.verdict is Verdict.QUARANTINE or driver.step >= len(driver.plan):
             driver.drained = True
             return
-        self.world.cancel(key[0], key[1], delivered)
+        dropped = self.world.cancel(key[0], key[1], delivered)
         driver.step += 1
+        if dropped and reported:  # the agent reaped it and told its controller
+            self.evidence(key, BeatReport(evidence=BeatEvidence.DONE, at=self.world.clock))
 
 
 # ---- operations ----------------------------------------------------------------------------
@@ -255,17 +300,22 @@ DISPATCH = st.tuples(st.just("dispatch"), PICK, PICK, st.integers(1, 2), st.bool
 COMMIT = st.tuples(st.just("commit"), PICK)
 FINISH = st.tuples(st.just("finish"), PICK, st.booleans(), st.sampled_from(sorted(TERMINAL)))
 REQUEUE = st.tuples(st.just("requeue"), PICK, st.booleans())
-BEAT = st.tuples(st.just("beat"), PICK, PICK, st.booleans(), st.booleans())
-DRIVE = st.tuples(st.just("drive"), PICK, st.booleans())
+BEAT = st.tuples(st.just("beat"), PICK, PICK, st.booleans(), st.booleans(), st.booleans())
+DRIVE = st.tuples(st.just("drive"), PICK, st.booleans(), st.booleans())
+# A wipe that reissues a live job's id moments after its submission: the new job gets the
+# same id less than the clock skew (but more than a millisecond) later, on another node.
+QUICK_WIPE = st.tuples(st.just("quick-wipe"), PICK, PICK)
 RESTART = st.tuples(st.just("restart"), PICK, st.booleans(), PICK)
 TICK = st.tuples(st.just("tick"), st.integers(3, 4000))
 # Weighted by repetition: the steps that make and find stale holdings come often, wipes,
 # restarts and aging now and then.
 _BY_KIND = {"submit": SUBMIT, "dispatch": DISPATCH, "commit": COMMIT, "finish": FINISH,
             "requeue": REQUEUE, "beat": BEAT, "drive": DRIVE, "tick": TICK, "restart": RESTART,
-            "age": st.just(("age",)), "wipe": st.just(("wipe",))}  # fmt: skip
+            "age": st.just(("age",)), "wipe": st.just(("wipe",)), "quick-wipe": QUICK_WIPE,
+            "full-read": st.just(("full-read",))}  # fmt: skip
 _WEIGHTS = {"submit": 4, "dispatch": 4, "commit": 2, "finish": 3, "requeue": 2, "beat": 8,
-            "drive": 6, "tick": 3, "restart": 1, "age": 1, "wipe": 1}  # fmt: skip
+            "drive": 6, "tick": 3, "restart": 1, "age": 1, "wipe": 1, "quick-wipe": 1,
+            "full-read": 1}  # fmt: skip
 OPS = st.sampled_from([k for k, n in _WEIGHTS.items() for _ in range(n)]).flatmap(
     lambda kind: _BY_KIND[kind]
 )
@@ -275,9 +325,13 @@ def _pick(items: list, index: int):  # type: ignore[type-arg]
     return items[index % len(items)] if items else None
 
 
-def _beat(world: World, keeper: Keeper, node: str, spelling: int, empty: bool) -> None:
+def _beat(
+    world: World, keeper: Keeper, node: str, spelling: int, empty: bool, full: bool = False
+) -> None:
+    # An empty beat of an agent that holds jobs is spurd's busy map; of one that holds
+    # nothing, an idle node's ordinary heartbeat.
     reported = [] if empty else sorted(world.agents[node].held)
-    keeper.heartbeat(SPELLINGS[node][spelling % 4], reported)
+    keeper.heartbeat(SPELLINGS[node][spelling % 4], reported, full)
 
 
 def apply(world: World, keeper: Keeper, op: tuple) -> None:  # type: ignore[type-arg]
@@ -315,25 +369,36 @@ def apply(world: World, keeper: Keeper, op: tuple) -> None:  # type: ignore[type
             if job.state in FINALIZED and job.end and world.clock - job.end > RETENTION:
                 del world.jobs[job.job_id]
     elif kind == "wipe":
-        for node in NODES:  # the tap saw every holding before the controller went down
-            _beat(world, keeper, node, 0, empty=False)
-        for node, agent in world.agents.items():
-            world.pre_wipe_live |= {
-                (node, *held)
-                for job_id, held in agent.held.items()
-                if world.active_on(job_id, node)
-            }
-        world.jobs, world.next_id = {}, 1
-        world.incarnation += 1
+        _wipe(world, keeper)
+    elif kind == "quick-wipe":
+        world.jobs[world.next_id] = job = CJob(world.next_id, world.clock)
+        world.next_id += 1
+        first = NODES[op[1] % len(NODES)]
+        job.state, job.attempt = S.RUNNING, 1
+        job.nodes = job.target = (world.registered_as[first],)
+        world.hold(job, (first,))
+        _wipe(world, keeper)
+        # The new controller issues the same ids again, within the skew of the originals.
+        world.clock += timedelta(milliseconds=5)
+        while world.next_id <= job.job_id:
+            world.jobs[world.next_id] = CJob(world.next_id, world.clock)
+            world.next_id += 1
+        namesake = world.jobs[job.job_id]
+        other = NODES[(op[1] + 1 + op[2] % (len(NODES) - 1)) % len(NODES)]
+        namesake.state, namesake.attempt = S.RUNNING, 1
+        namesake.nodes = namesake.target = (world.registered_as[other],)
+        world.hold(namesake, (other,))
+    elif kind == "full-read":
+        keeper.read(None)
     elif kind == "beat":
         node = _pick(list(NODES), op[1])
-        _beat(world, keeper, node, op[2], empty=op[3])
+        _beat(world, keeper, node, op[2], empty=op[3], full=op[5])
         if op[4]:  # the same heartbeat again
             _beat(world, keeper, node, op[2], empty=op[3])
     elif kind == "drive":
         key = _pick(sorted(keeper.drivers), op[1])
         if key is not None:
-            keeper.drive(key, delivered=op[2])
+            keeper.drive(key, delivered=op[2], reported=op[3])
     elif kind == "restart":
         node = _pick(list(NODES), op[1])
         agent = world.agents[node]
@@ -345,6 +410,17 @@ def apply(world: World, keeper: Keeper, op: tuple) -> None:  # type: ignore[type
             agent.held.clear()
     elif kind == "tick":
         world.tick(op[1])
+
+
+def _wipe(world: World, keeper: Keeper) -> None:
+    for node in NODES:  # the tap saw every holding before the controller went down
+        _beat(world, keeper, node, 0, empty=False)
+    for node, agent in world.agents.items():
+        world.pre_wipe_live |= {
+            (node, *held) for job_id, held in agent.held.items() if world.active_on(job_id, node)
+        }
+    world.jobs, world.next_id = {}, 1
+    world.incarnation += 1
 
 
 def quiet(world: World, keeper: Keeper) -> None:
@@ -360,7 +436,7 @@ def quiet(world: World, keeper: Keeper) -> None:
             _beat(world, keeper, node, 0, empty=False)
         for key in sorted(keeper.drivers):
             if key in keeper.drivers:
-                keeper.drive(key, delivered=True)
+                keeper.drive(key, delivered=True, reported=True)
 
 
 def stale(world: World, node: str, job_id: int) -> bool:

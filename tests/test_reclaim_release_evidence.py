@@ -22,7 +22,8 @@ import pytest
 from temporalio.client import WorkflowExecutionStatus
 from temporalio.testing import WorkflowEnvironment
 
-from domain.reclaim.steps import Outcome
+from domain.reclaim.steps import Mode, Outcome
+from domain.reclaim.view import render_details
 from store.reclaim import WEAKLY_RELEASED
 from tests.e2e_support import dev_address, start_worker_process
 from tests.reclaim_world import FAST, ReclaimWorld, reclaim_world, until
@@ -173,3 +174,64 @@ async def test_a_cancel_retried_after_a_worker_died_is_not_sent_again(
     assert result.outcome is Outcome.RELEASED, log.read_text()[-3000:]
     assert sent == [0], sent
     assert view.cancels_sent == 1
+
+
+async def test_a_signal_to_a_reclaim_no_longer_running_is_benign_and_frees_the_holding(
+    client: Any, tmp_path: Path
+) -> None:
+    """A terminated reclaim (or one whose history is gone) leaves its holding attached:
+    every heartbeat would signal it in vain, each an "error". The intake counts it as
+    closed, detaches the holding, and the next stale verdict starts a new run."""
+    async with reclaim_world(client, tmp_path, agents=nodes(), mode=Mode.OBSERVE) as w:
+        node = names(w)[0]
+        live(w, node)
+        job = stale(w, node)
+        await w.beat(node)
+        wf = only_workflow(w, node, job)
+        first = await w.handle(wf).describe()
+        await w.handle(wf).terminate("an operator's mistake")
+        w.emu.agent(node).state.release(job)  # absent from now on: signalled every beat
+        errors = w.intake.counters.errors
+        await w.beat(node)
+        assert w.intake.counters.errors == errors
+        assert w.intake.counters.closed == 1
+        assert w.workflows(node) == []  # detached: nothing is signalled in vain again
+        await w.beat(node)
+        assert w.intake.counters.closed == 1
+        w.emu.hold(node, job)  # listed again: a new run of the same fence key
+        await w.beat(node)
+        assert only_workflow(w, node, job) == wf
+        again = await w.handle(wf).describe()
+        assert again.run_id != first.run_id
+        assert again.status is WorkflowExecutionStatus.RUNNING
+        await w.handle(wf).terminate("done")
+
+
+async def test_the_status_shows_when_the_agent_last_listed_the_job(
+    client: Any, tmp_path: Path
+) -> None:
+    """A reclaim in observe mode hears `held` once (signals are change-only), yet its status
+    tells when a heartbeat last listed the job, from each fresh read of keeper's memory."""
+    async with reclaim_world(client, tmp_path, agents=nodes(), mode=Mode.OBSERVE) as w:
+        node = names(w)[0]
+        job = stale(w, node)
+        await w.beat(node)
+        wf = only_workflow(w, node, job)
+        first = await until(lambda: _listed(w, wf), what="the first read")
+        await asyncio.sleep(0.05)  # the next heartbeat comes later, as spurd's does
+        await w.beat(node)
+        listed = w.memory.last_listed(node, job, 1)
+        assert listed is not None and listed > first
+        view = await until(lambda: _listed(w, wf, after=first), what="a later read")
+        assert view.last is not None and view.last.listed_at == listed
+        details = render_details(view, FAST)
+        assert f"last listed the job at {listed.isoformat(timespec='seconds')}" in details
+        await w.handle(wf).terminate("done")
+
+
+async def _listed(w: ReclaimWorld, wf: str, after: Any = None) -> Any:
+    view = await view_of(w, wf)
+    at = view.last.listed_at if view.last is not None else None
+    if at is None or (after is not None and at <= after):
+        return None
+    return view if after is not None else at
