@@ -236,6 +236,24 @@ async def test_stragglers_hold_one_shard_in_flight_with_nothing_queued_for_hours
     )
 
 
+async def test_oom_straggler_cycles_the_last_shard_between_in_flight_and_queued(
+    iris: Iris,
+) -> None:
+    job = await iris.job("os", "oom-straggler")
+    await iris.forward(1300)  # two turns of the OOM loop past the tail (at ~791 s and ~1091 s)
+    coord = await iris.child(job, "coord")
+    beats = await iris.logs(coord, lines=2000, substring="workers alive")
+    found = [PROGRESS.search(e["data"]) for e in beats]
+    tails = {(m["done"], m["inflight"], m["queued"]) for m in found if m and m["done"] == "4999"}
+    assert tails == {("4999", "1", "0"), ("4999", "0", "1")}, tails
+    workers = await iris.child(job, "workers")
+    errors = await iris.logs(workers, lines=2000, includeChildren=True, minLevel="ERROR")
+    ooms = [e for e in errors if "CUDA out of memory" in e["data"]]
+    assert len(ooms) == 2, [e["data"] for e in errors]
+    attempts = {t["taskId"]: int(t.get("currentAttemptId", 0)) for t in await iris.tasks(workers)}
+    assert sorted(attempts.values())[-2:] == [0, 2], attempts  # the culprit restarted twice
+
+
 async def test_repeated_failure_repeats_one_traceback_until_the_job_fails(iris: Iris) -> None:
     job = await iris.job("rf", "repeated-failure")
     await iris.forward(350)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+from datetime import timedelta
 
 import pytest
 from temporalio.client import WorkflowExecutionStatus, WorkflowUpdateFailedError
@@ -16,6 +17,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from domain.watch.cadence import WatchPhase
 from domain.watch.calls import JobWatchResult
+from domain.watch.escalation import EscalationPolicy
 from domain.watch.models import (
     APPROVE_UPDATE,
     DENY_UPDATE,
@@ -167,6 +169,37 @@ async def test_stragglers_are_escalated_with_the_progress_line_as_evidence(
         assert view.progress is not None and view.progress.queued == 0
         assert view.progress.in_flight <= 2
         assert pending(view, ProposalKind.RESTART) is not None
+        assert w.actions() == []
+        await handle.cancel()
+
+
+async def test_an_oom_looping_straggler_is_escalated_as_stragglers_not_a_stuck_stage(
+    dev_env: WorkflowEnvironment,
+) -> None:
+    """4999/5000: the last shard runs, its worker runs out of memory, it waits in the queue
+    and runs again, so the tail alternates between in flight and queued. That is the
+    stragglers escalation (raised after straggler_after, 6 s here), not a stage stuck for
+    stuck_after (30 s here, as 30 min is to 20 min in production), and its restart waits for
+    an operator."""
+    stuck_later = EscalationPolicy(
+        stuck_after=timedelta(seconds=30), straggler_after=timedelta(seconds=6)
+    )
+    async with watch_world(dev_env.client, escalation=stuck_later) as w:
+        job = w.launch("oom-straggler")
+        handle = await w.watch(job)
+        view = await w.until_view(
+            handle,
+            lambda v: any("straggler" in e for e in v.escalations),
+            within=60,
+            what="a stragglers escalation",
+        )
+        summary = next(e for e in view.escalations if "straggler" in e)
+        assert "out of memory and queued again" in summary, summary
+        assert not any("has stood at" in e for e in view.escalations), view.escalations
+        restart = next((p for p in view.proposals if "straggler" in p.reason), None)
+        assert restart is not None, view.proposals
+        assert (restart.kind, restart.state) == (ProposalKind.RESTART, ProposalState.PENDING)
+        assert view.progress is not None and view.progress.done == 4999, view.progress
         assert w.actions() == []
         await handle.cancel()
 

@@ -114,6 +114,63 @@ def test_stragglers_need_the_condition_to_hold_throughout() -> None:
     assert [_kinds(t) for t in ticks] == [[], [], [], [], [K.STRAGGLERS]]
 
 
+# The 12-hour straggler was a shard in an OOM loop: it runs, its worker runs out of memory,
+# it waits in the queue, it runs again. The tail alternates between these two lines.
+REQUEUED = _progress(
+    "[exec-1] [stage3-Reduce → Write] 4999/5000 complete, 0 in-flight, 1 queued, "
+    "3000/3000 workers alive, 0 dead"
+)
+OOM = (
+    "RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 15.78 GiB total "
+    "capacity; 13.90 GiB already allocated)"
+)
+
+
+def _oom_loop(minutes: int, *, oom: bool) -> list[Sample]:
+    """A check every 5 minutes; every third one finds the shard queued again (after an OOM,
+    when `oom`), the others find it in flight."""
+    return [
+        _sample(m, progress=REQUEUED, errors=(OOM,) if oom else ())
+        if m % 15 == 10
+        else _sample(m, progress=TAIL)
+        for m in range(0, minutes + 1, 5)
+    ]
+
+
+def test_an_oom_looping_straggler_is_a_straggler_not_a_stuck_stage() -> None:
+    _, ticks = _run(_oom_loop(60, oom=True))
+    kinds = [_kinds(t) for t in ticks]
+    # 20 minutes of tail (straggler_after), though it was queued at 10 and 25 minutes.
+    assert kinds[:4] == [[], [], [], []], kinds
+    assert kinds[4] == [K.STRAGGLERS], kinds
+    # stuck_stage stays hidden behind it (the same OOM repeated is an error of its own)
+    assert all(K.STRAGGLERS in k and K.STUCK_STAGE not in k for k in kinds[4:]), kinds
+    raised = ticks[4][0]
+    assert raised.first and raised.proposal is Proposal.RESTART
+    keys = {e.key for t in ticks[4:] for e in t if e.kind is K.STRAGGLERS}
+    assert len(keys) == 1  # one episode across the requeues
+    assert "out of memory and queued again once" in raised.summary, raised.summary
+    later = next(e for e in ticks[6] if e.kind is K.STRAGGLERS)  # 30 minutes: two OOMs
+    assert "queued again 2 times" in later.summary and "for 30m" in later.summary, later
+
+
+def test_a_tail_requeued_without_an_oom_is_no_straggler_episode() -> None:
+    """Without the repeated OOM, a shard back in the queue is ordinary scheduling: the
+    straggler clock starts over, and the stage's stuck clock runs on."""
+    _, ticks = _run(_oom_loop(60, oom=False))
+    kinds = [_kinds(t) for t in ticks]
+    assert K.STRAGGLERS not in {k for ks in kinds for k in ks}, kinds
+    assert kinds[6] == [K.STUCK_STAGE], kinds  # 30 minutes at 4999
+
+
+def test_an_oom_elsewhere_does_not_make_a_queued_tail_straggle() -> None:
+    """An OOM seen before the tail was reached belongs to another episode."""
+    samples = [_sample(0, progress=STUCK, errors=(OOM,)), _sample(5, progress=REQUEUED),
+               _sample(30, progress=REQUEUED)]  # fmt: skip
+    _, ticks = _run(samples)
+    assert K.STRAGGLERS not in _kinds(ticks[-1])
+
+
 STUCK = _progress(
     "[exec-1] [stage1-Map] 1200/5000 complete, 64 in-flight, 3736 queued, 64/64 workers alive, "
     "0 dead"

@@ -9,7 +9,7 @@ decides (keeper never stops or restarts a job on its own).
 | kind | raised when (for the policy's time or count) | proposal |
 |---|---|---|
 | stuck_stage | one stage shows the same done count for stuck_after | restart |
-| stragglers | queued 0, few in flight, most workers idle, for straggler_after | restart |
+| stragglers | few shards left, most workers idle, for straggler_after (below) | restart |
 | repeated_error | one normalised error repeated_error_count times | stop (restarts repeat it) |
 | controller_timeouts | rpc_failures ticks in a row had a failed controller call | none |
 | stale_coordinators | coordinators of older attempts are still active | none (report them) |
@@ -18,6 +18,12 @@ decides (keeper never stops or restarts a job on its own).
 | worker_failures | worker_failures worker attempts of the latest attempt failed | none (read why) |
 
 A stragglers episode hides the stuck_stage one of the same stage (it is the more specific).
+Few shards left means at most max(straggler_in_flight_floor, straggler_in_flight_fraction of
+the shards) in flight plus queued, and none queued, or the tail's shard in an OOM loop: it
+runs, its worker runs out of memory, it waits in the queue and runs again, so the tail
+alternates between in flight and queued (the 12-hour straggler at 4999/5000 was one). A tail
+back in the queue counts only once an out-of-memory error was seen while it held; without
+one, a queued shard is ordinary scheduling and the straggler clock starts over.
 A tick without a progress line leaves the stage clocks alone: silence is not evidence of no
 progress (a log-quiet CPU-bound stage), so only progress lines showing the same count are.
 """
@@ -144,6 +150,8 @@ class EscalationState(BaseModel):
     done: int | None = None
     stage_since: datetime | None = None
     straggling_since: datetime | None = None
+    # Out-of-memory errors seen while the stage's tail was few shards (its OOM loop).
+    straggler_ooms: int = 0
     # Normalised error → occurrences, the most frequent max_signatures kept.
     errors: dict[str, int] = Field(default_factory=dict)
     rpc_failed_ticks: int = 0
@@ -196,7 +204,7 @@ def observe(
             changes = changes + 1 if same else 0
         update |= {"attempt": obs.attempt, "attempt_changes": changes, "stage": None,
                    "done": None, "stage_since": None, "straggling_since": None,
-                   "coordinator_down_ticks": 0}  # fmt: skip
+                   "straggler_ooms": 0, "coordinator_down_ticks": 0}  # fmt: skip
     fresh = state.model_copy(update=update)
     attempt = fresh.attempt or "-"
 
@@ -257,23 +265,30 @@ def _stage_rules(
         since = obs.at
     update |= {"stage": stage, "done": progress.done, "stage_since": since}
 
-    straggling = (
+    tail = progress.in_flight + progress.queued
+    few_left = (
         not progress.complete
-        and progress.queued == 0
-        and 0 < progress.in_flight <= policy.straggler_max_in_flight(progress.total)
+        and 0 < tail <= policy.straggler_max_in_flight(progress.total)
         and _idle_fraction(progress, obs) >= policy.straggler_idle_fraction
     )
+    ooms = 0
+    if few_left:
+        ooms = (state.straggler_ooms if stage == state.stage else 0) + _ooms(obs.errors)
+    # A tail shard back in the queue is ordinary scheduling, unless it keeps running out of
+    # memory: then it is the straggler in its OOM loop.
+    straggling = few_left and (progress.queued == 0 or ooms > 0)
     straggling_since = (state.straggling_since or obs.at) if straggling else None
     if stage != state.stage and straggling:
         straggling_since = obs.at
-    update["straggling_since"] = straggling_since
+    update |= {"straggling_since": straggling_since, "straggler_ooms": ooms}
 
     line = progress.line()
     if straggling_since is not None and obs.at - straggling_since >= policy.straggler_after:
+        how = f", out of memory and queued again {_times(ooms)}," if ooms else " with 0 queued"
         return [(
             K.STRAGGLERS, f"stragglers:{attempt}:{_short(stage)}:{straggling_since.isoformat()}",
-            f"{progress.in_flight} straggler shard(s) hold stage {progress.stage!r} with 0 "
-            f"queued and {progress.idle_workers} of {_alive(progress, obs)} workers idle for "
+            f"{tail} straggler shard(s) hold stage {progress.stage!r}{how} and "
+            f"{progress.idle_workers} of {_alive(progress, obs)} workers idle for "
             f"{_span(obs.at - straggling_since)}",
             (line,),
         )]  # fmt: skip
@@ -285,6 +300,18 @@ def _stage_rules(
             (line,),
         )]  # fmt: skip
     return []
+
+
+# An out-of-memory error as Python, CUDA, the JVM or the kernel's OOM killer words it.
+_OOM = re.compile(r"out of memory|MemoryError|OutOfMemory|\bOOM", re.IGNORECASE)
+
+
+def _ooms(errors: tuple[str, ...]) -> int:
+    return sum(1 for error in errors if _OOM.search(error))
+
+
+def _times(n: int) -> str:
+    return "once" if n == 1 else f"{n} times"
 
 
 def _alive(progress: StageProgress, obs: Sample) -> int:

@@ -27,6 +27,7 @@ from emulators.iris.timeline import (
     Progress,
     abort_error,
     failure_times,
+    oom_times,
     pipeline_starts,
     straggler_window,
 )
@@ -206,6 +207,36 @@ def scenario_events(s: Scenario, plan: Plan) -> list[Event]:
                 )
             )
             at, n = at + 1800.0, n + 1
+    elif s.kind == "oom-straggler":
+        for k, at in enumerate(oom_times(s), start=1):
+            for i, text in enumerate(traceback_lines(OOM_ERROR, "embed")):
+                events.append(
+                    Event(
+                        at - 0.5 + i * 0.001,
+                        "worker",
+                        "ERROR",
+                        text,
+                        worker=plan.culprit_worker,
+                        source="stderr",
+                    )
+                )
+            events.append(
+                Event(
+                    at + 0.5,
+                    "coord",
+                    "WARNING",
+                    f"Shard {shard} requeued from worker {culprit} due to infra failure "
+                    f"(preemption/heartbeat)",
+                )
+            )
+            events.append(
+                Event(
+                    at + 0.6,
+                    "coord",
+                    "WARNING",
+                    f"[{exec0}] Shards retried (attempts: shard count): {{{k + 1}: 1}}",
+                )
+            )
     elif s.kind == "repeated-failure":
         times = failure_times(s)
         for k, at in enumerate(times, start=1):

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 Kind = Literal[
     "healthy",
@@ -21,6 +21,7 @@ Kind = Literal[
     "killed-retry",
     "stuck-stage",
     "stragglers",
+    "oom-straggler",
     "repeated-failure",
     "rpc-timeouts",
     "terminated-by-user",
@@ -88,11 +89,19 @@ class Scenario(BaseModel):
     backdate: float = Field(default=0.0, ge=0)
     # The job waits this long in the queue (PENDING, no children) before its timeline starts.
     queued: float = Field(default=0.0, ge=0)
-    # repeated-failure: task errors a shard may have, and the gap between two of them.
+    # repeated-failure: task errors a shard may have, and the gap between two of them;
+    # oom-straggler: one turn of the OOM loop (the shard runs, runs out of memory, waits).
     max_task_errors: int = Field(default=3, ge=1)
     failure_gap: float = Field(default=60.0, gt=0)
-    # killed-retry: from the killed workers to the next attempt's children.
+    # killed-retry: from the killed workers to the next attempt's children; oom-straggler:
+    # how long the shard waits in the queue after each OOM (less than failure_gap).
     retry_delay: float = Field(default=30.0, ge=0)
+
+    @model_validator(mode="after")
+    def _an_oom_loop_runs_before_it_waits(self) -> Scenario:
+        if self.kind == "oom-straggler" and self.retry_delay >= self.failure_gap:
+            raise ValueError("oom-straggler needs retry_delay < failure_gap (the shard runs)")
+        return self
 
     @property
     def pipeline_seconds(self) -> float:
@@ -129,6 +138,16 @@ BUILTIN: tuple[Scenario, ...] = (
         "stragglers",
         "999/1000 complete, 1 in-flight, 0 queued for 8 hours, then the stage completes",
         event_for=8 * 3600,
+    ),
+    _row(
+        "oom-straggler",
+        "oom-straggler",
+        "4999/5000: the last shard runs out of memory, waits queued, runs again, for 8 hours",
+        stages=(Stage(name="stage0-Embed → Write", shards=5000, seconds=600),),
+        workers=32,
+        event_for=8 * 3600,
+        failure_gap=300,
+        retry_delay=120,
     ),
     _row(
         "repeated-failure",

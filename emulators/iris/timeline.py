@@ -337,6 +337,67 @@ def _stragglers(s: Scenario, plan: Plan, t: float) -> Moment:
     return Moment(t, _running_root(), (held,))
 
 
+OOM_EXIT = "RuntimeError: CUDA out of memory"
+
+
+def oom_times(s: Scenario) -> list[float]:
+    """oom-straggler: when the last shard's worker runs out of memory. Each turn of
+    failure_gap, the shard runs failure_gap - retry_delay, then waits retry_delay queued."""
+    start, end = straggler_window(s)
+    runs = s.failure_gap - s.retry_delay
+    times, at = [], start + runs
+    while at < end:
+        times.append(at)
+        at += s.failure_gap
+    return times
+
+
+def _oom_straggler(s: Scenario, plan: Plan, t: float) -> Moment:
+    start, end = straggler_window(s)
+    if t < start:
+        return _healthy(s, plan, t)
+    if t >= end:
+        moment = _shifted(_healthy(s, plan, t - s.event_for), t, s.event_for)
+        return _with_oom_attempts(s, plan, moment, end)
+    attempt, _ = healthy_attempt(s, 0, CHILD_DELAY, start)
+    first = s.stages[0]
+    running = (t - start) % s.failure_gap < s.failure_gap - s.retry_delay
+    # In flight, or back in the queue since its worker ran out of memory.
+    progress = Progress(
+        0, first.name, first.shards - 1, first.shards, int(running), int(not running)
+    )
+    workers = tuple(
+        replace(w, cores=s.worker_cores, dump="busy")
+        if i == plan.culprit_worker and running
+        else replace(w, cores=0.0, dump="idle")
+        for i, w in enumerate(attempt.workers)
+    )
+    coord = replace(attempt.coord, dump="live", cores=s.coord_cores)
+    held = replace(attempt, coord=coord, workers=workers, progress=progress, progress_lines=True)
+    return _with_oom_attempts(s, plan, Moment(t, _running_root(), (held,)), t)
+
+
+def _with_oom_attempts(s: Scenario, plan: Plan, m: Moment, until: float) -> Moment:
+    """The culprit worker's process dies at each OOM up to `until`; iris starts a new attempt
+    a second later (on the same worker: pid 7 again, with a new start time)."""
+    ooms = [at for at in oom_times(s) if at <= until]
+    if not ooms or not m.attempts:
+        return m
+    attempt = m.attempts[0]
+    current = attempt.workers[plan.culprit_worker]
+    history: list[TaskMoment] = []
+    started = current.started
+    for at in ooms:
+        history.append(
+            TaskMoment("FAILED", started, at, OOM_EXIT, 1, attempt=len(history), dump="idle")
+        )
+        started = at + 1.0
+    current = replace(current, started=started, attempt=len(history), history=tuple(history))
+    workers = list(attempt.workers)
+    workers[plan.culprit_worker] = current
+    return replace(m, attempts=(replace(attempt, workers=tuple(workers)), *m.attempts[1:]))
+
+
 def _shifted(m: Moment, t: float, by: float) -> Moment:
     """A moment computed `by` seconds early, its end times moved to where they happen."""
 
@@ -441,6 +502,7 @@ PLAYS: dict[Kind, Callable[[Scenario, Plan, float], Moment]] = {
     "killed-retry": _killed_retry,
     "stuck-stage": _stuck_stage,
     "stragglers": _stragglers,
+    "oom-straggler": _oom_straggler,
     "repeated-failure": _repeated_failure,
     "rpc-timeouts": _rpc_timeouts,
     "terminated-by-user": _terminated_by_user,
