@@ -1,6 +1,8 @@
 """Recordings of JobReclaim runs, replayed by tests/test_replay.py like every other
 recording: tests/histories/2026-12-01-reclaim/ from before the `reclaim-cleanup-on-every-exit`
-patch, tests/histories/2026-12-01-reclaim-cleanup/ after it. On demand, into a new folder:
+patch, tests/histories/2026-12-01-reclaim-cleanup/ after it, 2026-12-04-reclaim-evidence/
+with the agent's completion report and an idle node's empty heartbeats as release evidence.
+On demand, into a new folder:
 
     KEEPER_RECORD_HISTORIES=1 KEEPER_HISTORY_DIR=2026-12-01-reclaim-cleanup \\
         pytest tests/test_reclaim_recordings.py
@@ -28,7 +30,11 @@ SCENARIOS = [
     "reclaim-observe-then-act",
     "reclaim-spared-on-reread",
     "reclaim-cancelled-undrained",
+    # An idle node: released by the agent's completion report, or by its empty heartbeats.
+    "reclaim-idle-released-by-report",
+    "reclaim-idle-released-weak",
 ]
+IDLE = ("reclaim-idle-released-by-report", "reclaim-idle-released-weak")
 
 
 async def _beat_until_closed(w: Any, node: str, wf: str) -> None:
@@ -48,7 +54,10 @@ async def test_record_reclaim(dev_env: Any, tmp_path: Path, label: str) -> None:
     worker = label != "reclaim-spared-on-reread"
     async with reclaim_world(client, tmp_path, agents=nodes(), mode=mode, worker=worker) as w:
         node, other = names(w)[:2]
-        live(w, node)
+        if label not in IDLE:
+            live(w, node)
+        if label == "reclaim-idle-released-weak":
+            w.emu.set_reports(node, False)
         if label in ("reclaim-quarantine-operator", "reclaim-cancelled-undrained"):
             parent = w.emu.submit(array_size=1)[0].job_id - 1
             w.emu.hold(node, parent)
@@ -63,9 +72,11 @@ async def test_record_reclaim(dev_env: Any, tmp_path: Path, label: str) -> None:
             w.emu.set_cancel_timeout(node, 3.0, acts=False)
         await w.beat(node)
         wf = only_workflow(w, node, job)
-        if label == "reclaim-released":
+        if label in ("reclaim-released", "reclaim-idle-released-weak"):
             await until(lambda: job not in w.emu.holdings(node), what="the release")
             await _beat_until_closed(w, node, wf)
+        elif label == "reclaim-idle-released-by-report":
+            await until(lambda: w.emu.agent(node).reports, what="the completion report")
         elif label == "reclaim-drained-released":
             await until(lambda: w.emu.cluster.drains, within=30, what="the drain")
             w.emu.agent(node).state.release(job)
