@@ -81,10 +81,17 @@ async def test_an_idle_nodes_completion_report_releases_it_after_one_cancel(
     assert view.cancels_sent == 1
 
 
+@pytest.mark.parametrize("wait", ["patient", "short"])
 async def test_an_idle_node_without_a_report_is_released_on_its_empty_heartbeats(
-    client: Any, tmp_path: Path
+    client: Any, tmp_path: Path, wait: str
 ) -> None:
-    async with reclaim_world(client, tmp_path, agents=nodes(), policy=PATIENT) as w:
+    # short: the escalation's next try comes before the idle window is over, and sends
+    # nothing while the heartbeats are empty.
+    policy = PATIENT if wait == "patient" else FAST.model_copy(
+        update={"retry_initial": timedelta(milliseconds=100),
+                "idle_release_window": timedelta(seconds=1.5)}
+    )  # fmt: skip
+    async with reclaim_world(client, tmp_path, agents=nodes(), policy=policy) as w:
         node = names(w)[0]
         job = stale(w, node)
         w.emu.set_reports(node, False)  # spurd gave up reporting: only heartbeats are left

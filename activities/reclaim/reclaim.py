@@ -26,6 +26,7 @@ from domain.reclaim.calls import (
     UndrainCall,
     UndrainResult,
 )
+from domain.reclaim.evidence import BeatEvidence
 from domain.reclaim.models import Holding, Verdict
 from domain.reclaim.steps import Mode, Outcome
 from runtime.reclaim.agent_client import AgentCancelError, AgentCancelTimedOut, SpurAgents
@@ -123,6 +124,17 @@ class ReclaimActivities:
                 delivered=False, error=f"not sent: the agent let go: {release.why}",
                 released=release,
             )  # fmt: skip
+        if tally.last is BeatEvidence.IDLE:
+            # The agent's heartbeats have been empty since it last listed the job, while
+            # the controller runs nothing there: the job looks gone. Another cancel would
+            # only repeat the last; the idle window decides (a listing resets it).
+            window = int(self.settings.timing.idle_release_window.total_seconds())
+            return await result(
+                delivered=False,
+                error=f"not sent: {tally.idle_in_a_row} empty heartbeats while the controller "
+                f"runs nothing on {h.node}: the job looks gone (released after "
+                f"{self.settings.timing.idle_release_beats} over {window}s)",
+            )
         node = await asyncio.to_thread(self.memory.node, h.node)
         if node is None or not node.address:
             return await result(
