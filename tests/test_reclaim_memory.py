@@ -13,8 +13,15 @@ from domain.reclaim.epoch import Observation, observe
 from domain.reclaim.evidence import BeatEvidence, BeatReport
 from domain.reclaim.jobs import JobState
 from domain.reclaim.models import ControllerView, EpochState, JobView, KnownJob
+from domain.reclaim.policy import ReclaimPolicy
 from store import StoreUnavailable, open_reclaim_memory
-from store.reclaim import FORGET_AFTER, ReclaimMemory, UnknownHolding, WorkflowConflict
+from store.reclaim import (
+    FORGET_AFTER,
+    WEAKLY_RELEASED,
+    ReclaimMemory,
+    UnknownHolding,
+    WorkflowConflict,
+)
 
 T0 = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
 SKEW = timedelta(seconds=2)
@@ -198,6 +205,78 @@ def test_identical_evidence_is_recorded_once(memory: ReclaimMemory) -> None:
     assert memory.set_last_signalled("n1", 1, 1, held)
     memory.close_holding("n1", 1, 1, "released", at(100))
     assert not memory.set_last_signalled("n1", 1, 1, absent)
+
+
+def test_the_release_tally_folds_every_report_and_reads_back(memory: ReclaimMemory) -> None:
+    memory.sight("n1", [1], at(0), epoch=1)
+    assert memory.tally("n1", 1, 1) == memory.tally("n9", 1, 1) == type(memory.tally("n1", 1, 1))()
+    policy = ReclaimPolicy()
+    for i, evidence in enumerate([BeatEvidence.HELD, BeatEvidence.ABSENT, BeatEvidence.ABSENT]):
+        memory.add_evidence("n1", 1, 1, BeatReport(evidence=evidence, at=at(30 * (i + 1))))
+    tally = memory.tally("n1", 1, 1)
+    assert tally.absent_in_a_row == 2 and tally.released(policy)
+    memory.add_evidence("n1", 1, 1, BeatReport(evidence=BeatEvidence.HELD, at=at(120)))
+    assert not memory.tally("n1", 1, 1).released(policy)
+    # Held again is no change: the stored tally (and its time) stays.
+    again = memory.add_evidence("n1", 1, 1, BeatReport(evidence=BeatEvidence.HELD, at=at(150)))
+    assert again.held_at == at(120) == memory.tally("n1", 1, 1).held_at
+    done = memory.add_evidence("n1", 1, 1, BeatReport(evidence=BeatEvidence.DONE, at=at(160)))
+    assert done.release(policy) is not None and done.release(policy).by is BeatEvidence.DONE
+    with pytest.raises(UnknownHolding):
+        memory.add_evidence("n1", 2, 1, BeatReport(evidence=BeatEvidence.HELD, at=at(1)))
+    assert memory.last_listed("n1", 1, 1) == at(0) and memory.last_listed("n1", 2, 1) is None
+
+
+def test_a_send_is_claimed_once_under_its_key(memory: ReclaimMemory) -> None:
+    memory.sight("n1", [1], at(0), epoch=1)
+    key = "reclaim-n1-1-e1.1/run-a/4"
+    assert memory.claim_send(key, "n1", 1, 1, 0, at(1)) is None  # claimed: send it
+    earlier = memory.claim_send(key, "n1", 1, 1, 0, at(40))  # the retried attempt
+    assert earlier is not None and earlier.claimed_at == at(1) and earlier.answer is None
+    memory.answer_send(key, "timed-out", at(41))
+    memory.answer_send(key, "delivered", at(42))  # the first answer stays
+    assert memory.claim_send("reclaim-n1-1-e1.1/run-a/7", "n1", 1, 1, 9, at(50)) is None
+    sends = memory.sends("n1", 1, 1)
+    assert [(s.signal, s.answer) for s in sends] == [(0, "timed-out"), (9, None)]
+    assert memory.sends("n1", 1, 2) == []
+
+
+def test_a_weak_release_reopens_the_same_holding_when_listed_again(
+    memory: ReclaimMemory,
+) -> None:
+    (h,) = memory.sight("n1", [1], at(0), epoch=1)
+    memory.attach_workflow("n1", 1, 1, h.workflow_id)
+    memory.add_evidence("n1", 1, 1, BeatReport(evidence=BeatEvidence.IDLE, at=at(30)))
+    memory.close_holding("n1", 1, 1, WEAKLY_RELEASED, at(200))
+    assert memory.holdings("n1") == []
+    # Listed again, later and in another epoch: the same holding, its fence kept.
+    (again,) = memory.sight("n1", [1], at(300), epoch=2)
+    assert again == h and memory.holdings("n1") == [h]
+    assert memory.open_workflows_of("n1") == []  # watched afresh, by the next stale verdict
+    assert memory.tally("n1", 1, 1).idle_in_a_row == 0  # the evidence starts over
+    # A strong release is a new sighting.
+    memory.close_holding("n1", 1, 1, "released", at(400))
+    assert memory.sight("n1", [1], at(500), epoch=2)[0].sighting == 2
+
+
+def test_a_weak_release_older_than_the_memory_forgets_is_a_new_sighting(
+    memory: ReclaimMemory,
+) -> None:
+    memory.sight("n1", [1], at(0), epoch=1)
+    memory.close_holding("n1", 1, 1, WEAKLY_RELEASED, at(10))
+    late = at(10) + FORGET_AFTER + timedelta(seconds=1)
+    (h,) = memory.sight("n1", [1], late, epoch=1)
+    assert h.sighting == 2 and h.first_seen == late
+
+
+def test_watched_nodes_are_those_with_an_open_watched_holding(memory: ReclaimMemory) -> None:
+    memory.sight("n1", [1, 2], at(0), epoch=1)
+    memory.sight("n2", [1], at(0), epoch=1)
+    assert memory.watched_nodes() == set()
+    memory.attach_workflow("n1", 2, 1, "reclaim-n1-2-e1.1")
+    memory.attach_workflow("n2", 1, 1, "reclaim-n2-1-e1.1")
+    memory.close_holding("n2", 1, 1, "released", at(5))
+    assert memory.watched_nodes() == {"n1"}
 
 
 def test_a_node_stays_drained_while_any_keeper_drain_is_open(memory: ReclaimMemory) -> None:

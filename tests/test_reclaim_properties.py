@@ -68,6 +68,7 @@ EXAMPLES = int(EXAMPLES_ENV or "60")
 SEED = int(os.environ.get("KEEPER_PROPERTY_SEED", "20260501"))
 POLICY = ReclaimPolicy()
 RETENTION = timedelta(minutes=30)
+AGENT_BEAT_S = 30  # spurd's heartbeat interval
 T0 = datetime(2026, 5, 1, tzinfo=UTC)
 NODES = ("gpu-node-01", "gpu-node-02", "gpu-node-03")
 # How each node's name is written: the agent picks one per heartbeat, the controller keeps
@@ -409,6 +410,12 @@ def apply(world: World, keeper: Keeper, op: tuple) -> None:  # type: ignore[type
         if op[2]:  # the restart took the agent's runs with it
             agent.held.clear()
     elif kind == "tick":
+        if op[1] > AGENT_BEAT_S:
+            # Agents beat every 30 s whatever else happens: over a long pause each lists
+            # what it holds at least once, so keeper reads every job an agent holds while
+            # the controller still has it (a job cannot run and age out unseen).
+            for node in NODES:
+                _beat(world, keeper, node, 0, empty=False)
         world.tick(op[1])
 
 
@@ -432,6 +439,7 @@ def quiet(world: World, keeper: Keeper) -> None:
     rounds = len(attempts(POLICY)) + POLICY.release_beats + 4
     for _ in range(rounds):
         world.tick(int(max(POLICY.end_grace, POLICY.retry_max).total_seconds()) + 1)
+        keeper.read(None)  # the intake's periodic full read (reclaim.full_read_interval)
         for node in NODES:
             _beat(world, keeper, node, 0, empty=False)
         for key in sorted(keeper.drivers):

@@ -697,6 +697,10 @@ class ReclaimMemory:
             self._require(conn, node_id, job_id, sighting)
             row = conn.execute(select(evidence.c.tally).where(key)).first()
             before = ReleaseTally() if row is None else ReleaseTally.model_validate_json(row.tally)
+            if report.evidence is BeatEvidence.HELD and before.last is BeatEvidence.HELD:
+                # Held again changes no count: a storm of duplicate heartbeats reads, never
+                # writes (when the job was last listed is the holding's last_reported_at).
+                return before
             after = before.add(report)
             values = {"tally": after.model_dump_json(), "updated_at": _utc(report.at, "at")}
             if row is None:
