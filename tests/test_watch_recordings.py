@@ -1,5 +1,6 @@
 """Recordings of JobWatch runs, replayed by tests/test_replay.py like every other recording
-(tests/histories/2026-12-01-watch/). On demand, into a new folder:
+(tests/histories/2026-12-01-watch/, and since the watch-probe-deadline patch
+tests/histories/2026-12-04-watch/). On demand, into a new folder:
 
     KEEPER_RECORD_HISTORIES=1 KEEPER_HISTORY_DIR=2026-12-01-watch \\
         pytest tests/test_watch_recordings.py
@@ -28,6 +29,8 @@ SCENARIOS = {
     ),
     "watch-denied-unwatched": ("stuck-stage", {}, (ProposalKind.RESTART, DENY_UPDATE)),
     "watch-continued-as-new": ("cpu-bound-quiet", {}, None),
+    # Since watch-probe-deadline: a stall confirmed by a probe with its deadline and clock.
+    "watch-probe-confirmed": ("hung-busy", {}, None),
 }
 
 
@@ -48,6 +51,14 @@ async def test_record_watch(dev_env: Any, label: str) -> None:
             ).fetch_history()
             write_recording(f"{label}.json", history.to_json())
             await handle.cancel()
+            return
+        if label == "watch-probe-confirmed":
+            await w.until_view(
+                handle, lambda v: v.verdict == "stalled", within=60, what="a stalled verdict"
+            )
+            await handle.cancel()
+            await w.result(handle)
+            write_recording(f"{label}.json", (await handle.fetch_history()).to_json())
             return
         if decide is not None:
             kind, update = decide
