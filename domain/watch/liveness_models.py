@@ -92,7 +92,9 @@ class LivenessPolicy(_Frozen):
     # with no signal of any kind (and the elapsed gate) still flag a dead worker.
     fallback_ticks: int = Field(default=2, ge=1, le=1000, strict=True)
     # A tick later than expected by more than max(observer_gap, factor x the expected
-    # interval) means the watcher itself was paused: no delta across it counts.
+    # interval) means the watcher itself was paused: no delta across it counts. So does a
+    # probe answering more than observer_gap after the check that asked for it (beyond its
+    # own gap): it confirms nothing. It is also the slack a first log read's stamps get.
     observer_gap: HumanDuration = Field(default=timedelta(minutes=1), ge=timedelta(0))
     observer_gap_factor: float = Field(default=1.0, ge=0, allow_inf_nan=False)
     # A per-tick utime+stime (or session) rise of at least this is progress: one clock tick.
