@@ -18,6 +18,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
 from temporalio.client import WorkflowExecutionStatus
 from temporalio.testing import WorkflowEnvironment
@@ -29,6 +30,7 @@ from tests.e2e_support import dev_address, start_worker_process
 from tests.reclaim_world import FAST, ReclaimWorld, reclaim_world, until
 from tests.test_reclaim_e2e import live, names, nodes, only_workflow, stale, view_of
 from tests.test_reclaim_worker_kill import write_config
+from wire.spur import slurm_pb2, slurm_pb2_grpc
 
 pytestmark = pytest.mark.e2e
 # A wait after each cancel far longer than any test's beats: a second cancel would be a
@@ -242,3 +244,46 @@ async def _listed(w: ReclaimWorld, wf: str, after: Any = None) -> Any:
     if at is None or (after is not None and at <= after):
         return None
     return view if after is not None else at
+
+
+async def test_a_completion_report_counts_whatever_the_controller_made_of_the_job_but_not_from_a_refused_caller(  # noqa: E501
+    client: Any, tmp_path: Path
+) -> None:
+    """spurctld answers NOT_FOUND to a report of a job it lost (aged out here): still the
+    agent's word about its own map. A caller the controller refuses (no token) is nobody's."""
+    token = "s3cr3t-spur-token"
+    token_file = tmp_path / "spur-token"
+    token_file.write_text(token)
+    async with reclaim_world(
+        client, tmp_path, agents=nodes(), policy=PATIENT, token=token, token_file=token_file
+    ) as w:
+        node = names(w)[0]
+        job = stale(w, node)
+        w.emu.set_reports(node, False)
+        w.emu.set_cancel_timeout(node, 0.01, acts=False)  # it keeps the job: no evidence
+        await w.beat(node)
+        wf = only_workflow(w, node, job)
+        await until(lambda: w.cancels(job), what="the first cancel")
+        w.emu.advance(2 * 3600)  # the controller ages the job out
+        assert w.emu.cluster.jobs.get(job) is None
+        hostname = w.emu.agent(node).state.hostname
+        report = slurm_pb2.ReportJobStatusRequest(
+            job_id=job, state=slurm_pb2.JOB_COMPLETED, reporting_node=hostname, signal=9
+        )
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{w.tap.port}") as channel:
+            stub = slurm_pb2_grpc.SlurmControllerStub(channel)
+            refused = w.intake.counters.refused
+            with pytest.raises(grpc.aio.AioRpcError) as denied:
+                await stub.ReportJobStatus(report, timeout=5)
+            assert denied.value.code() is grpc.StatusCode.UNAUTHENTICATED
+            await w.tap.drained()
+            await w.intake.idle()
+            assert w.intake.counters.refused == refused + 1
+            assert await _running(w, wf)
+            with pytest.raises(grpc.aio.AioRpcError) as lost:
+                await stub.ReportJobStatus(
+                    report, timeout=5, metadata=(("authorization", f"Bearer {token}"),)
+                )
+            assert lost.value.code() is grpc.StatusCode.NOT_FOUND
+        result = await w.result(wf)
+    assert result.outcome is Outcome.RELEASED and "ReportJobStatus" in result.detail

@@ -63,7 +63,9 @@ async def on_tap_event(intake: Intake, event: TapEvent) -> None:
         event.message, slurm_pb2.ReportJobStatusRequest
     ):
         msg = event.message
-        if event.status in _REPORT_REFUSED or not msg.reporting_node:
+        if not msg.reporting_node:
+            return  # a job-level report (spur's Kubernetes operator), not an agent's word
+        if event.status in _REPORT_REFUSED:
             intake.counters.refused += 1
             return
         intake.offer(
