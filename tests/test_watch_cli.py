@@ -10,6 +10,7 @@ updates, search attributes): the test sets what it shows through signals of its 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import re
 import sys
@@ -170,6 +171,8 @@ class StandInWatch:
 class World:
     client: Client
     config: Path
+    # The iris controller the config names: it knows every job but those named `nosuch-*`.
+    iris_url: str = ""
 
     def job(self, name: str = "job") -> str:
         return f"/alice/{name}-{uuid.uuid4().hex[:8]}"
@@ -204,6 +207,32 @@ async def watch_server() -> AsyncIterator[WorkflowEnvironment]:
         yield env
 
 
+async def known_job_status(request: web.Request) -> web.Response:
+    """iris's GetJobStatus for a controller that runs every job but those named nosuch-*."""
+    job_id = (await request.json())["jobId"]
+    if job_id.rsplit("/", 1)[-1].startswith("nosuch-"):
+        return web.json_response(
+            {"code": "not_found", "message": f"job {job_id} not found"}, status=404
+        )
+    return web.json_response({"job": {"jobId": job_id, "state": "JOB_STATE_RUNNING"}})
+
+
+@contextlib.asynccontextmanager
+async def http_server(*routes: tuple[str, Any]) -> AsyncIterator[str]:
+    """An HTTP server on a free port serving POST `routes`; its base URL."""
+    app = web.Application()
+    for path, handler in routes:
+        app.router.add_post(path, handler)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        await runner.cleanup()
+
+
 @pytest.fixture(scope="module")
 async def world(
     watch_server: WorkflowEnvironment, tmp_path_factory: pytest.TempPathFactory
@@ -211,19 +240,21 @@ async def world(
     dev_env = watch_server
     stem = f"keeper-test-{uuid.uuid4().hex[:8]}"
     config = tmp_path_factory.mktemp("watch-cli") / "keeper.yaml"
-    config.write_text(
-        yaml.safe_dump(
-            {
-                "temporal": {
-                    "address": dev_address(dev_env),
-                    "namespace": "default",
-                    "task_queue": stem,
+    async with http_server((connect.GET_JOB_STATUS, known_job_status)) as iris_url:
+        config.write_text(
+            yaml.safe_dump(
+                {
+                    "temporal": {
+                        "address": dev_address(dev_env),
+                        "namespace": "default",
+                        "task_queue": stem,
+                    },
+                    "watch": {"controller_url": iris_url, "call_timeout": "5s"},
                 }
-            }
+            )
         )
-    )
-    async with Worker(dev_env.client, task_queue=f"{stem}-watch", workflows=[StandInWatch]):
-        yield World(dev_env.client, config)
+        async with Worker(dev_env.client, task_queue=f"{stem}-watch", workflows=[StandInWatch]):
+            yield World(dev_env.client, config, iris_url)
 
 
 def offline_config(tmp_path: Path) -> Path:
@@ -354,6 +385,35 @@ async def test_a_closed_watch_of_the_same_job_is_started_afresh(world: World) ->
     assert second.run_id != first.run_id and second.status is WorkflowExecutionStatus.RUNNING
     # The requester defaults to $USER.
     assert (await world.handle(job_id).query(StandInWatch.status)).requested_by == "alice"
+
+
+async def test_watch_of_a_job_iris_does_not_know_exits_1_naming_it_and_starts_nothing(
+    world: World,
+) -> None:
+    job_id = world.job("nosuch-tokenize")
+    text = await world.keeper("watch", job_id)
+    assert text.code == 1 and text.out == "", text
+    assert f"iris at {world.iris_url} knows no job {job_id}; nothing is watched" in text.err
+    assert "check the job id" in text.err.lower() and "keeper job run" in text.err
+    assert "Traceback" not in text.err and "internal error" not in text.err
+    error = (await world.keeper("watch", job_id, "--json")).error()
+    assert (error["job_id"], error["controller_url"]) == (job_id, world.iris_url), error
+    assert error["exit_code"] == 1 and "usage" not in error
+    assert await world.watches_of(job_id) == []
+
+
+async def test_watch_when_iris_does_not_answer_exits_1_saying_so_and_starts_nothing(
+    world: World,
+) -> None:
+    nobody = f"http://127.0.0.1:{free_port()}"
+    config = with_iris(world.config, nobody)
+    job_id = world.job("tokenize")
+    text = await keeper(config, "job", "watch", job_id, env={"USER": "alice"})
+    assert text.code == 1 and text.out == "", text
+    assert f"iris at {nobody} did not answer" in text.err and "nothing is watched" in text.err
+    assert "knows no job" not in text.err  # unreachable is not "no such job"
+    assert "watch.controller_url" in text.err
+    assert await world.watches_of(job_id) == []
 
 
 BAD_IDS = ["alice/tokenize", "/alice", "/alice/bad name", "/alice/-x", "/alice/" + "x" * 400, ""]

@@ -38,6 +38,7 @@ from cli.watch.lookup import (
     CLOSED_EXIT,
     Watch,
     ending,
+    find_watch,
     must_find,
     query_view,
     status_name,
@@ -180,7 +181,8 @@ def watch(keeper: KeeperContext, out: Output, job_id: str, by: str | None, follo
     """Start watching JOB_ID, an iris job id (/<user>/<job>).
 
     Idempotent: a watch already running is left as it is and shown (exit 0); a closed
-    watch of the same job is started afresh. A bad JOB_ID exits 2 and starts nothing.
+    watch of the same job is started afresh. A bad JOB_ID exits 2 and starts nothing; a
+    job iris does not know (GetJobStatus at watch.controller_url) exits 1 and starts nothing.
 
     \b
     Example:
@@ -224,6 +226,10 @@ async def _watch(
     settings: Settings, out: Output, job_id: str, requested_by: str, follow_it: bool
 ) -> int:
     client = await client_for(settings)
+    found = await find_watch(client, job_id)
+    if found is None or not found.running:
+        # Only a job iris knows is watched: a watch of no job would end `missing` later.
+        await launch.require_known_job(settings, job_id)
     watch, started = await start_watch(client, settings, job_id, requested_by)
     fields = watch.fields(settings)
     view = None if started else await query_view(watch.handle)

@@ -25,6 +25,7 @@ from runtime.watch.iris_errors import (
     IrisAuthError,
     IrisError,
     IrisInvalidArgument,
+    IrisNotFound,
     IrisTimedOut,
     IrisUnavailable,
 )
@@ -100,13 +101,13 @@ def launch_request(
     return LaunchJobRequest(**fields)
 
 
-def iris_token(settings: Settings) -> IrisToken:
+def iris_token(settings: Settings, nothing: str = "nothing was launched") -> IrisToken:
     """KEEPER_IRIS_TOKEN, else the file watch.token_file names, else anonymous."""
     try:
         return deps.iris_token(settings.watch)
     except IrisTokenError as err:
         raise CommandFailed(
-            f"{err}; nothing was launched",
+            f"{err}; {nothing}",
             hint=f"Fix {TOKEN_ENV} or watch.token_file (KEEPER_IRIS_TOKEN_FILE), or unset both "
             "to call iris anonymously.",
         ) from None
@@ -153,3 +154,44 @@ def launch_failure(settings: Settings, name: str, err: IrisError) -> CommandFail
         name=name,
         controller_url=url,
     )
+
+
+async def require_known_job(settings: Settings, job_id: str) -> None:
+    """`keeper job watch` of a job iris does not know is refused at once (a watch of it
+    would only end `missing` two checks later): GetJobStatus at watch.controller_url,
+    before anything is started. A controller that does not answer is its own failure."""
+    url = settings.watch.controller_url
+    nothing = "nothing is watched"
+    fields = {"job_id": job_id, "controller_url": url}
+    token = iris_token(settings, nothing)
+    try:
+        async with deps.iris_controller(settings.watch, token) as iris:
+            await iris.get_job_status(job_id)
+    except IrisNotFound:
+        raise CommandFailed(
+            f"iris at {url} knows no job {job_id}; {nothing}",
+            hint="Check the job id (its user and name, as `iris job list` shows them) and "
+            "watch.controller_url (KEEPER_IRIS_CONTROLLER) if the job runs on another "
+            "controller; to launch a new job and watch it, `keeper job run -- CMD`.",
+            **fields,
+        ) from None
+    except IrisAuthError as err:
+        raise CommandFailed(
+            f"iris at {url} refused keeper's credentials: {err}; {nothing}",
+            hint="Check the iris token: KEEPER_IRIS_TOKEN, or the file watch.token_file "
+            "(KEEPER_IRIS_TOKEN_FILE) names.",
+            **fields,
+        ) from None
+    except IrisUnavailable as err:
+        raise CommandFailed(
+            f"iris at {url} did not answer whether {job_id} exists: {err}; {nothing}",
+            hint=f"Check watch.controller_url (KEEPER_IRIS_CONTROLLER): is iris up at {url}? "
+            "Then run `keeper job watch` again.",
+            **fields,
+        ) from None
+    except IrisError as err:
+        raise CommandFailed(
+            f"iris at {url} did not tell whether {job_id} exists: {err}; {nothing}",
+            hint=f"Check the iris controller at {url} (watch.controller_url).",
+            **fields,
+        ) from None
