@@ -592,3 +592,17 @@ def test_after_a_late_probe_the_stall_needs_a_whole_new_gate() -> None:
         verdicts.append(f"{j.verdict}/{j.reason}")
     assert verdicts[0] == "unknown/no_baseline"
     assert verdicts.index("stalled/probe_confirmed_stall") == 10, verdicts
+
+
+def test_a_process_listing_that_answers_ends_the_fallback_streak() -> None:
+    """The fallback counts checks with no CPU counter at all. A check whose listing shows the
+    job's processes (here a new one, first read with no CPU yet: a baseline) is not one: the
+    quiet streak starts over after it rather than carry on to a fallback stall."""
+    fresh = proc(0.0, pid=9, start=9)
+    ticks = [*(tick(i, **DEAD) for i in range(9)), tick(9, fresh, log_advanced=False)]
+    ticks += [tick(10 + i, **DEAD) for i in range(12)]
+    seen, judged = run(ticks, probes={19: None})
+    assert seen[9] == "unknown/no_baseline"
+    assert judged[9].state.quiet_ticks == 0
+    assert "stalled" not in "".join(seen[:19]), seen
+    assert seen[19] == "stalled/fallback_persistence", seen  # a whole new fallback gate

@@ -28,16 +28,20 @@ Whatever the trace:
   CPU path after the reuse needs stall_ticks ticks and stall_min_elapsed from the first tick
   the new process was read.
 
-`KEEPER_PROPERTY_EXAMPLES=2000 pytest tests/test_watch_liveness_properties.py` runs more.
+`make test` runs a modest, derandomized number of examples.
+`KEEPER_PROPERTY_EXAMPLES=10000 pytest -s tests/test_watch_liveness_properties.py` runs more,
+from KEEPER_PROPERTY_SEED (or a fixed default), which is printed; the same seed and number
+replay the same traces.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 from dataclasses import dataclass, replace
 from datetime import timedelta
 
-from hypothesis import HealthCheck, given, note, settings
+from hypothesis import HealthCheck, given, note, seed, settings
 from hypothesis import strategies as st
 
 from domain.watch.liveness import MAX_EVIDENCE, confirm, judge
@@ -57,7 +61,9 @@ from domain.watch.liveness_models import (
     Tick,
 )
 
-EXAMPLES = int(os.environ.get("KEEPER_PROPERTY_EXAMPLES", "200"))
+EXAMPLES_ENV = os.environ.get("KEEPER_PROPERTY_EXAMPLES")
+EXAMPLES = int(EXAMPLES_ENV or "200")
+SEED = int(os.environ.get("KEEPER_PROPERTY_SEED", "20261204"))
 V, R, K = LivenessVerdict, LivenessReason, CounterKind
 HELPER_PID = 7
 NOT_STALLED_REASONS = {
@@ -302,18 +308,27 @@ def _probe(
 
 
 def _settings():  # type: ignore[no-untyped-def]
-    return settings(
-        max_examples=EXAMPLES,
-        deadline=None,
-        derandomize=True,
-        database=None,
-        suppress_health_check=[HealthCheck.too_slow],
-    )
+    common = {
+        "max_examples": EXAMPLES,
+        "deadline": None,
+        "database": None,
+        "suppress_health_check": [HealthCheck.too_slow],
+        "print_blob": True,
+    }
+    if EXAMPLES_ENV:
+        return settings(**common)
+    return settings(derandomize=True, **common)
 
 
+_printed = itertools.count()
+
+
+@seed(SEED)
 @_settings()
 @given(traces())
 def test_the_arbiter_is_safe_live_and_bounded(trace: Trace) -> None:
+    if EXAMPLES_ENV and next(_printed) == 0:
+        print(f"watch liveness properties: {EXAMPLES} examples, KEEPER_PROPERTY_SEED={SEED}")
     seen = simulate(trace)
     for i, o in enumerate(seen):
         note(f"{i} at={o.at:.0f} adv={o.advancing} proc={o.proc_read} gap={o.gap} "

@@ -18,13 +18,15 @@ of these, rows tried top to bottom, the first match winning ("streak": the no-pr
 | 4 | a process replaced, or a reading hiding progress | unknown | reset, no_baseline | cleared |
 | 5 | flat: some process compared flat | see below | | +1 |
 | 6 | quiet: no process reading, threads not alive, a quiet sign (below) | see below | | +1 |
-| 7 | else (nothing answered; baselines; ambiguous; live threads) | unknown | no_signal | held |
+| 7 | else (nothing answered; baselines; ambiguous; live threads) | unknown | no_signal | held** |
 
 Positive: a process's utime+stime rose, the progress counter rose, the stage changed within
 one attempt, new log lines, or the session total rose with no process reading beside it.
 Live threads are never progress by themselves: a coordinator stuck behind one shard shows the
 same threads for hours; they only keep the quiet fallback (6) from starting. *An observer
-gap also re-baselines every counter: no delta across it counts.
+gap also re-baselines every counter: no delta across it counts. **Except the fallback's
+quiet streak when a process listing answered (baselines, ambiguous readings): a CPU counter
+answered, so that streak of checks with none ends, as on a flat check.
 
 A quiet sign is a source that answered with nothing: no new log lines, a zombie dump, a
 progress counter standing still, a process listing with no process of the job. The session
@@ -178,7 +180,12 @@ def judge(policy: LivenessPolicy, state: LivenessState, tick: Tick) -> Judgement
     if seen in (_Seen.FLAT, _Seen.QUIET):
         return _no_progress(policy, state, tick, reading, side, seen, base)
     if seen is _Seen.NO_SIGNAL:
-        new = state.model_copy(update={**base, "pending": None, "probe_target": None})
+        held = {**base, "pending": None, "probe_target": None}
+        if reading.proc_seen:
+            # The listing showed the job's processes: a CPU counter answered, so the fallback's
+            # streak (checks with none at all) ends here, as on a flat check.
+            held |= {"quiet_ticks": 0, "quiet_since": None}
+        new = state.model_copy(update=held)
         lines = [*reading.notes, *side] or ["no source answered with a usable reading"]
         return answer(new, state, V.UNKNOWN, _no_signal_reason(reading), lines, ticked=True)
     new = state.model_copy(update={**base, **cleared()})
