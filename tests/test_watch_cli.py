@@ -210,6 +210,10 @@ async def watch_server() -> AsyncIterator[WorkflowEnvironment]:
 async def known_job_status(request: web.Request) -> web.Response:
     """iris's GetJobStatus for a controller that runs every job but those named nosuch-*."""
     job_id = (await request.json())["jobId"]
+    if job_id.rsplit("/", 1)[-1].startswith("private-"):
+        return web.json_response(
+            {"code": "permission_denied", "message": "not your job"}, status=403
+        )
     if job_id.rsplit("/", 1)[-1].startswith("nosuch-"):
         return web.json_response(
             {"code": "not_found", "message": f"job {job_id} not found"}, status=404
@@ -400,6 +404,18 @@ async def test_watch_of_a_job_iris_does_not_know_exits_1_naming_it_and_starts_no
     assert (error["job_id"], error["controller_url"]) == (job_id, world.iris_url), error
     assert error["exit_code"] == 1 and "usage" not in error
     assert await world.watches_of(job_id) == []
+
+
+async def test_watch_whose_check_iris_refuses_this_shell_says_so_and_starts_the_watch(
+    world: World,
+) -> None:
+    # The worker reads iris with its own token; the operator's shell may have none.
+    job_id = world.job("private-tokenize")
+    text = await world.keeper("watch", job_id)
+    assert text.code == 0 and text.out.startswith(f"watching {job_id}: "), text
+    assert f"warning: could not check that iris knows {job_id}" in text.err, text
+    assert "ends `missing` if the job is not there" in text.err
+    assert len(await world.watches_of(job_id)) == 1
 
 
 async def test_watch_when_iris_does_not_answer_exits_1_saying_so_and_starts_nothing(
@@ -620,6 +636,7 @@ async def test_approve_by_id_and_deny_by_kind_reach_the_workflow_and_print_the_p
         "RUNNING",
     )
     assert body["proposal"]["id"] == "stop-2" and body["proposal"]["state"] == "denied"
+    assert body["already_decided"] is False
     assert body["proposal"]["decided_by"] == "carol" and body["proposal"]["outcome"] == "left alone"
     assert re.fullmatch(RFC3339, body["proposal"]["decided_at"])
 
@@ -634,16 +651,22 @@ async def test_a_refused_decision_exits_1_with_the_workflows_message_and_a_hint(
 ) -> None:
     job_id = world.job()
     await started(world, job_id)
-    done = proposal(ProposalKind.RESTART, 1, state=ProposalState.APPROVED, decided_by="bob")
-    await world.show(job_id, stalled_view(job_id, done, proposal(ProposalKind.STOP, 2)))
-
-    again = await world.keeper("approve", job_id, "restart-1")
-    assert again.code == 1 and again.out == "", again
-    assert (
-        "the watch of " + job_id + " refused: proposal restart-1 is approved, not pending"
-        in again.err
+    denied = proposal(
+        ProposalKind.RESTART, 1, state=ProposalState.DENIED, decided_by="bob", decided_at=T0
     )
-    assert f"keeper job status {job_id}" in again.err and "nothing was approved" in again.err
+    await world.show(job_id, stalled_view(job_id, denied, proposal(ProposalKind.STOP, 2)))
+
+    # Decided already: the answer is the proposal as it stands, plainly, and exit 1 (it
+    # was not approved).
+    again = await world.keeper("approve", job_id, "restart-1")
+    assert again.code == 1, again
+    assert again.out == "restart-1 (restart): denied by bob at 2026-12-01T12:00:00Z\n", again
+    assert (
+        "proposal restart-1 was already denied by bob at 2026-12-01T12:00:00Z; this approve "
+        "changed nothing" in again.err
+    ), again
+    body = (await world.keeper("approve", job_id, "restart-1", "--json")).json()
+    assert body["already_decided"] is True and body["proposal"]["state"] == "denied", body
 
     unknown = (await world.keeper("deny", job_id, "stop-9", "--json")).error()
     assert f"no proposal stop-9 in the watch of {job_id}" in unknown["message"]
@@ -655,7 +678,7 @@ async def test_a_refused_decision_exits_1_with_the_workflows_message_and_a_hint(
     assert kind.code == 1 and "no pending restart proposal" in kind.err, kind
     assert "(pending: stop-2)" in kind.err
     view = await world.handle(job_id).query(StandInWatch.status)
-    assert [p.state for p in view.proposals] == [ProposalState.APPROVED, ProposalState.PENDING]
+    assert [p.state for p in view.proposals] == [ProposalState.DENIED, ProposalState.PENDING]
 
 
 async def test_a_kind_two_pending_proposals_share_is_ambiguous(world: World) -> None:

@@ -3,7 +3,11 @@ workflow, and the secrets (iris token, webhook URL) that appear in no history.""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
+import re
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -16,7 +20,7 @@ from temporalio.testing import WorkflowEnvironment
 from domain.watch.calls import JobWatchResult
 from domain.watch.models import ProposalKind, WatchOutcome
 from emulators.iris import IrisEmulatorConfig
-from tests.e2e_support import dev_address
+from tests.e2e_support import REPO, dev_address
 from tests.reclaim_world import until
 from tests.test_reclaim_cli import keeper
 from tests.test_reclaim_secrets import assert_absent
@@ -111,3 +115,63 @@ async def test_a_zombie_is_notified_then_restarted_through_keeper_job_approve_wi
             assert HOOK_SECRET not in json.dumps(message)
         new_watch = dev_env.client.get_workflow_handle(result.new_watch_id or "")
         await new_watch.cancel()
+
+
+async def keeper_process(config: Path, *args: str) -> tuple[int, str, str]:
+    """`keeper --config CONFIG ARGS` as a process of its own: several run truly at once."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "cli.main", "--config", str(config), *args,
+        cwd=REPO, env={**clean_env(), "PYTHONPATH": str(REPO), "USER": "oncall"},
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        out, err = await asyncio.wait_for(process.communicate(), 120)
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+    assert process.returncode is not None
+    return process.returncode, out.decode(), err.decode()
+
+
+def clean_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith(("KEEPER_", "TEMPORAL_"))}
+
+
+async def test_two_approvals_of_one_proposal_at_once_carry_it_out_once_and_both_get_a_plain_answer(
+    dev_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    async with watch_world(dev_env.client) as w:
+        job = w.launch("zombie-coordinator")
+        config = cli_config(tmp_path, dev_env, w)
+        started = await keeper(config, "job", "watch", job, "--by", "oncall")
+        assert started.code == 0, started
+        handle = dev_env.client.get_workflow_handle(f"job-watch-{job[1:]}")
+        view = await w.until_view(
+            handle,
+            lambda v: any(p.kind is ProposalKind.RESTART for p in v.pending()),
+            what="a restart proposal",
+        )
+        (restart,) = [p.id for p in view.pending() if p.kind is ProposalKind.RESTART]
+
+        first, second = await asyncio.gather(
+            keeper_process(config, "job", "approve", job, restart, "--by", "alice"),
+            keeper_process(config, "job", "approve", job, restart, "--by", "bob"),
+        )
+        # The step ran once.
+        assert [a["method"] for a in w.actions()] == ["TerminateJob", "LaunchJob"], w.actions()
+        for code, out, err in (first, second):
+            assert "internal error" not in err and "Traceback" not in err, (code, out, err)
+            assert "This is a bug" not in err, (code, out, err)
+            # Either way the answer is the proposal as carried out, and exit 0: the restart
+            # that was asked for was done.
+            assert code == 0, (code, out, err)
+            assert re.match(rf"{restart} \(restart\): done by (alice|bob) at ", out), out
+            assert f"relaunched as {job}-r1" in out, out
+        already = [err for _, _, err in (first, second) if "was already carried out" in err]
+        assert len(already) == 1, (first, second)
+        result = await w.result(
+            dev_env.client.get_workflow_handle(f"job-watch-{job[1:]}", result_type=JobWatchResult)
+        )
+        assert result.outcome is WatchOutcome.RESTARTED
+        await dev_env.client.get_workflow_handle(result.new_watch_id or "").cancel()

@@ -19,6 +19,7 @@ from rich.console import Console
 from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
+from temporalio.service import RPCError, RPCStatusCode
 
 from cli.context import KeeperContext, pass_keeper
 from cli.output import (
@@ -29,6 +30,7 @@ from cli.output import (
     Output,
     UsageProblem,
     json_options,
+    rfc3339,
     to_jsonable,
 )
 from cli.temporal_ops import client_for, list_query
@@ -229,7 +231,9 @@ async def _watch(
     found = await find_watch(client, job_id)
     if found is None or not found.running:
         # Only a job iris knows is watched: a watch of no job would end `missing` later.
-        await launch.require_known_job(settings, job_id)
+        unchecked = await launch.require_known_job(settings, job_id)
+        if unchecked:
+            out.note(f"warning: {unchecked}")
     watch, started = await start_watch(client, settings, job_id, requested_by)
     fields = watch.fields(settings)
     view = None if started else await query_view(watch.handle)
@@ -432,10 +436,61 @@ def decision_command(update: str, verb: str) -> click.Command:
         if len(note) > NOTE_LIMIT:
             raise UsageProblem(f"at most {NOTE_LIMIT} characters, got {len(note)}", "--note")
 
+        wanted_state = ProposalState.DONE if update == APPROVE_UPDATE else ProposalState.DENIED
+
+        async def answer(watch: Watch, proposal: Proposal, already: bool) -> int:
+            """The proposal as decided, and whether that is what this command asked for."""
+            if out.json:
+                out.data(
+                    {**watch.fields(settings), "proposal": proposal, "already_decided": already}
+                )
+            else:
+                out.line(decided_text(proposal))
+            if already:
+                out.note(
+                    f"proposal {proposal.id} was already {_as_decided(proposal)}; this {update} "
+                    "changed nothing"
+                )
+            # An approval succeeds when its step was carried out; one that failed (or was
+            # cut short, or was denied or withdrawn first) is the operation failing, with the
+            # reason in the proposal.
+            if proposal.state is not wanted_state:
+                if not already:
+                    out.note(
+                        f"{proposal.id} is {proposal.state.value}: "
+                        f"{terminal_text(proposal.outcome or '')}; see `keeper job status {job_id}`"
+                    )
+                return FAILED
+            return OK
+
+        async def decided_elsewhere(client: Client, proposal_id: str) -> int | None:
+            """Another decision on the proposal got there first (a second `approve` at
+            once, say): wait for it to be carried out, then answer with it. None when the
+            watch cannot tell (no such proposal, or no worker answers)."""
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + UPDATE_TIMEOUT
+            while True:
+                watch = await find_watch(client, job_id)
+                if watch is None:
+                    return None
+                view = await query_view(watch.handle if watch.running else watch.run)
+                found = next(
+                    (p for p in (view.proposals if view else []) if p.id == proposal_id), None
+                )
+                if found is None or found.state is ProposalState.PENDING:
+                    return None
+                settling = found.state is ProposalState.APPROVED and watch.running
+                if not settling or loop.time() > deadline:
+                    return await answer(watch, found, already=True)
+                await asyncio.sleep(0.5)
+
         async def run() -> int:
             client = await client_for(settings)
             watch = await must_find(client, job_id)
             if not watch.running:
+                settled = await decided_elsewhere(client, wanted)
+                if settled is not None:
+                    return settled
                 raise CommandFailed(
                     f"the watch of {job_id} is closed ({watch.status}); nothing was {verb}",
                     hint=f"`keeper job status {job_id}` shows how it ended.",
@@ -450,6 +505,9 @@ def decision_command(update: str, verb: str) -> click.Command:
                     UPDATE_TIMEOUT,
                 )
             except WorkflowUpdateFailedError as err:
+                settled = await decided_elsewhere(client, proposal_id)
+                if settled is not None:
+                    return settled
                 cause = err.cause
                 message = (
                     cause.message if isinstance(cause, ApplicationError) else str(cause or err)
@@ -458,6 +516,22 @@ def decision_command(update: str, verb: str) -> click.Command:
                     f"the watch of {job_id} refused: {terminal_text(message)}; nothing was {verb}",
                     hint=f"`keeper job status {job_id}` shows the pending proposals.",
                     **watch.fields(settings),
+                    proposal=proposal_id,
+                ) from None
+            except RPCError as err:
+                if err.status is not RPCStatusCode.NOT_FOUND:
+                    raise
+                # The watch closed between this command's look and its update (another
+                # decision carried out, or the job ended): what became of the proposal.
+                settled = await decided_elsewhere(client, proposal_id)
+                if settled is not None:
+                    return settled
+                closed = await must_find(client, job_id)
+                raise CommandFailed(
+                    f"the watch of {job_id} closed ({closed.status}) before the {update} of "
+                    f"{proposal_id} reached it; nothing was {verb}",
+                    hint=f"`keeper job status {job_id}` shows how it ended.",
+                    **closed.fields(settings),
                     proposal=proposal_id,
                 ) from None
             except TimeoutError:
@@ -469,20 +543,7 @@ def decision_command(update: str, verb: str) -> click.Command:
                     **watch.fields(settings),
                     proposal=proposal_id,
                 ) from None
-            if out.json:
-                out.data({**watch.fields(settings), "proposal": decided})
-            else:
-                out.line(decided_text(decided))
-            # An approval succeeds when its step was carried out; one that failed (or was
-            # cut short) is the operation failing, with the reason in the proposal.
-            wanted_state = ProposalState.DONE if update == APPROVE_UPDATE else ProposalState.DENIED
-            if decided.state is not wanted_state:
-                out.note(
-                    f"{decided.id} is {decided.state.value}: {terminal_text(decided.outcome or '')}"
-                    f"; see `keeper job status {job_id}`"
-                )
-                return FAILED
-            return OK
+            return await answer(watch, decided, already=False)
 
         raise SystemExit(asyncio.run(run()))
 
@@ -494,6 +555,19 @@ def decision_command(update: str, verb: str) -> click.Command:
         f"--by alice --note 'stuck behind one shard'"
     )
     return decide
+
+
+def _as_decided(proposal: Proposal) -> str:
+    """`carried out (approved by bob at T): relaunched as /alice/x-r1`, `denied by carol at
+    T`: what became of a proposal someone else decided."""
+    by = f" by {terminal_text(proposal.decided_by)}" if proposal.decided_by else ""
+    at = f" at {rfc3339(proposal.decided_at)}" if proposal.decided_at else ""
+    state = {
+        ProposalState.DONE: f"carried out (approved{by}{at})",
+        ProposalState.FAILED: f"approved{by}{at} and failed",
+        ProposalState.APPROVED: f"approved{by}{at}, and is still being carried out",
+    }.get(proposal.state, f"{proposal.state.value}{by}{at}")
+    return state + (f": {terminal_text(proposal.outcome)}" if proposal.outcome else "")
 
 
 job.add_command(decision_command(APPROVE_UPDATE, "approved"))

@@ -156,10 +156,12 @@ def launch_failure(settings: Settings, name: str, err: IrisError) -> CommandFail
     )
 
 
-async def require_known_job(settings: Settings, job_id: str) -> None:
+async def require_known_job(settings: Settings, job_id: str) -> str | None:
     """`keeper job watch` of a job iris does not know is refused at once (a watch of it
     would only end `missing` two checks later): GetJobStatus at watch.controller_url,
-    before anything is started. A controller that does not answer is its own failure."""
+    before anything is started. A controller that does not answer is its own failure.
+    Credentials iris refuses (this shell's, not the worker's) only cost the check: the
+    note returned says so, and the watch goes ahead."""
     url = settings.watch.controller_url
     nothing = "nothing is watched"
     fields = {"job_id": job_id, "controller_url": url}
@@ -176,12 +178,11 @@ async def require_known_job(settings: Settings, job_id: str) -> None:
             **fields,
         ) from None
     except IrisAuthError as err:
-        raise CommandFailed(
-            f"iris at {url} refused keeper's credentials: {err}; {nothing}",
-            hint="Check the iris token: KEEPER_IRIS_TOKEN, or the file watch.token_file "
-            "(KEEPER_IRIS_TOKEN_FILE) names.",
-            **fields,
-        ) from None
+        return (
+            f"could not check that iris knows {job_id}: iris at {url} refused this shell's "
+            f"credentials ({err}; KEEPER_IRIS_TOKEN or watch.token_file); the watch reads "
+            "iris with the worker's and ends `missing` if the job is not there"
+        )
     except IrisUnavailable as err:
         raise CommandFailed(
             f"iris at {url} did not answer whether {job_id} exists: {err}; {nothing}",
@@ -195,3 +196,4 @@ async def require_known_job(settings: Settings, job_id: str) -> None:
             hint=f"Check the iris controller at {url} (watch.controller_url).",
             **fields,
         ) from None
+    return None

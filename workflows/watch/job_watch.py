@@ -118,9 +118,12 @@ class JobWatch:
     async def approve(self, decision: Decision) -> Proposal:
         state = self._state
         assert state is not None
-        self._state = decide(state, decision, workflow.now(), approve=True)
-        self._approved.append(decision.proposal)
-        self._publish()
+        # Two approvals validated in one task: the first decides; the second only waits for
+        # the same step and answers with it (the step runs once, and who approved stays).
+        if self._proposal(decision.proposal).state is ProposalState.PENDING:
+            self._state = decide(state, decision, workflow.now(), approve=True)
+            self._approved.append(decision.proposal)
+            self._publish()
         # Answers when the step is done (or failed), so `keeper job approve` shows its outcome.
         await workflow.wait_condition(lambda: self._proposal_settled(decision.proposal))
         return self._proposal(decision.proposal)
