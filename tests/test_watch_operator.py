@@ -175,3 +175,50 @@ async def test_two_approvals_of_one_proposal_at_once_carry_it_out_once_and_both_
         )
         assert result.outcome is WatchOutcome.RESTARTED
         await dev_env.client.get_workflow_handle(result.new_watch_id or "").cancel()
+
+        # The closed watch shows the job keeper killed, and nothing left to approve.
+        status = await keeper(config, "job", "status", job)
+        assert status.code == 0, status
+        assert "phase: finished  job: killed" in status.out, status.out
+        assert f"verdict: finished (restarted as {job}-r1 (job killed))" in status.out
+        assert "pending proposals" not in status.out and "approve:" not in status.out
+        listed = await until(
+            lambda: listed_row(config, job, "killed"), within=30, what="the closed watch listed"
+        )
+        assert (listed["job_state"], listed["verdict"], listed["status"]) == (
+            "killed", "finished", "COMPLETED",
+        )  # fmt: skip
+
+
+async def listed_row(config: Path, job: str, state: str) -> dict[str, Any] | None:
+    """The job's row of `keeper job list --all`, once its job state reads `state`
+    (visibility is eventually consistent)."""
+    done = await keeper(config, "job", "list", "--all", "--json")
+    assert done.code == 0, done
+    rows = [r for r in done.json()["watches"] if r["job_id"] == job]
+    return rows[0] if rows and rows[0]["job_state"] == state else None
+
+
+async def test_a_job_that_succeeds_ends_its_watch_finished_with_the_job_succeeded(
+    dev_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    async with watch_world(dev_env.client) as w:
+        job = w.launch("finish-while-down")
+        config = cli_config(tmp_path, dev_env, w)
+        followed = await keeper(config, "job", "watch", job, "--follow")
+        assert followed.code == 0, followed
+        assert followed.out.splitlines()[-1].startswith(f"{job}: watch COMPLETED; succeeded")
+
+        status = await keeper(config, "job", "status", job)
+        assert status.code == 0, status
+        assert "phase: finished  job: succeeded" in status.out, status.out
+        assert "verdict: finished (the job succeeded)" in status.out, status.out
+        assert "verdict: unknown" not in status.out
+        body = (await keeper(config, "job", "status", job, "--json")).json()
+        assert (body["view"]["verdict"], body["view"]["job_state"]) == ("finished", "succeeded")
+        row = await until(
+            lambda: listed_row(config, job, "succeeded"), within=30, what="the watch listed"
+        )
+        assert row["verdict"] == "finished", row
+        finished = await keeper(config, "job", "list", "--all", "--verdict", "finished", "--json")
+        assert job in [r["job_id"] for r in finished.json()["watches"]], finished

@@ -191,3 +191,51 @@ async def test_an_unwatch_while_an_approved_stop_runs_ends_the_watch(
         result = await handle.result()
         assert result.outcome.value == "unwatched"
         del upd
+
+
+CHECK_GATE = asyncio.Event()
+OBS3: list[int] = []
+
+
+@activity.defn(name="watch.observe")
+async def observe3(call: ObserveCall) -> Observation:
+    OBS3.append(1)
+    if len(OBS3) == 4:
+        await CHECK_GATE.wait()  # the approval lands while this check reads
+    return zombie()
+
+
+async def test_a_watch_closed_by_an_approved_restart_shows_the_killed_job_and_nothing_open(
+    dev_env: WorkflowEnvironment,
+) -> None:
+    activities = [policy, observe3, notify, alert, stop, relaunch]
+    async with watching(dev_env.client, activities) as handle:
+        for _ in range(400):
+            view = await handle.query("status") or {"proposals": []}
+            pending = [p["id"] for p in view["proposals"] if p["state"] == "pending"]
+            if pending and len(OBS3) >= 4:
+                break
+            await asyncio.sleep(0.05)
+        assert pending, view
+        upd = await handle.start_update(
+            APPROVE_UPDATE,
+            Decision(proposal=pending[0], by="op"),
+            wait_for_stage=WorkflowUpdateStage.ACCEPTED,
+            result_type=Proposal,
+        )
+        CHECK_GATE.set()
+        answer = await asyncio.wait_for(upd.result(), 20)
+        assert answer.state.value == "done", answer
+        result = await asyncio.wait_for(handle.result(), 20)
+        assert result.outcome.value == "restarted" and result.job_state == "killed", result
+
+        # What the closed watch shows: the job as keeper left it, the watch's own end, and
+        # no proposal anyone could still approve.
+        closed = await handle.query("status")
+        assert closed["job_state"] == "killed", closed["proposals"]
+        assert closed["verdict"] == "finished" and closed["phase"] == "finished", closed
+        assert [p["id"] for p in closed["proposals"] if p["state"] == "pending"] == [], closed
+        assert closed["timeline"][-1]["verdict"] == "finished", closed["timeline"]
+        attributes = (await handle.describe()).typed_search_attributes
+        assert attributes.get(sa.JOB_STATE) == "killed"
+        assert attributes.get(sa.VERDICT) == ["finished"]

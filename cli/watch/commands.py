@@ -71,7 +71,7 @@ from runtime.watch.iris_errors import IrisError
 BY_LIMIT = JobWatchInput.model_fields["requested_by"].metadata[0].max_length
 NOTE_LIMIT = Decision.model_fields["note"].metadata[0].max_length
 PROPOSAL_LIMIT = Decision.model_fields["proposal"].metadata[0].max_length
-VERDICTS = ("running", "stalled", "unknown")
+VERDICTS = ("running", "stalled", "unknown", "finished")
 # The iris job states as the JobState search attribute holds them (lower case), and
 # `unknown` before a watch's first check.
 JOB_STATES = (*(phase.value for phase in JobPhase), "unknown")

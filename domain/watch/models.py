@@ -55,7 +55,11 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-Verdict = Literal["running", "stalled", "unknown"]
+# running, stalled and unknown are the liveness arbiter's, check by check; finished is a
+# closed watch's: the job ended, was stopped or restarted, is unknown to iris, or was
+# unwatched (its job state says which), and nothing is judged any more.
+Verdict = Literal["running", "stalled", "unknown", "finished"]
+FINISHED: Verdict = "finished"
 
 
 class ProposalKind(StrEnum):

@@ -61,6 +61,7 @@ with workflow.unsafe.imports_passed_through():
         StopCall,
         WatchCarry,
     )
+    from domain.watch.closing import close_view
     from domain.watch.models import (
         APPROVE_UPDATE,
         DENY_UPDATE,
@@ -88,6 +89,10 @@ AWAIT_SCHEDULED = "watch-await-scheduled"
 # Runs past this patch tell operators through keeper's shared alert channel (keeper.alert)
 # rather than the watch's own notify activity.
 ALERTS_WATCH = "alerts-watch"
+# Runs past this patch close truthfully: the view and the search attributes show the job as
+# the watch left it (killed by an approved restart, say), the verdict `finished`, and no
+# proposal left pending (domain/watch/closing.py).
+CLOSE_TRUTHFULLY = "watch-close-truthfully"
 # Runs past this patch give the delta probe a schedule-to-close and confirm() the time the
 # probe answered, so a probe held up past the observer gap confirms no stall.
 PROBE_DEADLINE = "watch-probe-deadline"
@@ -190,7 +195,7 @@ class JobWatch:
                 self._settle(proposal_id, ProposalState.FAILED, "the watch was ended first")
             self._approved.clear()
             await self._settle_notices()
-            return self._result(WatchOutcome.UNWATCHED)
+            return self._closing(self._result(WatchOutcome.UNWATCHED))
 
     async def _watch(self) -> JobWatchResult:
         while True:
@@ -211,7 +216,7 @@ class JobWatch:
                 self._approved.clear()
                 await self._settle_notices()
                 await workflow.wait_condition(workflow.all_handlers_finished)
-                return assessment.result
+                return self._closing(assessment.result)
             if self._queued() and workflow.patched(AWAIT_SCHEDULED):
                 await self._await_scheduled()
                 continue
@@ -310,7 +315,9 @@ class JobWatch:
             )
             if proposal.kind is ProposalKind.STOP:
                 self._settle(proposal.id, ProposalState.DONE, stopped.detail)
-                return self._result(WatchOutcome.STOPPED, job_state=stopped.job_state)
+                return self._closing(
+                    self._result(WatchOutcome.STOPPED, job_state=stopped.job_state)
+                )
             relaunched = await workflow.execute_activity_method(
                 WatchActions.relaunch,
                 RelaunchCall(job_id=job, restart=inp.restarts + 1, proposal=proposal.id),
@@ -337,11 +344,13 @@ class JobWatch:
         with contextlib.suppress(WorkflowAlreadyStartedError):
             await self._start_watch_of(relaunched.job_id, new_watch, job, proposal)
         self._settle(proposal.id, ProposalState.DONE, f"relaunched as {relaunched.job_id}")
-        return self._result(
-            WatchOutcome.RESTARTED,
-            job_state=stopped.job_state,
-            new_job_id=relaunched.job_id,
-            new_watch_id=new_watch,
+        return self._closing(
+            self._result(
+                WatchOutcome.RESTARTED,
+                job_state=stopped.job_state,
+                new_job_id=relaunched.job_id,
+                new_watch_id=new_watch,
+            )
         )
 
     async def _start_watch_of(
@@ -381,6 +390,16 @@ class JobWatch:
             verdicts=len(view.timeline) + view.timeline_dropped,
             **fields,
         )
+
+    def _closing(self, result: JobWatchResult) -> JobWatchResult:
+        """The watch closes with `result`: what it shows from now on is the job as it left
+        it, and nothing left to decide."""
+        state, policy = self._state, self._policy
+        if state is not None and policy is not None and workflow.patched(CLOSE_TRUTHFULLY):
+            view = close_view(state.view, result, workflow.now(), policy.timeline_limit)
+            self._state = state.model_copy(update={"view": view})
+            self._publish()
+        return result
 
     # ---- notifications -----------------------------------------------------------------
 
