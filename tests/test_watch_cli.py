@@ -273,6 +273,7 @@ def proposal(kind: ProposalKind, number: int, **extra: Any) -> Proposal:
         id=f"{kind.value}-{number}",
         kind=kind,
         reason=f"{kind.value} it: stuck behind one shard",
+        why=f"a {kind.value} is what clears it",
         evidence=["4999/5000 complete, 1 in-flight, 0 queued for 40m"],
         key=f"stuck-stage-{number}",
         created_at=T0,
@@ -496,6 +497,7 @@ async def test_status_shows_verdict_evidence_progress_and_the_commands_that_answ
     ) in lines
     assert "zephyr-tok-0f0f0f0f-p0-a0-coord" in text.out and "stale coordinators" in text.out
     assert "  - stragglers: 1 in-flight, 0 queued, 7 of 8 workers idle" in lines
+    assert "    why: a restart is what clears it" in lines
     assert f"    approve: keeper job approve {job_id} restart-2" in lines
     assert f"    deny:    keeper job deny {job_id} restart-2" in lines
     assert "  stop-1 (stop): denied by carol" in lines

@@ -168,7 +168,9 @@ async def test_stragglers_are_escalated_with_the_progress_line_as_evidence(
         )
         assert view.progress is not None and view.progress.queued == 0
         assert view.progress.in_flight <= 2
-        assert pending(view, ProposalKind.RESTART) is not None
+        # Escalated to debug, not a kill: a restart would rerun every shard to stall behind
+        # the same one; nothing is proposed, the escalation says what to look at.
+        assert view.pending() == [], view.proposals
         assert w.actions() == []
         await handle.cancel()
 
@@ -179,8 +181,8 @@ async def test_an_oom_looping_straggler_is_escalated_as_stragglers_not_a_stuck_s
     """4999/5000: the last shard runs, its worker runs out of memory, it waits in the queue
     and runs again, so the tail alternates between in flight and queued. That is the
     stragglers escalation (raised after straggler_after, 6 s here), not a stage stuck for
-    stuck_after (30 s here, as 30 min is to 20 min in production), and its restart waits for
-    an operator."""
+    stuck_after (30 s here, as 30 min is to 20 min in production), escalated to debug: no
+    restart is proposed, which would rerun every shard to loop on the same one again."""
     stuck_later = EscalationPolicy(
         stuck_after=timedelta(seconds=30), straggler_after=timedelta(seconds=6)
     )
@@ -196,9 +198,7 @@ async def test_an_oom_looping_straggler_is_escalated_as_stragglers_not_a_stuck_s
         summary = next(e for e in view.escalations if "straggler" in e)
         assert "out of memory and queued again" in summary, summary
         assert not any("has stood at" in e for e in view.escalations), view.escalations
-        restart = next((p for p in view.proposals if "straggler" in p.reason), None)
-        assert restart is not None, view.proposals
-        assert (restart.kind, restart.state) == (ProposalKind.RESTART, ProposalState.PENDING)
+        assert not any("straggler" in p.reason for p in view.proposals), view.proposals
         assert view.progress is not None and view.progress.done == 4999, view.progress
         assert w.actions() == []
         await handle.cancel()

@@ -75,7 +75,9 @@ def test_the_12h_straggler_raises_stragglers_once_per_episode() -> None:
     assert [t[0].first for t in ticks[2:5]] == [True, False, False]
     assert len({t[0].key for t in ticks[2:]}) == 1
     last = ticks[-1][0]
-    assert last.proposal is Proposal.RESTART
+    # The runbook: stragglers are escalated to debug, not restarted (a restart reruns every
+    # shard, to stall behind the same one again).
+    assert last.proposal is Proposal.NONE
     assert "1 straggler shard(s)" in last.summary and "2999 of 3000 workers idle" in last.summary
     assert "12h00m" in last.summary
     assert last.evidence == (TAIL.line(),)
@@ -146,7 +148,7 @@ def test_an_oom_looping_straggler_is_a_straggler_not_a_stuck_stage() -> None:
     # stuck_stage stays hidden behind it (the same OOM repeated is an error of its own)
     assert all(K.STRAGGLERS in k and K.STUCK_STAGE not in k for k in kinds[4:]), kinds
     raised = ticks[4][0]
-    assert raised.first and raised.proposal is Proposal.RESTART
+    assert raised.first and raised.proposal is Proposal.NONE
     keys = {e.key for t in ticks[4:] for e in t if e.kind is K.STRAGGLERS}
     assert len(keys) == 1  # one episode across the requeues
     assert "out of memory and queued again once" in raised.summary, raised.summary
@@ -345,11 +347,20 @@ def test_signatures_beyond_the_bound_keep_the_most_frequent() -> None:
 
 def test_proposals_table() -> None:
     assert PROPOSALS == {
-        K.STUCK_STAGE: Proposal.RESTART, K.STRAGGLERS: Proposal.RESTART,
+        K.STUCK_STAGE: Proposal.RESTART, K.STRAGGLERS: Proposal.NONE,
         K.REPEATED_ERROR: Proposal.STOP, K.CONTROLLER_TIMEOUTS: Proposal.NONE,
         K.STALE_COORDINATORS: Proposal.NONE, K.RETRY_FLAPPING: Proposal.STOP,
         K.ZOMBIE_COORDINATOR: Proposal.RESTART, K.WORKER_FAILURES: Proposal.NONE,
     }  # fmt: skip
+
+
+def test_stragglers_propose_a_restart_only_where_the_settings_ask_for_one() -> None:
+    samples = [_sample(m, progress=TAIL) for m in (0, 10, 20)]
+    _, ticks = _run(samples, EscalationPolicy(straggler_step=Proposal.RESTART))
+    assert ticks[-1][0].kind is K.STRAGGLERS and ticks[-1][0].proposal is Proposal.RESTART
+    assert EscalationPolicy().straggler_step is Proposal.NONE
+    with pytest.raises(ValueError, match="straggler_step"):
+        EscalationPolicy(straggler_step=Proposal.STOP)
 
 
 @pytest.mark.parametrize(("total", "most"), [(1, 2), (10, 2), (200, 2), (300, 3), (5000, 50)])

@@ -24,6 +24,7 @@ from tests.e2e_support import REPO, dev_address
 from tests.reclaim_world import until
 from tests.test_reclaim_cli import keeper
 from tests.test_reclaim_secrets import assert_absent
+from tests.test_runner_waits import details as current_details
 from tests.watch_world import SPEED, WatchWorld, watch_world
 from tests.webhook_receiver import webhook_receiver
 
@@ -84,6 +85,8 @@ async def test_a_zombie_is_notified_then_restarted_through_keeper_job_approve_wi
         )
         proposal = next(m["text"] for m in received if "keeper job approve" in m["text"])
         assert "zombie" in proposal, proposal
+        # Why this step: the zombie's pipeline has exited, so only a relaunch finishes it.
+        assert "why: the pipeline has exited" in proposal, proposal
         assert w.actions() == []
 
         status = await keeper(config, "job", "status", job, "--json")
@@ -92,6 +95,12 @@ async def test_a_zombie_is_notified_then_restarted_through_keeper_job_approve_wi
         assert doc["verdict"] in ("running", "stalled", "unknown")
         pending = [p for p in doc["proposals"] if p["state"] == "pending"]
         assert [p["kind"] for p in pending] == [ProposalKind.RESTART.value], doc["proposals"]
+        assert pending[0]["why"].startswith("the pipeline has exited"), pending[0]
+        text = await keeper(config, "job", "status", job)
+        assert f"    why: {pending[0]['why']}" in text.out, text.out
+        handle = dev_env.client.get_workflow_handle(f"job-watch-{job[1:]}")
+        details = await current_details(handle)
+        assert f"why: {pending[0]['why']}" in details, details
 
         approved = await keeper(config, "job", "approve", job, "restart", "--by", "oncall")
         assert approved.code == 0, approved

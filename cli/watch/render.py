@@ -73,6 +73,7 @@ def proposal_lines(job_id: str, proposal: Proposal) -> list[str]:
     return [
         f"  {proposal.id} ({proposal.kind.value}), proposed {rfc3339(proposal.created_at)}: "
         f"{_t(proposal.reason)}",
+        *([f"    why: {_t(proposal.why)}"] if proposal.why else []),
         *_evidence(proposal.evidence, "      "),
         f"    approve: {approve}",
         f"    deny:    {deny}",

@@ -65,6 +65,8 @@ from domain.watch.names import AttemptRef, JobPhase
 from domain.watch.policy import WatchPolicy
 from domain.watch.progress import name_cause
 from domain.watch.state import WatchState
+from domain.watch.why import advice
+from domain.watch.why import why as why_of
 
 MAX_EVIDENCE = 12
 MAX_TOLD = 256
@@ -357,20 +359,23 @@ def _conclude(
 
     for e in escalations:
         if e.first:
-            tell(Notice(key=e.key, title=f"{view.job_id}: {e.summary}", lines=list(e.evidence)))
+            todo = advice(e.kind) if e.proposal is esc.Proposal.NONE else None
+            lines = [*e.evidence, *([f"what to do: {todo}"] if todo else [])]
+            tell(Notice(key=e.key, title=f"{view.job_id}: {e.summary}", lines=lines))
 
-    # Proposals: what the evidence asks for now.
-    wanted: dict[str, tuple[ProposalKind, str, list[str]]] = {}
+    # Proposals: what the evidence asks for now, and why that step.
+    wanted: dict[str, tuple[ProposalKind, str, list[str], str]] = {}
     if judgement.verdict is LivenessVerdict.STALLED and not terminal:
         wanted[f"stalled:{attempt_key or '-'}"] = (
             ProposalKind.RESTART,
             f"the job's processes are stalled ({judgement.reason.value})",
             list(judgement.evidence),
+            why_of(None, ProposalKind.RESTART),
         )
     for e in escalations:
         kind = _KIND_OF.get(e.proposal)
         if kind is not None and not terminal:
-            wanted[e.key] = (kind, e.summary, list(e.evidence))
+            wanted[e.key] = (kind, e.summary, list(e.evidence), why_of(e.kind, kind))
     proposals, made = list(view.proposals), state.proposals_made
     unsure = judgement.verdict is LivenessVerdict.UNKNOWN
     for p in proposals:
@@ -386,7 +391,7 @@ def _conclude(
     pending_kinds = {p.kind for p in proposals if p.state is ProposalState.PENDING}
     # Right after an observer gap nothing new is proposed: the watch itself was away.
     fresh_eyes = judgement.reason is not LivenessReason.OBSERVER_GAP
-    for key, (kind, reason, lines) in wanted.items():
+    for key, (kind, reason, lines, because) in wanted.items():
         if key in known or kind in pending_kinds or not fresh_eyes:
             continue
         made += 1
@@ -394,6 +399,7 @@ def _conclude(
             id=f"{kind.value}-{made}",
             kind=kind,
             reason=reason,
+            why=because,
             evidence=lines[:MAX_EVIDENCE],
             key=key,
             created_at=now,
@@ -406,6 +412,7 @@ def _conclude(
                 title=f"{view.job_id}: keeper proposes to {kind.value} the job ({proposal.id})",
                 lines=[
                     reason,
+                    f"why: {because}",
                     *proposal.evidence[:5],
                     f"approve: keeper job approve {view.job_id} {proposal.id}",
                     f"deny: keeper job deny {view.job_id} {proposal.id}",
@@ -654,6 +661,7 @@ def render_details(view: WatchView) -> str:
         lines.append(
             f"AWAITING APPROVAL {p.id}: {md_text(p.reason)} · "
             f"`keeper job approve {md_text(view.job_id)} {p.id}`"
+            + (f" · why: {md_text(p.why)}" if p.why else "")
         )
     if view.controller_errors:
         lines.append(f"controller reads failed: {md_text('; '.join(view.controller_errors))}")

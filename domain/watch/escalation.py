@@ -9,7 +9,7 @@ decides (keeper never stops or restarts a job on its own).
 | kind | raised when (for the policy's time or count) | proposal |
 |---|---|---|
 | stuck_stage | one stage shows the same done count for stuck_after | restart |
-| stragglers | few shards left, most workers idle, for straggler_after (below) | restart |
+| stragglers | few shards left, most workers idle, for straggler_after (below) | none (a setting) |
 | repeated_error | one normalised error repeated_error_count times | stop (restarts repeat it) |
 | controller_timeouts | rpc_failures ticks in a row had a failed controller call | none |
 | stale_coordinators | coordinators of older attempts are still active | none (report them) |
@@ -63,7 +63,9 @@ class Proposal(StrEnum):
 K = EscalationKind
 PROPOSALS: dict[EscalationKind, Proposal] = {
     K.STUCK_STAGE: Proposal.RESTART,
-    K.STRAGGLERS: Proposal.RESTART,
+    # The runbook escalates stragglers to debug: a restart reruns every shard to stall behind
+    # the same one (the 12-hour OOM loop). `straggler_step` may ask for a restart instead.
+    K.STRAGGLERS: Proposal.NONE,
     K.REPEATED_ERROR: Proposal.STOP,
     K.CONTROLLER_TIMEOUTS: Proposal.NONE,
     K.STALE_COORDINATORS: Proposal.NONE,
@@ -83,6 +85,8 @@ class EscalationPolicy(BaseModel):
     straggler_in_flight_floor: int = Field(default=2, ge=1, strict=True)
     straggler_in_flight_fraction: float = Field(default=0.01, ge=0, le=1)
     straggler_idle_fraction: float = Field(default=0.9, gt=0, le=1)
+    # What a stragglers episode proposes: none (escalate to debug) or restart.
+    straggler_step: Proposal = Proposal.NONE
     repeated_error_count: int = Field(default=3, ge=2, strict=True)
     rpc_failures: int = Field(default=3, ge=1, strict=True)
     retry_flaps: int = Field(default=3, ge=1, strict=True)
@@ -91,6 +95,13 @@ class EscalationPolicy(BaseModel):
     # Bounds of the history.
     max_signatures: int = Field(default=32, ge=1, le=1000, strict=True)
     max_notified: int = Field(default=64, ge=8, le=1000, strict=True)
+
+    @field_validator("straggler_step")
+    @classmethod
+    def _straggler_step(cls, value: Proposal) -> Proposal:
+        if value is Proposal.STOP:
+            raise ValueError("straggler_step is none or restart (a stop ends the job unfinished)")
+        return value
 
     @model_validator(mode="after")
     def _room_for_every_key(self) -> EscalationPolicy:
@@ -243,10 +254,14 @@ def observe(
             notified.append(key)
         out.append(
             Escalation(kind=kind, key=key, summary=summary, evidence=evidence,
-                       proposal=PROPOSALS[kind], first=first)
+                       proposal=_step(policy, kind), first=first)
         )  # fmt: skip
     update["notified"] = tuple(notified[-policy.max_notified :])
     return state.model_copy(update=update), out
+
+
+def _step(policy: EscalationPolicy, kind: EscalationKind) -> Proposal:
+    return policy.straggler_step if kind is K.STRAGGLERS else PROPOSALS[kind]
 
 
 def _stage_rules(

@@ -83,6 +83,8 @@ class Proposal(_Model):
     id: str  # `stop-1`, `restart-2`: the kind and a number unique within the watch
     kind: ProposalKind
     reason: str
+    # Why this step and not another (domain/watch/why.py); empty on proposals made before it.
+    why: str = ""
     evidence: list[str] = Field(default_factory=list)
     # The episode it answers (an escalation key): one proposal per episode.
     key: str

@@ -62,6 +62,7 @@ with workflow.unsafe.imports_passed_through():
         WatchCarry,
     )
     from domain.watch.closing import close_view
+    from domain.watch.escalation import Proposal as EscalationProposal
     from domain.watch.models import (
         APPROVE_UPDATE,
         DENY_UPDATE,
@@ -93,6 +94,9 @@ ALERTS_WATCH = "alerts-watch"
 # the watch left it (killed by an approved restart, say), the verdict `finished`, and no
 # proposal left pending (domain/watch/closing.py).
 CLOSE_TRUTHFULLY = "watch-close-truthfully"
+# Runs past this patch escalate stragglers without proposing a restart (the runbook: escalate
+# to debug), unless watch.escalation.straggler_step asks for one; runs before it proposed one.
+STRAGGLERS_ESCALATE = "watch-stragglers-escalate"
 # Runs past this patch give the delta probe a schedule-to-close and confirm() the time the
 # probe answered, so a probe held up past the observer gap confirms no stall.
 PROBE_DEADLINE = "watch-probe-deadline"
@@ -176,6 +180,11 @@ class JobWatch:
             retry_policy=opts.READ_RETRY,
             summary="read the worker's watch settings",
         )
+        if not workflow.patched(STRAGGLERS_ESCALATE):
+            escalation = self._policy.escalation.model_copy(
+                update={"straggler_step": EscalationProposal.RESTART}
+            )
+            self._policy = self._policy.model_copy(update={"escalation": escalation})
         self._state = inp.carry.state if inp.carry is not None else new_state(inp, workflow.now())
         if workflow.info().typed_search_attributes.get(sa.JOB_ID) is None:
             # Started by hand (`temporal workflow start`): findable by job anyway.
