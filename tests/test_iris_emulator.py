@@ -10,6 +10,7 @@ import re
 import signal
 import sys
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from typing import Any
 
 import httpx
@@ -344,13 +345,14 @@ async def test_cpu_bound_quiet_burns_twenty_cores_while_the_session_counter_rese
         iris.wall.advance(1)
         readings.append(float((await iris.exec(task, SESSION_CPU_COMMAND))["stdout"]))
     assert any(b < a for a, b in itertools.pairwise(readings))
-    await iris.forward(6000)
+    iris.wall.advance(100)  # 6,000 scenario seconds at 60x
     progress = await iris.logs(await iris.child(job, "coord"), substring="workers alive")
     gaps = [
         int(b["timestamp"]["epochMs"]) - int(a["timestamp"]["epochMs"])
         for a, b in itertools.pairwise(progress)
     ]
-    assert gaps and max(gaps) >= 30 * 60 * 1000
+    # Lines 40 scenario minutes apart are 40 wall seconds apart (stamps are wall time).
+    assert gaps and max(gaps) >= 30 * 1000
 
 
 async def test_hung_busy_shows_hours_of_cpu_that_no_longer_advance(iris: Iris) -> None:
@@ -673,3 +675,51 @@ async def test_keepers_iris_client_reads_the_emulator_with_get_task_logs_absent(
         await iris.control("faults", {"mode": "unavailable"})
         with pytest.raises(IrisUnavailable):
             await client.list_tasks(coord)
+
+
+def _ms(stamp: dict[str, Any] | None) -> float:
+    assert stamp is not None
+    return int(stamp["epochMs"]) / 1000
+
+
+async def test_times_are_stamped_on_the_wall_clock_as_iris_would_never_the_scenario_clock(
+    iris: Iris,
+) -> None:
+    """iris stamps a log line with the time it was written and a job with the times it was
+    submitted and started: real time. The emulator plays scenario time at 60x, so after 5
+    wall seconds (5 scenario minutes) every stamp is at most now, and the newest is now."""
+    launched = iris.wall.now()
+    job = await iris.job("tokenize", "healthy")
+    iris.wall.advance(5)
+    now = iris.wall.now()
+    coord = await iris.child(job, "coord")
+    progress = await iris.logs(coord, substring="workers alive")
+    stamps = [_ms(e["timestamp"]) for e in progress]
+    assert stamps and launched <= min(stamps) and max(stamps) <= now, (launched, stamps, now)
+    assert now - max(stamps) < 0.1  # a progress line every 1.5 scenario seconds
+    # 1.5 scenario seconds apart is 25 wall milliseconds apart.
+    assert all(0 < b - a < 0.05 for a, b in itertools.pairwise(stamps)), stamps
+    # The coordinator's own logging prefix (`I1201 12:00:05.123`) tells the same clock.
+    newest = datetime.fromtimestamp(max(stamps), UTC)
+    assert progress[-1]["data"].startswith(f"I{newest:%m%d %H:%M:%S}"), progress[-1]["data"]
+
+    status = (await iris.rpc("GetJobStatus", {"jobId": job}))["job"]
+    assert launched <= _ms(status["submittedAt"]) <= _ms(status["startedAt"]) <= now, status
+    (task,) = await iris.tasks(coord)
+    assert launched <= _ms(task["startedAt"]) <= now, task
+
+    # A fast-forward skips scenario time; what it skipped was written by now, not later.
+    await iris.forward(600)
+    later = [_ms(e["timestamp"]) for e in await iris.logs(coord)]
+    assert max(later) <= iris.wall.now(), (max(later), iris.wall.now())
+
+
+async def test_a_backdated_job_keeps_the_real_age_of_what_it_wrote_before_it_appeared(
+    iris: Iris,
+) -> None:
+    # hung-busy appears 3 h 10 min old, hung since 3 h: its last line is 10 minutes old.
+    launched = iris.wall.now()
+    job = await iris.job("hb", "hung-busy")
+    entries = await iris.logs(await iris.child(job, "coord"))
+    newest = max(_ms(e["timestamp"]) for e in entries)
+    assert launched - 11 * 60 < newest <= launched - 9 * 60, launched - newest

@@ -9,6 +9,7 @@ import os
 import re
 import sys
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -225,6 +226,12 @@ async def test_a_job_that_succeeds_ends_its_watch_finished_with_the_job_succeede
         assert "verdict: unknown" not in status.out
         body = (await keeper(config, "job", "status", job, "--json")).json()
         assert (body["view"]["verdict"], body["view"]["job_state"]) == ("finished", "succeeded")
+        # The progress line's time is when it was written, as iris stamps it: within the
+        # watch's life, not the emulator's scenario clock (60x: minutes ahead by now).
+        at = datetime.fromisoformat(body["view"]["progress"]["at"])
+        started_at = datetime.fromisoformat(body["started_at"])
+        assert started_at - timedelta(seconds=5) <= at <= datetime.now(UTC), (started_at, at)
+        assert f"(at {body['view']['progress']['at']})" in status.out
         row = await until(
             lambda: listed_row(config, job, "succeeded"), within=30, what="the watch listed"
         )

@@ -301,14 +301,15 @@ class JobLog:
         ids: TaskIds,
         seed: int,
         moment: Callable[[float], Moment],
-        launched_unix: float,
+        stamp: Callable[[float], float],
     ) -> None:
         self.s = scenario
         self.plan = plan
         self.ids = ids
         self.seed = seed
         self.moment = moment
-        self.launched_unix = launched_unix
+        # Scenario t -> the wall time a line written then carries (RootJob.wall_of).
+        self.stamp = stamp
         self.interval = scenario.progress_interval
         self._moments: dict[int, Moment] = {}  # by tick, for the length of one read
         self._events: dict[int, list[Event]] = {}
@@ -377,7 +378,7 @@ class JobLog:
     def _coord_text(self, level: str, t: float, text: str) -> str:
         if self.s.log_format == "oldest":
             return text
-        return prefixed(level, self.launched_unix + t, text)
+        return prefixed(level, self.stamp(t), text)
 
     def _attempt_rows(
         self,

@@ -55,7 +55,7 @@ class Caller:
 def _ts(root: RootJob, t: float | None) -> msg.Timestamp | None:
     if t is None:
         return None
-    return msg.Timestamp(epoch_ms=int((root.launched_scene + t) * 1000))
+    return msg.Timestamp(epoch_ms=int(root.wall_of(t) * 1000))
 
 
 def task_status(root: RootJob, task: TaskView) -> msg.TaskStatus:
@@ -142,7 +142,7 @@ def job_status(root: RootJob, view: JobView, with_tasks: bool = False) -> msg.Jo
 
 def log_entry(root: RootJob, line: Line) -> dict[str, Any]:
     entry = msg.LogEntry(
-        timestamp=msg.Timestamp(epoch_ms=int((root.launched_scene + line.t) * 1000)),
+        timestamp=msg.Timestamp(epoch_ms=int(root.wall_of(line.t) * 1000)),
         source=line.source,
         data=line.data,
         attempt_id=line.attempt_id,
@@ -316,7 +316,7 @@ class Service:
             root,
             keep,
             after_id=req.cursor or None,
-            since_t=(req.since_ms / 1000 - root.launched_scene) if req.since_ms else None,
+            since_t=root.t_of_wall(req.since_ms / 1000) if req.since_ms else None,
             limit=limit,
             tail=req.tail,
         )
@@ -359,12 +359,12 @@ class Service:
                 root,
                 keep,
                 after_id=req.cursor or None,
-                since_t=(req.since_ms / 1000 - root.launched_scene) if req.since_ms else None,
+                since_t=root.t_of_wall(req.since_ms / 1000) if req.since_ms else None,
                 limit=limit,
                 tail=req.tail,
             )
             found.extend((root, line) for line in lines)
-        found.sort(key=lambda rl: (rl[0].launched_scene + rl[1].t, rl[1].id))
+        found.sort(key=lambda rl: (rl[0].wall_of(rl[1].t), rl[1].id))
         found = found[-limit:] if req.tail else found[:limit]
         return {
             "entries": [log_entry(root, line) for root, line in found],

@@ -94,9 +94,33 @@ class RootJob:
     containers: dict[tuple[str, int], Container] = field(default_factory=dict)
     session_rng: random.Random = field(default_factory=random.Random)
     log: JobLog | None = None
+    # The scenario clock when the job was launched (launched_scene + backdate - queued), and
+    # the clock, which maps scenario time to the wall time iris stamps.
+    scene_at_launch: float = 0.0
+    clock: ScenarioClock | None = None
 
     def t(self, scene_now: float) -> float:
         return scene_now - self.launched_scene
+
+    def wall_of(self, t: float) -> float:
+        """The wall time iris stamps on what happened at scenario time t: before the launch
+        (a backdated job's past), its real age; after it, when the scenario clock passed it."""
+        scene = self.launched_scene + t
+        if self.clock is None:
+            return scene
+        if scene <= self.scene_at_launch:
+            return self.launched_wall - (self.scene_at_launch - scene)
+        return max(self.launched_wall, self.clock.wall_at(scene))
+
+    def t_of_wall(self, wall: float) -> float:
+        """The scenario time t of wall time `wall` (a `since` filter given in wall time)."""
+        if self.clock is None:
+            return wall - self.launched_scene
+        if wall <= self.launched_wall:
+            scene = self.scene_at_launch - (self.launched_wall - wall)
+        else:
+            scene = max(self.scene_at_launch, self.clock.scene_at(wall))
+        return scene - self.launched_scene
 
     # ----------------------------------------------------------- the tree
 
@@ -279,10 +303,12 @@ class Controller:
             plan=make_plan(job_id, scenario, seed),
             launched_scene=scene_now - scenario.backdate + scenario.queued,
             launched_wall=self.clock.wall.now(),
+            scene_at_launch=scene_now,
+            clock=self.clock,
             generation=self._generation,
             session_rng=random.Random(seed + 7_777),
         )
-        job.log = JobLog(scenario, job.plan, job.task_ids(), seed, job.moment, job.launched_scene)
+        job.log = JobLog(scenario, job.plan, job.task_ids(), seed, job.moment, job.wall_of)
         self.jobs[job_id] = job
         return job
 
