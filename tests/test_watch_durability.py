@@ -106,16 +106,20 @@ async def test_a_check_cut_short_by_a_sigkilled_worker_runs_again_after_its_hear
             # already past that read when the fault is set would not, so it must start after.
             fault_at = datetime.now(UTC)
             w.emu.set_fault("hang", None, ["GetJobStatus"])
-            await until(
+            hanging = await until(
                 lambda: _observing(watched, since=fault_at), within=30, what="a hanging check"
             )
+            # (A check that waited to be due starts at its 2nd attempt: the 1st said not due.)
+            killed_attempt = hanging.attempt
             fleet.kill(first)
             killed_at = time.monotonic()
             (second,) = fleet.start(1)
             await until_polling(client, w.queue, [second])
-            # The second attempt hangs too, so it is seen pending with the first one's failure.
+            # The next attempt hangs too, so it is seen pending with the killed one's failure.
             pending = await until(
-                lambda: _observing(watched, attempt=2), within=120, what="the check's 2nd attempt"
+                lambda: _observing(watched, attempt=killed_attempt + 1),
+                within=120,
+                what="the check's next attempt",
             )
             w.emu.set_fault("off", None, None)
             after = await w.until_view(

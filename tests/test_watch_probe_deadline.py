@@ -17,6 +17,7 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
+from activities.watch.observe import raise_unless_due
 from domain.common.alerts import Alert
 from domain.watch.calls import (
     CpuSeen,
@@ -87,6 +88,7 @@ async def policy() -> WatchPolicy:
 
 @activity.defn(name="watch.observe")
 async def observe(call: ObserveCall) -> Observation:
+    raise_unless_due(call)
     if WORLD.answered:
         await WORLD.seen.wait()
     WORLD.checks += 1

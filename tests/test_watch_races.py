@@ -15,6 +15,7 @@ from temporalio.client import Client, WorkflowHandle, WorkflowUpdateStage
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
+from activities.watch.observe import raise_unless_due
 from domain.common.alerts import Alert
 from domain.watch.calls import (
     JobWatchInput,
@@ -68,6 +69,7 @@ async def policy() -> WatchPolicy:
 
 @activity.defn(name="watch.observe")
 async def observe(call: ObserveCall) -> Observation:
+    raise_unless_due(call)
     CALLS.append(1)
     if len(CALLS) == 3:
         await GATE.wait()  # the check is running while the operator approves
@@ -152,6 +154,7 @@ OBS2: list[int] = []
 
 @activity.defn(name="watch.observe")
 async def observe2(call: ObserveCall) -> Observation:
+    raise_unless_due(call)
     OBS2.append(1)
     return zombie()
 
@@ -199,6 +202,7 @@ OBS3: list[int] = []
 
 @activity.defn(name="watch.observe")
 async def observe3(call: ObserveCall) -> Observation:
+    raise_unless_due(call)
     OBS3.append(1)
     if len(OBS3) == 4:
         await CHECK_GATE.wait()  # the approval lands while this check reads

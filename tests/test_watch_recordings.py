@@ -1,6 +1,8 @@
 """Recordings of JobWatch runs, replayed by tests/test_replay.py like every other recording
-(tests/histories/2026-12-01-watch/, and since the watch-probe-deadline patch
-tests/histories/2026-12-04-watch/). On demand, into a new folder:
+(tests/histories/2026-12-01-watch/, since the watch-probe-deadline patch
+tests/histories/2026-12-04-watch/, and since the watch-close-truthfully,
+watch-stragglers-escalate and watch-check-waits-in-activity patches
+tests/histories/2026-12-04-watch-checks/). On demand, into a new folder:
 
     KEEPER_RECORD_HISTORIES=1 KEEPER_HISTORY_DIR=2026-12-01-watch \\
         pytest tests/test_watch_recordings.py
@@ -31,6 +33,8 @@ SCENARIOS = {
     "watch-continued-as-new": ("cpu-bound-quiet", {}, None),
     # Since watch-probe-deadline: a stall confirmed by a probe with its deadline and clock.
     "watch-probe-confirmed": ("hung-busy", {}, None),
+    # Since watch-stragglers-escalate: stragglers escalated with no proposal, then unwatched.
+    "watch-stragglers-escalated": ("stragglers", {"workers": 32}, None),
 }
 
 
@@ -52,9 +56,16 @@ async def test_record_watch(dev_env: Any, label: str) -> None:
             write_recording(f"{label}.json", history.to_json())
             await handle.cancel()
             return
-        if label == "watch-probe-confirmed":
+        if label in ("watch-probe-confirmed", "watch-stragglers-escalated"):
             await w.until_view(
-                handle, lambda v: v.verdict == "stalled", within=60, what="a stalled verdict"
+                handle,
+                lambda v: (
+                    v.verdict == "stalled"
+                    if label == "watch-probe-confirmed"
+                    else any("straggl" in e for e in v.escalations)
+                ),
+                within=60,
+                what="a stalled verdict or a stragglers escalation",
             )
             await handle.cancel()
             await w.result(handle)

@@ -12,11 +12,11 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import TypeVar
 
 from temporalio import activity
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from activities.heartbeat import heartbeating
 from domain.watch.calls import (
@@ -54,6 +54,23 @@ MAX_ERRORS = 20
 _FAILED_TASK = frozenset({JobPhase.FAILED, JobPhase.KILLED, JobPhase.WORKER_FAILED})
 
 
+# The first attempt of a check that waits (ObserveCall.wait_s): benign, retried once due.
+CHECK_NOT_DUE = "CheckNotDue"
+
+
+def raise_unless_due(call: ObserveCall) -> None:
+    """The wait before a check, on Temporal's clock: the first attempt of a check that waits
+    answers "not due", and Temporal retries it `wait_s` later (the retry is the timer, and
+    it is written to no history). Every `watch.observe` implementation calls this first."""
+    if call.wait_s > 0 and activity.info().attempt == 1:
+        raise ApplicationError(
+            f"the check of {call.job_id} is due in {call.wait_s:g} s",
+            type=CHECK_NOT_DUE,
+            category=ApplicationErrorCategory.BENIGN,
+            next_retry_delay=timedelta(seconds=call.wait_s),
+        )
+
+
 class WatchObserver:
     def __init__(
         self,
@@ -88,6 +105,7 @@ class WatchObserver:
 
     @activity.defn(name="watch.observe")
     async def observe(self, call: ObserveCall) -> Observation:
+        raise_unless_due(call)
         async with heartbeating(f"checking {call.job_id}"):
             return await self._observe(call)
 

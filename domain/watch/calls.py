@@ -36,6 +36,10 @@ class ReadingState(_Model):
 class ObserveCall(_Model):
     job_id: str
     reading: ReadingState = Field(default_factory=ReadingState)
+    # Seconds to wait before reading: the check's first attempt answers "not due" and asks
+    # Temporal to retry it this much later, so the wait between checks costs no timer and no
+    # workflow task of its own (retries are not written to history).
+    wait_s: float = Field(default=0.0, ge=0)
 
 
 class TaskSeen(_Model):
