@@ -109,6 +109,13 @@ ROWS: list[tuple[int, str, dict[str, Any], Verdict, Reason]] = [
     (4, "held since an earlier epoch, the job active elsewhere", {"held_epoch": 1,
      "epoch": EPOCH.model_copy(update={"epoch": 2}), "job": _job(nodes=frozenset({"n2"}))},
      V.QUARANTINE, R.OTHER_EPOCH),
+    # A run that started moments before a wipe may be listed first after it.
+    (4, "first seen within a heartbeat of the epoch's start", {"epoch": EPOCH.model_copy(
+        update={"epoch": 2, "started_at": SEEN - POLICY.agent_heartbeat + timedelta(seconds=1)}
+     ), "held_epoch": 2, "job": _job(nodes=frozenset({"n2"}))}, V.QUARANTINE, R.OTHER_EPOCH),
+    (4, "neighbour: first seen a heartbeat after the epoch's start", {"epoch": EPOCH.model_copy(
+        update={"epoch": 2, "started_at": SEEN - POLICY.agent_heartbeat}), "held_epoch": 2,
+     "job": _job(nodes=frozenset({"n2"}))}, V.RECLAIM, R.ACTIVE_ELSEWHERE),
     (5, "tracked, held before the submit", {"seen": SUBMIT - SKEW - timedelta(seconds=1),
      "job": _job(nodes=frozenset({"n2"}))}, V.QUARANTINE, R.PREDATES_JOB),
     (5, "neighbour: within the clock skew", {"seen": SUBMIT - SKEW,

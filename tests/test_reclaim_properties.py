@@ -26,10 +26,11 @@ Whatever the interleaving:
   heartbeats keep coming and list every holding), every stale holding ends released (a
   cancel delivered and the agent dropped it) or quarantined (its driver drained the node).
 
-The model assumes what keeper's design does: the heartbeat tap sees every holding before a
-wipe (the wipe begins with one full heartbeat from every agent). A holding keeper first sees
-after a wiped controller reissued its id to a later job is indistinguishable from that job's:
-no fence keeper has can tell them apart, and spur's heartbeat carries no run attempt.
+A wipe usually begins with one full heartbeat from every agent (the tap saw every holding);
+an unseen wipe comes a second after a job started on a node whose agent had not listed it
+yet, so its first listing comes after the new controller reissued the id. keeper fences such
+a holding by time: one first seen within a heartbeat of the new epoch's start, or before a
+full read that found the new epoch (a young holding's cancel reads the whole map first).
 
 `make test` runs a modest, derandomized number of examples. To run 10,000 deterministically:
 `KEEPER_PROPERTY_EXAMPLES=10000 pytest -s tests/test_reclaim_properties.py` (the seed,
@@ -69,6 +70,7 @@ SEED = int(os.environ.get("KEEPER_PROPERTY_SEED", "20260501"))
 POLICY = ReclaimPolicy()
 RETENTION = timedelta(minutes=30)
 AGENT_BEAT_S = 30  # spurd's heartbeat interval
+FULL_READ = timedelta(seconds=60)  # reclaim.full_read_interval
 T0 = datetime(2026, 5, 1, tzinfo=UTC)
 NODES = ("gpu-node-01", "gpu-node-02", "gpu-node-03")
 # How each node's name is written: the agent picks one per heartbeat, the controller keeps
@@ -112,6 +114,8 @@ class World:
     # (node, incarnation, job id, attempt) live on that node when the controller was wiped.
     pre_wipe_live: set[tuple[str, int, int, int]] = field(default_factory=set)
     cancels: list[str] = field(default_factory=list)
+    # When each agent last beat: spurd beats every AGENT_BEAT_S whatever else happens.
+    last_beat: dict[str, datetime] = field(default_factory=lambda: dict.fromkeys(NODES, T0))
 
     def tick(self, seconds: int) -> None:
         self.clock += timedelta(seconds=seconds)
@@ -188,16 +192,20 @@ class Keeper:
     known: dict[int, KnownJob] = field(default_factory=dict)
     nodes: set[str] = field(default_factory=lambda: set(NODES))
     open: dict[tuple[str, int], Holding] = field(default_factory=dict)
-    # Holdings closed on weak evidence: a later listing reopens them, fence and all.
+    # Holdings released on evidence that keeps the fence (a completion report, an idle
+    # node's empty heartbeats): a later listing reopens them, fence and all.
     weak: dict[tuple[str, int], Holding] = field(default_factory=dict)
     last_sighting: dict[tuple[str, int], int] = field(default_factory=dict)
     drivers: dict[tuple[str, int], Driver] = field(default_factory=dict)
     finished: list[Driver] = field(default_factory=list)
+    last_full_read: datetime | None = None
 
     def read(self, job_ids: set[int] | None) -> ControllerView:
         """A fresh read of the controller (the jobs `job_ids` names, or every job), folded
         into the memory before anything decides."""
         view = self.world.view()
+        if job_ids is None:
+            self.last_full_read = view.read_at
         if job_ids is not None:
             view = ControllerView(
                 read_at=view.read_at, jobs={j: v for j, v in view.jobs.items() if j in job_ids}
@@ -223,6 +231,9 @@ class Keeper:
     def heartbeat(self, hostname: str, reported: list[int], full: bool = False) -> None:
         node = canonical_node(hostname)
         at = self.world.clock
+        # The intake reads every job once per full_read_interval, whatever the batch holds.
+        last = self.last_full_read
+        full = full or last is None or at - last >= FULL_READ
         if reported:
             watched = {k[1] for k in self.drivers if k[0] == node}
             view = self.read(None if full else set(reported) | watched)
@@ -264,7 +275,7 @@ class Keeper:
         driver.tally = driver.tally.add(report)
         release = driver.tally.release(POLICY)
         if release is not None:
-            self.close(key, "released-weak" if release.weak else "released")
+            self.close(key, "released-fenced" if release.keeps_fence else "released")
 
     def close(self, key: tuple[str, int], outcome: str) -> None:
         driver = self.drivers.pop(key)
@@ -272,7 +283,7 @@ class Keeper:
         self.finished.append(driver)
         if outcome == "released":
             del self.open[key]
-        elif outcome == "released-weak":
+        elif outcome == "released-fenced":
             self.weak[key] = self.open.pop(key)
         # spared: the holding stays open with its fence, only without a driver.
 
@@ -280,7 +291,9 @@ class Keeper:
         """The driver's timer fired: read afresh, decide again; cancel only on reclaim, and
         drain only on a stale verdict read in the same step."""
         driver = self.drivers[key]
-        decision = self.decide(driver.holding, self.read({key[1]}))
+        # A holding seen lately gets a full read before its cancel (activities/reclaim).
+        young = self.world.clock - driver.holding.first_seen < FULL_READ + POLICY.agent_heartbeat
+        decision = self.decide(driver.holding, self.read(None if young else {key[1]}))
         if decision.verdict is Verdict.SPARE:
             self.close(key, "spared")
             return
@@ -306,6 +319,9 @@ DRIVE = st.tuples(st.just("drive"), PICK, st.booleans(), st.booleans())
 # A wipe that reissues a live job's id moments after its submission: the new job gets the
 # same id less than the clock skew (but more than a millisecond) later, on another node.
 QUICK_WIPE = st.tuples(st.just("quick-wipe"), PICK, PICK)
+# A wipe a second after a job started on a node whose agent had not yet listed it: the tap
+# never saw the holding before the wipe, and the new controller reissues its id elsewhere.
+UNSEEN_WIPE = st.tuples(st.just("unseen-wipe"), PICK, PICK)
 RESTART = st.tuples(st.just("restart"), PICK, st.booleans(), PICK)
 TICK = st.tuples(st.just("tick"), st.integers(3, 4000))
 # Weighted by repetition: the steps that make and find stale holdings come often, wipes,
@@ -313,10 +329,10 @@ TICK = st.tuples(st.just("tick"), st.integers(3, 4000))
 _BY_KIND = {"submit": SUBMIT, "dispatch": DISPATCH, "commit": COMMIT, "finish": FINISH,
             "requeue": REQUEUE, "beat": BEAT, "drive": DRIVE, "tick": TICK, "restart": RESTART,
             "age": st.just(("age",)), "wipe": st.just(("wipe",)), "quick-wipe": QUICK_WIPE,
-            "full-read": st.just(("full-read",))}  # fmt: skip
+            "unseen-wipe": UNSEEN_WIPE, "full-read": st.just(("full-read",))}  # fmt: skip
 _WEIGHTS = {"submit": 4, "dispatch": 4, "commit": 2, "finish": 3, "requeue": 2, "beat": 8,
             "drive": 6, "tick": 3, "restart": 1, "age": 1, "wipe": 1, "quick-wipe": 1,
-            "full-read": 1}  # fmt: skip
+            "unseen-wipe": 1, "full-read": 1}  # fmt: skip
 OPS = st.sampled_from([k for k, n in _WEIGHTS.items() for _ in range(n)]).flatmap(
     lambda kind: _BY_KIND[kind]
 )
@@ -332,12 +348,22 @@ def _beat(
     # An empty beat of an agent that holds jobs is spurd's busy map; of one that holds
     # nothing, an idle node's ordinary heartbeat.
     reported = [] if empty else sorted(world.agents[node].held)
+    world.last_beat[node] = world.clock
     keeper.heartbeat(SPELLINGS[node][spelling % 4], reported, full)
+
+
+def _cadence(world: World, keeper: Keeper) -> None:
+    """Every agent whose last heartbeat is AGENT_BEAT_S old beats now, listing what it holds:
+    between the steps a test draws, spurd's own rhythm goes on."""
+    for node in NODES:
+        if world.clock - world.last_beat[node] >= timedelta(seconds=AGENT_BEAT_S):
+            _beat(world, keeper, node, 0, empty=False)
 
 
 def apply(world: World, keeper: Keeper, op: tuple) -> None:  # type: ignore[type-arg]
     kind = op[0]
     world.tick(3)  # every step takes time: ids grow with submit times within an incarnation
+    _cadence(world, keeper)
     if kind == "submit":
         if op[1]:
             world.next_id += 1  # an array parent: the id is consumed, never stored
@@ -371,16 +397,22 @@ def apply(world: World, keeper: Keeper, op: tuple) -> None:  # type: ignore[type
                 del world.jobs[job.job_id]
     elif kind == "wipe":
         _wipe(world, keeper)
-    elif kind == "quick-wipe":
+    elif kind in ("quick-wipe", "unseen-wipe"):
+        unseen = kind == "unseen-wipe"
+        if unseen:
+            if world.next_id <= 2:
+                return  # nothing was ever issued for a new epoch to show against
+            keeper.read(None)  # the intake's last full read before the job starts
         world.jobs[world.next_id] = job = CJob(world.next_id, world.clock)
         world.next_id += 1
         first = NODES[op[1] % len(NODES)]
         job.state, job.attempt = S.RUNNING, 1
         job.nodes = job.target = (world.registered_as[first],)
         world.hold(job, (first,))
-        _wipe(world, keeper)
-        # The new controller issues the same ids again, within the skew of the originals.
-        world.clock += timedelta(milliseconds=5)
+        _wipe(world, keeper, seen=not unseen)
+        # The new controller issues the same ids again, within the skew of the originals
+        # (or, unseen, a second later).
+        world.clock += timedelta(seconds=1) if unseen else timedelta(milliseconds=5)
         while world.next_id <= job.job_id:
             world.jobs[world.next_id] = CJob(world.next_id, world.clock)
             world.next_id += 1
@@ -419,8 +451,8 @@ def apply(world: World, keeper: Keeper, op: tuple) -> None:  # type: ignore[type
         world.tick(op[1])
 
 
-def _wipe(world: World, keeper: Keeper) -> None:
-    for node in NODES:  # the tap saw every holding before the controller went down
+def _wipe(world: World, keeper: Keeper, seen: bool = True) -> None:
+    for node in NODES if seen else ():  # the tap saw every holding before the wipe
         _beat(world, keeper, node, 0, empty=False)
     for node, agent in world.agents.items():
         world.pre_wipe_live |= {
@@ -437,6 +469,8 @@ def quiet(world: World, keeper: Keeper) -> None:
         if job.state in ACTIVE and not job.nodes:
             job.nodes = job.target
     rounds = len(attempts(POLICY)) + POLICY.release_beats + 4
+    for node in NODES:  # spurd's next beat, within its 30 s of the last step
+        _beat(world, keeper, node, 0, empty=False)
     for _ in range(rounds):
         world.tick(int(max(POLICY.end_grace, POLICY.retry_max).total_seconds()) + 1)
         keeper.read(None)  # the intake's periodic full read (reclaim.full_read_interval)

@@ -283,7 +283,9 @@ async def test_the_callers_deadline_is_the_upstream_deadline(
         await slurm_pb2_grpc.SlurmControllerStub(channel).Heartbeat(_beat(), timeout=0.3)
     assert caught.value.code() is grpc.StatusCode.DEADLINE_EXCEEDED
     (remaining,) = upstream[0].remaining
-    assert remaining is not None and remaining <= 0.3
+    # The deadline travels as a timeout in the grpc-timeout header, rounded by each hop's
+    # clock: a few milliseconds either way, never the upstream's own default.
+    assert remaining is not None and remaining <= 0.3 + 0.005
 
 
 async def test_a_raising_observer_is_counted_and_forwarding_goes_on(

@@ -34,7 +34,7 @@ from runtime.reclaim.assess import Assessor
 from runtime.reclaim.controller_client import SpurController
 from runtime.reclaim.views import drained_by_keeper, node_state_name
 from runtime.settings import ReclaimSettings
-from store.reclaim import WEAKLY_RELEASED, ReclaimMemory
+from store.reclaim import RELEASED_BY_REPORT, WEAKLY_RELEASED, ReclaimMemory
 from wire.spur import slurm_pb2
 
 # Only evidence closes a holding: after an operator's release the holding keeps its fence
@@ -104,7 +104,13 @@ class ReclaimActivities:
         a key of this scheduled activity first, so a retried attempt finds the claim of the
         attempt that died and never sends again."""
         h = call.holding
-        decision = await self.assessor.assess(h)
+        # A holding first seen lately may not have met a full read of the controller yet: a
+        # wipe that reissued its id would not show in a read of that id alone. One full read
+        # before its cancel finds the new epoch, which fences it (domain/reclaim/decide.py).
+        young = datetime.now(UTC) - h.first_seen < (
+            self.settings.full_read_interval + self.settings.timing.agent_heartbeat
+        )
+        decision = await self.assessor.assess(h, everything=young)
 
         async def result(**kw: Any) -> CancelResult:
             sent = await asyncio.to_thread(self._sent, h)
@@ -116,32 +122,38 @@ class ReclaimActivities:
                 if self.settings.mode is not Mode.ACT
                 else f"a fresh read says {decision.verdict.value} ({decision.reason.value})"
             )
-            return await result(delivered=False, error=f"not sent: {why}")
+            return await result(delivered=False, error=f"not sent: {why}", skipped=True)
         tally = await asyncio.to_thread(self.memory.tally, h.node, h.job_id, h.sighting)
         release = tally.release(self.settings.timing)
         if release is not None:
             return await result(
                 delivered=False, error=f"not sent: the agent let go: {release.why}",
-                released=release,
+                released=release, skipped=True,
             )  # fmt: skip
-        if tally.last is BeatEvidence.IDLE:
+        timing = self.settings.timing
+        if (
+            tally.last is BeatEvidence.IDLE
+            and tally.last_at is not None
+            and datetime.now(UTC) - tally.last_at < timing.idle_release_window
+        ):
             # The agent's heartbeats have been empty since it last listed the job, while
             # the controller runs nothing there: the job looks gone. Another cancel would
-            # only repeat the last; the idle window decides (a listing resets it).
-            window = int(self.settings.timing.idle_release_window.total_seconds())
+            # only repeat the last; the idle window decides (a listing resets it). An agent
+            # that went silent since is no such evidence: the escalation goes on.
+            window = timing.idle_release_window.total_seconds()
             return await result(
-                delivered=False,
+                delivered=False, skipped=True,
                 error=f"not sent: {tally.idle_in_a_row} empty heartbeats while the controller "
                 f"runs nothing on {h.node}: the job looks gone (released after "
-                f"{self.settings.timing.idle_release_beats} over {window}s)",
-            )
+                f"{timing.idle_release_beats} over {window:g}s)",
+            )  # fmt: skip
         node = await asyncio.to_thread(self.memory.node, h.node)
         if node is None or not node.address:
             return await result(
-                delivered=False,
+                delivered=False, skipped=False,
                 error=f"keeper knows no address for {h.node}'s agent: it has not "
                 "registered through the tap since keeper started",
-            )
+            )  # fmt: skip
         agent = f"{node.address}:{node.port}"
         info = activity.info()
         key = f"{info.workflow_id}/{info.workflow_run_id}/{info.activity_id}"
@@ -152,7 +164,7 @@ class ReclaimActivities:
         if earlier is not None:
             at = earlier.claimed_at.isoformat(timespec="seconds")
             return await result(
-                delivered=earlier.answer == "delivered", sent=True, agent=agent,
+                delivered=earlier.answer == "delivered", sent=True, agent=agent, skipped=False,
                 error=f"sent at {at} by an earlier try of this step (answer "
                 f"{earlier.answer or 'lost'}); not sent again",
             )  # fmt: skip
@@ -161,14 +173,16 @@ class ReclaimActivities:
         except AgentCancelTimedOut as err:
             await self._answer(key, "timed-out")
             return await result(delivered=False, error=f"timed out (it may have acted): {err}",
-                          agent=agent, sent=True)  # fmt: skip
+                                agent=agent, sent=True, skipped=False)  # fmt: skip
         except AgentCancelError as err:
             # Unreachable, refused: an answer for the escalation to count, never a failure
             # of the workflow (which would leave its drain behind).
             await self._answer(key, "not-delivered")
-            return await result(delivered=False, error=f"not delivered: {err}", agent=agent)
+            return await result(
+                delivered=False, error=f"not delivered: {err}", agent=agent, skipped=False
+            )
         await self._answer(key, "delivered")
-        return await result(delivered=True, agent=agent, sent=True)
+        return await result(delivered=True, agent=agent, sent=True, skipped=False)
 
     def _sent(self, h: Holding) -> int:
         """Cancels that may have reached the agent: every claimed send not refused outright."""
@@ -187,8 +201,16 @@ class ReclaimActivities:
         name = await self._controller_name(node)
         decision = await self.assessor.assess(call.holding)
         if not decision.stale:
-            return DrainResult(node=name, actual_state="not drained", drained=False,
-                               decision=decision)  # fmt: skip
+            # Nothing to drain now; but a try of this call that died after draining (its
+            # answer lost) left keeper's drain on the node: lifted here, in the same call.
+            state = "not drained"
+            mine = await asyncio.to_thread(self.memory.drains, node)
+            if any(d.workflow_id == call.workflow_id for d in mine):
+                undone = await self.undrain(
+                    UndrainCall(holding=call.holding, workflow_id=call.workflow_id, reason="")
+                )
+                state = f"not drained: {undone.why}"
+            return DrainResult(node=name, actual_state=state, drained=False, decision=decision)
         await asyncio.to_thread(
             self.memory.record_drain, node, call.workflow_id, call.reason, datetime.now(UTC)
         )
@@ -227,15 +249,15 @@ class ReclaimActivities:
 
     @activity.defn(name="reclaim_close")
     async def close(self, call: CloseCall) -> None:
-        """A released holding is closed (the agent let go: a later report is a new sighting;
-        after weak evidence, the same holding reopened). A spared or cancelled one stays open
-        with its fence, only without this workflow, so its first sighting and epoch keep
-        guarding it."""
+        """A released holding is closed (the agent let go: a later listing is a new sighting,
+        or, after a completion report or weak evidence, the same holding reopened). A spared
+        or cancelled one stays open with its fence, only without this workflow, so its first
+        sighting and epoch keep guarding it."""
         h = call.holding
         if call.outcome in RELEASED_OUTCOMES:
             outcome = str(call.outcome)
-            if call.release is not None and call.release.weak:
-                outcome = WEAKLY_RELEASED
+            if call.release is not None and call.release.keeps_fence:
+                outcome = WEAKLY_RELEASED if call.release.weak else RELEASED_BY_REPORT
             await asyncio.to_thread(
                 self.memory.close_holding,
                 h.node, h.job_id, h.sighting, outcome, datetime.now(UTC),

@@ -70,6 +70,10 @@ class CancelResult(_Model):
     cancels_sent: int | None = None
     # Not sent because keeper's memory shows the agent already let go.
     released: Release | None = None
+    # Not tried, by decision (a fresh read not `reclaim`, observe mode, the agent's word
+    # pending): no try of the escalation is spent. An unreachable or unknown agent is a try.
+    # None in results recorded before: then a result with a decision and nothing sent.
+    skipped: bool | None = None
 
 
 class DrainCall(_Model):

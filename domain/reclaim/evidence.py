@@ -16,6 +16,9 @@ Which tally releases the holding, strongest first:
 | absent | `policy.release_beats` in a row | complete listings that leave it out |
 | idle | `policy.idle_release_beats` in a row, spanning `policy.idle_release_window` | weak |
 
+A completion report and empty heartbeats keep the holding's fence when they release it: a
+later heartbeat that lists the job reopens the same holding (`Release.keeps_fence`).
+
 An empty heartbeat is weak: spurd sends one whenever its job map is busy (`try_lock`), so an
 agent that still holds the job can send one. On a node the controller believes idle, the
 map is busy only for moments (its monitor loop's reap every 2 s), so empty heartbeats over a
@@ -139,6 +142,15 @@ class Release(BaseModel):
 
     @property
     def weak(self) -> bool:
-        """Weak evidence closes a holding so that a later listing reopens the same one (its
-        fence, first sighting and epoch, kept), never a new sighting decided afresh."""
+        """Evidence that is not proof (an idle node's empty heartbeats)."""
         return self.by is BeatEvidence.IDLE
+
+    @property
+    def keeps_fence(self) -> bool:
+        """The holding is closed so that a later listing reopens the same one (its fence,
+        first sighting and epoch, kept), never a new sighting decided afresh. Weak evidence
+        may be wrong; a completion report is not bound to the node that sends it (spur checks
+        no node token on ReportJobStatus), so a forged one must never turn a quarantined
+        holding into a new sighting that could be cancelled by its number. Only complete
+        heartbeats, which the controller accepted from the node, close a holding for good."""
+        return self.by in (BeatEvidence.IDLE, BeatEvidence.DONE)

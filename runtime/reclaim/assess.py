@@ -82,7 +82,8 @@ class Assessor:
         policy = self.settings.timing
         return [(h, decide(h, view, epoch, known.get(h.job_id), nodes, policy)) for h in holdings]
 
-    async def assess(self, holding: Holding) -> Decision:
-        view, epoch = await self.read([holding.job_id])
+    async def assess(self, holding: Holding, *, everything: bool = False) -> Decision:
+        """The holding decided on a fresh read of its job (of every job: `everything`)."""
+        view, epoch = await self.read([holding.job_id], everything=everything)
         ((_, decision),) = await self.decide([holding], view, epoch)
         return decision

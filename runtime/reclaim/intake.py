@@ -33,6 +33,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import partial
 
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
@@ -186,20 +187,25 @@ class Intake:
         The memory is read and written a node at a time in one thread hop per step, not per
         report: a batch holds many heartbeats, often several of one node."""
         self.counters.batches += 1
+        watched_nodes = await asyncio.to_thread(self.memory.watched_nodes)
         by_node: dict[str, list[Report]] = {}
         for report in sorted(reports, key=lambda r: r.received_at):
             try:
-                by_node.setdefault(self.assessor.canonical(report.hostname), []).append(report)
+                node = self.assessor.canonical(report.hostname)
             except NodeNameError:
                 self.counters.bad_names += 1
-        await asyncio.to_thread(self._touch, by_node)
+                continue
+            # A completion report matters only to an open reclaim of its node; it names the
+            # node by the agent's OS host name, which keeper may not know: no lookup for it.
+            if not report.finished or node in watched_nodes:
+                by_node.setdefault(node, []).append(report)
+        sightings = {n: [r for r in rs if not r.finished] for n, rs in by_node.items()}
+        await asyncio.to_thread(self._touch, sightings)
         if self._housekeeping_due():
             await self._forget_quiet_holdings()
             await self._lift_orphaned_drains()
-        await self._learn_nodes(set(by_node))
-        sightings = {n: [r for r in rs if not r.finished] for n, rs in by_node.items()}
+        await self._learn_nodes({n for n, rs in sightings.items() if rs})
         listed = {n: rs for n, rs in sightings.items() if any(r.job_ids for r in rs)}
-        watched_nodes = await asyncio.to_thread(self.memory.watched_nodes)
         # Nodes whose reports are evidence with no sighting: empty heartbeats and completion
         # reports, for the open reclaims of that node.
         evidence_only = {
@@ -246,7 +252,8 @@ class Intake:
 
     def _touch(self, by_node: dict[str, list[Report]]) -> None:
         for node, node_reports in by_node.items():
-            self.memory.touch_node(node, node_reports[-1].received_at)
+            if node_reports:
+                self.memory.touch_node(node, node_reports[-1].received_at)
 
     def _watched(self, nodes: list[str]) -> dict[str, list[tuple[Holding, str]]]:
         return {node: self.memory.open_workflows_of(node) for node in nodes}
@@ -437,9 +444,26 @@ class Intake:
             h = holding
             await asyncio.to_thread(self.memory.add_evidence, h.node, h.job_id, h.sighting, told)
             last = await asyncio.to_thread(self.memory.last_signalled, h.node, h.job_id, h.sighting)
-            if evidence is BeatEvidence.HELD and last and last.evidence is BeatEvidence.HELD:
-                continue
+            if (
+                evidence is BeatEvidence.HELD
+                and last is not None
+                and last.evidence is BeatEvidence.HELD
+                and told.at - last.at < self.settings.reclaim.timing.drained_recheck
+            ):
+                continue  # held again: told again only once a recheck interval has passed
             await self._signal(holding, workflow_id, told)
+
+    async def _still_running(self, workflow_id: str) -> bool:
+        """Whether the workflow runs after all (a NOT_FOUND that passed): any doubt counts as
+        running, so a holding is never detached from a reclaim that may still act."""
+        assert self.client is not None
+        try:
+            desc = await self.client.get_workflow_handle(workflow_id).describe()
+        except RPCError as err:
+            return err.status is not RPCStatusCode.NOT_FOUND
+        except Exception:
+            return True
+        return desc.status is WorkflowExecutionStatus.RUNNING
 
     async def _signal(self, holding: Holding, workflow_id: str, told: BeatReport) -> None:
         if await self._temporal() is None:
@@ -454,9 +478,11 @@ class Intake:
                 log.warning("could not signal %s: %s", workflow_id, err)
                 return
             # The reclaim is no longer running (it ended, was terminated, or its history is
-            # gone): benign. The holding stays open with its fence but without that
-            # workflow, so the next stale verdict starts a new one and no signal is wasted.
+            # gone): benign. Once a describe agrees, the holding stays open with its fence but
+            # without that workflow, so the next stale verdict starts a new one.
             self.counters.closed += 1
+            if await self._still_running(workflow_id):
+                return
             await asyncio.to_thread(
                 self.memory.detach_workflow, h.node, h.job_id, h.sighting, workflow_id
             )
@@ -468,4 +494,6 @@ class Intake:
             log.warning("could not signal %s: %s", workflow_id, err)
             return
         self.counters.signalled += 1
-        await asyncio.to_thread(self.memory.set_last_signalled, h.node, h.job_id, h.sighting, told)
+        await asyncio.to_thread(
+            partial(self.memory.set_last_signalled, told=True), h.node, h.job_id, h.sighting, told
+        )

@@ -2,6 +2,8 @@
 
 from store.reclaim.memory import (
     FORGET_AFTER,
+    RELEASED_BY_REPORT,
+    REOPENABLE,
     WEAKLY_RELEASED,
     ReclaimMemory,
     UnknownHolding,
@@ -12,6 +14,8 @@ from store.reclaim.records import AgentNode, CancelSend, DrainRecord
 
 __all__ = [
     "FORGET_AFTER",
+    "RELEASED_BY_REPORT",
+    "REOPENABLE",
     "WEAKLY_RELEASED",
     "AgentNode",
     "CancelSend",

@@ -57,10 +57,13 @@ WRITE_ROUNDS = 3
 # (`forget(now - FORGET_AFTER)`): spur's agent reports every 30 s, so a day of silence means
 # the agent dropped the job, and a later report is a new sighting with a fresh first_seen.
 FORGET_AFTER = timedelta(hours=24)
-# The outcome of a holding released on weak evidence (an idle node's empty heartbeats): a
-# heartbeat that lists the job again within FORGET_AFTER reopens this holding, fence and all,
-# rather than sighting a new one decided afresh (domain/reclaim/evidence.py).
+# The outcomes of a holding released on evidence that keeps its fence (an idle node's empty
+# heartbeats, the agent's completion report): a heartbeat that lists the job again within
+# FORGET_AFTER reopens this holding, fence and all, rather than sighting a new one decided
+# afresh (domain/reclaim/evidence.py, Release.keeps_fence).
 WEAKLY_RELEASED = "released-weak"
+RELEASED_BY_REPORT = "released-report"
+REOPENABLE = frozenset({WEAKLY_RELEASED, RELEASED_BY_REPORT})
 _EPOCH_ROW = 1
 _OPEN = 1
 _T = TypeVar("_T")
@@ -461,7 +464,7 @@ class ReclaimMemory:
                     .group_by(holdings.c.job_id)
                 )
                 last.update({job_id: top for job_id, top in conn.execute(query)})
-            reopened = self._reopen_weak(conn, node_id, last, at)
+            reopened = self._reopen(conn, node_id, last, at)
             for row in reopened:
                 open_rows[row.job_id] = row
             missing = [j for j in missing if j not in open_rows]
@@ -482,17 +485,17 @@ class ReclaimMemory:
 
         return self._retry(work)
 
-    def _reopen_weak(
+    def _reopen(
         self, conn: Connection, node_id: str, last: dict[int, int], at: datetime
     ) -> list[Any]:
-        """Reopens each job's last holding if weak evidence closed it within FORGET_AFTER:
-        the agent lists the job again, so the release was a mistake, and the holding keeps
-        the fence it had (first sighting, epoch). Its tally starts over."""
+        """Reopens each job's last holding if evidence that keeps the fence closed it within
+        FORGET_AFTER: the agent lists the job again, and the holding keeps the fence it had
+        (first sighting, epoch). Its tally starts over."""
         out: list[Any] = []
         for job_id, sighting in last.items():
             key = self._key(node_id, job_id, sighting)
             row = conn.execute(select(holdings).where(key)).first()
-            if row is None or row.outcome != WEAKLY_RELEASED or row.closed_at is None:
+            if row is None or row.outcome not in REOPENABLE or row.closed_at is None:
                 continue
             if _at(row.closed_at) < at - FORGET_AFTER:
                 continue
@@ -655,11 +658,13 @@ class ReclaimMemory:
         )
 
     def set_last_signalled(
-        self, node_id: str, job_id: int, sighting: int, report: BeatReport
+        self, node_id: str, job_id: int, sighting: int, report: BeatReport, *, told: bool = False
     ) -> bool:
         """Records the evidence the intake signalled for an open holding. True when it differs
         from what was last recorded (evidence or boot): the intake signals only then, so a
-        thousand identical heartbeats send one signal. A closed holding records nothing."""
+        thousand identical heartbeats send one signal. `told`: the intake told the workflow
+        again (a refresh), so the time moves on even when nothing else changed. A closed
+        holding records nothing."""
         with self.engine.begin() as conn:
             row = self._require(conn, node_id, job_id, sighting)
             if row.is_open != _OPEN:
@@ -668,7 +673,7 @@ class ReclaimMemory:
                 report.evidence.value,
                 report.boot,
             )
-            if same:
+            if same and not told:
                 return False
             conn.execute(
                 update(holdings)
@@ -679,7 +684,7 @@ class ReclaimMemory:
                     signalled_boot=report.boot,
                 )
             )
-            return True
+            return not same
 
     def add_evidence(
         self, node_id: str, job_id: int, sighting: int, report: BeatReport

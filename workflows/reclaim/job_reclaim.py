@@ -187,7 +187,10 @@ class JobReclaim:
                 continue
             if verdict is Verdict.QUARANTINE or view.attempts >= len(plan):
                 if not await self._quarantine(a):
-                    continue  # the drain's own fresh read found it no longer stale
+                    # The drain's own fresh read found it no longer stale: read again soon
+                    # (a controller that flaps between two verdicts paces this loop).
+                    await self._wait(inp.policy.retry_initial)
+                    continue
                 await self._wait(inp.policy.drained_recheck)
                 continue
             attempt = plan[view.attempts]
@@ -208,9 +211,12 @@ class JobReclaim:
                 self._act(f"{what} {result.error}")
                 self._memory_release = result.released
                 return self._release_outcome()
-            if result.decision is not None and not result.sent:
-                # The activity's own fresh read found nothing to cancel (or observe mode):
-                # no try was spent; the next read decides what follows.
+            skipped = result.skipped
+            if skipped is None:  # a result recorded before it said so
+                skipped = result.decision is not None and not result.sent
+            if skipped:
+                # The activity's own fresh read found nothing to cancel (or observe mode, or
+                # the agent's word pending): no try was spent; the next read decides.
                 self._act(f"{what} {result.error}")
             else:
                 view.attempts += 1
