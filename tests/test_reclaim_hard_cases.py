@@ -190,3 +190,34 @@ async def test_a_drain_retried_after_the_verdict_changed_lifts_the_drain_it_made
             )
         finally:
             await deps.aclose()
+
+
+async def test_a_job_started_moments_before_a_wipe_is_never_cancelled_by_its_reissued_id(
+    client: Any, tmp_path: Path
+) -> None:
+    """Job 6 starts on A a moment before the controller is wiped, before A's agent ever
+    listed it. The new controller issues ids 1 to 6 again and runs its job 6 on B. A's first
+    heartbeat that lists 6 reads job 6 alone: it runs elsewhere, and nothing in that read
+    shows the reissue. The cancel's own read of the whole map finds the new epoch first, so
+    A's holding, seen in the old one, is fenced, never cancelled."""
+    async with reclaim_world(client, tmp_path, agents=nodes()) as w:
+        a, b, c = names(w)
+        for _ in range(4):
+            w.emu.submit()
+        live(w, c)  # job 5
+        await w.beat(c)  # keeper reads every job: 1 to 5, the watermark 6
+        (started,) = w.emu.submit(nodes=[a])
+        assert started.job_id == 6
+        w.emu.wipe()
+        for n in (a, b, c):
+            await w.beat(n)  # NOT_FOUND: each agent registers again, through the tap
+        assert [w.emu.submit()[0].job_id for _ in range(6)] == [1, 2, 3, 4, 5, 6]
+        w.emu.dispatch(6, [b])
+        await w.beat(a)
+        assert w.memory.epoch().epoch == 1  # the read of job 6 alone shows no reissue
+        wf = only_workflow(w, a, 6)
+        await until(lambda: _reason_in(w, wf, FENCED), what="the epoch fence")
+        assert w.memory.epoch().epoch == 2
+        await until(lambda: w.emu.cluster.drains, what="the quarantine drain")
+        assert w.cancels() == [] and 6 in w.emu.holdings(a)
+        await w.handle(wf).cancel()
