@@ -54,9 +54,9 @@ FAST = ReclaimPolicy(
     # The emulator and keeper share this host's clock; a wipe's reissued ids come within
     # a second of the originals here, not minutes as in production.
     clock_skew=timedelta(milliseconds=50),
-    # The tests' agents beat when a test says, not every 30 s, so "first seen within a
-    # heartbeat of a new epoch" means nothing here: off, but where a test sets it.
-    agent_heartbeat=timedelta(0),
+    # The tests' agents beat when a test says, not every 30 s, so "first seen within a few
+    # heartbeats of a new epoch" means nothing here: off, but where a test sets it.
+    epoch_fence=timedelta(0),
 )
 
 

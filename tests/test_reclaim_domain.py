@@ -111,10 +111,17 @@ ROWS: list[tuple[int, str, dict[str, Any], Verdict, Reason]] = [
      V.QUARANTINE, R.OTHER_EPOCH),
     # A run that started moments before a wipe may be listed first after it.
     (4, "first seen within a heartbeat of the epoch's start", {"epoch": EPOCH.model_copy(
-        update={"epoch": 2, "started_at": SEEN - POLICY.agent_heartbeat + timedelta(seconds=1)}
+        update={"epoch": 2, "started_at": SEEN - POLICY.epoch_fence + timedelta(seconds=1)}
      ), "held_epoch": 2, "job": _job(nodes=frozenset({"n2"}))}, V.QUARANTINE, R.OTHER_EPOCH),
+    (4, "neighbour: a beat into the epoch, the job ran here and ended", {"epoch":
+     EPOCH.model_copy(update={"epoch": 2, "started_at": SEEN}), "held_epoch": 2,
+     "job": _job(state=S.COMPLETED, end_time=NOW - GRACE * 2, nodes=frozenset({"n1"}))},
+     V.RECLAIM, R.TERMINAL),
+    (4, "a beat into the epoch, the job untracked", {"epoch": EPOCH.model_copy(update={
+     "epoch": 2, "started_at": SEEN}), "held_epoch": 2, "job_id": 50, "known": _known(50)},
+     V.QUARANTINE, R.OTHER_EPOCH),
     (4, "neighbour: first seen a heartbeat after the epoch's start", {"epoch": EPOCH.model_copy(
-        update={"epoch": 2, "started_at": SEEN - POLICY.agent_heartbeat}), "held_epoch": 2,
+        update={"epoch": 2, "started_at": SEEN - POLICY.epoch_fence}), "held_epoch": 2,
      "job": _job(nodes=frozenset({"n2"}))}, V.RECLAIM, R.ACTIVE_ELSEWHERE),
     (5, "tracked, held before the submit", {"seen": SUBMIT - SKEW - timedelta(seconds=1),
      "job": _job(nodes=frozenset({"n2"}))}, V.QUARANTINE, R.PREDATES_JOB),

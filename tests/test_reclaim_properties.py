@@ -71,6 +71,9 @@ POLICY = ReclaimPolicy()
 RETENTION = timedelta(minutes=30)
 AGENT_BEAT_S = 30  # spurd's heartbeat interval
 FULL_READ = timedelta(seconds=60)  # reclaim.full_read_interval
+# How many heartbeats in a row a busy job map may empty: what policy.epoch_fence (2m, four of
+# spurd's 30 s heartbeats) assumes.
+MAX_BUSY_BEATS = 3
 T0 = datetime(2026, 5, 1, tzinfo=UTC)
 NODES = ("gpu-node-01", "gpu-node-02", "gpu-node-03")
 # How each node's name is written: the agent picks one per heartbeat, the controller keeps
@@ -114,6 +117,10 @@ class World:
     # (node, incarnation, job id, attempt) live on that node when the controller was wiped.
     pre_wipe_live: set[tuple[str, int, int, int]] = field(default_factory=set)
     cancels: list[str] = field(default_factory=list)
+    # When the last wipe was one the tap did not see coming (a job had just started).
+    unseen_wipe_at: datetime | None = None
+    # Empty heartbeats in a row of an agent that holds jobs (a busy map).
+    empty_run: dict[str, int] = field(default_factory=lambda: dict.fromkeys(NODES, 0))
     # When each agent last beat: spurd beats every AGENT_BEAT_S whatever else happens.
     last_beat: dict[str, datetime] = field(default_factory=lambda: dict.fromkeys(NODES, T0))
 
@@ -182,6 +189,8 @@ class Driver:
     step: int = 0
     tally: ReleaseTally = field(default_factory=ReleaseTally)
     drained: bool = False
+    # keeper's last verdict on it was quarantine (a completion report then keeps the fence).
+    fenced: bool = False
     outcome: str = ""
 
 
@@ -246,7 +255,7 @@ class Keeper:
                 decision = self.decide(self.open[key], view)
                 if decision.stale:
                     driver = Driver(self.open[key], attempts(POLICY))
-                    driver.drained = decision.verdict is Verdict.QUARANTINE
+                    driver.drained = driver.fenced = decision.verdict is Verdict.QUARANTINE
                     self.drivers[key] = driver
         active_here = {
             j.job_id
@@ -275,7 +284,7 @@ class Keeper:
         driver.tally = driver.tally.add(report)
         release = driver.tally.release(POLICY)
         if release is not None:
-            self.close(key, "released-fenced" if release.keeps_fence else "released")
+            self.close(key, "released-fenced" if release.keeps_fence(driver.fenced) else "released")
 
     def close(self, key: tuple[str, int], outcome: str) -> None:
         driver = self.drivers.pop(key)
@@ -291,12 +300,14 @@ class Keeper:
         """The driver's timer fired: read afresh, decide again; cancel only on reclaim, and
         drain only on a stale verdict read in the same step."""
         driver = self.drivers[key]
-        # A holding seen lately gets a full read before its cancel (activities/reclaim).
-        young = self.world.clock - driver.holding.first_seen < FULL_READ + POLICY.agent_heartbeat
-        decision = self.decide(driver.holding, self.read(None if young else {key[1]}))
+        # A holding no full read has met yet gets one before its cancel (activities/reclaim).
+        last = self.last_full_read
+        unchecked = last is None or last <= driver.holding.first_seen
+        decision = self.decide(driver.holding, self.read(None if unchecked else {key[1]}))
         if decision.verdict is Verdict.SPARE:
             self.close(key, "spared")
             return
+        driver.fenced = decision.verdict is Verdict.QUARANTINE
         if decision.verdict is Verdict.QUARANTINE or driver.step >= len(driver.plan):
             driver.drained = True
             return
@@ -347,7 +358,11 @@ def _beat(
 ) -> None:
     # An empty beat of an agent that holds jobs is spurd's busy map; of one that holds
     # nothing, an idle node's ordinary heartbeat.
-    reported = [] if empty else sorted(world.agents[node].held)
+    held = sorted(world.agents[node].held)
+    if empty and held and world.empty_run[node] >= MAX_BUSY_BEATS:
+        empty = False  # a busy map empties a heartbeat now and then, not four in a row
+    world.empty_run[node] = world.empty_run[node] + 1 if empty and held else 0
+    reported = [] if empty else held
     world.last_beat[node] = world.clock
     keeper.heartbeat(SPELLINGS[node][spelling % 4], reported, full)
 
@@ -452,6 +467,14 @@ def apply(world: World, keeper: Keeper, op: tuple) -> None:  # type: ignore[type
 
 
 def _wipe(world: World, keeper: Keeper, seen: bool = True) -> None:
+    if world.unseen_wipe_at is not None and (
+        keeper.last_full_read is None or keeper.last_full_read <= world.unseen_wipe_at
+    ):
+        # Two wipes within one full read, the first hiding a job that had just started, leave
+        # no trace of the first in the job map: keeper's limit (docs/reclaim.md). The model
+        # keeps wipes a full read apart.
+        keeper.read(None)
+    world.unseen_wipe_at = None if seen else world.clock
     for node in NODES if seen else ():  # the tap saw every holding before the wipe
         _beat(world, keeper, node, 0, empty=False)
     for node, agent in world.agents.items():

@@ -104,13 +104,12 @@ class ReclaimActivities:
         a key of this scheduled activity first, so a retried attempt finds the claim of the
         attempt that died and never sends again."""
         h = call.holding
-        # A holding first seen lately may not have met a full read of the controller yet: a
+        # A holding first seen after the last read of the whole job map has met none yet: a
         # wipe that reissued its id would not show in a read of that id alone. One full read
         # before its cancel finds the new epoch, which fences it (domain/reclaim/decide.py).
-        young = datetime.now(UTC) - h.first_seen < (
-            self.settings.full_read_interval + self.settings.timing.agent_heartbeat
-        )
-        decision = await self.assessor.assess(h, everything=young)
+        last_full = await asyncio.to_thread(self.memory.last_full_read)
+        unchecked = last_full is None or last_full <= h.first_seen
+        decision = await self.assessor.assess(h, everything=unchecked)
 
         async def result(**kw: Any) -> CancelResult:
             sent = await asyncio.to_thread(self._sent, h)
@@ -250,13 +249,14 @@ class ReclaimActivities:
     @activity.defn(name="reclaim_close")
     async def close(self, call: CloseCall) -> None:
         """A released holding is closed (the agent let go: a later listing is a new sighting,
-        or, after a completion report or weak evidence, the same holding reopened). A spared
+        or, after weak evidence or a report on a quarantined holding, the same holding
+        reopened). A spared
         or cancelled one stays open with its fence, only without this workflow, so its first
         sighting and epoch keep guarding it."""
         h = call.holding
         if call.outcome in RELEASED_OUTCOMES:
             outcome = str(call.outcome)
-            if call.release is not None and call.release.keeps_fence:
+            if call.release is not None and call.release.keeps_fence(call.fenced):
                 outcome = WEAKLY_RELEASED if call.release.weak else RELEASED_BY_REPORT
             await asyncio.to_thread(
                 self.memory.close_holding,

@@ -108,8 +108,10 @@ class CloseCall(_Model):
     holding: Holding
     workflow_id: str
     outcome: Outcome
-    # What released it: weak evidence keeps the holding's fence for a later listing.
+    # What released it, and whether keeper's last verdict on it was quarantine: together
+    # they say whether the holding keeps its fence for a later listing.
     release: Release | None = None
+    fenced: bool = False
 
 
 class OperatorRelease(_Model):

@@ -8,7 +8,7 @@ called for (docs/reclaim.md#deciding). Rows are tried top to bottom; the first m
 | 1 | the node is not one keeper knows | quarantine | unknown-node |
 | 2 | tracked, active, this node in the allocation | spare | active-here |
 | 3 | tracked, active, no allocation committed yet | spare | nodes-not-committed |
-| 4 | first seen in an earlier epoch, or a beat into this | quarantine | other-controller-epoch |
+| 4 | seen in an older epoch, or soon after this one began | quarantine | other-controller-epoch |
 | 5 | tracked, the holding first seen before the job's submit | quarantine | predates-the-job |
 | 6 | tracked, waiting (pending, preempted, requeued) | spare | waiting-for-dispatch |
 | 7 | tracked, active, allocated to other nodes only | reclaim | active-elsewhere |
@@ -28,10 +28,12 @@ epoch; its job runs there, and the verdict follows what the controller runs now.
 
 Row 4's second half: an agent whose job started moments before a wipe may list it for the
 first time only after the wipe, when the new controller may already have issued its id to
-another job. Its first heartbeat after the wipe comes within one heartbeat interval, and
-keeper finds the new epoch no earlier than the wipe, so a holding first seen before the
-epoch's start plus one interval may be the wiped controller's: it is fenced, never cancelled
-by a number that now names another job.
+another job. Its heartbeat after the wipe lists it within one interval (spurd: 30 s) unless
+a busy job map empties that one, and keeper finds the new epoch no earlier than the wipe, so
+a holding first seen before the epoch's start plus `epoch_fence` may be the wiped
+controller's: unless the new controller ran
+its job of that id on this very node, it is fenced, never cancelled by a number that now
+names another job.
 
 Omission is never an input: only what an agent reports holding is decided, and a heartbeat
 that omits a job is evidence of nothing here (domain/reclaim/evidence.py).
@@ -95,14 +97,16 @@ def decide(
             f"{node} has held job {job_id} since controller epoch {holding.epoch}; the "
             f"controller is in epoch {epoch.epoch}, so the id may name another job",
         )  # fmt: skip
-    if epoch.started_at is not None and holding.first_seen < (
-        epoch.started_at + policy.agent_heartbeat
+    if (
+        epoch.started_at is not None
+        and holding.first_seen < epoch.started_at + policy.epoch_fence
+        and (job is None or node not in job.nodes)
     ):
         return verdict(
             V.QUARANTINE, R.OTHER_EPOCH,
-            f"{node} was first seen holding job {job_id} within a heartbeat of controller "
-            f"epoch {epoch.epoch}'s start: it may hold a run of the wiped controller, whose "
-            "id names another job now",
+            f"{node} was first seen holding job {job_id} within {_ago(policy.epoch_fence)} of "
+            f"controller epoch {epoch.epoch}'s start: it may hold a run of the wiped "
+            "controller, whose id names another job now",
         )  # fmt: skip
     if job is not None:
         return _tracked(holding, job, view.read_at, policy, verdict)

@@ -16,8 +16,9 @@ Which tally releases the holding, strongest first:
 | absent | `policy.release_beats` in a row | complete listings that leave it out |
 | idle | `policy.idle_release_beats` in a row, spanning `policy.idle_release_window` | weak |
 
-A completion report and empty heartbeats keep the holding's fence when they release it: a
-later heartbeat that lists the job reopens the same holding (`Release.keeps_fence`).
+Empty heartbeats keep the holding's fence when they release it, and so does a completion
+report on a quarantined holding: a later heartbeat that lists the job reopens the same
+holding (`Release.keeps_fence`).
 
 An empty heartbeat is weak: spurd sends one whenever its job map is busy (`try_lock`), so an
 agent that still holds the job can send one. On a node the controller believes idle, the
@@ -145,12 +146,14 @@ class Release(BaseModel):
         """Evidence that is not proof (an idle node's empty heartbeats)."""
         return self.by is BeatEvidence.IDLE
 
-    @property
-    def keeps_fence(self) -> bool:
-        """The holding is closed so that a later listing reopens the same one (its fence,
-        first sighting and epoch, kept), never a new sighting decided afresh. Weak evidence
-        may be wrong; a completion report is not bound to the node that sends it (spur checks
-        no node token on ReportJobStatus), so a forged one must never turn a quarantined
-        holding into a new sighting that could be cancelled by its number. Only complete
-        heartbeats, which the controller accepted from the node, close a holding for good."""
-        return self.by in (BeatEvidence.IDLE, BeatEvidence.DONE)
+    def keeps_fence(self, fenced: bool) -> bool:
+        """Whether the holding is closed so that a later listing reopens the same one (its
+        fence, first sighting and epoch, kept) instead of sighting a new one decided afresh.
+        `fenced`: keeper's last verdict on it was quarantine.
+
+        Weak evidence may be wrong, so it always keeps the fence. A completion report is
+        not bound to the node that sends it (spur checks no node token on ReportJobStatus):
+        on a quarantined holding, a forged one must never turn it into a new sighting that
+        could be cancelled by its number. Otherwise a report is the agent's word, and a
+        later listing of that id is a new run, decided afresh like any other."""
+        return self.weak or (fenced and self.by is BeatEvidence.DONE)

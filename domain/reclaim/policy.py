@@ -37,10 +37,11 @@ class ReclaimPolicy(BaseModel):
     drained_recheck: HumanDuration = Field(default=timedelta(minutes=10), gt=timedelta(0))
     # A run that waits this many events continues as new (the history stays bounded).
     history_events_limit: int = Field(default=2000, ge=200, le=40000, strict=True)
-    # spurd's heartbeat interval. After a wipe, an agent's first heartbeat may come up to
-    # one interval after it: a holding first seen within this of a new epoch's start may be
-    # a run of the wiped controller, so it is fenced like an earlier epoch's.
-    agent_heartbeat: HumanDuration = Field(default=timedelta(seconds=30), ge=timedelta(0))
+    # After a wipe, an agent lists what it holds at its next heartbeat (spurd: every 30 s),
+    # unless a busy job map empties that one: a holding first seen within this of a new
+    # epoch's start may be a run of the wiped controller, and is fenced like an earlier
+    # epoch's. 2m covers three empty heartbeats in a row.
+    epoch_fence: HumanDuration = Field(default=timedelta(minutes=2), ge=timedelta(0))
     # How far the controller's and keeper's clocks may disagree when comparing a submit
     # time with when keeper first saw a holding.
     clock_skew: HumanDuration = Field(default=timedelta(seconds=2), ge=timedelta(0))

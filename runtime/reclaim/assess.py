@@ -34,6 +34,7 @@ class Assessor:
     ) -> tuple[ControllerView, EpochState]:
         """A view of `job_ids` (or of every job) read now, after every heartbeat it will
         decide, folded into memory: the epoch it shows, with the jobs it shows remembered."""
+        began = datetime.now(UTC)
         if everything:
             infos = await self.controller.get_jobs()
         elif job_ids:
@@ -45,6 +46,8 @@ class Assessor:
             controller_view, infos, datetime.now(UTC), self.settings.node_aliases
         )
         epoch = await asyncio.to_thread(self._fold, view)
+        if everything:
+            await asyncio.to_thread(self.memory.record_full_read, began)
         return view, epoch
 
     async def active_by_node(self) -> dict[str, set[int]]:

@@ -43,6 +43,7 @@ from store.reclaim.schema import (
     jobs,
     metadata,
     nodes,
+    reads,
 )
 
 # Ids per IN (...) list and rows per executemany batch: well under SQLite's bound-parameter
@@ -352,6 +353,27 @@ class ReclaimMemory:
             )
             for row in found
         }
+
+    def record_full_read(self, at: datetime) -> None:
+        """A read of the whole job map began at `at` (the time never moves back)."""
+        at = _utc(at, "at")
+
+        def work(conn: Connection) -> None:
+            row = conn.execute(select(reads.c.full_read_at).where(reads.c.id == _EPOCH_ROW))
+            found = row.first()
+            if found is None:
+                conn.execute(insert(reads).values(id=_EPOCH_ROW, full_read_at=at))
+            elif _at(found.full_read_at) < at:
+                conn.execute(update(reads).where(reads.c.id == _EPOCH_ROW).values(full_read_at=at))
+
+        self._retry(work)
+
+    def last_full_read(self) -> datetime | None:
+        """When the last read of the whole job map began (None: never)."""
+        with self.engine.connect() as conn:
+            row = conn.execute(select(reads.c.full_read_at).where(reads.c.id == _EPOCH_ROW))
+            found = row.first()
+        return None if found is None else _at(found.full_read_at)
 
     # ---- nodes -------------------------------------------------------------------------
 

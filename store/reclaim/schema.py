@@ -122,3 +122,13 @@ cancels = Table(
     Column("answered_at", DateTime(timezone=True)),
     Index("reclaim_cancels_holding", "node_id", "job_id", "sighting"),
 )
+
+# One row (id 1): when the last read of the whole job map began. A holding first seen after it
+# has met no full read yet, and its cancel reads the whole map first (a wipe that reissued its
+# id shows only there).
+reads = Table(
+    "reclaim_reads",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("full_read_at", DateTime(timezone=True), nullable=False),
+)

@@ -376,6 +376,7 @@ class JobReclaim:
                 workflow_id=workflow.info().workflow_id,
                 outcome=outcome,
                 release=self._release if outcome is Outcome.RELEASED else None,
+                fenced=view.last is not None and view.last.decision.verdict is Verdict.QUARANTINE,
             ),
             start_to_close_timeout=opts.READ_START_TO_CLOSE,
             retry_policy=opts.READ_RETRY,
