@@ -269,6 +269,15 @@ def test_a_weak_release_older_than_the_memory_forgets_is_a_new_sighting(
     assert h.sighting == 2 and h.first_seen == late
 
 
+def test_the_last_full_read_only_moves_forward(memory: ReclaimMemory) -> None:
+    assert memory.last_full_read() is None
+    memory.record_full_read(at(60))
+    memory.record_full_read(at(30))  # a slower reader that began earlier
+    assert memory.last_full_read() == at(60)
+    memory.record_full_read(at(90))
+    assert memory.last_full_read() == at(90)
+
+
 def test_watched_nodes_are_those_with_an_open_watched_holding(memory: ReclaimMemory) -> None:
     memory.sight("n1", [1, 2], at(0), epoch=1)
     memory.sight("n2", [1], at(0), epoch=1)
