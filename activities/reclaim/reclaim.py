@@ -250,9 +250,8 @@ class ReclaimActivities:
     async def close(self, call: CloseCall) -> None:
         """A released holding is closed (the agent let go: a later listing is a new sighting,
         or, after weak evidence or a report on a quarantined holding, the same holding
-        reopened). A spared
-        or cancelled one stays open with its fence, only without this workflow, so its first
-        sighting and epoch keep guarding it."""
+        reopened). A spared or cancelled one stays open with its fence, only without this
+        workflow, so its first sighting and epoch keep guarding it."""
         h = call.holding
         if call.outcome in RELEASED_OUTCOMES:
             outcome = str(call.outcome)

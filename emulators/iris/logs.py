@@ -117,6 +117,15 @@ def traceback_lines(error: str, where: str) -> list[str]:
     ]
 
 
+def _traceback(at: float, error: str, where: str, plan: Plan) -> list[Event]:
+    """A worker's traceback on stderr at ERROR, a line a millisecond apart from `at`."""
+    return [
+        Event(at + i * 0.001, "worker", "ERROR", text, worker=plan.culprit_worker,
+              source="stderr")
+        for i, text in enumerate(traceback_lines(error, where))
+    ]  # fmt: skip
+
+
 OOM_ERROR = (
     "RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 15.78 GiB total "
     "capacity; 13.90 GiB already allocated)"
@@ -209,17 +218,7 @@ def scenario_events(s: Scenario, plan: Plan) -> list[Event]:
             at, n = at + 1800.0, n + 1
     elif s.kind == "oom-straggler":
         for k, at in enumerate(oom_times(s), start=1):
-            for i, text in enumerate(traceback_lines(OOM_ERROR, "embed")):
-                events.append(
-                    Event(
-                        at - 0.5 + i * 0.001,
-                        "worker",
-                        "ERROR",
-                        text,
-                        worker=plan.culprit_worker,
-                        source="stderr",
-                    )
-                )
+            events.extend(_traceback(at - 0.5, OOM_ERROR, "embed", plan))
             events.append(
                 Event(
                     at + 0.5,
@@ -240,17 +239,7 @@ def scenario_events(s: Scenario, plan: Plan) -> list[Event]:
     elif s.kind == "repeated-failure":
         times = failure_times(s)
         for k, at in enumerate(times, start=1):
-            for i, text in enumerate(traceback_lines(FAILURE_ERROR, "decode")):
-                events.append(
-                    Event(
-                        at + i * 0.001,
-                        "worker",
-                        "ERROR",
-                        text,
-                        worker=plan.culprit_worker,
-                        source="stderr",
-                    )
-                )
+            events.extend(_traceback(at, FAILURE_ERROR, "decode", plan))
             last = k == len(times)
             tail = "aborting pipeline." if last else "re-queuing."
             events.append(
@@ -265,17 +254,7 @@ def scenario_events(s: Scenario, plan: Plan) -> list[Event]:
         events.append(Event(times[-1] + 0.6, "coord", "ERROR", abort_error(s, plan)))
         events.append(Event(times[-1] + 1.5, "root", "ERROR", f"zephyr: {abort_error(s, plan)}"))
     elif s.kind == "terminated-by-user":
-        for i, text in enumerate(traceback_lines(OOM_ERROR, "embed")):
-            events.append(
-                Event(
-                    s.event_at + i * 0.001,
-                    "worker",
-                    "ERROR",
-                    text,
-                    worker=plan.culprit_worker,
-                    source="stderr",
-                )
-            )
+        events.extend(_traceback(s.event_at, OOM_ERROR, "embed", plan))
         events.append(
             Event(
                 s.event_at + 3,

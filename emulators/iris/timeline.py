@@ -380,16 +380,21 @@ def _oom_straggler(s: Scenario, plan: Plan, t: float) -> Moment:
 def _with_oom_attempts(s: Scenario, plan: Plan, m: Moment, until: float) -> Moment:
     """The culprit worker's process dies at each OOM up to `until`; iris starts a new attempt
     a second later (on the same worker: pid 7 again, with a new start time)."""
-    ooms = [at for at in oom_times(s) if at <= until]
-    if not ooms or not m.attempts:
+    return _with_dead_attempts(plan, m, [at for at in oom_times(s) if at <= until], OOM_EXIT)
+
+
+def _with_dead_attempts(plan: Plan, m: Moment, deaths: list[float], error: str) -> Moment:
+    """The culprit worker's attempts, each ended FAILED with `error` at one of `deaths`;
+    iris starts the next a second later."""
+    if not deaths or not m.attempts:
         return m
     attempt = m.attempts[0]
     current = attempt.workers[plan.culprit_worker]
     history: list[TaskMoment] = []
     started = current.started
-    for at in ooms:
+    for at in deaths:
         history.append(
-            TaskMoment("FAILED", started, at, OOM_EXIT, 1, attempt=len(history), dump="idle")
+            TaskMoment("FAILED", started, at, error, 1, attempt=len(history), dump="idle")
         )
         started = at + 1.0
     current = replace(current, started=started, attempt=len(history), history=tuple(history))
@@ -427,24 +432,8 @@ FAILURE_ERROR = "ValueError: could not decode record 18446744: invalid start byt
 
 def with_failed_attempts(s: Scenario, plan: Plan, m: Moment) -> Moment:
     """The culprit worker's process dies at each task error and iris starts a new attempt."""
-    if not m.attempts:
-        return m
     failures = [at for at in failure_times(s)[:-1] if at <= m.t]
-    if not failures:
-        return m
-    attempt = m.attempts[0]
-    current = attempt.workers[plan.culprit_worker]
-    history: list[TaskMoment] = []
-    started = current.started
-    for at in failures:
-        history.append(
-            TaskMoment("FAILED", started, at, FAILURE_ERROR, 1, attempt=len(history), dump="idle")
-        )
-        started = at + 1.0
-    current = replace(current, started=started, attempt=len(history), history=tuple(history))
-    workers = list(attempt.workers)
-    workers[plan.culprit_worker] = current
-    return replace(m, attempts=(replace(attempt, workers=tuple(workers)), *m.attempts[1:]))
+    return _with_dead_attempts(plan, m, failures, FAILURE_ERROR)
 
 
 def _repeated_failure(s: Scenario, plan: Plan, t: float) -> Moment:

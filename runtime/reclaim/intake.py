@@ -199,12 +199,15 @@ class Intake:
             # node by the agent's OS host name, which keeper may not know: no lookup for it.
             if not report.finished or node in watched_nodes:
                 by_node.setdefault(node, []).append(report)
-        sightings = {n: [r for r in rs if not r.finished] for n, rs in by_node.items()}
+        # Heartbeats and reports that may sight a holding (completion reports never do).
+        sightings = {
+            n: kept for n, rs in by_node.items() if (kept := [r for r in rs if not r.finished])
+        }
         await asyncio.to_thread(self._touch, sightings)
         if self._housekeeping_due():
             await self._forget_quiet_holdings()
             await self._lift_orphaned_drains()
-        await self._learn_nodes({n for n, rs in sightings.items() if rs})
+        await self._learn_nodes(set(sightings))
         listed = {n: rs for n, rs in sightings.items() if any(r.job_ids for r in rs)}
         # Nodes whose reports are evidence with no sighting: empty heartbeats and completion
         # reports, for the open reclaims of that node.
@@ -252,8 +255,7 @@ class Intake:
 
     def _touch(self, by_node: dict[str, list[Report]]) -> None:
         for node, node_reports in by_node.items():
-            if node_reports:
-                self.memory.touch_node(node, node_reports[-1].received_at)
+            self.memory.touch_node(node, node_reports[-1].received_at)
 
     def _watched(self, nodes: list[str]) -> dict[str, list[tuple[Holding, str]]]:
         return {node: self.memory.open_workflows_of(node) for node in nodes}
@@ -443,15 +445,18 @@ class Intake:
             told = BeatReport(evidence=evidence, at=report.received_at)
             h = holding
             await asyncio.to_thread(self.memory.add_evidence, h.node, h.job_id, h.sighting, told)
-            last = await asyncio.to_thread(self.memory.last_signalled, h.node, h.job_id, h.sighting)
-            if (
-                evidence is BeatEvidence.HELD
-                and last is not None
-                and last.evidence is BeatEvidence.HELD
-                and told.at - last.at < self.settings.reclaim.timing.drained_recheck
-            ):
+            if evidence is BeatEvidence.HELD and await self._told_held_lately(h, told.at):
                 continue  # held again: told again only once a recheck interval has passed
             await self._signal(holding, workflow_id, told)
+
+    async def _told_held_lately(self, h: Holding, at: datetime) -> bool:
+        """The reclaim was told `held` less than a recheck interval before `at`."""
+        last = await asyncio.to_thread(self.memory.last_signalled, h.node, h.job_id, h.sighting)
+        return (
+            last is not None
+            and last.evidence is BeatEvidence.HELD
+            and at - last.at < self.settings.reclaim.timing.drained_recheck
+        )
 
     async def _still_running(self, workflow_id: str) -> bool:
         """Whether the workflow runs after all (a NOT_FOUND that passed): any doubt counts as

@@ -512,30 +512,35 @@ class ReclaimMemory:
     ) -> list[Any]:
         """Reopens each job's last holding if evidence that keeps the fence closed it within
         FORGET_AFTER: the agent lists the job again, and the holding keeps the fence it had
-        (first sighting, epoch). Its tally starts over."""
+        (first sighting, epoch). Its tally starts over. One read per chunk of ids finds them,
+        the common case (no such holding) writing nothing."""
         out: list[Any] = []
-        for job_id, sighting in last.items():
-            key = self._key(node_id, job_id, sighting)
-            row = conn.execute(select(holdings).where(key)).first()
-            if row is None or row.outcome not in REOPENABLE or row.closed_at is None:
-                continue
-            if _at(row.closed_at) < at - FORGET_AFTER:
-                continue
-            conn.execute(
-                update(holdings)
-                .where(key)
-                .values(is_open=_OPEN, closed_at=None, outcome=None, workflow_id=None,
-                        signalled_evidence=None, signalled_at=None, signalled_boot=None,
-                        last_reported_at=at)
-            )  # fmt: skip
-            conn.execute(
-                delete(evidence).where(
-                    evidence.c.node_id == node_id,
-                    evidence.c.job_id == job_id,
-                    evidence.c.sighting == sighting,
-                )
+        recent = at - FORGET_AFTER
+        for chunk in _chunks(sorted(last)):
+            query = select(holdings).where(
+                holdings.c.node_id == node_id,
+                holdings.c.job_id.in_(chunk),
+                holdings.c.outcome.in_(sorted(REOPENABLE)),
             )
-            out.append(conn.execute(select(holdings).where(key)).one())
+            for row in conn.execute(query):
+                if row.sighting != last[row.job_id] or _at(row.closed_at) < recent:
+                    continue
+                key = self._key(node_id, row.job_id, row.sighting)
+                conn.execute(
+                    update(holdings)
+                    .where(key)
+                    .values(is_open=_OPEN, closed_at=None, outcome=None, workflow_id=None,
+                            signalled_evidence=None, signalled_at=None, signalled_boot=None,
+                            last_reported_at=at)
+                )  # fmt: skip
+                conn.execute(
+                    delete(evidence).where(
+                        evidence.c.node_id == node_id,
+                        evidence.c.job_id == row.job_id,
+                        evidence.c.sighting == row.sighting,
+                    )
+                )
+                out.append(row)  # its fence (epoch, first sighting) is what stays
         return out
 
     def holdings(self, node_id: str | None = None, *, open_only: bool = True) -> list[Holding]:
