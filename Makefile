@@ -19,7 +19,7 @@ KEEPER_ARGS ?=
 KEEPER := $(strip $(BIN)/keeper $(KEEPER_ARGS))
 
 .DEFAULT_GOAL := help
-.PHONY: help venv wheel postgres test demo up down status lint fmt proto clean
+.PHONY: help venv wheel postgres iris-venv test demo up down status lint fmt proto clean
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
@@ -54,6 +54,37 @@ postgres: ## install Debian's postgresql server if no server binaries are found
 		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq postgresql >/dev/null \
 		|| { echo "could not install postgresql; install it (apt-get install postgresql) and rerun" >&2; exit 1; }; fi
 
+# The real_iris tests (tests/test_watch_real_iris.py) run the real iris controller, marin-iris's
+# LocalCluster, which needs Python 3.12 or 3.13: it gets a venv of its own inside keeper's
+# (.venv/iris, so `make clean` removes it), re-installed only when its pinned requirements
+# change. IRIS_PYTHON is the first of python3.13, python3.12, python3 and pyenv's 3.13 and 3.12
+# that runs and is 3.12 or 3.13; a machine without one is an error, never a skip.
+IRIS_VENV ?= $(VENV)/iris
+IRIS_STAMP := $(IRIS_VENV)/.installed
+IRIS_REQUIREMENTS := tests/real_iris/requirements.txt
+IRIS_OK := import sys; sys.exit(not (3, 12) <= sys.version_info[:2] < (3, 14))
+PYENV_VERSIONS := $${PYENV_ROOT:-$$HOME/.pyenv}/versions
+IRIS_PYTHON ?= $(shell for p in python3.13 python3.12 python3 $(PYENV_VERSIONS)/3.13*/bin/python3 \
+	$(PYENV_VERSIONS)/3.12*/bin/python3; do $$p -c '$(IRIS_OK)' >/dev/null 2>&1 && \
+	{ command -v $$p; break; }; done)
+
+$(IRIS_STAMP): $(IRIS_REQUIREMENTS)
+	@test -n "$(IRIS_PYTHON)" || { echo "The real_iris tests run the real iris controller \
+	(marin-iris), which needs Python 3.12 or 3.13, and none was found (python3.13, python3.12 or \
+	python3 on PATH, or pyenv's). Install one (Debian/Ubuntu: apt-get install python3.12 \
+	python3.12-venv; or pyenv install 3.12), or name it: make test IRIS_PYTHON=/path/to/python3.12" >&2; \
+	exit 1; }
+	@$(IRIS_PYTHON) -c '$(IRIS_OK)' || { echo "IRIS_PYTHON=$(IRIS_PYTHON) is \
+	$$($(IRIS_PYTHON) --version 2>&1); marin-iris needs Python 3.12 or 3.13" >&2; exit 1; }
+	@test -x $(IRIS_VENV)/bin/pip || { $(IRIS_PYTHON) -m venv $(IRIS_VENV) || { rm -rf $(IRIS_VENV); \
+		echo "'$(IRIS_PYTHON) -m venv' failed; on Debian/Ubuntu: apt-get install python3.12-venv" >&2; \
+		exit 1; }; }
+	@echo "Installing the real iris controller into $(IRIS_VENV) (only when $(IRIS_REQUIREMENTS) changes)"
+	$(IRIS_VENV)/bin/python -m pip install --quiet --disable-pip-version-check --pre -r $(IRIS_REQUIREMENTS)
+	@touch $@
+
+iris-venv: $(IRIS_STAMP) ## build .venv/iris, the real iris controller the real_iris tests run
+
 # KEEPER_TEST_WHEEL_INSTALL=1: the wheel is installed into a clean venv (its dependencies from
 # the package index, or pip's cache) and runs a worker there; a bare `pytest` skips that.
 # In parallel with pytest-xdist: one worker more than the cores, at most four (each worker
@@ -61,8 +92,10 @@ postgres: ## install Debian's postgresql server if no server binaries are found
 # on 2 cores a third worker took the suite from 858 s to 728 s. TEST_WORKERS=0 runs
 # serially; PYTEST_ARGS comes last, so an `-n` there overrides it too.
 TEST_WORKERS ?= $(shell n=$$(( $$(nproc 2>/dev/null || echo 2) + 1 )); [ "$$n" -gt 4 ] && n=4; echo $$n)
-test: $(STAMP) postgres ## run the tests (PYTEST_ARGS='-k dev_stack -x' to narrow)
-	KEEPER_REQUIRE_POSTGRES=1 KEEPER_TEST_WHEEL_INSTALL=1 $(BIN)/pytest -q -n $(TEST_WORKERS) --dist worksteal --durations=25 $(PYTEST_ARGS)
+# KEEPER_REQUIRE_REAL_IRIS=1: the real_iris tests fail, not skip, without KEEPER_IRIS_PYTHON.
+test: $(STAMP) $(IRIS_STAMP) postgres ## run the tests (PYTEST_ARGS='-k dev_stack -x' to narrow)
+	KEEPER_REQUIRE_POSTGRES=1 KEEPER_TEST_WHEEL_INSTALL=1 KEEPER_REQUIRE_REAL_IRIS=1 \
+	KEEPER_IRIS_PYTHON=$(abspath $(IRIS_VENV))/bin/python $(BIN)/pytest -q -n $(TEST_WORKERS) --dist worksteal --durations=25 $(PYTEST_ARGS)
 
 demo: $(STAMP) ## start the local stack, then a demo TPU bootstrap, runner deletion, job reclaim and job watch
 	$(KEEPER) dev up

@@ -430,6 +430,11 @@ class WatchSettings(_Section):
     # never enters a workflow payload. Unset and no variable: calls go anonymous.
     token_file: Path | None = None
     call_timeout: HumanDuration = Field(default=timedelta(seconds=30), gt=timedelta(0))
+    # keeper's launch store: the full request of a job `keeper job run` launched with
+    # secrets, for an approved restart (its watch's history holds it redacted). The CLI
+    # writes it and the worker reads it: give both the same URL. sqlite:///path or
+    # postgresql://user@host:5432/db.
+    store_url: str = "sqlite:///.dev/watch.db"
     # Where notifications go: a Slack-compatible incoming webhook. KEEPER_WATCH_WEBHOOK_URL
     # wins over this file (the URL is a secret: it never enters history). Unset: the
     # notifications are only in the watch's details and the worker log.
@@ -472,6 +477,12 @@ class WatchSettings(_Section):
     def _file_named(cls, value: Path | None, info: ValidationInfo) -> Path | None:
         if value is not None and str(value) in ("", "."):
             raise ValueError(f"watch.{info.field_name} is empty; name the file, or leave it unset")
+        return value
+
+    @field_validator("store_url")
+    @classmethod
+    def _usable_launch_store(cls, value: str) -> str:
+        normalise_url(value, "launch store")
         return value
 
 
@@ -546,6 +557,7 @@ ENV_OVERRIDES: dict[str, str] = {
     "KEEPER_RECLAIM_STORE_URL": "reclaim.store_url",
     "KEEPER_RECLAIM_METRICS_ADDRESS": "reclaim.metrics_address",
     "KEEPER_IRIS_CONTROLLER": "watch.controller_url",
+    "KEEPER_WATCH_STORE_URL": "watch.store_url",
     "KEEPER_IRIS_TOKEN_FILE": "watch.token_file",
     "KEEPER_WATCH_WEBHOOK_URL_FILE": "watch.webhook_url_file",
     "KEEPER_BUILD_ID": "worker.build_id",

@@ -44,6 +44,7 @@ from runtime.watch.iris_errors import (
 from wire.iris import connect
 from wire.iris.connect import HTTP_STATUS, Code, ConnectErrorBody, ErrorDetails
 from wire.iris.enums import JobState, LogLevel, MatchScope, TaskState
+from wire.iris.messages import LIST_JOBS_STATE_FILTERS
 
 TOKEN = "iris-jwt-eyJhbGciOiJIUzI1NiJ9.c2VjcmV0LXBheWxvYWQ.s1gn4ture"
 JOB = "/alice/tokenize-fineweb"
@@ -254,6 +255,105 @@ async def test_list_children_keeps_direct_children_whatever_the_server_returns(
     everything = [{"jobId": j} for j in CHILDREN[:2] + OTHERS]
     fake.on(connect.LIST_JOBS, answer({"jobs": everything, "hasMore": False}))
     assert [job.job_id for job in await iris.list_children(JOB)] == CHILDREN[:2]
+
+
+OFFSET_REFUSAL = (
+    "query.offset={} exceeds MAX_LIST_JOBS_OFFSET={}; narrow the result set with "
+    "state_filter/name_filter/parent_job_id instead of paging deeper."
+)
+
+
+def _capped_server(fake: FakeIris, jobs: list[tuple[str, str]], *, max_offset: int = 5000) -> None:
+    """ListJobs as the newest controller pages it: 500 a page at most (0 reads as 500), an
+    offset past `max_offset` refused, state_filter, sort by date (newest first: the end of
+    `jobs`) or by name either way. `jobs`: (id, lowercase state), oldest first."""
+
+    async def list_jobs(body: Body) -> Body | web.StreamResponse:
+        query = body.get("query", {})
+        limit = query.get("limit", 0)
+        limit = limit if 0 < limit <= 500 else 500
+        offset = max(query.get("offset", 0), 0)
+        if offset > max_offset:
+            message = OFFSET_REFUSAL.format(offset, max_offset)
+            return connect_error(Code.INVALID_ARGUMENT, message)
+        rows = [(j, s) for j, s in jobs if j.rsplit("/", 1)[0] == query.get("parentJobId")]
+        state = query.get("stateFilter", "").lower()
+        rows = [(j, s) for j, s in rows if not state or s == state]
+        if query.get("sortField") == "JOB_SORT_FIELD_NAME":
+            rows.sort(reverse=query.get("sortDirection") == "SORT_DIRECTION_DESC")
+        else:
+            rows.reverse()
+        page = rows[offset : offset + limit]
+        return {
+            "jobs": [{"jobId": j, "state": f"JOB_STATE_{s.upper()}"} for j, s in page],
+            "totalCount": len(rows),
+            "hasMore": offset + limit < len(rows),
+        }
+
+    fake.on(connect.LIST_JOBS, list_jobs)
+
+
+def _queries(fake: FakeIris) -> list[dict[str, Any]]:
+    return [seen.body["query"] for seen in fake.calls(connect.LIST_JOBS)]
+
+
+async def test_a_family_past_one_listings_reach_is_read_by_state_from_both_ends(
+    fake: FakeIris, iris: IrisController
+) -> None:
+    # 7,000 running (more than 5,500: read by name from both ends) and 3,000 succeeded.
+    jobs = [
+        (f"{JOB}/shard-{i:05d}", "running" if i % 10 < 7 else "succeeded") for i in range(10_000)
+    ]
+    _capped_server(fake, jobs)
+    children = await iris.list_children(JOB)
+    assert sorted(job.job_id for job in children) == sorted(j for j, _ in jobs)
+    assert children.complete and children.total == 10_000
+    assert children.describe() == "sees all 10,000 children"
+    queries = _queries(fake)
+    assert max(q["offset"] for q in queries) <= 5000
+    assert {q["limit"] for q in queries} == {500}
+    assert {q.get("stateFilter", "") for q in queries} == {"", *LIST_JOBS_STATE_FILTERS}
+    assert iris.children_query is ChildrenQuery.CHILDREN_SCOPE
+    # A page by date, then by state: running from both ends (11 pages up, the 1,500 left in
+    # 3 down), succeeded in 6 pages, each other state in one (empty) page.
+    assert len(queries) == 1 + (11 + 3) + 6 + 6
+
+
+async def test_what_no_listing_reaches_is_counted_and_said(
+    fake: FakeIris, iris: IrisController
+) -> None:
+    jobs = [(f"{JOB}/shard-{i:05d}", "running") for i in range(12_000)]
+    _capped_server(fake, jobs)
+    children = await iris.list_children(JOB)
+    assert len(children) == 11_000 and children.unseen == 1_000 and not children.complete
+    assert children.describe() == "sees 11,000 of 12,000 children"
+    # The newest children are among those seen.
+    assert {j for j, _ in jobs[-500:]} <= {job.job_id for job in children}
+
+
+async def test_an_offset_refusal_is_never_read_as_a_scope_the_controller_lacks(
+    fake: FakeIris, iris: IrisController
+) -> None:
+    # A controller with a lower cap: the page past it is refused, INVALID_ARGUMENT.
+    jobs = [(child, "running") for child in CHILDREN]
+    _capped_server(fake, jobs, max_offset=3)
+    children = await iris.list_children(JOB, page_size=2)
+    assert iris.children_query is ChildrenQuery.CHILDREN_SCOPE
+    assert all("jobIdPrefix" not in q for q in _queries(fake))
+    # Offsets 0 and 2 answer, 4 is refused: 4 children seen, 3 counted but not reached.
+    assert len(children) == 4 and children.unseen == 3
+    assert children.describe() == "sees 4 of 7 children"
+
+
+async def test_an_offset_refusal_of_the_first_page_is_raised_not_a_fallback(
+    fake: FakeIris, iris: IrisController
+) -> None:
+    refusal = OFFSET_REFUSAL.format(0, -1)
+    fake.on(connect.LIST_JOBS, answer_error(Code.INVALID_ARGUMENT, refusal))
+    with pytest.raises(IrisInvalidArgument, match="MAX_LIST_JOBS_OFFSET"):
+        await iris.list_children(JOB)
+    assert iris.children_query is None
+    assert [q.get("scope") for q in _queries(fake)] == ["JOB_QUERY_SCOPE_CHILDREN"]
 
 
 # --- logs -------------------------------------------------------------------------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import itertools
+import json
 import os
 import re
 import signal
@@ -18,6 +19,8 @@ import pytest
 from click.testing import CliRunner
 
 from cli.emulator_iris import iris as iris_group
+from domain.watch.names import ChildRef, pick_latest
+from domain.watch.redaction import redaction_marks
 from emulators.iris import IrisEmulator, IrisEmulatorConfig, ManualWallClock, start_emulator
 from emulators.iris.__main__ import parse_args
 from runtime.watch.iris_client import IrisController
@@ -398,12 +401,19 @@ async def test_other_commands_exit_127(iris: Iris) -> None:
     assert answer["exitCode"] == 127
 
 
-async def test_terminate_cascades_is_recorded_and_the_original_request_relaunches(
+async def test_terminate_cascades_is_recorded_and_the_rebuilt_request_relaunches(
     iris: Iris,
 ) -> None:
     request = {
         "name": "/alice/pipe",
         "resources": {"cpuMillicores": 4000},
+        "environment": {"envVars": {"IRIS_EMULATOR_SCENARIO": "healthy", "X": "1"}},
+        "maxRetriesFailure": 2,
+    }
+    rebuilt = {
+        **BARE_REQUEST,
+        "name": "/alice/pipe",
+        "resources": {"cpuMillicores": 4000, "memoryBytes": "0", "device": {}, "diskBytes": "0"},
         "environment": {"envVars": {"IRIS_EMULATOR_SCENARIO": "healthy", "X": "1"}},
         "maxRetriesFailure": 2,
     }
@@ -416,8 +426,8 @@ async def test_terminate_cascades_is_recorded_and_the_original_request_relaunche
         assert {t["error"] for t in await iris.tasks(child)} == {"Terminated by user"}
     status = await iris.rpc("GetJobStatus", {"jobId": "/alice/pipe"})
     assert status["job"]["state"] == "JOB_STATE_KILLED"
-    assert status["request"] == request
-    await iris.rpc("LaunchJob", status["request"])
+    assert status["request"] == rebuilt
+    await iris.rpc("LaunchJob", status["request"])  # what the controller returns, it takes
     actions = (await iris.http.get("/control/actions")).json()["actions"]
     assert [(a["method"], a["outcome"]) for a in actions] == [
         ("LaunchJob", "ok"),
@@ -511,10 +521,227 @@ async def test_a_hang_ends_in_deadline_exceeded_at_the_clients_connect_timeout(
     await iris.rpc("ListJobs", {})  # other methods are not hung
 
 
-async def test_launch_keeps_fields_it_does_not_know_for_get_job_status(iris: Iris) -> None:
-    request = {"name": "/alice/odd", "someNewerField": {"x": [1, 2]}, "bundleId": "b-1"}
-    await iris.rpc("LaunchJob", request)
-    assert (await iris.rpc("GetJobStatus", {"jobId": "/alice/odd"}))["request"] == request
+# What the real controller answered (marin-iris 0.2.227.dev40316220070, a local cluster).
+LAUNCH_FIELDS = (
+    "['name', 'entrypoint', 'resources', 'environment', 'bundleId', 'bundleBlob', "
+    "'schedulingTimeout', 'ports', 'maxTaskFailures', 'maxRetriesFailure', "
+    "'maxRetriesPreemption', 'constraints', 'coscheduling', 'replicas', 'timeout', "
+    "'failIfExists', 'preemptionPolicy', 'existingJobPolicy', 'priorityBand', 'taskImage', "
+    "'submitArgv', 'clientRevisionDate', 'containerProfile', 'egressPolicy', 'federation']"
+)
+REFUSED = [
+    (
+        {"reservation": {}},
+        'Message type "iris.cluster.Controller.LaunchJobRequest" has no field named '
+        f'"reservation" at "LaunchJobRequest".\n Available Fields(except extensions): '
+        f'"{LAUNCH_FIELDS}"',
+    ),
+    (
+        {"someNewerField": {"x": [1, 2]}, "reservation": None},
+        'Message type "iris.cluster.Controller.LaunchJobRequest" has no field named '
+        f'"someNewerField" at "LaunchJobRequest".\n Available Fields(except extensions): '
+        f'"{LAUNCH_FIELDS}"',
+    ),
+    (
+        {"environment": {"envVars": {"A": "1"}, "bogus": True}},
+        'Failed to parse environment field: Message type "iris.job.EnvironmentConfig" has no '
+        'field named "bogus" at "LaunchJobRequest.environment".\n Available Fields(except '
+        "extensions): \"['envVars', 'secrets', 'setupScripts']\".",
+    ),
+    (
+        {"entrypoint": {"runCommand": {"argv": ["x"], "bogus": 1}}},
+        "Failed to parse entrypoint field: Failed to parse runCommand field: Message type "
+        '"iris.job.CommandEntrypoint" has no field named "bogus" at '
+        '"LaunchJobRequest.entrypoint.runCommand".\n Available Fields(except extensions): '
+        "\"['argv']\"..",
+    ),
+    (
+        {"resources": {"device": {"gpu": {"bogus": 1}}}},
+        "Failed to parse resources field: Failed to parse device field: Message type "
+        '"iris.job.GpuDevice" has no field named "bogus" at '
+        '"LaunchJobRequest.resources.device.gpu".\n Available Fields(except extensions): '
+        "\"['variant', 'count']\"..",
+    ),
+    (
+        {"constraints": [{"key": "a", "bogus": 1}]},
+        'Failed to parse constraints field: Message type "iris.job.Constraint" has no field '
+        'named "bogus" at "LaunchJobRequest.constraints[0]".\n Available Fields(except '
+        "extensions): \"['key', 'op', 'value', 'values', 'mode']\".",
+    ),
+    (
+        {"priorityBand": "PRIORITY_BAND_NOPE"},
+        "Failed to parse priorityBand field: Invalid enum value PRIORITY_BAND_NOPE for enum "
+        "type iris.job.PriorityBand at LaunchJobRequest.priorityBand.",
+    ),
+]
+
+
+@pytest.mark.parametrize(("fields", "message"), REFUSED)
+async def test_launch_refuses_a_field_the_controller_does_not_have_as_it_does(
+    iris: Iris, fields: dict[str, Any], message: str
+) -> None:
+    body = {"name": "/alice/odd", "entrypoint": {"runCommand": {"argv": ["true"]}}, **fields}
+    refused = await iris.http.post(f"{CTL}/LaunchJob", json=body)
+    assert refused.status_code == 500
+    assert refused.json() == {"code": "unknown", "message": message}
+    assert "/alice/odd" not in iris.emu.controller.jobs
+    [action] = iris.emu.actions_json()
+    assert (action["method"], action["job_id"], action["outcome"]) == (
+        "LaunchJob", "/alice/odd", "unknown",
+    )  # fmt: skip
+
+
+# GetJobStatus's request for a LaunchJob of a name alone, as the controller returns it.
+BARE_REQUEST = {
+    "name": "/alice/bare",
+    "entrypoint": {},
+    "resources": {"cpuMillicores": 0, "memoryBytes": "0", "diskBytes": "0"},
+    "environment": {},
+    "bundleId": "",
+    "maxTaskFailures": 0,
+    "maxRetriesFailure": 0,
+    "maxRetriesPreemption": 0,
+    "replicas": 0,
+    "failIfExists": False,
+    "preemptionPolicy": "JOB_PREEMPTION_POLICY_UNSPECIFIED",
+    "existingJobPolicy": "EXISTING_JOB_POLICY_UNSPECIFIED",
+    "priorityBand": "PRIORITY_BAND_INTERACTIVE",
+    "taskImage": "",
+    "containerProfile": "CONTAINER_PROFILE_UNSPECIFIED",
+    "egressPolicy": "EGRESS_POLICY_CLUSTER",
+}
+SK = "sk-abcdefghijklmnopqrstuvwxyz012345"
+BLOB = base64.b64encode(b"PK\x05\x06" + b"\0" * 18).decode()
+FULL_SENT = {
+    "name": "/alice/Full-Case",
+    "entrypoint": {
+        "setupCommands": ["echo hi"],
+        "runCommand": {"argv": ["python", "train.py", "--api-key", SK]},
+        "workdirFiles": {"a.py": "cHJpbnQoMSk="},
+        "workdirFileRefs": {"big.bin": "abc123"},
+    },
+    "resources": {
+        "cpuMillicores": 200, "memoryBytes": "1000000", "diskBytes": "5000",
+        "device": {"cpu": {}},
+    },
+    "environment": {
+        "envVars": {
+            "HF_TOKEN": "hf_abcdefghijklmnopqrstuvwxyz0123",
+            "WANDB_API_KEY": "0123456789abcdef0123456789abcdef01234567",
+            "TOKENIZERS_PARALLELISM": "false",
+            "max_tokens": "4096",
+            "OPENAI_BASE": SK,
+            "PLAIN": "hello world",
+        },
+        "secrets": {"DB_PASSWORD": "hunter2-secret"},
+        "setupScripts": ["pip install x"],
+    },
+    "bundleBlob": BLOB,
+    "schedulingTimeout": {"milliseconds": "60000"},
+    "ports": ["http"],
+    "maxTaskFailures": 2,
+    "maxRetriesFailure": 3,
+    "maxRetriesPreemption": 4,
+    "replicas": 2,
+    "timeout": {"milliseconds": "3600000"},
+    "failIfExists": True,
+    "preemptionPolicy": "JOB_PREEMPTION_POLICY_TERMINATE_CHILDREN",
+    "existingJobPolicy": 2,
+    "priorityBand": "PRIORITY_BAND_BATCH",
+    "taskImage": "img:1",
+    "submitArgv": ["iris", "job", "run", "-e", "HF_TOKEN", "hf_abcdefghijklmnopqrstuvwxyz0123"],
+    "clientRevisionDate": "2099-01-01",
+    "coscheduling": {"groupBy": "host"},
+    "constraints": [
+        {"key": "pool", "op": "CONSTRAINT_OP_EQ", "value": {"stringValue": " A b "}},
+        {
+            "key": "region", "op": "CONSTRAINT_OP_IN", "mode": "CONSTRAINT_MODE_PREFERRED",
+            "values": [{"stringValue": "X"}, {"intValue": "3"}],
+        },
+        {"key": "gpu", "op": 2},
+    ],
+}  # fmt: skip
+FULL_RETURNED = {
+    "name": "/alice/full-case",
+    "entrypoint": {
+        "setupCommands": ["echo hi"],
+        "runCommand": {"argv": ["python", "train.py", "--api-key", SK]},
+        "workdirFileRefs": {"big.bin": "abc123"},
+    },
+    "resources": {
+        "cpuMillicores": 200, "memoryBytes": "1000000", "device": {"cpu": {}},
+        "diskBytes": "5000",
+    },
+    "environment": {
+        "envVars": {
+            "HF_TOKEN": "[REDACTED]",
+            "WANDB_API_KEY": "[REDACTED]",
+            "TOKENIZERS_PARALLELISM": "false",
+            "max_tokens": "4096",
+            "OPENAI_BASE": "[REDACTED]",
+            "PLAIN": "hello world",
+        },
+        "secrets": {"DB_PASSWORD": "[REDACTED]"},
+        "setupScripts": ["pip install x"],
+    },
+    "bundleId": "8739c76e681f900923b900c9df0ef75cf421d39cabb54650c4b9ad19b6a76d85",
+    "schedulingTimeout": {"milliseconds": "60000"},
+    "ports": ["http"],
+    "maxTaskFailures": 2,
+    "maxRetriesFailure": 3,
+    "maxRetriesPreemption": 4,
+    "constraints": [
+        {
+            "key": "pool", "op": "CONSTRAINT_OP_EQ", "value": {"stringValue": "a b"},
+            "mode": "CONSTRAINT_MODE_REQUIRED",
+        },
+        {
+            "key": "region", "op": "CONSTRAINT_OP_IN",
+            "values": [{"stringValue": "x"}, {"intValue": "3"}],
+            "mode": "CONSTRAINT_MODE_PREFERRED",
+        },
+        {"key": "gpu", "op": "CONSTRAINT_OP_EXISTS", "mode": "CONSTRAINT_MODE_REQUIRED"},
+    ],
+    "coscheduling": {"groupBy": "host"},
+    "replicas": 2,
+    "timeout": {"milliseconds": "3600000"},
+    "failIfExists": True,
+    "preemptionPolicy": "JOB_PREEMPTION_POLICY_TERMINATE_CHILDREN",
+    "existingJobPolicy": "EXISTING_JOB_POLICY_KEEP",
+    "priorityBand": "PRIORITY_BAND_BATCH",
+    "taskImage": "img:1",
+    # Kept as sent: iris's CLI redacts submit_argv before it sends it, the controller never.
+    "submitArgv": ["iris", "job", "run", "-e", "HF_TOKEN", "hf_abcdefghijklmnopqrstuvwxyz0123"],
+    "containerProfile": "CONTAINER_PROFILE_UNSPECIFIED",
+    "egressPolicy": "EGRESS_POLICY_CLUSTER",
+}  # fmt: skip
+
+
+FULL_MARKS = [
+    "environment.env_vars.HF_TOKEN",
+    "environment.env_vars.OPENAI_BASE",
+    "environment.env_vars.WANDB_API_KEY",
+    "environment.secrets.DB_PASSWORD",
+]
+
+
+@pytest.mark.parametrize(
+    ("sent", "returned", "marks"),
+    [({"name": "/alice/bare"}, BARE_REQUEST, []), (FULL_SENT, FULL_RETURNED, FULL_MARKS)],
+    ids=["a name alone", "every field"],
+)
+async def test_get_job_status_returns_the_request_as_the_controller_rebuilds_it(
+    iris: Iris, sent: dict[str, Any], returned: dict[str, Any], marks: list[str]
+) -> None:
+    job = (await iris.rpc("LaunchJob", sent))["jobId"]
+    status = await iris.rpc("GetJobStatus", {"jobId": job})
+    assert status["request"] == returned
+    # What keeper's client reads of it: no workdir files, and the redacted fields marked.
+    async with IrisController(iris.emu.url, timeout=5) as client:
+        _, request = await client.get_job_status(job)
+    assert request is not None and request.entrypoint is not None
+    assert request.entrypoint.workdir_files == {}
+    assert redaction_marks(request) == marks
 
 
 async def test_launch_refuses_an_unknown_scenario_in_its_environment(iris: Iris) -> None:
@@ -723,3 +950,155 @@ async def test_a_backdated_job_keeps_the_real_age_of_what_it_wrote_before_it_app
     entries = await iris.logs(await iris.child(job, "coord"))
     newest = max(_ms(e["timestamp"]) for e in entries)
     assert launched - 11 * 60 < newest <= launched - 9 * 60, launched - newest
+
+
+# --- ListJobs as the controller pages it ------------------------------------------------------
+
+
+async def list_jobs(iris: Iris, status: int = 200, **query: Any) -> Any:
+    return await iris.rpc("ListJobs", {"query": query}, status=status)
+
+
+async def test_list_jobs_pages_and_refuses_as_the_controller_does(iris: Iris) -> None:
+    job = await iris.job("wide", "healthy", extra_children=600)
+    await iris.forward(30)
+    children = {"scope": "JOB_QUERY_SCOPE_CHILDREN", "parentJobId": job}
+    # No limit, or one past the cap, is a page of 500; the count and has_more tell the rest.
+    for limit in (0, 1000, -3):
+        page = await list_jobs(iris, **children, limit=limit)
+        assert (len(page["jobs"]), page["totalCount"], page["hasMore"]) == (500, 602, True)
+    last = await list_jobs(iris, **children, offset=500)
+    assert (len(last["jobs"]), last["hasMore"]) == (102, False)
+    assert (await list_jobs(iris, **children, offset=-5, limit=2))["jobs"] == page["jobs"][:2]
+    # Offset 5000 is the deepest one taken; past it, INVALID_ARGUMENT and the controller's words.
+    assert (await list_jobs(iris, **children, offset=5000)) == {
+        "totalCount": 602,
+        "hasMore": False,
+    }
+    refused = await list_jobs(iris, 400, **children, offset=5001)
+    assert refused == {
+        "code": "invalid_argument",
+        "message": "query.offset=5001 exceeds MAX_LIST_JOBS_OFFSET=5000; narrow the result set "
+        "with state_filter/name_filter/parent_job_id instead of paging deeper.",
+    }
+    assert await list_jobs(iris, 400, scope="JOB_QUERY_SCOPE_CHILDREN") == {
+        "code": "invalid_argument",
+        "message": "query.parent_job_id is required for JOB_QUERY_SCOPE_CHILDREN",
+    }
+
+
+async def test_list_jobs_filters_and_sorts_as_the_controller_does(iris: Iris) -> None:
+    job = await iris.job("Wide", "healthy", extra_children=20)
+    await iris.forward(30)
+    children = {"scope": "JOB_QUERY_SCOPE_CHILDREN", "parentJobId": job}
+
+    async def ids(**query: Any) -> list[str]:
+        page = await list_jobs(iris, **children, **query)
+        return [j["jobId"] for j in page.get("jobs", [])]  # an empty page has no `jobs`
+
+    # state_filter: a lowercase state name, any case; anything else (a wire name) matches none.
+    running = await ids(stateFilter="RUNNING")
+    assert running and running == await ids(stateFilter="running")
+    assert await list_jobs(iris, **children, stateFilter="JOB_STATE_RUNNING") == {
+        "totalCount": 0,
+        "hasMore": False,
+    }
+    # name_filter: SQL LIKE over the lowercased full name, `_` and `%` wildcards.
+    assert await ids(nameFilter="WIDE/SHARD-0001_") == [
+        f"{job}/shard-{i:05d}" for i in range(19, 9, -1)
+    ]
+    assert await ids(nameFilter="wide%00003") == [f"{job}/shard-00003"]
+    # job_id_prefix: literal, whatever the case; parent_job_id: exact.
+    assert len(await ids(jobIdPrefix=f"{job.upper()}/SHARD-")) == 20
+    assert await ids(jobIdPrefix=f"{job}/shard-0001_") == []
+    assert (await list_jobs(iris, scope="JOB_QUERY_SCOPE_CHILDREN", parentJobId=job.lower())) == {
+        "totalCount": 0,
+        "hasMore": False,
+    }
+    # Newest first by default; by name, ascending unless asked.
+    by_date = await ids()
+    assert by_date[0] == f"{job}/shard-00019" and by_date[-2:] == sorted(by_date[-2:])[::-1]
+    by_name = await ids(sortField="JOB_SORT_FIELD_NAME")
+    assert by_name == sorted(by_name, key=str.lower)
+    desc = await ids(sortField="JOB_SORT_FIELD_NAME", sortDirection="SORT_DIRECTION_DESC")
+    assert desc == by_name[::-1]
+
+
+class Recording(httpx.AsyncHTTPTransport):
+    """keeper's client's requests, their bodies kept."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.bodies: list[dict[str, Any]] = []
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/ListJobs"):
+            self.bodies.append(json.loads(request.content or b"{}"))
+        return await super().handle_async_request(request)
+
+
+async def test_keepers_client_lists_six_thousand_children_within_the_caps(iris: Iris) -> None:
+    # 6,000 plain children besides the pipeline's two, most RUNNING: more than one ordering
+    # of one query reaches (5,500), and more RUNNING than that too.
+    job = await iris.job("fanout", "healthy", extra_children=6000)
+    await iris.forward(30)
+    every = {
+        v.job_id for _, v in iris.emu.controller.all_jobs() if v.parent == job
+    }  # fmt: skip
+    assert len(every) == 6002
+    transport = Recording()
+    async with IrisController(iris.emu.url, timeout=10, transport=transport) as client:
+        children = await client.list_children(job)
+    assert {c.job_id for c in children} == every
+    assert children.complete and children.describe() == "sees all 6,002 children"
+    queries = [body["query"] for body in transport.bodies]
+    assert max(q.get("offset", 0) for q in queries) <= 5000
+    assert {q["limit"] for q in queries} == {500}
+    assert any(q.get("sortDirection") == "SORT_DIRECTION_DESC" for q in queries)
+    # The watch follows the pipeline among them.
+    refs = [ChildRef(job_id=c.job_id, state=c.state.wire_name) for c in children]
+    latest = pick_latest(refs, job)
+    assert latest is not None and latest.coord is not None and latest.workers is not None
+
+
+# --- preemption -------------------------------------------------------------------------------
+
+
+async def test_a_preempted_task_is_pending_again_while_its_budget_lasts_then_preempted(
+    iris: Iris,
+) -> None:
+    job = await iris.job("pre", "preempted")  # preempted at 200 s and 500 s, budget 1
+    await iris.forward(210)
+    status = await iris.rpc("GetJobStatus", {"jobId": job})
+    (root,) = await iris.tasks(job)
+    assert root["state"] == "TASK_STATE_PENDING"  # the budget allows one: back in the queue
+    assert [a["state"] for a in root["attempts"]] == ["TASK_STATE_PREEMPTED"]
+    assert root["attempts"][0]["error"] == "Preempted by /ops/priority-eval"
+    assert status["job"]["state"] == "JOB_STATE_RUNNING"  # it started: not PENDING again
+    assert status["job"]["preemptionCount"] == 1
+    for child in await iris.children(job):  # killed with the preemption's reason
+        assert {t["error"] for t in await iris.tasks(child)} == {"Preempted by /ops/priority-eval"}
+    await iris.forward(60)  # the retry runs: a new attempt of the pipeline
+    assert (await iris.tasks(job))[0]["state"] == "TASK_STATE_RUNNING"
+    a1 = await iris.child(job, "coord", 1)
+    assert (await iris.tasks(a1))[0]["state"] == "TASK_STATE_RUNNING"
+    await iris.forward(300)  # the second preemption spends the budget
+    status = await iris.rpc("GetJobStatus", {"jobId": job})
+    (root,) = await iris.tasks(job)
+    assert root["state"] == "TASK_STATE_PREEMPTED"
+    assert [a["state"] for a in root["attempts"]] == ["TASK_STATE_PREEMPTED"] * 2
+    assert status["job"]["state"] == "JOB_STATE_WORKER_FAILED"
+    assert status["job"]["error"] == "Preempted by /ops/priority-eval"
+    assert status["job"]["preemptionCount"] == 2 and "finishedAt" in status["job"]
+    assert {t["error"] for t in await iris.tasks(a1)} == {"Parent job terminated"}
+    # Over for good: it never runs again.
+    await iris.forward(3600)
+    assert (await iris.tasks(job))[0]["state"] == "TASK_STATE_PREEMPTED"
+
+
+async def test_with_no_preemption_budget_the_first_preemption_ends_the_job(iris: Iris) -> None:
+    job = await iris.job("pre0", "preempted", max_retries_preemption=0)
+    await iris.forward(210)
+    assert (await iris.tasks(job))[0]["state"] == "TASK_STATE_PREEMPTED"
+    status = await iris.rpc("GetJobStatus", {"jobId": job})
+    assert status["job"]["state"] == "JOB_STATE_WORKER_FAILED"

@@ -237,6 +237,27 @@ def test_original_request_inside_get_job_status_survives() -> None:
     assert to_wire(response.request) == ORIGINAL_REQUEST
 
 
+def test_the_reserved_reservation_field_is_never_kept_nor_sent() -> None:
+    # The newest controller refuses a LaunchJob naming it (field 30 is reserved there).
+    read = from_wire(LaunchJobRequest, {"name": "/alice/a", "reservation": {"entries": []}})
+    assert to_wire(read) == {"name": "/alice/a"}
+    assert "reservation" not in read.unknown_fields
+    built = LaunchJobRequest.model_validate({"name": "/alice/a", "reservation": {}})
+    assert to_wire(built) == {"name": "/alice/a"}
+    assert "reservation" not in LaunchJobRequest.model_fields
+    numbers = {field_number(LaunchJobRequest, name) for name in LaunchJobRequest.model_fields}
+    assert 30 not in numbers
+
+
+def test_environment_secrets_are_field_seven_and_round_trip() -> None:
+    body = {"environment": {"envVars": {"A": "1"}, "secrets": {"DB_PASSWORD": "[REDACTED]"}}}
+    request = from_wire(LaunchJobRequest, body)
+    assert request.environment is not None
+    assert request.environment.secrets == {"DB_PASSWORD": "[REDACTED]"}
+    assert field_number(type(request.environment), "secrets") == 7
+    assert to_wire(request) == body
+
+
 def test_launch_job_request_number_input_is_written_as_int64_string() -> None:
     # Same value, canonical form: a server's JSON parser reads both.
     request = from_wire(LaunchJobRequest, {"resources": {"memoryBytes": 1024}})

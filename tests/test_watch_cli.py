@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import re
 import sys
@@ -53,6 +54,7 @@ from domain.watch.models import (
     watch_id,
 )
 from runtime.watch import search_attributes as sa
+from store.watch import open_launch_store
 from tests.e2e_support import REPO, dev_address
 from tests.harness import tool_path
 from tests.reclaim_world import free_port, until
@@ -846,7 +848,8 @@ async def iris() -> AsyncIterator[LaunchServer]:
 
 def with_iris(config: Path, url: str) -> Path:
     tree = yaml.safe_load(config.read_text())
-    tree["watch"] = {"controller_url": url, "call_timeout": "5s"}
+    store = f"sqlite:///{config.parent / f'watch-{uuid.uuid4().hex[:6]}.db'}"
+    tree["watch"] = {"controller_url": url, "call_timeout": "5s", "store_url": store}
     path = config.with_name(f"iris-{uuid.uuid4().hex[:6]}.yaml")
     path.write_text(yaml.safe_dump(tree))
     return path
@@ -876,6 +879,8 @@ async def test_run_launches_the_command_through_iris_and_watches_the_new_job(
         "name": name,
         "entrypoint": {"runCommand": {"argv": argv}},
         "submitArgv": argv,
+        "replicas": 1,
+        "maxRetriesPreemption": 1000,
         "resources": {"memoryBytes": str(5 * 2**30)},
         "constraints": [
             {"key": "region", "op": "CONSTRAINT_OP_EQ", "value": {"stringValue": "us-central1"}}
@@ -883,6 +888,62 @@ async def test_run_launches_the_command_through_iris_and_watches_the_new_job(
     }
     view = await world.handle(job_id).query(StandInWatch.status)
     assert (view.job_id, view.requested_by) == (job_id, "alice")
+
+
+async def test_run_with_a_secret_keeps_the_request_whole_in_the_store_and_redacted_in_history(
+    world: World, iris: LaunchServer
+) -> None:
+    config = with_iris(world.config, iris.url)
+    secret = "hf_Zq3Lm7Rt2Vb5Nc8Kd1Hs4Jx9Wp6Yt0Qa2Sd4Fg"
+    name = f"secret-{uuid.uuid4().hex[:6]}"
+    done = await keeper(
+        config, "job", "run", "--name", name, "--env", "HF_TOKEN", "--env", "STAGE=tokenize",
+        "--json", "--", "python", "train.py",
+        env={"USER": "alice", "HF_TOKEN": secret},
+    )  # fmt: skip
+    assert done.code == 0, done
+    assert done.json()["secrets_kept"] == ["environment.envVars.HF_TOKEN"]
+    ((_, sent),) = iris.seen
+    # iris gets the job as given, the secret included.
+    assert sent["environment"] == {"envVars": {"HF_TOKEN": secret, "STAGE": "tokenize"}}
+    job_id = f"/alice/{name}"
+    # The watch holds it redacted, with the launch store's key for the whole request.
+    history = await world.handle(job_id).fetch_history()
+    assert secret not in history.to_json()
+    started = history.events[0].workflow_execution_started_event_attributes
+    (payload,) = started.input.payloads
+    held = json.loads(payload.data)["launch"]
+    assert held["request"]["environment"]["envVars"] == {
+        "HF_TOKEN": "[REDACTED]", "STAGE": "tokenize",
+    }  # fmt: skip
+    assert held["secrets"] == ["environment.envVars.HF_TOKEN"]
+    store_url = yaml.safe_load(config.read_text())["watch"]["store_url"]
+    store = open_launch_store(store_url)
+    try:
+        kept = store.get(held["stored"])
+    finally:
+        store.close()
+    assert kept is not None and kept.environment is not None
+    assert kept.environment.env_vars == {"HF_TOKEN": secret, "STAGE": "tokenize"}
+
+
+async def test_run_with_no_secret_holds_the_request_in_the_watch_and_needs_no_store(
+    world: World, iris: LaunchServer
+) -> None:
+    config = with_iris(world.config, iris.url)
+    name = f"plain-{uuid.uuid4().hex[:6]}"
+    done = await keeper(
+        config, "job", "run", "--name", name, "--env", "STAGE=t", "--", "python", "t.py",
+        env={"USER": "alice"},
+    )  # fmt: skip
+    assert done.code == 0, done
+    history = await world.handle(f"/alice/{name}").fetch_history()
+    started = history.events[0].workflow_execution_started_event_attributes
+    held = json.loads(started.input.payloads[0].data)["launch"]
+    assert held["stored"] is None and held["secrets"] == []
+    assert held["request"] == iris.seen[0][1]
+    store_url = yaml.safe_load(config.read_text())["watch"]["store_url"]
+    assert not await asyncio.to_thread(os.path.exists, store_url.removeprefix("sqlite:///"))
 
 
 async def test_run_that_iris_refuses_exits_1_and_starts_no_watch(
@@ -914,10 +975,13 @@ RUN_USAGE = [
     (["--name", "bad name", "--", "true"], "--name"),
     (["--region", "US Central", "--", "true"], "--region"),
     (["--"], "CMD"),
+    (["--env", "1BAD=x", "--", "true"], "--env"),
+    (["--env", "KEEPER_TEST_NEVER_SET", "--", "true"], "--env"),
+    (["--env", "A=1", "--env", "A=2", "--", "true"], "--env"),
 ]
 
 
-@pytest.mark.parametrize(("args", "param"), RUN_USAGE, ids=[p for _, p in RUN_USAGE])
+@pytest.mark.parametrize(("args", "param"), RUN_USAGE, ids=[" ".join(a) for a, _ in RUN_USAGE])
 def test_a_bad_run_flag_exits_2_naming_it_before_anything_is_launched(
     tmp_path: Path, args: list[str], param: str
 ) -> None:

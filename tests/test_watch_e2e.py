@@ -66,8 +66,8 @@ async def test_a_zombie_coordinator_is_escalated_and_restarted_only_once_approve
     dev_env: WorkflowEnvironment,
 ) -> None:
     async with watch_world(dev_env.client) as w:
-        job = w.launch("zombie-coordinator")
-        handle = await w.watch(job)
+        job, held = w.launch_held("zombie-coordinator")
+        handle = await w.watch(job, held)
         view = await w.until_view(
             handle,
             lambda v: pending(v, ProposalKind.RESTART) is not None,

@@ -19,6 +19,7 @@ from domain.watch.names import (
     pick_latest,
     task_id,
 )
+from wire.iris.enums import JOB_TERMINAL, TASK_TERMINAL, JobState, TaskState
 
 P = JobPhase
 JOB = "/alice/tokenize-fineweb"
@@ -104,7 +105,6 @@ PHASES = [
     (P.PENDING, False, False),
     (P.UNSPECIFIED, False, False),
     (P.MISSING, False, False),
-    (P.PREEMPTED, False, False),
     (P.ASSIGNED, True, False),
     (P.BUILDING, True, False),
     (P.RUNNING, True, False),
@@ -114,6 +114,8 @@ PHASES = [
     (P.WORKER_FAILED, False, True),
     (P.UNSCHEDULABLE, False, True),
     (P.COSCHED_FAILED, False, True),
+    # Terminal: a task preempted with budget left is PENDING again, never PREEMPTED.
+    (P.PREEMPTED, False, True),
 ]
 
 
@@ -203,3 +205,31 @@ def test_task_ids() -> None:
     assert parse_task_id(f"{coord}/0:3") == (coord, 0)
     assert parse_task_id(coord) is None
     assert parse_task_id("12") is None
+
+
+# iris's terminal task states (marin-iris 0.2.227.dev40316220070, TERMINAL_TASK_STATES), by
+# wire name: keeper's phases and wire/iris's task table agree with it.
+IRIS_TERMINAL_TASK_STATES = {
+    "TASK_STATE_SUCCEEDED",
+    "TASK_STATE_FAILED",
+    "TASK_STATE_KILLED",
+    "TASK_STATE_WORKER_FAILED",
+    "TASK_STATE_UNSCHEDULABLE",
+    "TASK_STATE_PREEMPTED",
+    "TASK_STATE_COSCHED_FAILED",
+}
+
+
+@pytest.mark.parametrize("state", list(TaskState), ids=lambda s: s.name)
+def test_a_task_state_is_terminal_exactly_as_in_iris(state: TaskState) -> None:
+    terminal = state.wire_name in IRIS_TERMINAL_TASK_STATES
+    assert phase_of(state.wire_name).is_terminal is terminal
+    assert (state in TASK_TERMINAL) is terminal
+
+
+def test_no_job_state_is_preempted_and_the_job_table_is_irises() -> None:
+    assert "PREEMPTED" not in JobState.__members__
+    assert {s.name for s in JOB_TERMINAL} == {
+        "SUCCEEDED", "FAILED", "KILLED", "WORKER_FAILED", "UNSCHEDULABLE",
+    }  # fmt: skip
+    assert {phase_of(s.wire_name) for s in JOB_TERMINAL} <= TERMINAL

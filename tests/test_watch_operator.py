@@ -18,6 +18,7 @@ import yaml
 from google.protobuf.json_format import MessageToJson
 from temporalio.testing import WorkflowEnvironment
 
+from cli.watch.launch import launch_request
 from domain.watch.calls import JobWatchResult
 from domain.watch.models import ProposalKind, WatchOutcome
 from emulators.iris import IrisEmulatorConfig
@@ -28,10 +29,13 @@ from tests.test_reclaim_secrets import assert_absent
 from tests.test_runner_waits import details as current_details
 from tests.watch_world import SPEED, WatchWorld, watch_world
 from tests.webhook_receiver import webhook_receiver
+from wire.iris.codec import to_wire
 
 pytestmark = pytest.mark.e2e
 IRIS_TOKEN = "iris.eyJzdWIiOiJrZWVwZXIifQ.Tk7Qm2Lw9Rz4Vb8Nc3Kd5Hs1Jf0"
 HOOK_SECRET = "T0KEEPER/B0WATCH/x9Zq3Lm7Rt2Vb5Nc8Kd1Hs4J"
+# A credential in the job's own environment: iris shows it [REDACTED], keeper never has it.
+HF_SECRET = "hf_Zq3Lm7Rt2Vb5Nc8Kd1Hs4Jx9Wp6Yt0Qa2Sd4Fg"
 
 
 @pytest.fixture
@@ -51,14 +55,17 @@ def cli_config(tmp_path: Path, env: WorkflowEnvironment, w: WatchWorld) -> Path:
                     "namespace": "default",
                     "task_queue": w.settings.temporal.task_queue,
                 },
-                "watch": {"controller_url": w.settings.watch.controller_url},
+                "watch": {
+                    "controller_url": w.settings.watch.controller_url,
+                    "store_url": w.settings.watch.store_url,
+                },
             }
         )
     )
     return path
 
 
-async def test_a_zombie_is_notified_then_restarted_through_keeper_job_approve_with_no_secret_shown(
+async def test_a_zombie_is_notified_then_restarted_with_the_operators_command_and_no_secret_shown(
     dev_env: WorkflowEnvironment,
     tmp_path: Path,
     webhook: tuple[str, list[dict[str, Any]]],
@@ -72,7 +79,13 @@ async def test_a_zombie_is_notified_then_restarted_through_keeper_job_approve_wi
     async with watch_world(
         dev_env.client, emulator, webhook_url_file=hook_file, token_file=token_file
     ) as w:
-        job = w.launch("zombie-coordinator")
+        # Launched by someone else, with a credential: keeper holds no request of its own.
+        name = "zombie-outside"
+        request = launch_request(name, ["python", "-m", "pipeline"], None, None, {
+            "HF_TOKEN": HF_SECRET, "STAGE": "tokenize",
+        })  # fmt: skip
+        body = to_wire(request)
+        job = w.emu.create_job(name, "alice", "zombie-coordinator", 7, None, body).job_id
         config = cli_config(tmp_path, dev_env, w)
         started = await keeper(config, "job", "watch", job, "--by", "oncall", "--json")
         assert started.code == 0, started
@@ -103,14 +116,40 @@ async def test_a_zombie_is_notified_then_restarted_through_keeper_job_approve_wi
         details = await current_details(handle)
         assert f"why: {pending[0]['why']}" in details, details
 
-        approved = await keeper(config, "job", "approve", job, "restart", "--by", "oncall")
+        # The proposal says a restart needs the command, and why.
+        assert "nothing until an operator gives the command" in pending[0]["relaunch"]
+        assert f"approve: keeper job approve {job} restart-1 --by NAME -- COMMAND..." in text.out
+        # Approved without one: refused, and nothing is stopped or launched.
+        refused = await keeper(config, "job", "approve", job, "restart", "--by", "oncall")
+        assert refused.code == 1, refused
+        assert "keeper holds no launch request for" in refused.err, refused
+        assert "[REDACTED]" in refused.err and "approve with the command" in refused.err
+        assert w.actions() == []
+        # A command that looks like it carries a secret never reaches the watch (exit 2).
+        leaky = await keeper(
+            config, "job", "approve", job, "restart", "--by", "oncall", "--",
+            "python", "-m", "pipeline", f"--token={HF_SECRET}",
+        )  # fmt: skip
+        assert leaky.code == 2 and "argument 4 looks like a secret" in leaky.err, leaky
+        assert w.actions() == []
+
+        approved = await keeper(
+            config, "job", "approve", job, "restart", "--by", "oncall", "--",
+            "python", "-m", "pipeline", "--resume",
+        )  # fmt: skip
         assert approved.code == 0, approved
+        assert "not sent (iris had them redacted): HF_TOKEN" in approved.out, approved
         result = await w.result(
             dev_env.client.get_workflow_handle(f"job-watch-{job[1:]}", result_type=JobWatchResult)
         )
         assert result.outcome is WatchOutcome.RESTARTED
         assert [a["method"] for a in w.actions()] == ["TerminateJob", "LaunchJob"]
         assert {a["user"] for a in w.actions()} == {"alice"}  # the token's user acted
+        # The relaunch ran the operator's command with the job's environment, less what iris
+        # had redacted: never a "[REDACTED]" value.
+        sent = w.emu.controller.jobs[result.new_job_id or ""].request
+        assert sent["entrypoint"]["runCommand"]["argv"] == ["python", "-m", "pipeline", "--resume"]
+        assert sent["environment"]["envVars"] == {"STAGE": "tokenize"}
 
         # Neither secret is in any history, description or result of the watches.
         async for wf in dev_env.client.list_workflows('WorkflowType="JobWatch"'):
@@ -119,7 +158,7 @@ async def test_a_zombie_is_notified_then_restarted_through_keeper_job_approve_wi
             handle = dev_env.client.get_workflow_handle(wf.id, run_id=wf.run_id)
             text = (await handle.fetch_history()).to_json()
             text += MessageToJson((await handle.describe()).raw_description)
-            for secret in (IRIS_TOKEN, HOOK_SECRET):
+            for secret in (IRIS_TOKEN, HOOK_SECRET, HF_SECRET):
                 assert_absent(secret, text, f"the history of {wf.id}")
         for message in received:
             assert HOOK_SECRET not in json.dumps(message)
@@ -164,9 +203,11 @@ async def test_two_approvals_of_one_proposal_at_once_carry_it_out_once_and_both_
         )
         (restart,) = [p.id for p in view.pending() if p.kind is ProposalKind.RESTART]
 
+        # Watched, not launched, by keeper: each approval gives the command to run.
+        command = ("--", "python", "-m", "pipeline")
         first, second = await asyncio.gather(
-            keeper_process(config, "job", "approve", job, restart, "--by", "alice"),
-            keeper_process(config, "job", "approve", job, restart, "--by", "bob"),
+            keeper_process(config, "job", "approve", job, restart, "--by", "alice", *command),
+            keeper_process(config, "job", "approve", job, restart, "--by", "bob", *command),
         )
         # The step ran once.
         assert [a["method"] for a in w.actions()] == ["TerminateJob", "LaunchJob"], w.actions()

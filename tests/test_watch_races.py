@@ -23,6 +23,7 @@ from domain.watch.calls import (
     Observation,
     ObserveCall,
     RelaunchCall,
+    RelaunchReady,
     RelaunchResult,
     StopCall,
     StopResult,
@@ -31,6 +32,7 @@ from domain.watch.calls import (
 from domain.watch.models import APPROVE_UPDATE, Decision, Proposal
 from domain.watch.names import AttemptRef, JobPhase
 from domain.watch.policy import WatchPolicy
+from domain.watch.relaunch import HeldLaunch
 from domain.watch.threads import DumpReading, ThreadState
 from runtime.watch import search_attributes as sa
 from tests.watch_world import FAST_CADENCE, FAST_LIVENESS
@@ -92,9 +94,19 @@ async def stop(call: StopCall) -> StopResult:
     return StopResult(job_state="killed", detail="stopped")
 
 
+@activity.defn(name="watch.prepare_relaunch")
+async def prepare_relaunch(call: RelaunchCall) -> RelaunchReady:
+    assert call.launch is not None  # the request keeper holds, never iris's
+    return RelaunchReady(name=f"j-r{call.restart}")
+
+
 @activity.defn(name="watch.relaunch")
 async def relaunch(call: RelaunchCall) -> RelaunchResult:
     return RelaunchResult(job_id=f"{call.job_id}-r{call.restart}")
+
+
+# The watch holds the request keeper launched the job with, so a restart may be approved.
+HELD = HeldLaunch(request={"name": "j", "entrypoint": {"runCommand": {"argv": ["run"]}}})
 
 
 @contextlib.asynccontextmanager
@@ -114,7 +126,7 @@ async def watching(
     ):
         yield await client.start_workflow(
             JobWatch.run,
-            JobWatchInput(job_id="/a/j"),
+            JobWatchInput(job_id="/a/j", launch=HELD),
             id=f"job-watch-{queue}",
             task_queue=queue,
             search_attributes=sa.for_job("/a/j"),
@@ -124,7 +136,8 @@ async def watching(
 async def test_an_approval_during_a_check_is_kept_carried_out_once_and_answered(
     dev_env: WorkflowEnvironment,
 ) -> None:
-    async with watching(dev_env.client, [policy, observe, notify, alert, stop, relaunch]) as handle:
+    stand_ins = [policy, observe, notify, alert, stop, prepare_relaunch, relaunch]
+    async with watching(dev_env.client, stand_ins) as handle:
         for _ in range(200):
             if len(CALLS) >= 3:
                 break
@@ -169,7 +182,8 @@ async def slow_stop(call: StopCall) -> StopResult:
 async def test_an_unwatch_while_an_approved_stop_runs_ends_the_watch(
     dev_env: WorkflowEnvironment,
 ) -> None:
-    async with watching(dev_env.client, [policy, observe2, notify, alert, slow_stop]) as handle:
+    stand_ins = [policy, observe2, notify, alert, prepare_relaunch, slow_stop]
+    async with watching(dev_env.client, stand_ins) as handle:
         for _ in range(200):
             view = await handle.query("status") or {"proposals": []}
             pending = [p["id"] for p in view["proposals"] if p["state"] == "pending"]
@@ -212,7 +226,7 @@ async def observe3(call: ObserveCall) -> Observation:
 async def test_a_watch_closed_by_an_approved_restart_shows_the_killed_job_and_nothing_open(
     dev_env: WorkflowEnvironment,
 ) -> None:
-    activities = [policy, observe3, notify, alert, stop, relaunch]
+    activities = [policy, observe3, notify, alert, stop, prepare_relaunch, relaunch]
     async with watching(dev_env.client, activities) as handle:
         for _ in range(400):
             view = await handle.query("status") or {"proposals": []}

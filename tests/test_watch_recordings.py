@@ -2,7 +2,8 @@
 (tests/histories/2026-12-01-watch/, since the watch-probe-deadline patch
 tests/histories/2026-12-04-watch/, and since the watch-close-truthfully,
 watch-stragglers-escalate and watch-check-waits-in-activity patches
-tests/histories/2026-12-04-watch-checks/). On demand, into a new folder:
+tests/histories/2026-12-04-watch-checks/, and since the watch-relaunch-held-request patch
+tests/histories/2026-12-04-watch-relaunch/). On demand, into a new folder:
 
     KEEPER_RECORD_HISTORIES=1 KEEPER_HISTORY_DIR=2026-12-01-watch \\
         pytest tests/test_watch_recordings.py
@@ -35,7 +36,16 @@ SCENARIOS = {
     "watch-probe-confirmed": ("hung-busy", {}, None),
     # Since watch-stragglers-escalate: stragglers escalated with no proposal, then unwatched.
     "watch-stragglers-escalated": ("stragglers", {"workers": 32}, None),
+    # Since watch-relaunch-held-request: a restart of a job keeper launched with a secret
+    # (its request held, the secret in the launch store), and one of a job it did not launch,
+    # approved with the operator's command.
+    "watch-restart-held": ("zombie-coordinator", {}, (ProposalKind.RESTART, APPROVE_UPDATE)),
+    "watch-restart-command": ("zombie-coordinator", {}, (ProposalKind.RESTART, APPROVE_UPDATE)),
 }
+# What a restart approval is given: a held launch (the job launched as `keeper job run` does)
+# or a command; `watch-restart-approved` was recorded before either was needed.
+HELD = {"watch-restart-approved", "watch-restart-held"}
+COMMAND = ["python", "-m", "pipeline", "--resume"]
 
 
 @pytest.mark.skipif(not env_flag("KEEPER_RECORD_HISTORIES"), reason="recording is on demand")
@@ -44,8 +54,12 @@ async def test_record_watch(dev_env: Any, label: str) -> None:
     scenario, overrides, decide = SCENARIOS[label]
     extra = {"history_events_limit": 200} if label == "watch-continued-as-new" else {}
     async with watch_world(dev_env.client, **extra) as w:
-        job = w.launch(scenario, **overrides)
-        handle = await w.watch(job)
+        if label in HELD:
+            job, held = w.launch_held(scenario, env={"HF_TOKEN": "hf_recorded-secret-never-shown"})
+            handle = await w.watch(job, held)
+        else:
+            job = w.launch(scenario, **overrides)
+            handle = await w.watch(job)
         if label == "watch-continued-as-new":
             await w.until_view(handle, lambda v: v.generation >= 1, within=90, what="a new run")
             runs = [r async for r in dev_env.client.list_workflows(f'WorkflowId="{handle.id}"')]
@@ -80,8 +94,11 @@ async def test_record_watch(dev_env: Any, label: str) -> None:
                 what=f"a {kind.value} proposal",
             )
             proposal = next(p for p in view.pending() if p.kind is kind)
+            command = COMMAND if label == "watch-restart-command" else None
             await handle.execute_update(
-                update, Decision(proposal=proposal.id, by="recorder"), result_type=Proposal
+                update,
+                Decision(proposal=proposal.id, by="recorder", command=command),
+                result_type=Proposal,
             )
             if update == DENY_UPDATE:
                 await handle.cancel()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import tempfile
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -18,16 +19,19 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Worker
 
+from cli.watch.launch import keep_launch, launch_request
 from domain.watch.cadence import CadencePolicy
 from domain.watch.calls import JobWatchInput, JobWatchResult
 from domain.watch.escalation import EscalationPolicy
 from domain.watch.liveness_models import LivenessPolicy
 from domain.watch.models import WatchView, watch_id
+from domain.watch.relaunch import HeldLaunch
 from emulators.iris import IrisEmulator, IrisEmulatorConfig, start_emulator
 from runtime.settings import Settings
 from runtime.watch import search_attributes as sa
 from runtime.watch.deps import open_watch_deps
 from tests.reclaim_world import until
+from wire.iris.codec import to_wire
 from workers.families.watch import watch_activities
 from workers.registry import WORKFLOW_FAILURE_EXCEPTION_TYPES, WORKFLOW_INTERCEPTORS
 from workers.versioning import workflow_runner
@@ -64,6 +68,10 @@ def fast_settings(emulator_url: str, **watch: Any) -> Settings:
     settings.watch.cadence = FAST_CADENCE
     settings.watch.liveness = FAST_LIVENESS
     settings.watch.escalation = FAST_ESCALATION
+    # Each world its own launch store (the CLI and the worker share it, as on a deployment).
+    settings.watch.store_url = (
+        f"sqlite:///{tempfile.gettempdir()}/keeper-watch-{uuid.uuid4().hex}.db"
+    )
     for key, value in watch.items():
         setattr(settings.watch, key, value)
     return settings
@@ -83,6 +91,16 @@ class WatchWorld:
             name or f"{scenario}-{uuid.uuid4().hex[:6]}", "alice", scenario, 7, overrides or None
         )
         return job.job_id
+
+    def launch_held(
+        self, scenario: str, env: dict[str, str] | None = None, argv: list[str] | None = None
+    ) -> tuple[str, HeldLaunch]:
+        """A job launched as `keeper job run` launches one: the watch holds its request (and
+        keeper's launch store the full one, when it carries secrets)."""
+        name = f"{scenario}-{uuid.uuid4().hex[:6]}"
+        request = launch_request(name, argv or ["python", "-m", "pipeline"], None, None, env)
+        job = self.emu.create_job(name, "alice", scenario, 7, None, to_wire(request))
+        return job.job_id, keep_launch(self.settings, request, f"run/{uuid.uuid4().hex}")
 
     async def start_worker(self) -> None:
         if self._worker is not None:
@@ -109,10 +127,12 @@ class WatchWorld:
         self._stack = contextlib.AsyncExitStack()
         self._worker = None
 
-    async def watch(self, job_id: str) -> WorkflowHandle[Any, JobWatchResult]:
+    async def watch(
+        self, job_id: str, launch: HeldLaunch | None = None
+    ) -> WorkflowHandle[Any, JobWatchResult]:
         return await self.client.start_workflow(
             JobWatch.run,
-            JobWatchInput(job_id=job_id, requested_by="test"),
+            JobWatchInput(job_id=job_id, requested_by="test", launch=launch),
             id=watch_id(job_id),
             task_queue=self.queue,
             search_attributes=sa.for_job(job_id),

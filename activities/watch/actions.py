@@ -1,4 +1,5 @@
-"""The steps an operator approved: stop a job, relaunch it with its original request.
+"""The steps an operator approved: stop a job, relaunch it with the request keeper holds for it
+(or the command the operator gave; never the redacted request iris returns).
 
 Both are idempotent, so a retried activity (or a watch replayed after a crash) never acts
 twice: a job already finished or gone counts as stopped, and a relaunch has a name fixed by
@@ -7,13 +8,32 @@ the restart's number, so a second try finds the job the first one made (ALREADY_
 
 from __future__ import annotations
 
+import asyncio
 import re
+from collections.abc import Callable
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from domain.watch.calls import RelaunchCall, RelaunchResult, StopCall, StopResult
+from domain.watch.calls import (
+    RelaunchCall,
+    RelaunchReady,
+    RelaunchResult,
+    StopCall,
+    StopResult,
+)
+from domain.watch.models import JobIdError, check_job_id
 from domain.watch.names import phase_of
+from domain.watch.relaunch import (
+    Composed,
+    HeldLaunch,
+    IncompleteRequest,
+    Request,
+    approve_with_command,
+    compose,
+    hold,
+    relaunch_problem,
+)
 from runtime.watch.iris_client import IrisController
 from runtime.watch.iris_errors import (
     IrisAlreadyExists,
@@ -21,6 +41,9 @@ from runtime.watch.iris_errors import (
     IrisInvalidArgument,
     JobNotFound,
 )
+from store.watch import LaunchStore
+from wire.iris.codec import to_wire
+from wire.iris.messages import LaunchJobRequest
 
 _RESTART_SUFFIX = re.compile(r"-r\d+$")
 
@@ -44,9 +67,18 @@ def _refused(err: Exception, what: str) -> ApplicationError:
 
 
 class WatchActions:
-    def __init__(self, iris: IrisController, *, call_timeout_s: float) -> None:
+    def __init__(
+        self,
+        iris: IrisController,
+        *,
+        call_timeout_s: float,
+        launches: Callable[[], LaunchStore],
+    ) -> None:
         self._iris = iris
         self._deadline = call_timeout_s
+        # keeper's launch store, opened at first use: only a restart of a job launched with
+        # secrets reads it.
+        self._launches = launches
 
     @activity.defn(name="watch.stop")
     async def stop(self, call: StopCall) -> StopResult:
@@ -92,13 +124,61 @@ class WatchActions:
             )
         return RelaunchResult(job_id=job_id, reused=True)
 
-    @activity.defn(name="watch.relaunch")
-    async def relaunch(self, call: RelaunchCall) -> RelaunchResult:
+    async def _compose(self, call: RelaunchCall) -> tuple[Composed, bool]:
+        """The request a relaunch sends (domain/watch/relaunch.py), and whether it was built
+        on iris's shape of the job; refused when keeper holds nothing it may launch."""
+        held = call.launch
+        if (held is None and call.command is None) or (held is not None and not held.complete):
+            problem = relaunch_problem(call.job_id, call.proposal, held, call.command)
+            raise ApplicationError(problem or "nothing to launch", type="IrisRefused",
+                                   non_retryable=True)  # fmt: skip
+        if held is not None:
+            base, from_iris = await self._held_request(held, call), False
+        else:
+            base, from_iris = await self._iris_shape(call), True
+        # One spelling (iris's JSON mapping) whatever the input used.
+        canonical = to_wire(LaunchJobRequest.model_validate(base))
+        # The job's own id, renamed: the relaunch belongs to the job's owner, whoever launched
+        # it (a held request names it bare, and iris would prefix keeper's own user).
+        name = relaunch_name(call.job_id, call.restart)
+        try:
+            check_job_id(name)
+        except JobIdError as err:
+            raise ApplicationError(
+                f"the relaunch's name is not one iris or keeper accepts ({err}): relaunch by "
+                "hand (keeper job run --name ...)",
+                type="IrisRefused",
+                non_retryable=True,
+            ) from None
+        try:
+            return compose(canonical, name, call.command, from_iris=from_iris), from_iris
+        except IncompleteRequest as err:
+            raise ApplicationError(str(err), type="IrisRefused", non_retryable=True) from None
+
+    async def _held_request(self, held: HeldLaunch, call: RelaunchCall) -> Request:
+        if held.stored is None:
+            return held.request
+        store = await asyncio.to_thread(self._launches)
+        full = await asyncio.to_thread(store.get, held.stored)
+        if full is None:
+            raise ApplicationError(
+                f"keeper's launch store ({store.describe()}) has no request under "
+                f"{held.stored!r} for {call.job_id} (watch.store_url must be the one `keeper "
+                "job run` wrote to); approve with the command: "
+                + approve_with_command(call.job_id, call.proposal),
+                type="IrisRefused",
+                non_retryable=True,
+            )
+        return to_wire(full)
+
+    async def _iris_shape(self, call: RelaunchCall) -> Request:
+        """The job as iris returns it: its resources and constraints, never its secrets."""
         try:
             _, request = await self._iris.get_job_status(call.job_id, deadline_s=self._deadline)
         except JobNotFound:
             raise ApplicationError(
-                f"{call.job_id} is gone, and its launch request with it: relaunch it by hand",
+                f"{call.job_id} is gone, and its shape with it: relaunch it by hand "
+                "(keeper job run)",
                 type="IrisRefused",
                 non_retryable=True,
             ) from None
@@ -109,14 +189,40 @@ class WatchActions:
                 type="IrisRefused",
                 non_retryable=True,
             )
-        name = relaunch_name(request.name or call.job_id.rsplit("/", 1)[-1], call.restart)
-        # Every field as iris stored it, known to keeper or not; only the name differs.
-        fresh = request.model_copy(update={"name": name})
+        return to_wire(request)
+
+    async def _held_after(self, call: RelaunchCall, composed: Composed) -> HeldLaunch:
+        """What the new job's watch holds for its next restart."""
+        if call.command is None and call.launch is not None:
+            return call.launch  # the same request; the next relaunch renames it again
+        key = f"{call.launch.stored}/r{call.restart}" if call.launch and call.launch.stored else ""
+        held = hold(composed.request, key or f"{call.job_id}/r{call.restart}")
+        if held.stored is not None:
+            store = await asyncio.to_thread(self._launches)
+            full = LaunchJobRequest.model_validate(composed.request)
+            await asyncio.to_thread(store.put, held.stored, call.job_id, full)
+        return held
+
+    @activity.defn(name="watch.prepare_relaunch")
+    async def prepare_relaunch(self, call: RelaunchCall) -> RelaunchReady:
+        """Before the stop: what a relaunch would send, or why there is nothing it may send,
+        so an approval keeper cannot carry out stops nothing."""
+        composed, from_iris = await self._compose(call)
+        return RelaunchReady(
+            name=composed.request["name"], from_iris=from_iris, dropped_env=composed.dropped_env
+        )
+
+    @activity.defn(name="watch.relaunch")
+    async def relaunch(self, call: RelaunchCall) -> RelaunchResult:
+        composed, _ = await self._compose(call)
+        fresh = LaunchJobRequest.model_validate(composed.request)
+        held = await self._held_after(call, composed)
         try:
             job_id = await self._iris.launch_job(fresh, deadline_s=self._deadline)
         except IrisAlreadyExists:
-            return await self._made_before(call, name)
+            made = await self._made_before(call, fresh.name)
+            return made.model_copy(update={"launched": held, "dropped_env": composed.dropped_env})
         except (IrisAuthError, IrisInvalidArgument) as err:
-            raise _refused(err, f"LaunchJob {name}") from None
+            raise _refused(err, f"LaunchJob {fresh.name}") from None
         activity.logger.warning("relaunched %s as %s (%s)", call.job_id, job_id, call.proposal)
-        return RelaunchResult(job_id=job_id)
+        return RelaunchResult(job_id=job_id, launched=held, dropped_env=composed.dropped_env)

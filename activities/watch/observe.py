@@ -32,7 +32,7 @@ from domain.watch.names import ChildRef, JobPhase, phase_of, pick_latest
 from domain.watch.policy import WatchPolicy
 from domain.watch.progress import LogDigest, LogLine, digest
 from domain.watch.threads import DumpReading, read_dump
-from runtime.watch.iris_client import IrisController
+from runtime.watch.iris_client import ChildListing, IrisController
 from runtime.watch.iris_errors import IrisError, JobNotFound
 from wire.iris.exec_commands import (
     CLK_TCK,
@@ -51,7 +51,10 @@ MAX_LINE = 500
 # Per check, what the digest keeps of the coordinator's events and error lines.
 MAX_EVENTS = 40
 MAX_ERRORS = 20
-_FAILED_TASK = frozenset({JobPhase.FAILED, JobPhase.KILLED, JobPhase.WORKER_FAILED})
+# Worker attempts that ended badly: a preempted one (PREEMPTED, or WORKER_FAILED) included.
+_FAILED_TASK = frozenset(
+    {JobPhase.FAILED, JobPhase.KILLED, JobPhase.WORKER_FAILED, JobPhase.PREEMPTED}
+)
 
 
 # The first attempt of a check that waits (ObserveCall.wait_s): benign, retried once due.
@@ -132,6 +135,9 @@ class WatchObserver:
         except JobNotFound:
             return Observation(at=_now(), job_found=False, reading=call.reading)
         children = await read("ListJobs", iris.list_children(call.job_id, deadline_s=d))
+        if isinstance(children, ChildListing) and not children.complete:
+            # Beyond what ListJobs pages (11,000 children of one state): the newest are seen.
+            activity.logger.warning("%s: ListJobs %s", call.job_id, children.describe())
         job_state, job_error = JobPhase.UNSPECIFIED, ""
         if got is not None:
             job_state, job_error = phase_of(got[0].state), got[0].error
@@ -245,7 +251,8 @@ class WatchObserver:
             at=_now(),
             job_state=job_state,
             job_error=job_error,
-            children=len(children or ()),
+            children=children.total if isinstance(children, ChildListing) else len(children or ()),
+            children_unseen=children.unseen if isinstance(children, ChildListing) else 0,
             latest=latest,
             coordinator=coordinator,
             worker_states=worker_states,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import uuid
 from datetime import UTC, datetime
 from typing import Any
 
@@ -51,6 +52,8 @@ from domain.common.untrusted import terminal_text
 from domain.watch.calls import JobWatchInput, JobWatchResult
 from domain.watch.models import (
     APPROVE_UPDATE,
+    COMMAND_ARG_MAX,
+    COMMAND_ARGS_MAX,
     DENY_UPDATE,
     WATCH_WORKFLOW_TYPE,
     Decision,
@@ -63,6 +66,7 @@ from domain.watch.models import (
     watch_id,
 )
 from domain.watch.names import JobPhase
+from domain.watch.relaunch import HeldLaunch, secret_args
 from runtime.settings import Settings
 from runtime.watch import search_attributes as sa
 from runtime.watch.deps import iris_controller
@@ -197,13 +201,18 @@ def watch(keeper: KeeperContext, out: Output, job_id: str, by: str | None, follo
 
 
 async def start_watch(
-    client: Client, settings: Settings, job_id: str, requested_by: str
+    client: Client,
+    settings: Settings,
+    job_id: str,
+    requested_by: str,
+    held: HeldLaunch | None = None,
 ) -> tuple[Watch, bool]:
-    """Starts the job's watch, or finds the one running: (the watch, whether it started)."""
+    """Starts the job's watch, or finds the one running: (the watch, whether it started).
+    `held`: the request keeper launched the job with, for a restart."""
     try:
         await client.start_workflow(
             WATCH_WORKFLOW_TYPE,
-            JobWatchInput(job_id=job_id, requested_by=requested_by),
+            JobWatchInput(job_id=job_id, requested_by=requested_by, launch=held),
             id=watch_id(job_id),
             task_queue=_watch_queue(settings),
             # One watch per job: never a second beside a running one, but a closed watch's
@@ -421,10 +430,17 @@ def decision_command(update: str, verb: str) -> click.Command:
     @json_options
     @pass_keeper
     def decide(
-        keeper: KeeperContext, out: Output, job_id: str, proposal: str, by: str | None, note: str
+        keeper: KeeperContext,
+        out: Output,
+        job_id: str,
+        proposal: str,
+        by: str | None,
+        note: str,
+        command: tuple[str, ...] = (),
     ) -> None:
         settings = keeper.settings
         job_id = _job(job_id)
+        relaunch = _relaunch_command(command)
         wanted = proposal.strip()
         if not wanted or len(wanted) > PROPOSAL_LIMIT:
             raise UsageProblem(
@@ -498,7 +514,7 @@ def decision_command(update: str, verb: str) -> click.Command:
                 )
             view = await query_view(watch.handle)
             proposal_id = _resolve(view, job_id, wanted)
-            decision = Decision(proposal=proposal_id, by=who, note=note)
+            decision = Decision(proposal=proposal_id, by=who, note=note, command=relaunch)
             try:
                 decided = await asyncio.wait_for(
                     watch.handle.execute_update(update, decision, result_type=Proposal),
@@ -554,7 +570,43 @@ def decision_command(update: str, verb: str) -> click.Command:
         f"\b\nExample:\n  keeper job {update} /alice/tokenize-fineweb restart-1 "
         f"--by alice --note 'stuck behind one shard'"
     )
+    if update == APPROVE_UPDATE:
+        decide.params.append(
+            click.Argument(["command"], nargs=-1, required=False, metavar="[-- CMD...]")
+        )
+        decide.help += (
+            "\n\nA restart relaunches the request `keeper job run` launched the job with. "
+            "For a job keeper did not launch (iris returns its request with secrets "
+            "[REDACTED] and no workdir files, so keeper never resends it), give the command "
+            "after --: it runs with the job's resources and constraints as iris has them; "
+            "environment values iris redacted are not sent. The command is kept in the "
+            "watch's history, so one that looks like it carries a secret is refused (exit 2)."
+            "\n\n\b\nExample:\n  keeper job approve /alice/tokenize restart-1 --by alice "
+            "-- python tokenize.py --resume"
+        )
     return decide
+
+
+def _relaunch_command(command: tuple[str, ...]) -> list[str] | None:
+    """The command given after `--` at approval, checked as the watch checks it."""
+    if not command:
+        return None
+    if len(command) > COMMAND_ARGS_MAX:
+        raise UsageProblem(f"at most {COMMAND_ARGS_MAX} arguments, got {len(command)}", "CMD")
+    for i, arg in enumerate(command, 1):
+        if not arg or len(arg) > COMMAND_ARG_MAX:
+            raise UsageProblem(
+                f"argument {i} is empty or longer than {COMMAND_ARG_MAX} characters", "CMD"
+            )
+    secret = secret_args(list(command))
+    if secret:
+        raise UsageProblem(
+            f"argument {', '.join(map(str, secret))} looks like a secret, and the command is "
+            "kept in the watch's history; pass secrets in the job's environment instead "
+            "(keeper job run --env NAME); nothing was approved",
+            "CMD",
+        )
+    return list(command)
 
 
 def _as_decided(proposal: Proposal) -> str:
@@ -633,6 +685,12 @@ async def _wait_closed(watch: Watch) -> None:
 @click.option("--memory", default=None, help="Memory per task, e.g. 5GB, 512MB (binary units).")
 @click.option("--region", default=None, help="Run only in this region (e.g. us-central1).")
 @click.option(
+    "--env", "env", multiple=True, metavar="NAME[=VALUE]",
+    help="Set an environment variable of the job (repeatable); NAME alone passes keeper's own "
+    "$NAME. A request with secrets is kept whole in keeper's launch store (watch.store_url) "
+    "for a restart, and redacted in the watch's history.",
+)  # fmt: skip
+@click.option(
     "--by", default=None, help=f"Who asks (default: $USER; at most {BY_LIMIT} characters)."
 )
 @click.option(
@@ -647,6 +705,7 @@ def run(
     name: str | None,
     memory: str | None,
     region: str | None,
+    env: tuple[str, ...],
     by: str | None,
     follow_it: bool,
 ) -> None:
@@ -666,12 +725,15 @@ def run(
         argv,
         launch.memory_bytes(memory) if memory is not None else None,
         launch.region(region) if region is not None else None,
+        launch.env_vars(env),
     )
     requested_by = _operator(by)
 
     async def go() -> int:
         client = await client_for(settings)
         token = launch.iris_token(settings)
+        # Kept before the launch: a restart resends this request, never iris's redacted one.
+        held = launch.keep_launch(settings, request, f"run/{uuid.uuid4().hex}")
         async with iris_controller(settings.watch, token) as iris:
             try:
                 job_id = await iris.launch_job(request)
@@ -689,7 +751,7 @@ def run(
             ) from None
         out.note(f"launched {job_id} at {settings.watch.controller_url}")
         try:
-            watch, started = await start_watch(client, settings, job_id, requested_by)
+            watch, started = await start_watch(client, settings, job_id, requested_by, held)
         except Exception as err:
             raise CommandFailed(
                 f"launched {job_id}, but its watch could not be started: {err}",
@@ -699,7 +761,7 @@ def run(
             ) from None
         fields = watch.fields(settings)
         if out.json and not follow_it:
-            out.data({**fields, **launched, "started": started})
+            out.data({**fields, **launched, "started": started, "secrets_kept": held.secrets})
             return OK
         out.line(
             f"launched {job_id}; watching it: {watch.handle.id} (run {watch.description.run_id})"

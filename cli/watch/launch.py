@@ -7,16 +7,24 @@ the launch can fail tells the operator to do.
 | `--name NAME`    | name (the job id is /<the token's user>/<NAME>); default from CMD   |
 | `--memory 5GB`   | resources.memory_bytes (binary units: 5GB is 5 GiB, as iris reads it) |
 | `--region R`     | constraints: region EQ R                                            |
+| `--env K=V`      | environment.env_vars[K] = V (repeatable)                            |
+| (always)         | replicas 1, max_retries_preemption 1000 (iris's own client's)       |
+
+keeper holds the request it launched, for an approved restart (domain/watch/relaunch.py): in
+the watch's input when it carries no secret, else redacted there and kept whole in keeper's
+launch store (watch.store_url), written before the launch, so a request keeper could not
+keep is never launched.
 """
 
 from __future__ import annotations
 
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 
 from cli.output import CommandFailed, UsageProblem
+from domain.watch.relaunch import HeldLaunch, hold
 from runtime.settings import Settings
 from runtime.watch import deps
 from runtime.watch.credentials import TOKEN_ENV, IrisToken, IrisTokenError
@@ -29,8 +37,12 @@ from runtime.watch.iris_errors import (
     IrisTimedOut,
     IrisUnavailable,
 )
+from store.database import StoreUnavailable
+from store.watch import open_launch_store
+from wire.iris.codec import to_wire
 from wire.iris.messages import (
     CommandEntrypoint,
+    EnvironmentConfig,
     LaunchJobRequest,
     ResourceSpecProto,
     RuntimeEntrypoint,
@@ -41,6 +53,9 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(i?B?)\s*$", re.IGNORECASE)
 _UNIT = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 _REGION = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,254}$")
+DEFAULT_REPLICAS = 1
+DEFAULT_PREEMPTION_RETRIES = 1000
 # The iris constraint that pins a job to one region (iris.cluster.types: key "region", EQ).
 REGION_KEY = "region"
 
@@ -83,14 +98,52 @@ def region(text: str) -> str:
     return text
 
 
+def env_vars(pairs: Sequence[str], environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """`--env NAME=VALUE`, or `--env NAME` for the value of keeper's own variable NAME (so a
+    secret need not be typed on a command line); each NAME once."""
+    found: dict[str, str] = {}
+    environ = os.environ if environ is None else environ
+    for pair in pairs:
+        name, eq, value = pair.partition("=")
+        if not _ENV_NAME.fullmatch(name):
+            raise UsageProblem(
+                f"{name!r} is not a variable name (letters, digits and '_', not starting with "
+                "a digit): give NAME=VALUE, or NAME to pass keeper's own $NAME; nothing was "
+                "launched",
+                "--env",
+            )
+        if not eq:
+            if name not in environ:
+                raise UsageProblem(
+                    f"{name} is not set in keeper's environment: export it, or give "
+                    f"{name}=VALUE; nothing was launched",
+                    "--env",
+                )
+            value = environ[name]
+        if name in found:
+            raise UsageProblem(f"{name} is given twice; nothing was launched", "--env")
+        found[name] = value
+    return found
+
+
 def launch_request(
-    name: str, argv: Sequence[str], memory: int | None, in_region: str | None
+    name: str,
+    argv: Sequence[str],
+    memory: int | None,
+    in_region: str | None,
+    env: dict[str, str] | None = None,
 ) -> LaunchJobRequest:
     fields: dict[str, object] = {
         "name": name,
         "entrypoint": RuntimeEntrypoint(run_command=CommandEntrypoint(argv=list(argv))),
         "submit_argv": list(argv),
+        # iris's own client's defaults: the controller fails a job of 0 replicas at once,
+        # and a budget of 0 preemptions ends the job at its first preemption.
+        "replicas": DEFAULT_REPLICAS,
+        "max_retries_preemption": DEFAULT_PREEMPTION_RETRIES,
     }
+    if env:
+        fields["environment"] = EnvironmentConfig(env_vars=dict(env))
     if memory is not None:
         fields["resources"] = ResourceSpecProto(memory_bytes=memory)
     if in_region is not None:
@@ -197,3 +250,26 @@ async def require_known_job(settings: Settings, job_id: str) -> str | None:
             **fields,
         ) from None
     return None
+
+
+def keep_launch(settings: Settings, request: LaunchJobRequest, key: str) -> HeldLaunch:
+    """What the watch will hold of `request`; one that carries secrets is first kept whole in
+    keeper's launch store (under `key`), or nothing is launched."""
+    held = hold(to_wire(request), key)
+    if held.stored is None:
+        return held
+    url = settings.watch.store_url
+    try:
+        store = open_launch_store(url)
+        try:
+            store.put(held.stored, request.name, request)
+        finally:
+            store.close()
+    except (StoreUnavailable, ValueError) as err:
+        raise CommandFailed(
+            f"the request carries secrets ({', '.join(held.secrets)}) and keeper could not "
+            f"keep it for a restart: {err}; nothing was launched",
+            hint="Check watch.store_url (KEEPER_WATCH_STORE_URL): the worker reads the same "
+            "store when a restart is approved.",
+        ) from None
+    return held

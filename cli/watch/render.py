@@ -21,6 +21,7 @@ from domain.watch.models import (
     WatchOutcome,
     WatchView,
 )
+from domain.watch.relaunch import approve_with_command, needs_command
 
 # The last timeline entries the status page shows (`--json` has them all).
 TIMELINE_SHOWN = 5
@@ -34,11 +35,14 @@ def _t(value: object) -> str:
     return terminal_text(value, limit=VALUE_LIMIT)
 
 
-def decide_commands(job_id: str, proposal_id: str) -> tuple[str, str]:
+def decide_commands(job_id: str, proposal_id: str, needs_command: bool = False) -> tuple[str, str]:
     """The command lines that answer a proposal, ready to paste: a job id holds no shell
-    metacharacter (check_job_id allows letters, digits, '.', '_', '-' and '/')."""
+    metacharacter (check_job_id allows letters, digits, '.', '_', '-' and '/'). A restart
+    keeper holds no launch request for is approved with the command to run."""
     return (
-        f"keeper job approve {job_id} {proposal_id}",
+        approve_with_command(job_id, proposal_id)
+        if needs_command
+        else f"keeper job approve {job_id} {proposal_id}",
         f"keeper job deny {job_id} {proposal_id}",
     )
 
@@ -69,11 +73,12 @@ def _evidence(lines: Sequence[str], indent: str) -> list[str]:
 
 def proposal_lines(job_id: str, proposal: Proposal) -> list[str]:
     """A pending proposal with the exact commands that answer it."""
-    approve, deny = decide_commands(job_id, proposal.id)
+    approve, deny = decide_commands(job_id, proposal.id, needs_command(proposal))
     return [
         f"  {proposal.id} ({proposal.kind.value}), proposed {rfc3339(proposal.created_at)}: "
         f"{_t(proposal.reason)}",
         *([f"    why: {_t(proposal.why)}"] if proposal.why else []),
+        *([f"    relaunches: {_t(proposal.relaunch)}"] if proposal.relaunch else []),
         *_evidence(proposal.evidence, "      "),
         f"    approve: {approve}",
         f"    deny:    {deny}",

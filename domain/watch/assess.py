@@ -64,6 +64,7 @@ from domain.watch.models import (
 from domain.watch.names import AttemptRef, JobPhase
 from domain.watch.policy import WatchPolicy
 from domain.watch.progress import name_cause
+from domain.watch.relaunch import approve_with_command, needs_command, relaunch_plan
 from domain.watch.state import WatchState
 from domain.watch.why import advice
 from domain.watch.why import why as why_of
@@ -100,6 +101,7 @@ def new_state(inp: JobWatchInput, now: datetime) -> WatchState:
         requested_by=inp.requested_by,
         restart_of=inp.restart_of,
         restarts=inp.restarts,
+        launch_held=inp.launch is not None and inp.launch.complete,
     )
     return WatchState(view=view)
 
@@ -347,7 +349,15 @@ def _conclude(
     interval = next_interval(policy.cadence, phase.phase, stages.durations)
 
     verdict = judgement.verdict.value
-    evidence = [*judgement.evidence, *(e.summary for e in escalations)][:MAX_EVIDENCE]
+    unseen = (
+        [
+            f"sees {obs.children - obs.children_unseen:,} of {obs.children:,} children: iris "
+            "lists at most 5,000 deep a query, and the rest are not judged"
+        ]
+        if obs.children_unseen
+        else []
+    )
+    evidence = [*judgement.evidence, *(e.summary for e in escalations), *unseen][:MAX_EVIDENCE]
     view = state.view
     notices: list[Notice] = []
     told = list(state.told)
@@ -395,17 +405,26 @@ def _conclude(
         if key in known or kind in pending_kinds or not fresh_eyes:
             continue
         made += 1
+        proposal_id = f"{kind.value}-{made}"
+        restart = kind is ProposalKind.RESTART
+        launches = relaunch_plan(view.launch_held, proposal_id, view.job_id) if restart else ""
         proposal = Proposal(
-            id=f"{kind.value}-{made}",
+            id=proposal_id,
             kind=kind,
             reason=reason,
             why=because,
             evidence=lines[:MAX_EVIDENCE],
             key=key,
             created_at=now,
+            relaunch=launches,
         )
         proposals.append(proposal)
         pending_kinds.add(kind)
+        approve = (
+            approve_with_command(view.job_id, proposal.id)
+            if restart and not view.launch_held
+            else f"keeper job approve {view.job_id} {proposal.id}"
+        )
         tell(
             Notice(
                 key=f"proposal/{proposal.id}",
@@ -413,8 +432,9 @@ def _conclude(
                 lines=[
                     reason,
                     f"why: {because}",
+                    *([f"relaunches: {launches}"] if launches else []),
                     *proposal.evidence[:5],
-                    f"approve: keeper job approve {view.job_id} {proposal.id}",
+                    f"approve: {approve}",
                     f"deny: keeper job deny {view.job_id} {proposal.id}",
                 ],
             )
@@ -599,6 +619,7 @@ def decide(state: WatchState, decision: Decision, now: datetime, *, approve: boo
                 "decided_by": decision.by,
                 "decided_at": now,
                 "note": decision.note,
+                "command": decision.command if approve else None,
             }
         )
         if p.id == decision.proposal
@@ -660,7 +681,11 @@ def render_details(view: WatchView) -> str:
     for p in view.pending():
         lines.append(
             f"AWAITING APPROVAL {p.id}: {md_text(p.reason)} · "
-            f"`keeper job approve {md_text(view.job_id)} {p.id}`"
+            + (
+                f"`{md_text(approve_with_command(view.job_id, p.id))}`"
+                if needs_command(p)
+                else f"`keeper job approve {md_text(view.job_id)} {p.id}`"
+            )
             + (f" · why: {md_text(p.why)}" if p.why else "")
         )
     if view.controller_errors:

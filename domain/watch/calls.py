@@ -12,9 +12,10 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
-from domain.watch.models import WatchOutcome, check_job_id
+from domain.watch.models import Command, WatchOutcome, check_job_id
 from domain.watch.names import AttemptRef, JobPhase
 from domain.watch.progress import LogDigest
+from domain.watch.relaunch import HeldLaunch
 from domain.watch.threads import DumpReading
 
 
@@ -69,6 +70,9 @@ class Observation(_Model):
     job_state: JobPhase = JobPhase.UNSPECIFIED
     job_error: str = ""
     children: int = 0
+    # Children the controller counted and no ListJobs page showed (iris pages at most 5,000
+    # deep; past 11,000 of one state the newest are read): not judged, and said so.
+    children_unseen: int = Field(default=0, ge=0)
     latest: AttemptRef | None = None
     coordinator: TaskSeen | None = None
     worker_states: dict[JobPhase, int] = Field(default_factory=dict)
@@ -129,11 +133,27 @@ class RelaunchCall(_Model):
     # relaunch finds the job it made instead of making a second.
     restart: int = Field(ge=1)
     proposal: str
+    # What to launch (domain/watch/relaunch.py): the request keeper holds for the job, and
+    # the command an operator gave at approval. With neither, nothing is launched.
+    launch: HeldLaunch | None = None
+    command: Command | None = None
+
+
+class RelaunchReady(_Model):
+    """What a relaunch will send, checked before the job is stopped."""
+
+    name: str
+    from_iris: bool = False
+    dropped_env: list[str] = Field(default_factory=list)
 
 
 class RelaunchResult(_Model):
     job_id: str
     reused: bool = False
+    # What the new job was launched with, as its watch holds it for the next restart.
+    launched: HeldLaunch | None = None
+    # Environment variables iris had redacted, left out of a relaunch from its shape.
+    dropped_env: list[str] = Field(default_factory=list)
 
 
 class Notice(_Model):
@@ -161,6 +181,10 @@ class JobWatchInput(BaseModel):
     # Set on the watch a restart starts: the job it replaced and how many restarts led here.
     restart_of: str | None = None
     restarts: int = Field(default=0, ge=0)
+    # The request `keeper job run` launched the job with: what an approved restart resends
+    # (secret values redacted here, the full request in keeper's launch store). None: the
+    # job was only watched, so a restart needs the command at approval.
+    launch: HeldLaunch | None = None
     carry: WatchCarry | None = None
 
     @field_validator("job_id")

@@ -94,7 +94,17 @@ class Proposal(_Model):
     decided_at: datetime | None = None
     note: str | None = None
     outcome: str | None = None
+    # A restart's: what it launches (domain/watch/relaunch.py), and the command an operator
+    # gave at approval, if any.
+    relaunch: str = ""
+    command: list[str] | None = None
 
+
+# A command given at approval: the argv of the relaunched job's run command.
+COMMAND_ARGS_MAX = 256
+COMMAND_ARG_MAX = 4096
+CommandArg = Annotated[str, StringConstraints(min_length=1, max_length=COMMAND_ARG_MAX)]
+Command = Annotated[list[CommandArg], Field(min_length=1, max_length=COMMAND_ARGS_MAX)]
 
 Operator = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=80)]
 
@@ -105,6 +115,9 @@ class Decision(_Model):
     proposal: Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=40)]
     by: Operator
     note: Annotated[str, StringConstraints(max_length=300)] = ""
+    # A restart's command (the argv to run), when keeper holds no launch request of its own
+    # for the job, or the operator wants another: kept in history, so never a secret.
+    command: Command | None = None
 
 
 class TimelineEntry(_Model):
@@ -172,6 +185,9 @@ class WatchView(BaseModel):
     requested_by: str = ""
     restart_of: str | None = None
     restarts: int = 0
+    # Whether keeper holds the request the job was launched with (`keeper job run`): without
+    # it a restart needs the command at approval.
+    launch_held: bool = False
     # Continue-as-new runs so far: the watch's age in runs.
     generation: int = 0
 

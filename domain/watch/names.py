@@ -17,8 +17,13 @@ iris states (JOB_STATE_*, TASK_STATE_*, their numbers, or the CLI's lowercase na
 |---|---|---|---|
 | pending, unspecified, missing | no | no | not yet scheduled (missing is a reconcile sentinel) |
 | assigned, building, running | yes | no | OPS.md's active states |
-| preempted | no | no | a preempted task retries while it has budget |
+| preempted | no | yes | iris's last word on a task whose preemption budget is spent |
 | succeeded, failed, killed, worker_failed, unschedulable, cosched_failed | no | yes | over |
+
+A task preempted while it has budget left (`max_retries_preemption`) goes back to PENDING,
+its attempt marked PREEMPTED; only a task with no budget left stays PREEMPTED, for good.
+iris's JobState has no PREEMPTED: a job whose tasks all ended and one of them PREEMPTED is
+WORKER_FAILED (marin-iris 0.2.227.dev40316220070, TERMINAL_TASK_STATES).
 """
 
 from __future__ import annotations
@@ -57,9 +62,17 @@ class JobPhase(StrEnum):
 P = JobPhase
 ACTIVE = frozenset({P.ASSIGNED, P.BUILDING, P.RUNNING})
 TERMINAL = frozenset(
-    {P.SUCCEEDED, P.FAILED, P.KILLED, P.WORKER_FAILED, P.UNSCHEDULABLE, P.COSCHED_FAILED}
+    {
+        P.SUCCEEDED,
+        P.FAILED,
+        P.KILLED,
+        P.WORKER_FAILED,
+        P.UNSCHEDULABLE,
+        P.PREEMPTED,
+        P.COSCHED_FAILED,
+    }
 )
-WAITING = frozenset({P.UNSPECIFIED, P.PENDING, P.PREEMPTED, P.MISSING})
+WAITING = frozenset({P.UNSPECIFIED, P.PENDING, P.MISSING})
 assert set(JobPhase) == ACTIVE | TERMINAL | WAITING
 
 # job.proto's numbers: JobState uses 0-8, TaskState the same and then 9-12.

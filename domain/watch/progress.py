@@ -204,6 +204,11 @@ def is_noise(text: str) -> bool:
 # glog (`I1201 12:00:05.123456 execution.py:233] `) and Python logging
 # (`2026-12-01 12:00:05,123 INFO zephyr.execution: `, `[2026-12-01 12:00:05] INFO ...`).
 _GLOG = re.compile(r"^[DIWEFC]\d{4} \d{2}:\d{2}:\d{2}(?:\.\d+)?\s+(?:\d+\s+)?[\w./-]+:\d+\]\s?")
+# iris's own: what its callable runner sets up for the Python a task runs (zephyr's actors),
+# a level letter, the date, the time and the logger's name (`I20261204 17:09:01
+# zephyr.execution `); rigging's adds the thread id before the name. iris reads the level
+# from the letter.
+_IRIS_LOG = re.compile(r"^[DIWEC]\d{8} \d{2}:\d{2}:\d{2}(?:[.,]\d+)?\s+(?:\d+\s+)?[\w.<>-]+\s+")
 _STAMP = re.compile(
     r"^\[?\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?\]?\s+"
     r"(?:(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\s+)?"
@@ -221,7 +226,7 @@ _IS_EXCEPTION_TYPE = re.compile(rf"^{_EXCEPTION_TYPE}$")
 def strip_prefix(text: str) -> str:
     """`text` without a leading logging prefix and surrounding whitespace."""
     text = text.strip()
-    match = _GLOG.match(text)
+    match = _GLOG.match(text) or _IRIS_LOG.match(text)
     if match:
         return text[match.end() :].strip()
     match = _STAMP.match(text)

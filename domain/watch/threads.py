@@ -12,7 +12,9 @@ Rules, first match wins (frames are searched in every thread):
 | 6 | anything else (no actor-method threads, or one busy elsewhere) | unknown |
 
 A pool thread is idle in `_worker` when it is not tagged active and `_worker` is its innermost
-frame, or only stdlib waiting (threading.py, queue.py) lies inside it.
+frame, or only stdlib waiting (threading.py, queue.py) lies inside it. A frame is named bare
+(`_wait_for_stage`) or, as py-spy 0.4 prints methods on Python 3.11+, qualified
+(`ZephyrCoordinator._wait_for_stage`).
 """
 
 from __future__ import annotations
@@ -39,6 +41,11 @@ class Frame(_Value):
     file: str = ""
     line: int | None = None
 
+    def named(self, function: str) -> bool:
+        """`function`, bare or as a method: py-spy 0.4 prints a method on Python 3.11+ by its
+        qualified name (`ZephyrCoordinator._wait_for_stage`)."""
+        return self.function == function or self.function.endswith("." + function)
+
 
 class Thread(_Value):
     ident: str
@@ -53,7 +60,7 @@ class Thread(_Value):
         return "active" not in self.tags
 
     def has(self, function: str) -> bool:
-        return any(frame.function == function for frame in self.frames)
+        return any(frame.named(function) for frame in self.frames)
 
 
 class DumpReading(_Value):
@@ -98,7 +105,7 @@ def _idle_in_pool(thread: Thread) -> bool:
     if not thread.idle:
         return False
     for frame in thread.frames:
-        if frame.function == POOL:
+        if frame.named(POOL):
             return True
         if not frame.file.endswith(_STDLIB_WAITS):
             return False

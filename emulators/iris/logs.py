@@ -29,6 +29,7 @@ from emulators.iris.timeline import (
     failure_times,
     oom_times,
     pipeline_starts,
+    preemption_times,
     straggler_window,
 )
 
@@ -253,6 +254,21 @@ def scenario_events(s: Scenario, plan: Plan) -> list[Event]:
             )
         events.append(Event(times[-1] + 0.6, "coord", "ERROR", abort_error(s, plan)))
         events.append(Event(times[-1] + 1.5, "root", "ERROR", f"zephyr: {abort_error(s, plan)}"))
+    elif s.kind == "preempted":
+        for attempt, at in enumerate(preemption_times(s)[: s.max_retries_preemption], start=1):
+            restart = at + s.retry_delay
+            events.append(
+                Event(restart, "root", "INFO", f"Running zephyr pipeline {plan.ctx}", attempt)
+            )
+            events.append(
+                Event(
+                    restart + CHILD_DELAY + 0.6 * s.startup,
+                    "coord",
+                    "INFO",
+                    f"[{plan.execution_id(attempt)}] Coordinator started: {s.workers} workers",
+                    attempt=attempt,
+                )
+            )
     elif s.kind == "terminated-by-user":
         events.extend(_traceback(s.event_at, OOM_ERROR, "embed", plan))
         events.append(
@@ -334,7 +350,7 @@ class JobLog:
         if event.who == "root":
             if _ended_before(now.root.finished, event.t):
                 return None
-            return (event.t, self.ids.root, 0, event.source, event.level, event.text)
+            return (event.t, self.ids.root, event.attempt, event.source, event.level, event.text)
         key = (event.pipeline, event.attempt)
         attempt = next((a for a in now.attempts if a.key == key), None)
         if attempt is None:

@@ -28,6 +28,7 @@ Kind = Literal[
     "cpu-bound-quiet",
     "hung-busy",
     "dead-worker",
+    "preempted",
 ]
 # oldest: `[stage] ...`; later: `[exec] [stage] ...; items=...`; newest: `[exec] [stage] ... .`
 LogFormat = Literal["oldest", "later", "newest"]
@@ -96,11 +97,30 @@ class Scenario(BaseModel):
     # killed-retry: from the killed workers to the next attempt's children; oom-straggler:
     # how long the shard waits in the queue after each OOM (less than failure_gap).
     retry_delay: float = Field(default=30.0, ge=0)
+    # preempted: how often the job's slice is reclaimed (from event_at, failure_gap apart),
+    # and the job's max_retries_preemption: a preemption within it puts the job's task back
+    # to PENDING (for retry_delay, then a new attempt), the one past it leaves it PREEMPTED.
+    preemptions: int = Field(default=2, ge=1, le=8)
+    max_retries_preemption: int = Field(default=1, ge=0, le=100)
+    # Plain one-task child jobs besides the pipeline's (`<job>/shard-00000`, ...): they
+    # appear right after the pipeline's children and end one by one as its stages run.
+    extra_children: int = Field(default=0, ge=0, le=20_000)
 
     @model_validator(mode="after")
     def _an_oom_loop_runs_before_it_waits(self) -> Scenario:
         if self.kind == "oom-straggler" and self.retry_delay >= self.failure_gap:
             raise ValueError("oom-straggler needs retry_delay < failure_gap (the shard runs)")
+        return self
+
+    @model_validator(mode="after")
+    def _a_preempted_job_retries_at_most_once(self) -> Scenario:
+        if self.kind != "preempted":
+            return self
+        if min(self.preemptions, self.max_retries_preemption) > 1:
+            # A plan names two attempts (a0, a1): one retry.
+            raise ValueError("preempted retries at most once: preemptions or the budget <= 1")
+        if self.retry_delay >= self.failure_gap:
+            raise ValueError("preempted needs retry_delay < failure_gap (the retry runs)")
         return self
 
     @property
@@ -214,6 +234,16 @@ BUILTIN: tuple[Scenario, ...] = (
         "dead-worker",
         "after 2 minutes: exec and profile fail, no new log lines, tasks still RUNNING",
         event_at=120,
+    ),
+    _row(
+        "preempted",
+        "preempted",
+        "preempted twice: PENDING again while the budget lasts, then PREEMPTED for good",
+        event_at=200,
+        failure_gap=300,
+        retry_delay=30,
+        preemptions=2,
+        max_retries_preemption=1,
     ),
 )
 SCENARIOS: Mapping[str, Scenario] = {s.name: s for s in BUILTIN}

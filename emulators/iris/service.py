@@ -19,6 +19,7 @@ from pydantic import BaseModel, ValidationError
 
 from emulators.iris.config import SCENARIO_ENV
 from emulators.iris.dumps import dump_for
+from emulators.iris.launch import launch_refusal, status_request
 from emulators.iris.logs import Line, level_rank
 from emulators.iris.state import Controller, IrisError, JobView, RootJob, TaskView
 from wire.iris import messages as msg
@@ -32,7 +33,15 @@ from wire.iris.connect import (
     Code,
     ConnectErrorBody,
 )
-from wire.iris.enums import JobQueryScope, JobState, LogLevel, MatchScope, TaskState
+from wire.iris.enums import (
+    JobQueryScope,
+    JobSortField,
+    JobState,
+    LogLevel,
+    MatchScope,
+    SortDirection,
+    TaskState,
+)
 
 if TYPE_CHECKING:
     from emulators.iris.emulator import IrisEmulator
@@ -105,6 +114,24 @@ def task_status(root: RootJob, task: TaskView) -> msg.TaskStatus:
     )
 
 
+_PREEMPTION_ENDS = frozenset({"PREEMPTED", "WORKER_FAILED"})
+
+
+def attempt_counts(view: JobView) -> tuple[int, int]:
+    """(failure_count, preemption_count) of a job: its tasks' attempts that ended FAILED,
+    and those that ended PREEMPTED or WORKER_FAILED (iris's two retry budgets)."""
+    failures = preemptions = 0
+    for task in view.tasks:
+        m = task.moment
+        ended = [h.state for h in m.history] + ([m.state] if m.finished is not None else [])
+        failures += sum(1 for state in ended if state == "FAILED")
+        preemptions += sum(1 for state in ended if state in _PREEMPTION_ENDS)
+    return failures, preemptions
+
+
+_ENDED_BADLY = frozenset({"FAILED", "KILLED", "WORKER_FAILED", "UNSCHEDULABLE"})
+
+
 def job_status(root: RootJob, view: JobView, with_tasks: bool = False) -> msg.JobStatus:
     counts: dict[str, int] = {}
     for task in view.tasks:
@@ -117,14 +144,15 @@ def job_status(root: RootJob, view: JobView, with_tasks: bool = False) -> msg.Jo
     fields: dict[str, Any] = {}
     if starts:
         fields["started_at"] = _ts(root, min(starts))
-    if state in ("SUCCEEDED", "FAILED", "KILLED") and ends:
+    if (state == "SUCCEEDED" or state in _ENDED_BADLY) and ends:
         fields["finished_at"] = _ts(root, max(ends))
-    if errors and state in ("FAILED", "KILLED"):
+    if errors and state in _ENDED_BADLY:
         fields["error"] = errors[0]
     if view.parent:
         fields["parent_job_id"] = view.parent
     if with_tasks:
         fields["tasks"] = [task_status(root, task) for task in view.tasks]
+    failures, preemptions = attempt_counts(view)
     return msg.JobStatus(
         job_id=view.job_id,
         state=JobState[state],
@@ -134,7 +162,8 @@ def job_status(root: RootJob, view: JobView, with_tasks: bool = False) -> msg.Jo
         task_count=len(view.tasks),
         completed_count=sum(1 for t in view.tasks if t.moment.state == "SUCCEEDED"),
         has_children=view.has_children,
-        failure_count=sum(len(t.moment.history) for t in view.tasks),
+        failure_count=failures,
+        preemption_count=preemptions,
         submitting_user=root.user,
         **fields,
     )
@@ -171,40 +200,54 @@ class Service:
     # --- controller methods
 
     async def list_jobs(self, req: msg.ListJobsRequest, caller: Caller) -> BaseModel:
+        """As the controller pages: a limit of 0, below 0 or above 500 reads as 500, an
+        offset above 5000 is refused, an unknown state_filter matches nothing."""
         q = req.query or msg.JobQuery()
+        limit = q.limit if 0 < q.limit <= msg.LIST_JOBS_MAX_LIMIT else msg.LIST_JOBS_MAX_LIMIT
+        offset = max(q.offset, 0)
+        if offset > msg.LIST_JOBS_MAX_OFFSET:
+            raise IrisError("invalid_argument", msg.list_jobs_offset_refusal(offset))
+        wanted_state = q.state_filter.lower()
+        if wanted_state and wanted_state not in msg.LIST_JOBS_STATE_FILTERS:
+            return msg.ListJobsResponse(total_count=0, has_more=False)
+        if q.scope == JobQueryScope.CHILDREN and not q.parent_job_id:
+            raise IrisError(
+                "invalid_argument", "query.parent_job_id is required for JOB_QUERY_SCOPE_CHILDREN"
+            )
+        name_like = _like(f"%{q.name_filter.lower()}%") if q.name_filter else None
+        prefix = q.job_id_prefix.lower()
         rows: list[tuple[RootJob, JobView]] = []
         for root, view in self.ctl.all_jobs():
             if q.scope == JobQueryScope.ROOTS and view.parent:
                 continue
             if q.scope == JobQueryScope.CHILDREN and view.parent != q.parent_job_id:
                 continue
-            if (
-                q.name_filter
-                and q.name_filter.lower() not in view.job_id.rsplit("/", 1)[-1].lower()
-            ):
+            if name_like is not None and not name_like.fullmatch(view.job_id.lower()):
                 continue
-            if q.state_filter and view.state.lower() != q.state_filter.lower().removeprefix(
-                "job_state_"
-            ):
+            if wanted_state and view.state.lower() != wanted_state:
                 continue
-            if q.job_id_prefix and not view.job_id.startswith(q.job_id_prefix):
+            if prefix and not view.job_id.lower().startswith(prefix):
                 continue
             rows.append((root, view))
-        rows.sort(key=lambda rv: (rv[0].launched_scene + rv[1].submitted, rv[1].job_id))
-        rows.reverse()
-        limit = min(q.limit or 50, 500)
-        page = rows[q.offset : q.offset + limit]
+        field = q.sort_field if q.sort_field != JobSortField.UNSPECIFIED else JobSortField.DATE
+        descending = (
+            q.sort_direction == SortDirection.DESC
+            if q.sort_direction != SortDirection.UNSPECIFIED
+            else field == JobSortField.DATE
+        )
+        rows.sort(key=lambda rv: (_sort_key(field, *rv), rv[1].job_id), reverse=descending)
+        page = rows[offset : offset + limit]
+        # A repeated field has no presence: an empty page has no `jobs` at all.
+        jobs = {"jobs": [job_status(root, view) for root, view in page]} if page else {}
         return msg.ListJobsResponse(
-            jobs=[job_status(root, view) for root, view in page],
-            total_count=len(rows),
-            has_more=q.offset + limit < len(rows),
+            total_count=len(rows), has_more=offset + limit < len(rows), **jobs
         )
 
     async def get_job_status(self, req: msg.GetJobStatusRequest, caller: Caller) -> BaseModel:
         root, view = self.ctl.find_job(req.job_id)
         fields: dict[str, Any] = {}
         if view.job_id == root.job_id:
-            fields["request"] = msg.LaunchJobRequest.model_validate(root.request)
+            fields["request"] = msg.LaunchJobRequest.model_validate(status_request(root.stored))
         return msg.GetJobStatusResponse(job=job_status(root, view, with_tasks=True), **fields)
 
     async def get_job_state(self, req: msg.GetJobStateRequest, caller: Caller) -> BaseModel:
@@ -372,6 +415,23 @@ class Service:
         }
 
 
+def _like(pattern: str) -> re.Pattern[str]:
+    """SQL LIKE as iris's name_filter uses it: `%` any run, `_` any one character."""
+    parts = (".*" if c == "%" else "." if c == "_" else re.escape(c) for c in pattern)
+    return re.compile("".join(parts), re.DOTALL)
+
+
+def _sort_key(field: JobSortField, root: RootJob, view: JobView) -> float | str:
+    if field == JobSortField.NAME:
+        return view.job_id.lower()
+    if field == JobSortField.STATE:
+        return float(JobState[view.state].value)
+    if field in (JobSortField.FAILURES, JobSortField.PREEMPTIONS):
+        failures, preemptions = attempt_counts(view)
+        return float(failures if field == JobSortField.FAILURES else preemptions)
+    return root.launched_scene + view.submitted
+
+
 def _common_filters(line: Line, substring: str, min_level: str) -> bool:
     if substring and substring not in line.data:
         return False
@@ -424,8 +484,21 @@ def routes(emulator: IrisEmulator) -> list[web.RouteDef]:
         try:
             raw = await request.read()
             body = json.loads(raw) if raw.strip() else {}
+        except (json.JSONDecodeError, ValueError) as exc:
+            return connect_error("invalid_argument", f"bad {method} request: {exc}")
+        if method == "LaunchJob" and isinstance(body, dict):
+            # The controller's JSON parser refuses a field it does not know (`reservation`
+            # among them) before anything else: Connect `unknown`, HTTP 500.
+            refusal = launch_refusal(body)
+            if refusal is not None:
+                name = body.get("name") if isinstance(body.get("name"), str) else ""
+                emulator.controller.record(
+                    "LaunchJob", name, caller, outcome="unknown", request=body, error=refusal
+                )
+                return connect_error("unknown", refusal)
+        try:
             parsed = from_wire(model, body)
-        except (json.JSONDecodeError, ValidationError, ValueError, TypeError) as exc:
+        except (ValidationError, ValueError, TypeError) as exc:
             return connect_error("invalid_argument", f"bad {method} request: {exc}")
         emulator.controller.settle_all()
         try:

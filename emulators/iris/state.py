@@ -13,20 +13,27 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from emulators.iris.clock import ScenarioClock
+from emulators.iris.launch import stored_request
 from emulators.iris.logs import JobLog, Line, TaskIds
 from emulators.iris.plan import Plan, make_plan
 from emulators.iris.procs import CLK_TCK, Container, new_container, session_reading
 from emulators.iris.scenarios import Scenario
 from emulators.iris.timeline import (
+    CHILD_DELAY,
     FINISHED,
+    PARENT_TERMINATED,
     TERMINATED,
     AttemptMoment,
     Moment,
     TaskMoment,
     kill_all,
     play,
+    startup_state,
 )
 from wire.iris.exec_commands import PROC_STAT_COMMAND, SESSION_CPU_COMMAND
+
+# When the first of a scenario's extra_children appears (just after the pipeline's).
+EXTRA_CHILD_AT = CHILD_DELAY + 0.5
 
 
 class IrisError(Exception):
@@ -59,31 +66,41 @@ class JobView:
 
     @property
     def state(self) -> str:
-        return job_state([task.moment.state for task in self.tasks])
+        started = any(t.moment.started is not None or t.moment.history for t in self.tasks)
+        return job_state([task.moment.state for task in self.tasks], started)
 
 
-# A job's state from its tasks' states: the first row whose test holds.
-_JOB_STATE_RULES: tuple[tuple[str, Callable[[list[str]], bool]], ...] = (
-    ("PENDING", lambda states: not states),
-    ("SUCCEEDED", lambda states: all(s == "SUCCEEDED" for s in states)),
-    ("FAILED", lambda states: all(s in FINISHED for s in states) and "FAILED" in states),
-    ("KILLED", lambda states: all(s in FINISHED for s in states)),
-    ("RUNNING", lambda states: "RUNNING" in states),
-    ("BUILDING", lambda states: "BUILDING" in states),
-    ("PENDING", lambda states: all(s == "PENDING" for s in states)),
-    ("RUNNING", lambda states: True),
+def _ended(states: list[str]) -> bool:
+    return all(s in FINISHED for s in states)
+
+
+# A job's state from its tasks' states (and whether any task ever started): the first row
+# whose test holds. iris's rules, where they differ from the scenarios' needs no further: a
+# job whose tasks all ended with one PREEMPTED (its preemption budget spent) or WORKER_FAILED
+# is WORKER_FAILED; a job whose task went back to PENDING after it started is RUNNING.
+_JOB_STATE_RULES: tuple[tuple[str, Callable[[list[str], bool], bool]], ...] = (
+    ("PENDING", lambda states, started: not states),
+    ("SUCCEEDED", lambda states, started: all(s == "SUCCEEDED" for s in states)),
+    ("FAILED", lambda states, started: _ended(states) and "FAILED" in states),
+    ("UNSCHEDULABLE", lambda states, started: _ended(states) and "UNSCHEDULABLE" in states),
+    ("KILLED", lambda states, started: _ended(states) and "KILLED" in states),
+    ("WORKER_FAILED", lambda states, started: _ended(states)),
+    ("RUNNING", lambda states, started: "RUNNING" in states),
+    ("BUILDING", lambda states, started: "BUILDING" in states),
+    ("PENDING", lambda states, started: all(s == "PENDING" for s in states) and not started),
+    ("RUNNING", lambda states, started: True),
 )
 
 
-def job_state(states: list[str]) -> str:
-    return next(state for state, holds in _JOB_STATE_RULES if holds(states))
+def job_state(states: list[str], started: bool = False) -> str:
+    return next(state for state, holds in _JOB_STATE_RULES if holds(states, started))
 
 
 @dataclass
 class RootJob:
     job_id: str
     user: str
-    request: dict[str, Any]  # the LaunchJobRequest as received, for GetJobStatus
+    request: dict[str, Any]  # the LaunchJobRequest as received (the action log shows it)
     scenario: Scenario
     seed: int
     plan: Plan
@@ -98,6 +115,10 @@ class RootJob:
     # the clock, which maps scenario time to the wall time iris stamps.
     scene_at_launch: float = 0.0
     clock: ScenarioClock | None = None
+    # What the controller keeps of the request, rebuilt as GetJobStatus returns it before it
+    # redacts (emulators/iris/launch.py).
+    stored: dict[str, Any] = field(default_factory=dict)
+    _extras_cache: tuple[Any, list[JobView]] | None = field(default=None, repr=False)
 
     def t(self, scene_now: float) -> float:
         return scene_now - self.launched_scene
@@ -148,10 +169,14 @@ class RootJob:
             attempts.append(a)
         return replace(m, attempts=tuple(attempts))
 
-    def jobs(self, t: float) -> list[JobView]:
+    def jobs(self, t: float, extras: bool = True) -> list[JobView]:
+        """The job and its children at t; `extras`: with the scenario's extra_children."""
         m = self.moment(t)
         root_task = TaskView(f"{self.job_id}/0", self.job_id, 0, self.plan.root_host, m.root, "")
-        views = [JobView(self.job_id, self.job_id, "", (root_task,), 0.0, bool(m.attempts))]
+        extra = self.scenario.extra_children > 0 and t >= EXTRA_CHILD_AT
+        views = [
+            JobView(self.job_id, self.job_id, "", (root_task,), 0.0, bool(m.attempts) or extra)
+        ]
         for a in m.attempts:
             coord = self.coord_job(a)
             host = self.plan.coord_hosts[a.attempt]
@@ -170,6 +195,45 @@ class RootJob:
                 for i, w in enumerate(a.workers)
             )
             views.append(JobView(workers, workers, self.job_id, wtasks, a.appeared, False))
+        if extras and self.scenario.extra_children:
+            views.extend(self._extra_children(t, m))
+        return views
+
+    def _extra_children(self, t: float, m: Moment) -> list[JobView]:
+        """The scenario's plain child jobs (`<job>/shard-00000`, one task each): they appear
+        a millisecond apart after the pipeline's children and end one by one while its
+        stages run; a TerminateJob, or the job's end, kills the ones still running."""
+        s, n = self.scenario, self.scenario.extra_children
+        ends = [at for at in (self.terminated.get(self.job_id), m.root.finished) if at is not None]
+        job_end = min(ends) if ends else None
+        job_end_error = TERMINATED if self.job_id in self.terminated else PARENT_TERMINATED
+        key = (t, job_end, tuple(sorted(self.terminated.items())))
+        if self._extras_cache is not None and self._extras_cache[0] == key:
+            return self._extras_cache[1]
+        views: list[JobView] = []
+        hosts = self.plan.worker_hosts
+        for i in range(n):
+            appeared = EXTRA_CHILD_AT + i * 0.001
+            if t < appeared:
+                break
+            job_id = f"{self.job_id}/shard-{i:05d}"
+            running_at = appeared + 0.6 * s.startup
+            done_at = max(CHILD_DELAY + s.startup + s.pipeline_seconds * (i + 1) / (n + 1),
+                          running_at + 1.0)  # fmt: skip
+            own_end = self.terminated.get(job_id)
+            killed_at = min(at for at in (own_end, job_end, float("inf")) if at is not None)
+            error = TERMINATED if own_end is not None and own_end == killed_at else job_end_error
+            if t >= done_at and done_at <= killed_at:
+                task = TaskMoment("SUCCEEDED", running_at, done_at, exit_code=0)
+            elif t >= killed_at:
+                started = running_at if killed_at >= running_at else None
+                task = TaskMoment("KILLED", started, killed_at, error, 137)
+            else:
+                state = startup_state(t - appeared, s.startup)
+                task = TaskMoment(state, running_at if state == "RUNNING" else None)
+            view = TaskView(f"{job_id}/0", job_id, 0, hosts[i % len(hosts)], task, "")
+            views.append(JobView(job_id, job_id, self.job_id, (view,), appeared, False))
+        self._extras_cache = (key, views)
         return views
 
     def finished(self, t: float) -> bool:
@@ -197,9 +261,10 @@ class RootJob:
         return found
 
     def settle(self, t: float, wall: float) -> None:
-        """Bring every container's ticks to `wall` at the rates of the moment t."""
+        """Bring every container's ticks to `wall` at the rates of the moment t (the extra
+        children burn no CPU: their containers are made only when asked for)."""
         running: set[tuple[str, int]] = set()
-        for job in self.jobs(t):
+        for job in self.jobs(t, extras=False):
             for task in job.tasks:
                 container = self.container(task, wall)
                 if container is not None:
@@ -307,6 +372,7 @@ class Controller:
             clock=self.clock,
             generation=self._generation,
             session_rng=random.Random(seed + 7_777),
+            stored=stored_request(request, job_id),
         )
         job.log = JobLog(scenario, job.plan, job.task_ids(), seed, job.moment, job.wall_of)
         self.jobs[job_id] = job

@@ -27,7 +27,18 @@ SETTLE = 2.0  # pipeline end -> its children SUCCEEDED
 ROOT_SETTLE = 4.0  # pipeline end -> the job SUCCEEDED
 KILL_AFTER_OOM = 20.0  # terminated-by-user: the OOM -> "Terminated by user"
 TERMINATED = "Terminated by user"
-FINISHED = frozenset({"SUCCEEDED", "FAILED", "KILLED", "WORKER_FAILED", "UNSCHEDULABLE"})
+# iris's terminal task states; a job's terminal states are the first five.
+FINISHED = frozenset(
+    {
+        "SUCCEEDED",
+        "FAILED",
+        "KILLED",
+        "WORKER_FAILED",
+        "UNSCHEDULABLE",
+        "PREEMPTED",
+        "COSCHED_FAILED",
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -485,6 +496,61 @@ def _dead_worker(s: Scenario, plan: Plan, t: float) -> Moment:
     return Moment(t, _running_root(), (silent,), reachable=False)
 
 
+# The preemption's reason: the task's error, and its children's when it is retried.
+PREEMPTED_BY = "Preempted by /ops/priority-eval"
+PARENT_TERMINATED = "Parent job terminated"  # a child killed when its parent job ended
+
+
+def preemption_times(s: Scenario) -> list[float]:
+    return [s.event_at + k * s.failure_gap for k in range(s.preemptions)]
+
+
+def _preempted(s: Scenario, plan: Plan, t: float) -> Moment:
+    """The job's task is preempted at each of preemption_times. Within its budget
+    (max_retries_preemption) it goes back to PENDING, its attempt PREEMPTED and its children
+    KILLED with the preemption's reason, and after retry_delay a new attempt runs the
+    pipeline again (a1); past its budget it stays PREEMPTED, the job WORKER_FAILED, its
+    children KILLED "Parent job terminated" (as a local iris cluster does)."""
+    history: list[TaskMoment] = []
+    shown: list[AttemptMoment] = []
+    started, appeared = ROOT_START, CHILD_DELAY
+    times = preemption_times(s)
+    for attempt in range(len(times) + 1):
+        at = times[attempt] if attempt < len(times) else None
+        if at is None or t < at:
+            pipeline, end = healthy_attempt(s, attempt, appeared, t)
+            if t >= appeared:
+                shown.append(pipeline)
+            root = replace(
+                _ended_root(end, t), started=started, attempt=attempt, history=tuple(history)
+            )
+            return Moment(t, root, tuple(shown))
+        pipeline, _ = healthy_attempt(s, attempt, appeared, at)
+        retried = attempt + 1 <= s.max_retries_preemption
+        reason = PREEMPTED_BY if retried else PARENT_TERMINATED
+        if at >= appeared:
+            shown.append(
+                replace(
+                    pipeline,
+                    coord=_stopped(pipeline.coord, "KILLED", at, reason, 137),
+                    workers=tuple(_stopped(w, "KILLED", at, reason, 137) for w in pipeline.workers),
+                    progress=None,
+                    progress_lines=False,
+                    noise=False,
+                )
+            )
+        ended = TaskMoment("PREEMPTED", started, at, PREEMPTED_BY, attempt=attempt, dump="driver")
+        if not retried:
+            return Moment(t, replace(ended, history=tuple(history)), tuple(shown))
+        history.append(ended)
+        restart = at + s.retry_delay
+        if t < restart:
+            waiting = TaskMoment("PENDING", attempt=attempt, history=tuple(history), dump="driver")
+            return Moment(t, waiting, tuple(shown))
+        started, appeared = restart, restart + CHILD_DELAY
+    raise AssertionError("unreachable: the last attempt is never preempted")
+
+
 PLAYS: dict[Kind, Callable[[Scenario, Plan, float], Moment]] = {
     "healthy": _healthy,
     "zombie-coordinator": _zombie,
@@ -498,6 +564,7 @@ PLAYS: dict[Kind, Callable[[Scenario, Plan, float], Moment]] = {
     "cpu-bound-quiet": _cpu_bound_quiet,
     "hung-busy": _hung_busy,
     "dead-worker": _dead_worker,
+    "preempted": _preempted,
 }
 
 

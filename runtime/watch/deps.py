@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from runtime.secret_source import from_env_or_file
 from runtime.settings import WatchSettings
 from runtime.watch.credentials import TOKEN_ENV, IrisToken
 from runtime.watch.iris_client import IrisController
+from store.watch import LaunchStore, open_launch_store
 
 
 @dataclass
@@ -18,9 +20,21 @@ class WatchDeps:
 
     settings: WatchSettings
     iris: IrisController
+    _launches: LaunchStore | None = field(default=None, init=False, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
+
+    def launches(self) -> LaunchStore:
+        """keeper's launch store (watch.store_url), opened at first use: only a restart of
+        a job launched with secrets needs it, so a worker starts without it."""
+        with self._lock:
+            if self._launches is None:
+                self._launches = open_launch_store(self.settings.store_url)
+            return self._launches
 
     async def aclose(self) -> None:
         await self.iris.aclose()
+        if self._launches is not None:
+            self._launches.close()
 
 
 def iris_token(settings: WatchSettings, env: Mapping[str, str] | None = None) -> IrisToken:

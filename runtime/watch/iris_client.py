@@ -13,8 +13,12 @@ iris versions differ, and the client remembers what the controller it talks to s
 | task_logs     | ControllerService.GetTaskLogs           | LogService.FetchLogs: iris.logging,   |
 |               |                                         | finelog.logging, then finelog through |
 |               |                                         | the `/proxy/system.log-server` route  |
+| launch_job    | a bare name as `/<GetCurrentUser>/name` | the bare name (older controllers)     |
 
 Whatever the server does with the query, list_children keeps only the job's direct children.
+It pages within ListJobs' caps (500 a page, offsets up to 5000, so 5,500 jobs an ordering):
+a bigger family is read one state_filter at a time, each from both ends of its name order; a
+refused offset is never taken for a scope the controller does not know.
 """
 
 from __future__ import annotations
@@ -41,10 +45,13 @@ from runtime.watch.iris_errors import (
     iris_error,
 )
 from wire.iris import connect
-from wire.iris.codec import WireMessage, from_wire, to_wire
+from wire.iris.codec import WireMessage, from_wire, number, to_wire
 from wire.iris.connect import Code, ConnectErrorBody, ErrorDetails
-from wire.iris.enums import JobQueryScope, MatchScope
+from wire.iris.enums import JobQueryScope, JobSortField, MatchScope, SortDirection
 from wire.iris.messages import (
+    LIST_JOBS_MAX_LIMIT,
+    LIST_JOBS_MAX_OFFSET,
+    LIST_JOBS_STATE_FILTERS,
     Empty,
     ExecInContainerRequest,
     ExecInContainerResponse,
@@ -72,7 +79,9 @@ from wire.iris.messages import (
 )
 
 DEFAULT_TIMEOUT_S = 30.0  # the iris Python client's own default
-PAGE_SIZE = 500  # the most ListJobs returns per page
+PAGE_SIZE = LIST_JOBS_MAX_LIMIT  # the most ListJobs returns per page (500)
+# The deepest offset ListJobs takes (5000): one ordering of one query reaches 5,500 jobs.
+MAX_OFFSET = LIST_JOBS_MAX_OFFSET
 # A server that keeps saying has_more with ever new pages is broken; stop rather than spin.
 MAX_PAGES = 200
 # ExecInContainer and ProfileTask run for their own duration before answering.
@@ -80,10 +89,51 @@ EXEC_GRACE_S = 10.0
 
 R = TypeVar("R", bound=WireMessage)
 
+# iris.job.GetCurrentUser: who the controller takes the caller for (its request is empty).
+GET_CURRENT_USER = connect.controller_path("GetCurrentUser")
+# How iris's protobuf JSON parser refuses a field it does not know (Connect `unknown`, HTTP
+# 500): `Message type "..." has no field named "fooBar" at "LaunchJobRequest"`.
+UNKNOWN_FIELD = "has no field named"
+
+
+class CurrentUser(WireMessage):
+    """iris.job.GetCurrentUserResponse."""
+
+    user_id: str = number(1, "")
+    role: str = number(2, "")
+
 
 class ChildrenQuery(StrEnum):
     CHILDREN_SCOPE = "scope CHILDREN"
     ID_PREFIX = "job_id_prefix"
+
+
+class ChildListing(list[JobStatus]):
+    """The direct children list_children read (a list), and how many it could not read:
+    `unseen` jobs the controller counted under the query and no page showed (0: every one).
+    """
+
+    def __init__(self, jobs: list[JobStatus], *, total: int, unseen: int = 0) -> None:
+        super().__init__(jobs)
+        self.total = total
+        self.unseen = unseen
+
+    @property
+    def complete(self) -> bool:
+        return self.unseen == 0
+
+    def describe(self) -> str:
+        """What the listing covers, in words: `sees 5,500 of 12,345 children`."""
+        if self.complete:
+            return f"sees all {len(self):,} children"
+        return f"sees {len(self):,} of {self.total:,} children"
+
+
+def _offset_refused(err: IrisError) -> bool:
+    """The controller's refusal of an offset past its cap (INVALID_ARGUMENT, like a scope it
+    does not know, but not that)."""
+    text = str(err)
+    return "MAX_LIST_JOBS_OFFSET" in text or "offset" in text.lower()
 
 
 class LogRoute(StrEnum):
@@ -138,6 +188,11 @@ _TASK_ID = re.compile(r"/\d+$")
 def is_task_id(id_: str) -> bool:
     """iris's rule: an id whose last component is numeric names a task."""
     return bool(_TASK_ID.search(id_))
+
+
+def _add(found: dict[str, JobStatus], jobs: list[JobStatus]) -> None:
+    for job in jobs:
+        found.setdefault(job.job_id, job)
 
 
 def is_direct_child(parent_id: str, job: JobStatus) -> bool:
@@ -199,6 +254,8 @@ class IrisController:
         self._http = httpx.AsyncClient(transport=transport, follow_redirects=False)
         self._children_query: ChildrenQuery | None = None
         self._log_route: LogRoute | None = None
+        # The caller's user (GetCurrentUser); "" when the controller has no such method.
+        self._user: str | None = None
 
     def __repr__(self) -> str:
         return f"IrisController(base_url={self._base_url!r}, token={self._token!r})"
@@ -250,41 +307,124 @@ class IrisController:
 
     async def list_children(
         self, job_id: str, *, page_size: int = PAGE_SIZE, deadline_s: float | None = None
-    ) -> list[JobStatus]:
-        """The direct child jobs of `job_id`, every page of them."""
+    ) -> ChildListing:
+        """The direct child jobs of `job_id`, every page of them, within ListJobs' caps: pages
+        of at most 500, offsets up to 5000. When the controller counts more jobs under the
+        query than one ordering reaches (5,500), they are read one state at a time, each
+        state from both ends of its name order (11,000 a state); any the pages still did not
+        show are counted in the listing's `unseen` (ChildListing.describe says so)."""
+        page_size = max(1, min(page_size, PAGE_SIZE))
         if self._children_query is not ChildrenQuery.ID_PREFIX:
+            query = JobQuery(scope=JobQueryScope.CHILDREN, parent_job_id=job_id)
             try:
-                jobs = await self._all_pages(
-                    JobQuery(scope=JobQueryScope.CHILDREN, parent_job_id=job_id),
-                    page_size,
-                    deadline_s,
-                )
-            except (IrisInvalidArgument, IrisUnimplemented):
+                first = await self._list_page(query, 0, page_size, deadline_s)
+            except IrisUnimplemented:
+                self._children_query = ChildrenQuery.ID_PREFIX
+            except IrisInvalidArgument as err:
+                if _offset_refused(err):
+                    raise  # the paging, not the scope: never a reason to give the scope up
                 self._children_query = ChildrenQuery.ID_PREFIX
             else:
                 self._children_query = ChildrenQuery.CHILDREN_SCOPE
-                return [job for job in jobs if is_direct_child(job_id, job)]
+                return await self._children(job_id, query, first, page_size, deadline_s)
         query = JobQuery(scope=JobQueryScope.ALL, job_id_prefix=job_id.rstrip("/") + "/")
-        jobs = await self._all_pages(query, page_size, deadline_s)
-        return [job for job in jobs if is_direct_child(job_id, job)]
+        first = await self._list_page(query, 0, page_size, deadline_s)
+        return await self._children(job_id, query, first, page_size, deadline_s)
 
-    async def _all_pages(
-        self, query: JobQuery, page_size: int, deadline_s: float | None
-    ) -> list[JobStatus]:
-        jobs: list[JobStatus] = []
-        for _ in range(MAX_PAGES):
-            page = query.model_copy(update={"offset": len(jobs), "limit": page_size})
-            response = await self._call(
-                connect.LIST_JOBS,
-                ListJobsRequest(query=page),
-                ListJobsResponse,
-                deadline_s=deadline_s,
+    async def _children(
+        self,
+        job_id: str,
+        query: JobQuery,
+        first: ListJobsResponse,
+        page_size: int,
+        deadline_s: float | None,
+    ) -> ChildListing:
+        found: dict[str, JobStatus] = {}
+        counted = await self._collect(query, first, found, page_size, deadline_s)
+        unseen = max(0, counted - len(found))
+        direct = [job for job in found.values() if is_direct_child(job_id, job)]
+        return ChildListing(direct, total=len(direct) + unseen, unseen=unseen)
+
+    async def _collect(
+        self,
+        query: JobQuery,
+        first: ListJobsResponse,
+        found: dict[str, JobStatus],
+        page_size: int,
+        deadline_s: float | None,
+    ) -> int:
+        """Adds the jobs `query` matches to `found`; how many the controller counts."""
+        _add(found, first.jobs)
+        if not first.has_more or not first.jobs:
+            return max(first.total_count, len(found))
+        reach = (MAX_OFFSET // page_size + 1) * page_size
+        if not first.total_count or first.total_count <= reach:
+            more = await self._pages(query, len(first.jobs), found, page_size, deadline_s)
+            # A controller that gives no count and still has more: at least one unseen.
+            return max(first.total_count, len(found) + int(more))
+        for state in LIST_JOBS_STATE_FILTERS:
+            await self._both_ends(
+                query.model_copy(update={"state_filter": state}), found, page_size, deadline_s
             )
-            jobs += response.jobs
-            if not response.has_more or not response.jobs:
-                return jobs
-        raise IrisProtocolError(
-            f"{connect.LIST_JOBS} at {self._base_url}: still has_more after {MAX_PAGES} pages"
+        return first.total_count
+
+    async def _both_ends(
+        self, query: JobQuery, found: dict[str, JobStatus], page_size: int, deadline_s: float | None
+    ) -> None:
+        """The jobs of `query` by name, first to last as far as offsets reach, then last to
+        first for the ones that were beyond."""
+        ascending = query.model_copy(
+            update={"sort_field": JobSortField.NAME, "sort_direction": SortDirection.ASC}
+        )
+        first = await self._list_page(ascending, 0, page_size, deadline_s)
+        _add(found, first.jobs)
+        if not first.has_more or not first.jobs:
+            return
+        seen = {job.job_id for job in first.jobs}
+        more = await self._pages(ascending, len(first.jobs), found, page_size, deadline_s, seen)
+        if not more:
+            return
+        descending = ascending.model_copy(update={"sort_direction": SortDirection.DESC})
+        left = first.total_count - len(seen) if first.total_count else None
+        await self._pages(descending, 0, found, page_size, deadline_s, want=left)
+
+    async def _pages(
+        self,
+        query: JobQuery,
+        offset: int,
+        found: dict[str, JobStatus],
+        page_size: int,
+        deadline_s: float | None,
+        seen: set[str] | None = None,
+        want: int | None = None,
+    ) -> bool:
+        """Pages of `query` from `offset` into `found` (and their ids into `seen`), until the
+        last page, `want` jobs read, or the deepest offset; whether the query had more."""
+        read = 0
+        for _ in range(MAX_PAGES):
+            if offset > MAX_OFFSET or (want is not None and read >= want):
+                return True
+            try:
+                page = await self._list_page(query, offset, page_size, deadline_s)
+            except IrisInvalidArgument as err:
+                if _offset_refused(err):
+                    return True  # a controller whose cap is lower: the rest is not reachable
+                raise
+            _add(found, page.jobs)
+            if seen is not None:
+                seen.update(job.job_id for job in page.jobs)
+            if not page.has_more or not page.jobs:
+                return False
+            offset += len(page.jobs)
+            read += len(page.jobs)
+        return True
+
+    async def _list_page(
+        self, query: JobQuery, offset: int, limit: int, deadline_s: float | None
+    ) -> ListJobsResponse:
+        page = query.model_copy(update={"offset": offset, "limit": limit})
+        return await self._call(
+            connect.LIST_JOBS, ListJobsRequest(query=page), ListJobsResponse, deadline_s=deadline_s
         )
 
     async def list_tasks(self, job_id: str, *, deadline_s: float | None = None) -> list[TaskStatus]:
@@ -313,11 +453,36 @@ class IrisController:
         self, request: LaunchJobRequest, *, deadline_s: float | None = None
     ) -> str:
         """Launch `request` as it is (every field it carries is sent); the new job's id.
-        Raises IrisAlreadyExists with the request's name."""
+        Raises IrisAlreadyExists with the request's name.
+
+        A bare name (`tokenize`) is sent as the caller's root job, `/<user>/tokenize`, with
+        the user GetCurrentUser names: iris takes only a canonical `/<user>/<job>` (a bare
+        one fails INTERNAL), and puts an authenticated caller's own user in front anyway. A
+        controller without GetCurrentUser gets the name as given."""
+        if request.name and not request.name.startswith("/"):
+            user = await self.current_user(deadline_s=deadline_s)
+            if user:
+                request = request.model_copy(update={"name": f"/{user}/{request.name}"})
         response = await self._call(
             connect.LAUNCH_JOB, request, LaunchJobResponse, deadline_s=deadline_s, name=request.name
         )
         return response.job_id
+
+    async def current_user(self, *, deadline_s: float | None = None) -> str | None:
+        """The caller's user as the controller knows it (`anonymous` without auth), or None
+        from a controller without GetCurrentUser. Asked once per client."""
+        if self._user is None:
+            try:
+                found = await self._call(
+                    GET_CURRENT_USER, Empty(), CurrentUser, deadline_s=deadline_s
+                )
+            except IrisUnimplemented:
+                found = CurrentUser()
+            except IrisTimedOut as err:
+                # Nothing was launched yet: not a launch that may have happened.
+                raise IrisUnavailable(str(err), code=err.code) from None
+            self._user = found.user_id
+        return self._user or None
 
     # ------------------------------------------------------------- logs
 
@@ -535,6 +700,10 @@ class IrisController:
                 if found is not None
                 else None
             )
+            if code is Code.UNKNOWN and UNKNOWN_FIELD in message:
+                # iris's JSON parser refusing a field it does not know: the request itself is
+                # wrong, and sending it again would only be refused again.
+                code = Code.INVALID_ARGUMENT
         return iris_error(
             code,
             message,

@@ -58,6 +58,7 @@ JOB_TERMINAL = frozenset(
         JobState.UNSCHEDULABLE,
     }
 )
+# PREEMPTED is terminal: a task preempted with budget left is PENDING again, not PREEMPTED.
 TASK_TERMINAL = frozenset(
     {
         TaskState.SUCCEEDED,
@@ -65,6 +66,7 @@ TASK_TERMINAL = frozenset(
         TaskState.KILLED,
         TaskState.WORKER_FAILED,
         TaskState.UNSCHEDULABLE,
+        TaskState.PREEMPTED,
         TaskState.COSCHED_FAILED,
     }
 )

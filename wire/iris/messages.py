@@ -5,8 +5,10 @@ upstream's: marin-community/marin lib/iris/src/iris/rpc, job.proto (package iris
 controller.proto (package iris.cluster, messages nested in `Controller`), iris_logging.proto
 (iris.logging), time.proto (iris.time), and the log server's FetchLogs (finelog.logging).
 Only the fields keeper reads or writes are declared; the rest are ignored on input, except
-in LaunchJobRequest and the messages inside it, which keep everything they received so a
-job can be launched again with its original request.
+in LaunchJobRequest and the messages inside it, which keep everything they received and
+write it back (but LaunchJobRequest's reserved `reservation`). The request GetJobStatus
+returns is iris's rebuild of what it stored, secrets `[REDACTED]` and workdir files gone: not
+the request a job was launched with.
 """
 
 from __future__ import annotations
@@ -175,18 +177,24 @@ class RuntimeEntrypoint(OpenWireMessage):
 
 class EnvironmentConfig(OpenWireMessage):
     """iris.job.EnvironmentConfig. Older versions' pip_packages=1, extras=3,
-    python_version=4, dockerfile=5 (reserved now) are kept as received."""
+    python_version=4, dockerfile=5 (reserved now) are kept as received. GetJobStatus shows
+    every `secrets` value, and each credential-looking `env_vars` value, as `[REDACTED]`
+    (domain/watch/redaction.py)."""
 
     env_vars: dict[str, str] = number(2, factory=dict)
     setup_scripts: list[str] = number(6, factory=list)
+    secrets: dict[str, str] = number(7, factory=dict)  # name -> value, delivered as files
 
 
 class LaunchJobRequest(OpenWireMessage):
     """iris.cluster.Controller.LaunchJobRequest: every field received is kept and written
-    back, declared or not (controller.proto gains fields often; see 36-39 upstream).
+    back, declared or not (controller.proto gains fields often: client_revision_date = 36,
+    container_profile = 37, federation = 38, egress_policy = 39 upstream).
 
-    The enum fields and the messages keeper never reads (constraints, coscheduling,
-    reservation) are kept exactly as received, names or numbers alike.
+    Field 30 (`reservation`) is reserved in the newest controller, which refuses a request
+    that names it (its JSON parser rejects unknown fields): keeper never sends it, and drops
+    it from a request it reads. The enum fields and the messages keeper never reads
+    (constraints, coscheduling) are kept exactly as received, names or numbers alike.
     """
 
     name: str = number(1, "")
@@ -205,17 +213,28 @@ class LaunchJobRequest(OpenWireMessage):
     replicas: int = number(20, 0)
     timeout: Duration | None = number(21)
     fail_if_exists: bool = number(22, False)
-    reservation: dict[str, Any] | None = number(30)
+    # 30: reserved (`reservation`, removed upstream)
     preemption_policy: str | int | None = number(31)
     existing_job_policy: str | int | None = number(32)
     priority_band: str | int | None = number(33)
     task_image: str = number(34, "")
     submit_argv: list[str] = number(35, factory=list)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _no_reservation(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            return {k: v for k, v in data.items() if k not in RESERVED_LAUNCH_FIELDS}
+        return data
+
     @property
     def unknown_fields(self) -> dict[str, Any]:
         """The fields received that this model does not declare, as received."""
         return dict(self.model_extra or {})
+
+
+# LaunchJobRequest's reserved field names (JSON and proto spellings): never kept, never sent.
+RESERVED_LAUNCH_FIELDS = frozenset({"reservation"})
 
 
 class LaunchJobResponse(WireMessage):
@@ -248,13 +267,36 @@ class TerminateJobRequest(WireMessage):
     job_id: str = number(1, "")
 
 
+# ListJobs' paging bounds in the newest controller (marin-iris 0.2.227.dev40316220070): a
+# limit of 0, below 0 or above 500 reads as 500; an offset below 0 as 0; an offset above 5000
+# is refused (INVALID_ARGUMENT), so one query reaches its first 5,500 jobs at most.
+LIST_JOBS_MAX_LIMIT = 500
+LIST_JOBS_MAX_OFFSET = 5000
+# The states `state_filter` takes (lowercase; case does not matter); any other matches nothing.
+LIST_JOBS_STATE_FILTERS = (
+    "pending", "building", "running", "succeeded", "failed", "killed", "worker_failed",
+    "unschedulable",
+)  # fmt: skip
+
+
+def list_jobs_offset_refusal(offset: int) -> str:
+    """The controller's message refusing an offset above LIST_JOBS_MAX_OFFSET."""
+    return (
+        f"query.offset={offset} exceeds MAX_LIST_JOBS_OFFSET={LIST_JOBS_MAX_OFFSET}; narrow "
+        "the result set with state_filter/name_filter/parent_job_id instead of paging deeper."
+    )
+
+
 class JobQuery(WireMessage):
-    """iris.cluster.Controller.JobQuery. limit defaults to 50 server-side, at most 500."""
+    """iris.cluster.Controller.JobQuery. limit 0 reads as 500, the most a page holds; an offset
+    above 5000 is refused. name_filter is a case-insensitive SQL LIKE `%<filter>%` over the
+    job's lowercased full name (`_` and `%` are wildcards); job_id_prefix a case-insensitive
+    literal prefix; sort DATE descends by default, the other fields ascend."""
 
     scope: JobQueryScopeField = number(1, JobQueryScope.UNSPECIFIED)
     parent_job_id: str = number(2, "")  # required for scope CHILDREN
-    name_filter: str = number(3, "")  # case-insensitive substring of the name
-    state_filter: str = number(4, "")  # a lowercase state name, "running"
+    name_filter: str = number(3, "")  # LIKE %filter%, over the lowercased full name
+    state_filter: str = number(4, "")  # a state name, "running" (LIST_JOBS_STATE_FILTERS)
     sort_field: JobSortFieldField = number(5, JobSortField.UNSPECIFIED)
     sort_direction: SortDirectionField = number(6, SortDirection.UNSPECIFIED)
     offset: int = number(7, 0)

@@ -54,7 +54,7 @@ def watch_activities(
         cpu_sample_workers=w.cpu_sample_workers,
         log_lines=w.log_lines_per_check,
     )
-    actions = WatchActions(deps.iris, call_timeout_s=timeout)
+    actions = WatchActions(deps.iris, call_timeout_s=timeout, launches=deps.launches)
     # Runs from before the shared alert channel still call watch.notify; it posts there too.
     notifier = WatchNotifier(alert_channel(settings))
     return [
@@ -63,6 +63,7 @@ def watch_activities(
         observer.probe,
         observer.await_scheduled,
         actions.stop,
+        actions.prepare_relaunch,
         actions.relaunch,
         notifier.notify,
         alert_activity(settings),

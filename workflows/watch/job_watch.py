@@ -56,6 +56,7 @@ with workflow.unsafe.imports_passed_through():
         JobWatchInput,
         JobWatchResult,
         Notice,
+        Observation,
         ObserveCall,
         ProbeSeen,
         RelaunchCall,
@@ -79,6 +80,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from domain.watch.names import JobPhase
     from domain.watch.policy import WatchPolicy
+    from domain.watch.relaunch import HeldLaunch, launched_text, relaunch_problem
     from runtime.watch import search_attributes as sa
     from workflows.common.alerts import raise_alert
     from workflows.watch import activity_options as opts
@@ -106,6 +108,13 @@ CHECK_WAITS_IN_ACTIVITY = "watch-check-waits-in-activity"
 # Runs past this patch give the delta probe a schedule-to-close and confirm() the time the
 # probe answered, so a probe held up past the observer gap confirms no stall.
 PROBE_DEADLINE = "watch-probe-deadline"
+# Runs past this patch check what an approved restart would launch before stopping the job
+# (the request keeper holds, or the operator's command; never iris's redacted one), so a
+# restart keeper cannot carry out stops nothing.
+RELAUNCH_HELD = "watch-relaunch-held-request"
+# Runs past this patch take a PREEMPTED coordinator as ended (iris marks a task PREEMPTED only
+# once its preemption budget is spent); runs before it took it as waiting to be rescheduled.
+PREEMPTED_TERMINAL = "watch-preempted-terminal"
 
 
 @workflow.defn(
@@ -147,7 +156,8 @@ class JobWatch:
 
     @approve.validator
     def _approvable(self, decision: Decision) -> None:
-        self._validate(decision)
+        # A restart keeper holds nothing to launch for is refused here: nothing is stopped.
+        self._validate_approval(decision)
 
     @workflow.update(name=DENY_UPDATE, description="Deny a proposal: keeper only keeps watching.")
     def deny(self, decision: Decision) -> Proposal:
@@ -167,6 +177,20 @@ class JobWatch:
             if self._state is None
             else refusal(self._state.view, decision.proposal)
         )
+        if problem is not None:
+            raise ValueError(problem)
+
+    def _validate_approval(self, decision: Decision) -> None:
+        self._validate(decision)
+        inp, proposal = self._inp, self._proposal(decision.proposal)
+        assert inp is not None
+        if proposal.kind is not ProposalKind.RESTART:
+            if decision.command is not None:
+                raise ValueError(
+                    f"{proposal.id} is a {proposal.kind.value}: only a restart takes a command"
+                )
+            return
+        problem = relaunch_problem(inp.job_id, proposal.id, inp.launch, decision.command)
         if problem is not None:
             raise ValueError(problem)
 
@@ -290,6 +314,7 @@ class JobWatch:
                     await check
                 return None
             observation = await check
+        observation = _preempted_as_before(observation)
         # An operator's decision may have come in while the activity ran: judge on top of
         # the state as it is now, never the one from before the read.
         state = self._state
@@ -349,7 +374,23 @@ class JobWatch:
         if proposal.state is not ProposalState.APPROVED:
             return None  # decided otherwise meanwhile: nothing to carry out
         job = state.view.job_id
+        relaunch = RelaunchCall(
+            job_id=job,
+            restart=inp.restarts + 1,
+            proposal=proposal.id,
+            launch=inp.launch,
+            command=proposal.command,
+        )
         try:
+            if proposal.kind is ProposalKind.RESTART and workflow.patched(RELAUNCH_HELD):
+                await workflow.execute_activity_method(
+                    WatchActions.prepare_relaunch,
+                    relaunch,
+                    start_to_close_timeout=opts.ACTION_START_TO_CLOSE,
+                    schedule_to_close_timeout=opts.ACTION_SCHEDULE_TO_CLOSE,
+                    retry_policy=opts.ACTION_RETRY,
+                    summary=f"check what a relaunch of {job} would send ({proposal.id})",
+                )
             stopped = await workflow.execute_activity_method(
                 WatchActions.stop,
                 StopCall(job_id=job, proposal=proposal.id),
@@ -363,13 +404,14 @@ class JobWatch:
                 return self._closing(
                     self._result(WatchOutcome.STOPPED, job_state=stopped.job_state)
                 )
+            how = "the operator's command" if proposal.command else "keeper's own request"
             relaunched = await workflow.execute_activity_method(
                 WatchActions.relaunch,
-                RelaunchCall(job_id=job, restart=inp.restarts + 1, proposal=proposal.id),
+                relaunch,
                 start_to_close_timeout=opts.ACTION_START_TO_CLOSE,
                 schedule_to_close_timeout=opts.ACTION_SCHEDULE_TO_CLOSE,
                 retry_policy=opts.ACTION_RETRY,
-                summary=f"relaunch {job} with its original request ({proposal.id})",
+                summary=f"relaunch {job} with {how} ({proposal.id})",
             )
         except ActivityError as err:
             if is_cancelled_exception(err):
@@ -387,8 +429,16 @@ class JobWatch:
         new_watch = watch_id(relaunched.job_id)
         # Already started: the new job is watched (a replayed relaunch, or an operator).
         with contextlib.suppress(WorkflowAlreadyStartedError):
-            await self._start_watch_of(relaunched.job_id, new_watch, job, proposal)
-        self._settle(proposal.id, ProposalState.DONE, f"relaunched as {relaunched.job_id}")
+            await self._start_watch_of(
+                relaunched.job_id, new_watch, job, proposal, relaunched.launched
+            )
+        outcome = launched_text(
+            relaunched.job_id,
+            command=proposal.command is not None,
+            from_iris=inp.launch is None,
+            dropped=relaunched.dropped_env,
+        )
+        self._settle(proposal.id, ProposalState.DONE, outcome)
         return self._closing(
             self._result(
                 WatchOutcome.RESTARTED,
@@ -399,7 +449,12 @@ class JobWatch:
         )
 
     async def _start_watch_of(
-        self, new_job: str, new_watch: str, old_job: str, proposal: Proposal
+        self,
+        new_job: str,
+        new_watch: str,
+        old_job: str,
+        proposal: Proposal,
+        launched: HeldLaunch | None,
     ) -> None:
         inp = self._inp
         assert inp is not None
@@ -410,6 +465,7 @@ class JobWatch:
                 requested_by=proposal.decided_by or "",
                 restart_of=old_job,
                 restarts=inp.restarts + 1,
+                launch=launched,
             ),
             id=new_watch,
             task_queue=workflow.info().task_queue,
@@ -503,6 +559,18 @@ class JobWatch:
             workflow.upsert_search_attributes(
                 [sa.JOB_STATE.value_set(attributes[0]), sa.VERDICT.value_set([attributes[1]])]
             )
+
+
+def _preempted_as_before(observation: Observation) -> Observation:
+    """A run from before PREEMPTED_TERMINAL reads a preempted coordinator as it did then:
+    waiting, as a pending one is. Asked only when such a coordinator is seen."""
+    seen = observation.coordinator
+    if seen is None or seen.state is not JobPhase.PREEMPTED:
+        return observation
+    if workflow.patched(PREEMPTED_TERMINAL):
+        return observation
+    waiting = seen.model_copy(update={"state": JobPhase.PENDING})
+    return observation.model_copy(update={"coordinator": waiting})
 
 
 def _cause(err: BaseException) -> str:
