@@ -12,11 +12,13 @@ from typing import Any
 import httpx
 import pytest
 
+from activities.watch.observe import MAX_PROCESSES_PER_TASK, started_last
 from domain.watch.progress import LogLine, digest, normalise_error, parse_event, strip_prefix
 from domain.watch.threads import ThreadState, read_dump
 from runtime.watch.iris_client import GET_CURRENT_USER, IrisController
 from runtime.watch.iris_errors import IrisAlreadyExists, IrisInvalidArgument
 from wire.iris import connect
+from wire.iris.exec_commands import parse_proc_stat
 from wire.iris.messages import LaunchJobRequest
 
 # py-spy 0.4.3 on Python 3.12, through ProfileTask(threads): methods by qualified name, the
@@ -158,3 +160,22 @@ async def test_a_live_job_of_the_same_name_is_already_exists() -> None:
     async with iris:
         with pytest.raises(IrisAlreadyExists):
             await iris.launch_job(BARE.model_copy(update={"name": "/alice/x"}))
+
+
+def test_a_host_wide_process_listing_is_cut_to_the_processes_started_last() -> None:
+    """On iris's process runtime an exec lists every process of the machine (83 on a
+    LocalCluster here): a check keeps the task's, which started after the host's daemons, and
+    its history event stays bounded whatever the machine runs."""
+    daemons = [f"{pid} (daemon{pid}) S 1 1 1 0 -1 0 0 0 0 0 50 20 0 0 20 0 1 0 {pid}" for pid in
+               range(2, 300)]  # fmt: skip
+    task = [
+        "90001 (python) R 1 1 1 0 -1 0 0 0 0 0 9000 100 0 0 20 0 9 0 5000000",
+        "90007 (sh) R 90001 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 5000100",
+    ]
+    procs = parse_proc_stat("\n".join([*daemons[:150], *task, *daemons[150:]]))
+    kept = started_last(procs, MAX_PROCESSES_PER_TASK)
+    assert len(procs) == 300 and len(kept) == MAX_PROCESSES_PER_TASK
+    assert {90001, 90007} <= {p.pid for p in kept}
+    assert [p.pid for p in kept] == sorted((p.pid for p in kept), key=[q.pid for q in procs].index)
+    # A container's few processes are all kept.
+    assert started_last(procs[:5], MAX_PROCESSES_PER_TASK) == procs[:5]

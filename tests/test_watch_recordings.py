@@ -2,8 +2,8 @@
 (tests/histories/2026-12-01-watch/, since the watch-probe-deadline patch
 tests/histories/2026-12-04-watch/, and since the watch-close-truthfully,
 watch-stragglers-escalate and watch-check-waits-in-activity patches
-tests/histories/2026-12-04-watch-checks/, and since the watch-relaunch-held-request patch
-tests/histories/2026-12-04-watch-relaunch/). On demand, into a new folder:
+tests/histories/2026-12-04-watch-checks/, and since the watch-relaunch-held-request and
+watch-preempted-terminal patches tests/histories/2026-12-04-watch-relaunch/). On demand, into a new folder:
 
     KEEPER_RECORD_HISTORIES=1 KEEPER_HISTORY_DIR=2026-12-01-watch \\
         pytest tests/test_watch_recordings.py
@@ -41,6 +41,8 @@ SCENARIOS = {
     # approved with the operator's command.
     "watch-restart-held": ("zombie-coordinator", {}, (ProposalKind.RESTART, APPROVE_UPDATE)),
     "watch-restart-command": ("zombie-coordinator", {}, (ProposalKind.RESTART, APPROVE_UPDATE)),
+    # Since watch-preempted-terminal: a task preempted with budget left, then for good.
+    "watch-preempted": ("preempted", {}, None),
 }
 # What a restart approval is given: a held launch (the job launched as `keeper job run` does)
 # or a command; `watch-restart-approved` was recorded before either was needed.

@@ -321,9 +321,17 @@ class WatchObserver:
             answered = True
             host = t.worker_id or t.task_id
             hosts[host] = t.task_id
-            seen += [
-                _cpu_seen(t.task_id, host, t.current_attempt_id, p) for p in parse_proc_stat(out)
-            ]
+            procs = parse_proc_stat(out)
+            kept = started_last(procs, MAX_PROCESSES_PER_TASK)
+            if len(kept) < len(procs):
+                activity.logger.info(
+                    "%s: the exec listed %d processes (a host-wide view); kept the %d started "
+                    "last",
+                    t.task_id,
+                    len(procs),
+                    len(kept),
+                )
+            seen += [_cpu_seen(t.task_id, host, t.current_attempt_id, p) for p in kept]
         return (seen if answered else None), hosts
 
     async def _proc(self, task: str, host: str, pid: int) -> CpuSeen | None:
@@ -333,6 +341,21 @@ class WatchObserver:
         return next(
             (_cpu_seen(task, host, 0, p) for p in parse_proc_stat(out) if p.pid == pid), None
         )
+
+
+# A container lists its task's few processes. An exec that runs on the host (iris's process
+# runtime, a host-PID container) lists every process of the machine: the task's are among
+# those started last (the host's daemons started at boot), and keeping only those bounds a
+# check's history event whatever the machine runs.
+MAX_PROCESSES_PER_TASK = 64
+
+
+def started_last(procs: list[ProcStat], limit: int) -> list[ProcStat]:
+    """At most `limit` of `procs`, the ones started last, in their listed order."""
+    if len(procs) <= limit:
+        return procs
+    keep = {id(p) for p in sorted(procs, key=lambda p: (p.starttime, p.pid))[-limit:]}
+    return [p for p in procs if id(p) in keep]
 
 
 def _cpu_seen(task: str, host: str, attempt: int, p: ProcStat) -> CpuSeen:
