@@ -59,6 +59,7 @@ from tests.e2e_support import REPO, dev_address
 from tests.harness import tool_path
 from tests.reclaim_world import free_port, until
 from tests.test_reclaim_cli import Done, keeper, keeper_now
+from tests.test_reclaim_secrets import assert_absent
 from wire.iris import connect
 
 pytestmark = pytest.mark.e2e
@@ -909,7 +910,7 @@ async def test_run_with_a_secret_keeps_the_request_whole_in_the_store_and_redact
     job_id = f"/alice/{name}"
     # The watch holds it redacted, with the launch store's key for the whole request.
     history = await world.handle(job_id).fetch_history()
-    assert secret not in history.to_json()
+    assert_absent(secret, history.to_json(), "the watch's history")
     started = history.events[0].workflow_execution_started_event_attributes
     (payload,) = started.input.payloads
     held = json.loads(payload.data)["launch"]

@@ -7,7 +7,9 @@ and the real workflow against the iris emulator, which redacts as the real contr
 
 from __future__ import annotations
 
+import base64
 import json
+import re
 from typing import Any
 
 import httpx
@@ -36,6 +38,7 @@ from domain.watch.relaunch import (
     secret_args,
 )
 from store.watch import open_launch_store
+from tests.test_reclaim_secrets import assert_absent
 from tests.watch_world import WatchWorld, watch_world
 from wire.iris.codec import to_wire
 from wire.iris.messages import LaunchJobRequest
@@ -213,9 +216,15 @@ async def test_a_restart_of_a_job_keeper_launched_with_a_secret_resends_keepers_
         start = await anext(e async for e in child.fetch_history_events())
         text = str(start)
         assert "run/" in text and SECRET not in text
-        # No history holds the secret.
+        # No history holds the secret, in any form (payloads decoded), though both hold the
+        # request keeper launched with, redacted.
         for handle_ in (handle, child):
-            assert SECRET not in (await handle_.fetch_history()).to_json()
+            text = (await handle_.fetch_history()).to_json()
+            assert_absent(SECRET, text, f"the history of {handle_.id}")
+            assert any(
+                "[REDACTED]" in base64.b64decode(blob).decode("utf-8", "replace")
+                for blob in re.findall(r'"data": "([A-Za-z0-9+/=]{8,})"', text)
+            )
         await child.cancel()
 
 

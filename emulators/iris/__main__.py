@@ -6,7 +6,14 @@ import argparse
 import asyncio
 import logging
 
-from emulators.iris.config import DEFAULT_PORT, DEFAULT_SPEED, IrisEmulatorConfig
+from emulators.iris.config import (
+    CURRENT_LOG_ROUTES,
+    DEFAULT_PORT,
+    DEFAULT_SPEED,
+    LOG_ROUTES,
+    IrisEmulatorConfig,
+    check_log_routes,
+)
 from emulators.iris.serve import serve
 
 
@@ -15,6 +22,13 @@ def _token(text: str) -> tuple[str, str]:
     if not token:
         raise argparse.ArgumentTypeError("a token must not be empty")
     return token, user or "alice"
+
+
+def _log_routes(text: str) -> tuple[str, ...]:
+    try:
+        return check_log_routes(part.strip() for part in text.split(",") if part.strip())
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def parse_args(argv: list[str] | None = None) -> IrisEmulatorConfig:
@@ -28,7 +42,11 @@ def parse_args(argv: list[str] | None = None) -> IrisEmulatorConfig:
     parser.add_argument("--scenario", default="healthy", help="what LaunchJob plays by default")
     parser.add_argument("--speed", type=float, default=DEFAULT_SPEED, help="scenario x wall")
     parser.add_argument(
-        "--no-get-task-logs", action="store_true", help="GetTaskLogs absent, as in newest iris"
+        "--log-routes",
+        type=_log_routes,
+        default=CURRENT_LOG_ROUTES,
+        metavar="ROUTE[,ROUTE...]",
+        help=f"where logs are served, of {', '.join(LOG_ROUTES)} (default: proxy, as iris)",
     )
     parser.add_argument(
         "--token",
@@ -49,7 +67,7 @@ def parse_args(argv: list[str] | None = None) -> IrisEmulatorConfig:
         speed=args.speed,
         scenario_file=args.scenario_file,
         default_scenario=args.scenario,
-        get_task_logs=not args.no_get_task_logs,
+        log_routes=args.log_routes,
         tokens=dict(args.token),
     )
 

@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Any, Literal
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field
 
-from emulators.control_json import parse
+from emulators.control_json import BadRequest, error, parse
+from emulators.iris.config import check_log_routes
 
 if TYPE_CHECKING:
     from emulators.iris.emulator import IrisEmulator
@@ -47,8 +48,9 @@ class _FastForward(_Body):
     seconds: float = Field(ge=0)
 
 
-class _GetTaskLogs(_Body):
-    enabled: bool
+class _LogRoutes(_Body):
+    # Of LOG_ROUTES: get_task_logs, fetch_logs, proxy.
+    routes: list[str]
 
 
 Route = web.RouteDef
@@ -88,10 +90,13 @@ def control_routes(emu: IrisEmulator) -> list[Route]:
         emu.fast_forward(body.seconds)
         return web.json_response({"scenario_now": emu.controller.clock.now()})
 
-    async def get_task_logs(request: web.Request) -> web.Response:
-        body = await parse(request, _GetTaskLogs)
-        emu.config.get_task_logs = body.enabled
-        return web.json_response({"get_task_logs": body.enabled})
+    async def log_routes(request: web.Request) -> web.Response:
+        body = await parse(request, _LogRoutes)
+        try:
+            emu.config.log_routes = check_log_routes(body.routes)
+        except ValueError as exc:
+            raise BadRequest(error(400, str(exc))) from None
+        return web.json_response({"log_routes": list(emu.config.log_routes)})
 
     async def actions(request: web.Request) -> web.Response:
         return web.json_response({"actions": emu.actions_json()})
@@ -103,6 +108,6 @@ def control_routes(emu: IrisEmulator) -> list[Route]:
         web.post("/control/next-scenario", next_scenario),
         web.post("/control/faults", faults),
         web.post("/control/clock/fast-forward", fast_forward),
-        web.post("/control/get-task-logs", get_task_logs),
+        web.post("/control/log-routes", log_routes),
         web.get("/control/actions", actions),
     ]

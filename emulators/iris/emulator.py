@@ -196,7 +196,7 @@ class IrisEmulator(Served):
             "skipped": self.clock.skipped,
             "wall_now": self.clock.wall.now(),
             "next_scenario": self.controller.next_scenario.name,
-            "get_task_logs": self.config.get_task_logs,
+            "log_routes": list(self.config.log_routes),
             "auth": bool(self.config.tokens),
             "faults": self.fault_json(),
             "jobs": [self.job_json(job) for job in self.controller.jobs.values()],

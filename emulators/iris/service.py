@@ -28,10 +28,12 @@ from wire.iris.connect import (
     CONTROLLER_SERVICE,
     FINELOG_LOG_SERVICE,
     HTTP_STATUS,
+    LOG_SERVER_PROXY,
     LOG_SERVICE,
     TIMEOUT_HEADER,
     Code,
     ConnectErrorBody,
+    ErrorDetails,
 )
 from wire.iris.enums import (
     JobQueryScope,
@@ -47,15 +49,53 @@ if TYPE_CHECKING:
     from emulators.iris.emulator import IrisEmulator
 
 
-def connect_error(code: str, message: str, status: int | None = None) -> web.Response:
+def connect_error(
+    code: str, message: str, status: int | None = None, details: ErrorDetails | None = None
+) -> web.Response:
     parsed = Code.parse(code)
-    body = ConnectErrorBody.of(parsed, message).to_json()
+    body = ConnectErrorBody.of(parsed, message, details).to_json()
     return web.json_response(body, status=status or HTTP_STATUS[parsed])
+
+
+def iris_error_response(method: str, err: IrisError) -> web.Response:
+    """An IrisError as the controller answers it. One standing for a Python exception in a
+    handler (`exception_type` set) is what iris's interceptor makes of it: `internal`, the
+    message prefixed `RPC <method>: `, the exception's type in ErrorDetails."""
+    if not err.exception_type:
+        return connect_error(err.code, err.message)
+    message = f"RPC {method}: {err.message}"
+    details = ErrorDetails(exception_type=err.exception_type, message=message)
+    return connect_error(err.code, message, details=details)
 
 
 @dataclass(frozen=True)
 class Caller:
     user: str
+    # iris's role for the caller: without auth everyone is an admin; a token's user is not.
+    role: str = "admin"
+
+    @property
+    def admin(self) -> bool:
+        return self.role == "admin"
+
+
+# iris.cluster.types' JobName parser, whose ValueError the controller answers `internal`.
+CANONICAL = "Job name must use canonical '/<user>/<job>[...]' format"
+
+
+def parse_job_name(name: str) -> list[str]:
+    """The components of a canonical job name (`/<user>/<job>[/...]`), or IrisError as the
+    controller refuses the name: a ValueError in its handler, so `internal`."""
+    parts = name[1:].split("/") if name.startswith("/") else []
+    if len(parts) < 2:
+        raise IrisError("internal", f"{CANONICAL}: {name}", "builtins.ValueError")
+    if any(not part.strip() for part in parts):
+        raise IrisError(
+            "internal",
+            f"Job name contains empty or whitespace-only component: {name}",
+            "builtins.ValueError",
+        )
+    return parts
 
 
 # ----------------------------------------------------------------- wire building
@@ -281,14 +321,25 @@ class Service:
         self.ctl.record("TerminateJob", req.job_id, caller.user, outcome="ok", killed=killed)
         return msg.Empty()
 
+    async def get_current_user(self, req: msg.Empty, caller: Caller) -> dict[str, Any]:
+        return {"userId": caller.user, "role": caller.role}
+
     async def launch_job(self, req: msg.LaunchJobRequest, caller: Caller) -> BaseModel:
+        """As the controller: only a canonical `/<user>/<job>` (a bare name is a ValueError
+        in its handler, `internal`); a caller who is not an admin launches a root job under
+        its own user whatever the name says."""
         raw = to_wire(req)
-        name = req.name.strip()
+        name = req.name
         if not name:
-            raise IrisError("invalid_argument", "name is required")
-        job_id = name if name.startswith("/") else f"/{caller.user}/{name}"
-        if len(job_id.split("/")) != 3 or not all(job_id.split("/")[1:]):
-            raise IrisError("invalid_argument", f"a job name must be /<user>/<name>: {name!r}")
+            raise IrisError("invalid_argument", "Job name is required")
+        try:
+            parts = parse_job_name(name)
+        except IrisError as err:
+            self.ctl.record("LaunchJob", name, caller.user, outcome=err.code, request=raw)
+            raise
+        if len(parts) != 2:
+            raise IrisError("invalid_argument", f"the emulator launches root jobs only: {name}")
+        job_id = name if caller.admin else f"/{caller.user}/{parts[1]}"
         env = req.environment.env_vars if req.environment else {}
         scenario = self.ctl.next_scenario
         if SCENARIO_ENV in env:
@@ -452,11 +503,13 @@ CONTROLLER_METHODS: dict[str, tuple[type[BaseModel], str]] = {
     "ProfileTask": (msg.ProfileTaskRequest, "profile_task"),
     "ExecInContainer": (msg.ExecInContainerRequest, "exec_in_container"),
     "GetTaskLogs": (msg.GetTaskLogsRequest, "get_task_logs"),
+    "GetCurrentUser": (msg.Empty, "get_current_user"),
 }
 LOG_METHODS: dict[str, tuple[type[BaseModel], str]] = {
     "FetchLogs": (msg.FetchLogsRequest, "fetch_logs"),
 }
-# The log service answers under iris's package and under finelog's, as the two servers do.
+# The log service at the controller's own paths (the `fetch_logs` route, older controllers)
+# answers under iris's package and under finelog's, as the two servers did.
 SERVICES = {
     CONTROLLER_SERVICE: CONTROLLER_METHODS,
     LOG_SERVICE: LOG_METHODS,
@@ -464,22 +517,43 @@ SERVICES = {
 }
 
 
+def _offered(emulator: IrisEmulator, svc: str, method: str, proxied: bool) -> bool:
+    """Whether the configured log routes (config.log_routes) serve this method."""
+    routes = emulator.config.log_routes
+    if proxied:
+        return "proxy" in routes
+    if svc in (LOG_SERVICE, FINELOG_LOG_SERVICE):
+        return "fetch_logs" in routes
+    return method != "GetTaskLogs" or "get_task_logs" in routes
+
+
+def _absent(svc: str) -> web.Response:
+    """What the controller answers for a route it does not have: its Connect app's 404 with
+    no body for a ControllerService method it lacks (GetTaskLogs), the web server's plain
+    "Not Found" for any other path (a LogService at the controller's own paths)."""
+    if svc == CONTROLLER_SERVICE:
+        return web.Response(status=404)
+    return web.Response(status=404, text="Not Found")
+
+
 def routes(emulator: IrisEmulator) -> list[web.RouteDef]:
     service = Service(emulator)
 
     async def rpc(request: web.Request) -> web.StreamResponse:
         svc, method = request.match_info["service"], request.match_info["method"]
-        table = SERVICES.get(svc, {})
-        entry = table.get(method)
-        if entry is None or (method == "GetTaskLogs" and not emulator.config.get_task_logs):
-            return connect_error("unimplemented", f"unknown method {svc}/{method}", status=404)
-        caller = emulator.authenticate(request)
-        if caller is None:
+        proxied = request.path.startswith(LOG_SERVER_PROXY + "/")
+        entry = SERVICES.get(svc, {}).get(method)
+        if proxied and svc != FINELOG_LOG_SERVICE:
+            entry = None
+        if entry is None or not _offered(emulator, svc, method, proxied):
+            return _absent(svc)
+        user = emulator.authenticate(request)
+        if user is None:
             return connect_error("unauthenticated", "missing or invalid bearer token")
-        if svc == CONTROLLER_SERVICE:
-            refused = await emulator.faults.apply(emulator, method, _deadline(request))
-            if refused is not None:
-                return refused
+        # A fault stands for the controller failing: its proxy to the log server goes with it.
+        refused = await emulator.faults.apply(emulator, method, _deadline(request))
+        if refused is not None:
+            return refused
         model, attr = entry
         try:
             raw = await request.read()
@@ -493,7 +567,7 @@ def routes(emulator: IrisEmulator) -> list[web.RouteDef]:
             if refusal is not None:
                 name = body.get("name") if isinstance(body.get("name"), str) else ""
                 emulator.controller.record(
-                    "LaunchJob", name, caller, outcome="unknown", request=body, error=refusal
+                    "LaunchJob", name, user, outcome="unknown", request=body, error=refusal
                 )
                 return connect_error("unknown", refusal)
         try:
@@ -501,14 +575,18 @@ def routes(emulator: IrisEmulator) -> list[web.RouteDef]:
         except (ValidationError, ValueError, TypeError) as exc:
             return connect_error("invalid_argument", f"bad {method} request: {exc}")
         emulator.controller.settle_all()
+        caller = Caller(user, "user" if emulator.config.tokens else "admin")
         try:
-            answer = await getattr(service, attr)(parsed, Caller(caller))
+            answer = await getattr(service, attr)(parsed, caller)
         except IrisError as err:
-            return connect_error(err.code, err.message)
+            return iris_error_response(method, err)
         payload = answer if isinstance(answer, dict) else to_wire(answer)
         return web.json_response(payload)
 
-    return [web.post("/{service:[a-z.]+[A-Za-z]+}/{method}", rpc)]
+    return [
+        web.post("/{service:[a-z.]+[A-Za-z]+}/{method}", rpc),
+        web.post(LOG_SERVER_PROXY + "/{service:[a-z.]+[A-Za-z]+}/{method}", rpc),
+    ]
 
 
 class Faults:

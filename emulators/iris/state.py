@@ -39,10 +39,12 @@ EXTRA_CHILD_AT = CHILD_DELAY + 0.5
 class IrisError(Exception):
     """An RPC failure with its Connect code name (not_found, already_exists, ...)."""
 
-    def __init__(self, code: str, message: str) -> None:
+    def __init__(self, code: str, message: str, exception_type: str = "") -> None:
         super().__init__(message)
         self.code = code
         self.message = message
+        # The Python exception iris's interceptor wrapped (ErrorDetails), for `internal` ones.
+        self.exception_type = exception_type
 
 
 @dataclass(frozen=True)
