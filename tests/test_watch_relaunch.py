@@ -275,3 +275,45 @@ def test_a_watch_input_holds_a_launch_in_its_stable_json_shape() -> None:
     assert doc["launch"]["secrets"] == ["environment.envVars.HF_TOKEN"]
     assert SECRET not in str(doc)
     assert JobWatchInput.model_validate(doc).launch == held
+
+
+@pytest.mark.e2e
+async def test_a_command_given_for_a_job_keeper_launched_runs_with_its_secret_and_is_held_again(
+    dev_env: WorkflowEnvironment,
+) -> None:
+    async with watch_world(dev_env.client) as w:
+        job, held = w.launch_held("zombie-coordinator", env={"HF_TOKEN": SECRET, "STAGE": "t"})
+        handle = await w.watch(job, held)
+        restart = await restart_proposed(w, handle)
+        command = ["python", "-m", "pipeline", "--resume"]
+        answer = await handle.execute_update(
+            APPROVE_UPDATE,
+            Decision(proposal=restart.id, by="oncall", command=command),
+            result_type=Proposal,
+        )
+        assert answer.state is ProposalState.DONE, answer
+        assert answer.command == command
+        assert "with the command given at approval and keeper's own request" in (
+            answer.outcome or ""
+        )
+        result = await w.result(handle)
+        sent = w.emu.controller.jobs[result.new_job_id or ""].request
+        assert sent["entrypoint"]["runCommand"]["argv"] == command
+        assert sent["environment"]["envVars"] == {"HF_TOKEN": SECRET, "STAGE": "t"}
+        # The new watch holds what was launched, its secret kept in the store under a key of
+        # its own: a second restart resends the command, secret and all.
+        child = dev_env.client.get_workflow_handle(result.new_watch_id or "")
+        first = await anext(e async for e in child.fetch_history_events())
+        (payload,) = first.workflow_execution_started_event_attributes.input.payloads
+        again = HeldLaunch.model_validate(json.loads(payload.data)["launch"])
+        assert again.stored == f"{held.stored}/r1"
+        assert again.request["entrypoint"]["runCommand"]["argv"] == command
+        assert again.request["environment"]["envVars"]["HF_TOKEN"] == REDACTED
+        store = open_launch_store(w.settings.watch.store_url)
+        try:
+            kept = store.get(again.stored)
+        finally:
+            store.close()
+        assert kept is not None and kept.environment is not None
+        assert kept.environment.env_vars["HF_TOKEN"] == SECRET
+        await child.cancel()

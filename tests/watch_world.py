@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import tempfile
 import uuid
 from collections.abc import AsyncIterator
@@ -205,3 +206,7 @@ async def watch_world(
     finally:
         await world.stop_worker()
         await emu.stop()
+        store = world.settings.watch.store_url.removeprefix("sqlite:///")
+        for path in (store, f"{store}-wal", f"{store}-shm"):
+            with contextlib.suppress(FileNotFoundError):
+                await asyncio.to_thread(os.remove, path)
