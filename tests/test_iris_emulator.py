@@ -21,12 +21,22 @@ from click.testing import CliRunner
 from cli.emulator_iris import iris as iris_group
 from domain.watch.names import ChildRef, pick_latest
 from domain.watch.redaction import redaction_marks
+from domain.watch.threads import ThreadState, read_dump
 from emulators.iris import IrisEmulator, IrisEmulatorConfig, ManualWallClock, start_emulator
 from emulators.iris.__main__ import parse_args
-from runtime.watch.iris_client import IrisController
+from runtime.watch.credentials import TOKEN_ENV, IrisToken
+from runtime.watch.iris_client import IrisController, LogRoute, fetch_logs_source
 from runtime.watch.iris_errors import IrisAlreadyExists, IrisUnavailable, JobNotFound
+from wire.iris.codec import to_wire
+from wire.iris.connect import (
+    FETCH_LOGS,
+    FINELOG_FETCH_LOGS,
+    GET_TASK_LOGS,
+    PROXIED_FETCH_LOGS,
+    ConnectErrorBody,
+)
 from wire.iris.exec_commands import CLK_TCK, PROC_STAT_COMMAND, SESSION_CPU_COMMAND
-from wire.iris.messages import LaunchJobRequest
+from wire.iris.messages import FetchLogsRequest, LaunchJobRequest
 
 CTL = "/iris.cluster.ControllerService"
 CHILD = re.compile(
@@ -74,10 +84,29 @@ class Iris:
     async def tasks(self, job_id: str) -> list[dict[str, Any]]:
         return list((await self.rpc("ListTasks", {"jobId": job_id}))["tasks"])
 
-    async def logs(self, task_or_job: str, lines: int = 400, **extra: Any) -> list[dict[str, Any]]:
-        body = {"id": task_or_job, "attemptId": -1, "tail": True, "maxTotalLines": lines, **extra}
-        answer = await self.rpc("GetTaskLogs", body)
-        return list(answer["taskLogs"][0].get("logs", []))
+    async def logs(
+        self,
+        task_or_job: str,
+        lines: int = 400,
+        *,
+        substring: str = "",
+        min_level: str = "",
+        include_children: bool = False,
+    ) -> list[dict[str, Any]]:
+        """The newest `lines` of a task or of a job's tasks, as the controller serves them:
+        FetchLogs through its proxy to the log server."""
+        source, scope = fetch_logs_source(task_or_job, -1, include_children)
+        request = FetchLogsRequest(
+            source=source,
+            match_scope=scope,
+            max_lines=lines,
+            tail=True,
+            substring=substring,
+            min_level=min_level,
+        )
+        answer = await self.http.post(PROXIED_FETCH_LOGS, json=to_wire(request))
+        assert answer.status_code == 200, answer.text
+        return list(answer.json().get("entries", []))
 
     async def progress(self, coord: str) -> list[re.Match[str]]:
         found = [PROGRESS.search(e["data"]) for e in await self.logs(coord)]
@@ -152,23 +181,95 @@ async def test_coordinator_log_is_flooded_with_noise_at_the_configured_ratio(iri
     assert not any(any(w in e["data"] for w in NOISE) for e in progress)
 
 
+# iris's callable runner's format for the Python a task runs (zephyr's actors), on stderr.
+IRIS_PREFIX = r"^I\d{8} \d{2}:\d{2}:\d{2} zephyr\.execution\.coordinator "
+
+
 @pytest.mark.parametrize(
-    ("log_format", "level_style", "shape", "level"),
+    ("log_format", "level_style", "shape", "level", "source"),
     [
-        ("oldest", "string", r"^\[stage0-Map → Shuffle\] \d+/1000 complete", "INFO"),
-        ("later", "enum", r"\] \[[^\]]+\] \[stage0.*dead; items=\d+ \([\d.]+/s\), bytes_", None),
-        ("newest", "enum", r"\] \[[^\]]+\] \[stage0.*dead\. [\d.]+ items/s", None),
+        ("oldest", "string", r"^\[stage0-Map → Shuffle\] \d+/1000 complete", "INFO", "stdout"),
+        (
+            "later",
+            "enum",
+            IRIS_PREFIX + r"\[[^\]]+\] \[stage0.*dead; items=\d+ \([\d.]+/s\), bytes_",
+            None,
+            "stderr",
+        ),
+        (
+            "newest",
+            "enum",
+            IRIS_PREFIX + r"\[[^\]]+\] \[stage0.*dead\. [\d.]+ items/s",
+            None,
+            "stderr",
+        ),
     ],
 )
 async def test_progress_lines_take_the_scenario_format_and_level_style(
-    iris: Iris, log_format: str, level_style: str, shape: str, level: str | None
+    iris: Iris, log_format: str, level_style: str, shape: str, level: str | None, source: str
 ) -> None:
     job = await iris.job("fmt", "healthy", log_format=log_format, level_style=level_style)
     await iris.forward(100)
     entries = await iris.logs(await iris.child(job, "coord"), substring="workers alive")
     assert entries and all(re.search(shape, e["data"]) for e in entries)
     assert {e["level"] for e in entries} == {level or "LOG_LEVEL_INFO"}
+    assert {e["source"] for e in entries} == {source}
     assert {"timestamp", "source", "data", "attemptId"} <= set(entries[0])
+
+
+async def test_thread_dumps_have_py_spy_0_4s_shape_on_a_python_3_11_worker(iris: Iris) -> None:
+    """As py-spy 0.4 prints them: the process and Python version first, threads by decimal
+    OS id (the main thread's is the pid), methods by qualified name, no blank line between
+    threads; keeper's reader reads them as before."""
+    job = await iris.job("shape", "healthy")
+    await iris.forward(200)
+    coord = await iris.child(job, "coord")
+    text = base64.b64decode((await iris.dump(f"{coord}/0"))["profileData"]).decode()
+    lines = text.splitlines()
+    assert re.fullmatch(r"Process \d+: .+", lines[0]) and lines[1].startswith("Python v3.1")
+    headers = [line for line in lines if line.startswith("Thread ")]
+    assert all(re.fullmatch(r'Thread \d+ \([a-z+]+\): "[^"]+"', h) for h in headers), headers
+    assert headers[0].startswith(f"Thread {lines[0].split()[1].rstrip(':')} ")
+    frames = [line.strip() for line in lines if line.startswith("    ")]
+    assert "ZephyrCoordinator._wait_for_stage (zephyr/execution.py:412)" in frames
+    assert "ZephyrCoordinator._coordinator_loop (zephyr/execution.py:233)" in frames
+    assert "Condition.wait (threading.py:331)" in frames and "" not in lines[3:]
+    assert read_dump(text).state is ThreadState.ACTIVE
+    workers = await iris.child(job, "workers")
+    busy = base64.b64decode((await iris.dump(f"{workers}/0"))["profileData"]).decode()
+    assert "ZephyrWorker._poll_loop (zephyr/worker.py:140)" in busy
+
+
+LEVEL_LETTERS = {"D": "DEBUG", "I": "INFO", "W": "WARNING", "E": "ERROR", "C": "CRITICAL"}
+
+
+@pytest.mark.parametrize("log_format", ["oldest", "newest"])
+async def test_a_lines_level_is_irises_reading_of_its_letter_else_its_stream(
+    iris: Iris, log_format: str
+) -> None:
+    """As iris classifies a line: a leading level letter and a digit decide; else stdout is
+    INFO and stderr ERROR. zephyr's coordinator, driver and worker logging comes in iris's
+    format on stderr, a worker's traceback bare on stderr."""
+    job = await iris.job("levels", "repeated-failure", log_format=log_format)
+    await iris.forward(330)
+    entries = await iris.logs(job, lines=5000, include_children=True)
+    for entry in entries:
+        letter = re.match(r"([DIWEC])\d", entry["data"])
+        want = LEVEL_LETTERS[letter.group(1)] if letter else None
+        want = want or {"stdout": "INFO", "stderr": "ERROR"}[entry["source"]]
+        assert entry["level"].removeprefix("LOG_LEVEL_") == want, entry
+    by_text = {e["data"]: e for e in entries}
+    (traceback,) = {e["source"] for t, e in by_text.items() if t.startswith("Traceback")}
+    assert traceback == "stderr"
+    aborted = [e for t, e in by_text.items() if "Coordinator aborted" in t]
+    assert aborted and all(e["level"].endswith("ERROR") for e in aborted)
+    if log_format == "newest":
+        retried = [e for t, e in by_text.items() if "task error 1/3" in t]
+        assert retried and all(e["level"].endswith("WARNING") for e in retried)
+        assert all(re.match(r"W\d{8} [\d:]{8} zephyr\.execution\.coordinator Shard", e["data"])
+                   for e in retried)  # fmt: skip
+        driver = [e for e in entries if e["key"].startswith(f"{job}/0:")]
+        assert driver and all(" zephyr.execution " in e["data"] for e in driver)
 
 
 async def test_zombie_coordinator_dumps_only_idle_workers_and_logs_no_more_progress(
@@ -251,7 +352,7 @@ async def test_oom_straggler_cycles_the_last_shard_between_in_flight_and_queued(
     tails = {(m["done"], m["inflight"], m["queued"]) for m in found if m and m["done"] == "4999"}
     assert tails == {("4999", "1", "0"), ("4999", "0", "1")}, tails
     workers = await iris.child(job, "workers")
-    errors = await iris.logs(workers, lines=2000, includeChildren=True, minLevel="ERROR")
+    errors = await iris.logs(workers, lines=2000, include_children=True, min_level="ERROR")
     ooms = [e for e in errors if "CUDA out of memory" in e["data"]]
     assert len(ooms) == 2, [e["data"] for e in errors]
     attempts = {t["taskId"]: int(t.get("currentAttemptId", 0)) for t in await iris.tasks(workers)}
@@ -270,10 +371,7 @@ async def test_repeated_failure_repeats_one_traceback_until_the_job_fails(iris: 
     errs = [m for m in errs if m]
     assert [m[3] for m in errs] == ["1", "2", "3"] and len({m[1] for m in errs}) == 1
     workers = await iris.child(job, "workers")
-    tracebacks = [
-        e["data"]
-        for e in await iris.logs(workers, lines=5000, includeChildren=False, substring="Error")
-    ]
+    tracebacks = [e["data"] for e in await iris.logs(workers, lines=5000, substring="Error")]
     assert len(set(tracebacks)) == 1 and len(tracebacks) == 3
     assert (await iris.rpc("GetJobStatus", {"jobId": job}))["job"]["state"] == "JOB_STATE_FAILED"
 
@@ -449,43 +547,96 @@ async def test_next_scenario_is_what_launch_job_plays(iris: Iris) -> None:
     assert iris.emu.controller.jobs["/alice/next"].scenario.name == "hung-busy"
 
 
-async def test_get_task_logs_can_be_absent_like_the_newest_iris(iris: Iris) -> None:
+async def test_logs_are_served_only_through_the_log_server_proxy_as_the_controller_does(
+    iris: Iris,
+) -> None:
     job = await iris.job("nl", "healthy")
-    await iris.control("get-task-logs", {"enabled": False})
-    gone = await iris.http.post(f"{CTL}/GetTaskLogs", json={"id": job})
-    assert gone.status_code == 404 and gone.json()["code"] == "unimplemented"
     await iris.forward(60)
     coord = await iris.child(job, "coord")
-    fetched = await iris.http.post(
-        "/iris.logging.LogService/FetchLogs",
-        json={"source": f"{coord}/0:", "matchScope": "MATCH_SCOPE_PREFIX", "maxLines": 5},
-    )
+    # No GetTaskLogs (the Connect app's 404, no body), no LogService at the controller's own
+    # paths (the web server's plain "Not Found").
+    gone = await iris.http.post(GET_TASK_LOGS, json={"id": f"{coord}/0"})
+    assert (gone.status_code, gone.content) == (404, b"")
+    for path in (FETCH_LOGS, FINELOG_FETCH_LOGS):
+        direct = await iris.http.post(path, json={"source": f"{coord}/0:0"})
+        assert (direct.status_code, direct.text) == (404, "Not Found")
+    body = {"source": f"{coord}/0:", "matchScope": "MATCH_SCOPE_PREFIX", "maxLines": 5}
+    fetched = await iris.http.post(PROXIED_FETCH_LOGS, json=body)
     assert fetched.status_code == 200 and len(fetched.json()["entries"]) == 5
     cursor = fetched.json()["cursor"]
-    more = await iris.http.post(
-        "/iris.logging.LogService/FetchLogs",
-        json={"source": f"{coord}/0:", "matchScope": "MATCH_SCOPE_PREFIX", "cursor": cursor},
-    )
+    more = await iris.http.post(PROXIED_FETCH_LOGS, json={**body, "cursor": cursor})
     assert int(more.json()["entries"][0]["seq"]) > int(cursor)
+    # Only finelog's LogService is behind the proxy.
+    other = await iris.http.post(f"/proxy/system.log-server{CTL}/ListJobs", json={})
+    assert other.status_code == 404
+    assert iris.emu.state()["log_routes"] == ["proxy"]
 
 
-async def test_bearer_token_mode_refuses_strangers_and_names_jobs_for_the_subject() -> None:
+async def test_the_older_log_routes_are_offered_when_asked_for(iris: Iris) -> None:
+    job = await iris.job("older", "healthy")
+    await iris.forward(60)
+    coord = await iris.child(job, "coord")
+    answer = await iris.control("log-routes", {"routes": ["get_task_logs", "fetch_logs"]})
+    assert answer == {"log_routes": ["get_task_logs", "fetch_logs"]}
+    got = await iris.rpc("GetTaskLogs", {"id": f"{coord}/0", "maxTotalLines": 3})
+    assert len(got["taskLogs"][0]["logs"]) == 3
+    for path in (FETCH_LOGS, FINELOG_FETCH_LOGS):
+        fetched = await iris.http.post(path, json={"source": f"{coord}/0:0", "maxLines": 3})
+        assert fetched.status_code == 200 and len(fetched.json()["entries"]) == 3
+    proxied = await iris.http.post(PROXIED_FETCH_LOGS, json={"source": f"{coord}/0:0"})
+    assert proxied.status_code == 404
+    refused = await iris.http.post("/control/log-routes", json={"routes": ["grpc"]})
+    assert refused.status_code == 400 and "grpc" in refused.json()["error"]
+
+
+async def test_bearer_token_mode_refuses_strangers_and_roots_jobs_under_the_subject() -> None:
     emu = await start_emulator(
         IrisEmulatorConfig(tokens={"s3cret": "bob"}, settle_interval=0), ManualWallClock()
     )
+    bob = {"Authorization": "Bearer s3cret"}
     try:
         async with httpx.AsyncClient(base_url=emu.url) as http:
             for headers in ({}, {"Authorization": "Bearer wrong"}):
                 answer = await http.post(f"{CTL}/ListJobs", json={}, headers=headers)
                 assert answer.status_code == 401 and answer.json()["code"] == "unauthenticated"
-            ok = await http.post(
-                f"{CTL}/LaunchJob",
-                json={"name": "mine"},
-                headers={"Authorization": "Bearer s3cret"},
-            )
+            me = await http.post(f"{CTL}/GetCurrentUser", json={}, headers=bob)
+            assert me.json() == {"userId": "bob", "role": "user"}
+            # A caller who is not an admin launches its root jobs under its own user.
+            ok = await http.post(f"{CTL}/LaunchJob", json={"name": "/alice/mine"}, headers=bob)
             assert ok.json() == {"jobId": "/bob/mine"}
+            bare = await http.post(f"{CTL}/LaunchJob", json={"name": "mine"}, headers=bob)
+            assert bare.status_code == 500 and bare.json()["code"] == "internal"
+        token = IrisToken(environ={TOKEN_ENV: "s3cret"})
+        async with IrisController(emu.url, token=token, timeout=5) as client:
+            assert await client.launch_job(LaunchJobRequest(name="theirs")) == "/bob/theirs"
     finally:
         await emu.stop()
+
+
+async def test_get_current_user_and_a_bare_launch_name_fail_as_the_controller_does(
+    iris: Iris,
+) -> None:
+    assert await iris.rpc("GetCurrentUser", {}) == {"userId": "anonymous", "role": "admin"}
+    message = "RPC LaunchJob: Job name must use canonical '/<user>/<job>[...]' format: tokenize"
+    refused = await iris.http.post(f"{CTL}/LaunchJob", json={"name": "tokenize"})
+    assert refused.status_code == 500
+    body = ConnectErrorBody.model_validate(refused.json())
+    assert (body.code, body.message) == ("internal", message)
+    details = body.error_details()
+    assert details is not None
+    assert (details.exception_type, details.message) == ("builtins.ValueError", message)
+    empty = await iris.http.post(f"{CTL}/LaunchJob", json={"name": "/alice//x"})
+    assert empty.status_code == 500 and "empty or whitespace-only component" in empty.text
+    nameless = await iris.http.post(f"{CTL}/LaunchJob", json={"name": ""})
+    assert nameless.status_code == 400 and nameless.json()["message"] == "Job name is required"
+    assert [(a["method"], a["job_id"], a["outcome"]) for a in iris.emu.actions_json()] == [
+        ("LaunchJob", "tokenize", "internal"),
+        ("LaunchJob", "/alice//x", "internal"),
+    ]
+    assert iris.emu.controller.jobs == {}
+    # keeper's client asks who it is and sends the canonical name.
+    async with IrisController(iris.emu.url, timeout=5) as client:
+        assert await client.launch_job(LaunchJobRequest(name="tokenize")) == "/anonymous/tokenize"
 
 
 async def test_the_same_seed_gives_the_same_names(iris: Iris) -> None:
@@ -501,9 +652,13 @@ async def test_the_same_seed_gives_the_same_names(iris: Iris) -> None:
     assert names == first
 
 
-def test_parse_args_takes_port_tokens_and_the_get_task_logs_knob() -> None:
-    config = parse_args(["--port", "10001", "--token", "t=bob", "--no-get-task-logs"])
-    assert (config.port, dict(config.tokens), config.get_task_logs) == (10001, {"t": "bob"}, False)
+def test_parse_args_takes_port_tokens_and_the_log_routes() -> None:
+    config = parse_args(["--port", "10001", "--token", "t=bob", "--log-routes", "proxy,fetch_logs"])
+    assert (config.port, dict(config.tokens)) == (10001, {"t": "bob"})
+    assert config.log_routes == ("fetch_logs", "proxy")
+    assert parse_args([]).log_routes == ("proxy",)
+    with pytest.raises(SystemExit):
+        parse_args(["--log-routes", "grpc"])
 
 
 async def test_not_found_is_a_connect_error(iris: Iris) -> None:
@@ -756,7 +911,7 @@ async def test_fetch_logs_matches_exact_keys_regexes_and_levels(iris: Iris) -> N
     coord = await iris.child(job, "coord")
 
     async def fetch(**body: Any) -> list[dict[str, Any]]:
-        answer = await iris.http.post("/iris.logging.LogService/FetchLogs", json=body)
+        answer = await iris.http.post(PROXIED_FETCH_LOGS, json=body)
         assert answer.status_code == 200, answer.text
         return list(answer.json()["entries"])
 
@@ -770,6 +925,7 @@ async def test_fetch_logs_matches_exact_keys_regexes_and_levels(iris: Iris) -> N
 
 
 async def test_get_task_logs_with_children_covers_the_tree_and_their_statuses(iris: Iris) -> None:
+    await iris.control("log-routes", {"routes": ["get_task_logs"]})
     job = await iris.job("tree", "healthy")
     await iris.forward(60)
     answer = await iris.rpc(
@@ -874,16 +1030,24 @@ async def test_get_task_status_and_the_finelog_fetch_logs_path_answer_too(iris: 
     task = (await iris.rpc("GetTaskStatus", {"taskId": f"{coord}/0"}))["task"]
     assert task["taskId"] == f"{coord}/0" and task["state"] == "TASK_STATE_RUNNING"
     fetched = await iris.http.post(
-        "/finelog.logging.LogService/FetchLogs",
+        PROXIED_FETCH_LOGS,
         json={"source": f"{coord}/0:0", "matchScope": "MATCH_SCOPE_EXACT", "maxLines": 3},
     )
     assert fetched.status_code == 200 and len(fetched.json()["entries"]) == 3
 
 
-async def test_keepers_iris_client_reads_the_emulator_with_get_task_logs_absent(
-    iris: Iris,
+@pytest.mark.parametrize(
+    ("routes", "route"),
+    [
+        (["proxy"], LogRoute.PROXIED_FETCH_LOGS),
+        (["fetch_logs"], LogRoute.FETCH_LOGS),
+        (["get_task_logs", "fetch_logs", "proxy"], LogRoute.GET_TASK_LOGS),
+    ],
+)
+async def test_keepers_iris_client_reads_the_emulator_by_the_log_route_it_offers(
+    iris: Iris, routes: list[str], route: LogRoute
 ) -> None:
-    await iris.control("get-task-logs", {"enabled": False})
+    await iris.control("log-routes", {"routes": routes})
     job = await iris.job("client", "killed-retry")
     await iris.forward(400)
     async with IrisController(iris.emu.url, timeout=2) as client:
@@ -891,14 +1055,15 @@ async def test_keepers_iris_client_reads_the_emulator_with_get_task_logs_absent(
         assert kids == set(await iris.children(job))
         coord = await iris.child(job, "coord", 1)
         page = await client.task_logs(coord, tail=True, max_lines=50)
-        assert page.route.value.endswith("/FetchLogs") and len(page.entries) == 50
+        assert page.route is route and len(page.entries) == 50
+        assert client.log_route is route
         assert "_wait_for_stage" in await client.profile_threads(f"{coord}/0")
         assert (await client.exec_in_container(f"{coord}/0", PROC_STAT_COMMAND)).ok
         with pytest.raises(JobNotFound):
             await client.get_job_status("/alice/ghost")
-        await client.launch_job(LaunchJobRequest(name="/alice/again"))
+        await client.launch_job(LaunchJobRequest(name=f"/alice/again-{len(routes)}"))
         with pytest.raises(IrisAlreadyExists):
-            await client.launch_job(LaunchJobRequest(name="/alice/again"))
+            await client.launch_job(LaunchJobRequest(name=f"/alice/again-{len(routes)}"))
         await iris.control("faults", {"mode": "unavailable"})
         with pytest.raises(IrisUnavailable):
             await client.list_tasks(coord)
@@ -926,9 +1091,9 @@ async def test_times_are_stamped_on_the_wall_clock_as_iris_would_never_the_scena
     assert now - max(stamps) < 0.1  # a progress line every 1.5 scenario seconds
     # 1.5 scenario seconds apart is 25 wall milliseconds apart.
     assert all(0 < b - a < 0.05 for a, b in itertools.pairwise(stamps)), stamps
-    # The coordinator's own logging prefix (`I1201 12:00:05.123`) tells the same clock.
+    # The coordinator's own logging prefix (`I20270115 08:00:05`) tells the same clock.
     newest = datetime.fromtimestamp(max(stamps), UTC)
-    assert progress[-1]["data"].startswith(f"I{newest:%m%d %H:%M:%S}"), progress[-1]["data"]
+    assert progress[-1]["data"].startswith(f"I{newest:%Y%m%d %H:%M:%S}"), progress[-1]["data"]
 
     status = (await iris.rpc("GetJobStatus", {"jobId": job}))["job"]
     assert launched <= _ms(status["submittedAt"]) <= _ms(status["startedAt"]) <= now, status
@@ -1061,6 +1226,33 @@ async def test_keepers_client_lists_six_thousand_children_within_the_caps(iris: 
     assert latest is not None and latest.coord is not None and latest.workers is not None
 
 
+async def test_job_and_task_shapes_are_the_controllers(iris: Iris) -> None:
+    """ListTasks of an unknown job is an empty answer, not not_found; GetJobStatus never fills
+    `tasks`; taskStateCounts is keyed by the lowercase state; ListTasks shows a task's
+    current attempt and only its latest failed one before it (GetTaskStatus: every attempt);
+    a terminated job counts each started attempt it killed as a preemption."""
+    assert await iris.rpc("ListTasks", {"jobId": "/alice/ghost"}) == {}
+    refused = await iris.http.post(f"{CTL}/ListTasks", json={})
+    assert refused.status_code == 400 and refused.json()["code"] == "invalid_argument"
+    job = await iris.job("shapes", "repeated-failure")
+    await iris.forward(310)  # two shards failed (200 s, 260 s): the culprit is on attempt 2
+    status = (await iris.rpc("GetJobStatus", {"jobId": job}))["job"]
+    assert "tasks" not in status and status["taskStateCounts"] == {"running": 1}
+    workers = await iris.child(job, "workers")
+    listed = {t["taskId"]: t for t in await iris.tasks(workers)}
+    (culprit,) = [t for t in listed.values() if t["currentAttemptId"] > 0]
+    assert [a.get("attemptId", 0) for a in culprit["attempts"]] == [1, 2]
+    assert culprit["attempts"][0]["state"] == "TASK_STATE_FAILED"
+    full = (await iris.rpc("GetTaskStatus", {"taskId": culprit["taskId"]}))["task"]
+    assert [a.get("attemptId", 0) for a in full["attempts"]] == [0, 1, 2]
+    other = await iris.job("ended", "healthy")
+    await iris.forward(60)
+    await iris.rpc("TerminateJob", {"jobId": other})
+    status = (await iris.rpc("GetJobStatus", {"jobId": other}))["job"]
+    assert status["state"] == "JOB_STATE_KILLED" and status["preemptionCount"] == 1
+    assert status["taskStateCounts"] == {"killed": 1}
+
+
 # --- preemption -------------------------------------------------------------------------------
 
 
@@ -1086,7 +1278,10 @@ async def test_a_preempted_task_is_pending_again_while_its_budget_lasts_then_pre
     status = await iris.rpc("GetJobStatus", {"jobId": job})
     (root,) = await iris.tasks(job)
     assert root["state"] == "TASK_STATE_PREEMPTED"
-    assert [a["state"] for a in root["attempts"]] == ["TASK_STATE_PREEMPTED"] * 2
+    # ListTasks shows the current attempt (and only failed earlier ones); GetTaskStatus all.
+    assert [a["state"] for a in root["attempts"]] == ["TASK_STATE_PREEMPTED"]
+    task = (await iris.rpc("GetTaskStatus", {"taskId": root["taskId"]}))["task"]
+    assert [a["state"] for a in task["attempts"]] == ["TASK_STATE_PREEMPTED"] * 2
     assert status["job"]["state"] == "JOB_STATE_WORKER_FAILED"
     assert status["job"]["error"] == "Preempted by /ops/priority-eval"
     assert status["job"]["preemptionCount"] == 2 and "finishedAt" in status["job"]

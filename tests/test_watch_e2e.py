@@ -312,7 +312,7 @@ async def test_the_session_total_alone_never_makes_a_stall_when_proc_cannot_be_r
     3 s), and nothing proposed on it."""
     async with watch_world(dev_env.client) as w:
         job = w.launch("cpu-bound-quiet", proc_stat="denied")
-        w.emu.set_fault("unavailable", None, ["ProfileTask", "GetTaskLogs"])
+        w.emu.set_fault("unavailable", None, ["ProfileTask", "FetchLogs"])
         handle = await w.watch(job)
         view = await w.until_view(handle, lambda v: v.checks >= 15, within=60, what="15 checks")
         assert "stalled" not in verdicts(view), view.timeline

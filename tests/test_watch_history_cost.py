@@ -21,7 +21,15 @@ from domain.watch.cadence import CadencePolicy
 from domain.watch.calls import Observation, ObserveCall
 from domain.watch.models import APPROVE_UPDATE, Decision, Proposal, ProposalState, WatchView
 from domain.watch.policy import WatchPolicy
-from tests.test_watch_races import alert, notify, relaunch, stop, watching, zombie
+from tests.test_watch_races import (
+    alert,
+    notify,
+    prepare_relaunch,
+    relaunch,
+    stop,
+    watching,
+    zombie,
+)
 from tests.watch_world import FAST_LIVENESS, watch_world
 
 pytestmark = pytest.mark.e2e
@@ -84,7 +92,7 @@ async def zombie_check(call: ObserveCall) -> Observation:
 async def test_an_approval_ends_the_wait_for_the_next_check_at_once(
     dev_env: WorkflowEnvironment,
 ) -> None:
-    activities = [slow_policy, zombie_check, notify, alert, stop, relaunch]
+    activities = [slow_policy, zombie_check, notify, alert, stop, prepare_relaunch, relaunch]
     async with watching(dev_env.client, activities) as handle:
         # The zombie is proposed for a restart in the smoke checks; then the watch waits
         # five minutes for its next check, and the approval lands in that wait.

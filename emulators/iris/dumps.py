@@ -1,4 +1,7 @@
-"""Thread dumps in py-spy `dump` format, as ProfileTask(threads) returns them."""
+"""Thread dumps in py-spy `dump` format, as ProfileTask(threads) returns them: py-spy 0.4 on a
+Python 3.11+ worker, so a method is named by its qualified name (`Condition.wait`,
+`ZephyrCoordinator._wait_for_stage`), a thread by its OS thread id in decimal (the main
+thread's is the process id), after a `Process N: <cmdline>` and a `Python v3.x` line."""
 
 from __future__ import annotations
 
@@ -7,19 +10,26 @@ from emulators.iris.timeline import DumpKind
 _HEADER = "Process {pid}: {cmd}\nPython v3.11.9 (/usr/bin/python3.11)\n"
 
 
-def _thread(ident: int, status: str, name: str, frames: list[str]) -> str:
+# Thread n of a process: the main thread (1) has the process's id; the others come later.
+_THREAD_ID_BASE = 40
+
+
+def _thread(ident: int, status: str, name: str, frames: list[str], pid: int = 7) -> str:
     body = "".join(f"    {frame}\n" for frame in frames)
-    return f'Thread 0x7F{ident:08X} ({status}): "{name}"\n{body}'
+    tid = pid if ident == 1 else pid + _THREAD_ID_BASE + ident
+    return f'Thread {tid} ({status}): "{name}"\n{body}'
 
 
-_MAIN = ["wait (threading.py:331)", "serve_forever (iris/actor/server.py:88)"]
-_LOOP = ["_coordinator_loop (zephyr/execution.py:233)", "run (threading.py:982)"]
+_RUN = ["Thread.run (threading.py:982)", "Thread._bootstrap_inner (threading.py:1045)"]
+_MAIN = ["Condition.wait (threading.py:331)", "ActorServer.serve_forever (iris/actor/server.py:88)"]
+_LOOP = ["ZephyrCoordinator._coordinator_loop (zephyr/execution.py:233)", *_RUN]
 _WAIT_STAGE = [
-    "_wait_for_stage (zephyr/execution.py:412)",
-    "run_pipeline (zephyr/execution.py:380)",
+    "ZephyrCoordinator._wait_for_stage (zephyr/execution.py:412)",
+    "ZephyrCoordinator.run_pipeline (zephyr/execution.py:380)",
     "_worker (concurrent/futures/thread.py:83)",
+    *_RUN,
 ]
-_IDLE_POOL = ["_worker (concurrent/futures/thread.py:83)", "run (threading.py:982)"]
+_IDLE_POOL = ["_worker (concurrent/futures/thread.py:83)", *_RUN]
 
 
 def coordinator_dump(kind: DumpKind, pid: int = 7) -> str:
@@ -32,7 +42,7 @@ def coordinator_dump(kind: DumpKind, pid: int = 7) -> str:
         threads.append(_thread(4, "idle", "actor-method_1", _IDLE_POOL))
     else:
         threads += [_thread(3 + i, "idle", f"actor-method_{i}", _IDLE_POOL) for i in range(3)]
-    return _HEADER.format(pid=pid, cmd="python -m zephyr.coordinator") + "\n" + "\n".join(threads)
+    return _HEADER.format(pid=pid, cmd="python -m zephyr.coordinator") + "\n" + "".join(threads)
 
 
 def worker_dump(worker_id: str, busy: bool, in_shard: bool = False, pid: int = 7) -> str:
@@ -43,9 +53,9 @@ def worker_dump(worker_id: str, busy: bool, in_shard: bool = False, pid: int = 7
             "active+gil" if busy else "idle",
             f"zephyr-poll-{worker_id}",
             [
-                "_execute_shard (zephyr/worker.py:212)",
-                "_poll_loop (zephyr/worker.py:140)",
-                "run (threading.py:982)",
+                "ZephyrWorker._execute_shard (zephyr/worker.py:212)",
+                "ZephyrWorker._poll_loop (zephyr/worker.py:140)",
+                *_RUN,
             ],
         )
     else:
@@ -53,16 +63,16 @@ def worker_dump(worker_id: str, busy: bool, in_shard: bool = False, pid: int = 7
             2,
             "idle",
             f"zephyr-poll-{worker_id}",
-            ["_poll_loop (zephyr/worker.py:140)", "run (threading.py:982)"],
+            ["ZephyrWorker._poll_loop (zephyr/worker.py:140)", *_RUN],
         )
     beat = _thread(
         3,
         "idle",
         f"zephyr-hb-{worker_id}",
-        ["_heartbeat_loop (zephyr/worker.py:96)", "run (threading.py:982)"],
+        ["ZephyrWorker._heartbeat_loop (zephyr/worker.py:96)", *_RUN],
     )
     threads = [_thread(1, "idle", "MainThread", _MAIN), poll, beat]
-    return _HEADER.format(pid=pid, cmd="python -m zephyr.worker") + "\n" + "\n".join(threads)
+    return _HEADER.format(pid=pid, cmd="python -m zephyr.worker") + "\n" + "".join(threads)
 
 
 def driver_dump(pid: int = 7) -> str:
@@ -70,7 +80,11 @@ def driver_dump(pid: int = 7) -> str:
         1,
         "idle",
         "MainThread",
-        ["wait (threading.py:331)", "execute (zephyr/execution.py:520)", "<module> (main.py:40)"],
+        [
+            "Condition.wait (threading.py:331)",
+            "ZephyrContext.execute (zephyr/execution.py:520)",
+            "<module> (main.py:40)",
+        ],
     )
     return _HEADER.format(pid=pid, cmd="python main.py") + "\n" + main
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import random
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -82,11 +83,36 @@ class TaskIds:
         return f"{self.job_id}/{self.plan.group(attempt, 'workers', pipeline)}"
 
 
-def prefixed(level: str, t_unix: float, text: str, source_file: str = "execution.py:233") -> str:
-    """The logging prefix the newer coordinators write: `I1201 12:00:05.123 file:line] `."""
+COORDINATOR_LOGGER = "zephyr.execution.coordinator"
+DRIVER_LOGGER = "zephyr.execution"
+WORKER_LOGGER = "zephyr.execution.worker"
+
+
+def prefixed(level: str, t_unix: float, text: str, logger: str = COORDINATOR_LOGGER) -> str:
+    """A line in the format iris's callable runner sets up for the Python a task runs (zephyr's
+    actors and driver), written on stderr: `I20261204 17:09:01 zephyr.execution.coordinator `,
+    the level's letter, the date and time, the logger's name."""
     when = datetime.fromtimestamp(t_unix, UTC)
-    stamp = when.strftime("%m%d %H:%M:%S.") + f"{when.microsecond // 1000:03d}"
-    return f"{level[0]}{stamp} {source_file}] {text}"
+    return f"{level[0]}{when:%Y%m%d %H:%M:%S} {logger} {text}"
+
+
+_LEVEL_LETTER = re.compile(r"^([DIWEC])\d")
+_LETTER_LEVELS = {"D": "DEBUG", "I": "INFO", "W": "WARNING", "E": "ERROR", "C": "CRITICAL"}
+
+
+def classify_level(source: str, data: str) -> str:
+    """A line's level as iris gives it: a leading level letter followed by a digit decides
+    (`I20261204 ...`); else stdout is INFO, stderr ERROR, any other stream UNKNOWN."""
+    match = _LEVEL_LETTER.match(data)
+    if match:
+        return _LETTER_LEVELS[match.group(1)]
+    return {"stdout": "INFO", "stderr": "ERROR"}.get(source, "UNKNOWN")
+
+
+def unprefixed_source(level: str) -> str:
+    """The stream a line without a level prefix goes to so iris reads it at about `level`:
+    errors on stderr, anything else (a warning too: iris has no other way) on stdout."""
+    return "stderr" if level_rank(level) >= level_rank("ERROR") else "stdout"
 
 
 def progress_line(s: Scenario, exec_id: str, p: Progress, alive: int, registered: int) -> str:
@@ -335,9 +361,11 @@ class JobLog:
             )
             rows.extend(self._attempt_rows(attempt, prev, t, k, rng))
         rows.sort(key=lambda row: row[0])
+        # The level is iris's reading of the line (its letter, else its stream), whatever
+        # the scenario meant.
         return [
-            Line(k * SLOTS + j, task, att, at, src, lvl, text)
-            for j, (at, task, att, src, lvl, text) in enumerate(rows[:SLOTS])
+            Line(k * SLOTS + j, task, att, at, src, classify_level(src, text), text)
+            for j, (at, task, att, src, _, text) in enumerate(rows[:SLOTS])
         ]
 
     def _moment(self, k: int) -> Moment:
@@ -350,7 +378,8 @@ class JobLog:
         if event.who == "root":
             if _ended_before(now.root.finished, event.t):
                 return None
-            return (event.t, self.ids.root, event.attempt, event.source, event.level, event.text)
+            text, source = self._python_line(event.level, event.t, event.text, DRIVER_LOGGER)
+            return (event.t, self.ids.root, event.attempt, source, event.level, text)
         key = (event.pipeline, event.attempt)
         attempt = next((a for a in now.attempts if a.key == key), None)
         if attempt is None:
@@ -358,9 +387,10 @@ class JobLog:
         author = attempt.coord if event.who == "coord" else attempt.workers[event.worker]
         if _ended_before(author.finished, event.t):
             return None
+        source = event.source
         if event.who == "coord":
             task, att = self.ids.coord(*key), attempt.coord.attempt
-            text = self._coord_text(event.level, event.t, event.text)
+            text, source = self._python_line(event.level, event.t, event.text)
         else:
             task = f"{self.ids.workers(*key)}/{event.worker}"
             worker = attempt.workers[event.worker]
@@ -368,12 +398,25 @@ class JobLog:
             att = next((h.attempt for h in worker.history if (h.finished or 0) >= event.t), None)
             att = worker.attempt if att is None else att
             text = event.text
-        return (event.t, task, att, event.source, event.level, text)
+            if source == "stdout":  # zephyr's worker logging (a traceback is bare on stderr)
+                text, source = self._python_line(event.level, event.t, text, WORKER_LOGGER)
+        return (event.t, task, att, source, event.level, text)
 
-    def _coord_text(self, level: str, t: float, text: str) -> str:
+    def _python_line(
+        self, level: str, t: float, text: str, logger: str = COORDINATOR_LOGGER
+    ) -> tuple[str, str]:
+        """(text, stream) of a line zephyr logs: in iris's format on stderr; in the oldest
+        format, bare, on the stream that gives about its level."""
         if self.s.log_format == "oldest":
-            return text
-        return prefixed(level, self.stamp(t), text)
+            return text, unprefixed_source(level)
+        return prefixed(level, self.stamp(t), text, logger), "stderr"
+
+    def _coord_row(
+        self, at: float, task: str, attempt: int, t: float, text: str
+    ) -> tuple[float, str, int, str, str, str]:
+        """A coordinator's INFO line written at `at`, stamped as of `t`."""
+        line, source = self._python_line("INFO", t, text)
+        return (at, task, attempt, source, "INFO", line)
 
     def _attempt_rows(
         self,
@@ -396,18 +439,10 @@ class JobLog:
             stage = prev.progress
             finished = Progress(stage.stage_index, stage.stage, stage.total, stage.total, 0, 0)
             text = progress_line(self.s, exec_id, finished, alive, registered)
-            yield (
-                t - 0.002,
-                coord,
-                a.coord.attempt,
-                "stdout",
-                "INFO",
-                self._coord_text("INFO", t, text),
-            )
+            yield self._coord_row(t - 0.002, coord, a.coord.attempt, t, text)
             if a.completed_stages == len(self.s.stages):
                 done = f"[{exec_id}] Execution complete: {len(self.s.stages)} stages"
-                yield (t - 0.001, coord, a.coord.attempt, "stdout", "INFO",
-                       self._coord_text("INFO", t, done))  # fmt: skip
+                yield self._coord_row(t - 0.001, coord, a.coord.attempt, t, done)
         if a.progress is not None and a.coord.state == "RUNNING" and a.progress_lines:
             if (
                 prev is None
@@ -415,12 +450,10 @@ class JobLog:
                 or (prev.progress.stage_index != a.progress.stage_index)
             ):
                 start = f"[{exec_id}] Starting stage {a.progress.stage} ({a.progress.total} shards)"
-                yield (t - 0.0015, coord, a.coord.attempt, "stdout", "INFO",
-                       self._coord_text("INFO", t, start))  # fmt: skip
+                yield self._coord_row(t - 0.0015, coord, a.coord.attempt, t, start)
             if self._beats(t, k):
                 text = progress_line(self.s, exec_id, a.progress, alive, registered)
-                yield (t, coord, a.coord.attempt, "stdout", "INFO",
-                       self._coord_text("INFO", t, text))  # fmt: skip
+                yield self._coord_row(t, coord, a.coord.attempt, t, text)
         if a.noise and a.coord.state == "RUNNING":
             n = self.s.noise_ratio
             for i in range(n):

@@ -22,6 +22,7 @@ from emulators.iris.dumps import dump_for
 from emulators.iris.launch import launch_refusal, status_request
 from emulators.iris.logs import Line, level_rank
 from emulators.iris.state import Controller, IrisError, JobView, RootJob, TaskView
+from emulators.iris.timeline import TaskMoment
 from wire.iris import messages as msg
 from wire.iris.codec import from_wire, to_wire
 from wire.iris.connect import (
@@ -107,8 +108,26 @@ def _ts(root: RootJob, t: float | None) -> msg.Timestamp | None:
     return msg.Timestamp(epoch_ms=int(root.wall_of(t) * 1000))
 
 
-def task_status(root: RootJob, task: TaskView) -> msg.TaskStatus:
+# The earlier attempts ListTasks shows beside the current one: the latest of each of these
+# states (the controller's listing reads no more).
+_LISTED_FAILURES = frozenset({"FAILED", "WORKER_FAILED"})
+
+
+def _listed(m: TaskMoment) -> list[TaskMoment]:
+    """The ended attempts ListTasks returns: the current one (a task PENDING for its retry
+    still points at the attempt that ended), and of the earlier ones the latest FAILED and
+    the latest WORKER_FAILED, oldest first. GetTaskStatus returns them all."""
+    latest = {h.state: h for h in m.history if h.state in _LISTED_FAILURES}
+    kept = {h.attempt: h for h in latest.values()}
+    kept.update({h.attempt: h for h in m.history if h.attempt == m.attempt})
+    return [kept[attempt] for attempt in sorted(kept)]
+
+
+def task_status(root: RootJob, task: TaskView, listing: bool = False) -> msg.TaskStatus:
+    """A task as GetTaskStatus shows it (every attempt), or, `listing`, as ListTasks does:
+    its current attempt and only the latest FAILED and WORKER_FAILED of the earlier ones."""
     m = task.moment
+    earlier = _listed(m) if listing else m.history
     attempts = [
         msg.TaskAttempt(
             attempt_id=h.attempt,
@@ -119,7 +138,7 @@ def task_status(root: RootJob, task: TaskView) -> msg.TaskStatus:
             started_at=_ts(root, h.started),
             finished_at=_ts(root, h.finished),
         )
-        for h in m.history
+        for h in earlier
     ]
     fields: dict[str, Any] = {}
     if m.state != "PENDING":
@@ -154,25 +173,31 @@ def task_status(root: RootJob, task: TaskView) -> msg.TaskStatus:
     )
 
 
-_PREEMPTION_ENDS = frozenset({"PREEMPTED", "WORKER_FAILED"})
+_PREEMPTION_ENDS = frozenset({"PREEMPTED", "WORKER_FAILED", "KILLED"})
 
 
 def attempt_counts(view: JobView) -> tuple[int, int]:
-    """(failure_count, preemption_count) of a job: its tasks' attempts that ended FAILED,
-    and those that ended PREEMPTED or WORKER_FAILED (iris's two retry budgets)."""
+    """(failure_count, preemption_count) of a job, as the controller derives them from the
+    attempts: those that ended FAILED, and those that had started and ended PREEMPTED,
+    WORKER_FAILED or KILLED (a live attempt stopped from outside, a user's TerminateJob
+    among them, is a preemption)."""
     failures = preemptions = 0
     for task in view.tasks:
         m = task.moment
-        ended = [h.state for h in m.history] + ([m.state] if m.finished is not None else [])
-        failures += sum(1 for state in ended if state == "FAILED")
-        preemptions += sum(1 for state in ended if state in _PREEMPTION_ENDS)
+        ended = [*m.history, m] if m.finished is not None else list(m.history)
+        failures += sum(1 for a in ended if a.state == "FAILED")
+        preemptions += sum(
+            1 for a in ended if a.state in _PREEMPTION_ENDS and a.started is not None
+        )
     return failures, preemptions
 
 
 _ENDED_BADLY = frozenset({"FAILED", "KILLED", "WORKER_FAILED", "UNSCHEDULABLE"})
 
 
-def job_status(root: RootJob, view: JobView, with_tasks: bool = False) -> msg.JobStatus:
+def job_status(root: RootJob, view: JobView) -> msg.JobStatus:
+    """A JobStatus as the controller writes it: `taskStateCounts` keyed by the lowercase
+    state, `tasks` never filled (ListTasks lists them)."""
     counts: dict[str, int] = {}
     for task in view.tasks:
         key = task.moment.state.lower()
@@ -190,8 +215,6 @@ def job_status(root: RootJob, view: JobView, with_tasks: bool = False) -> msg.Jo
         fields["error"] = errors[0]
     if view.parent:
         fields["parent_job_id"] = view.parent
-    if with_tasks:
-        fields["tasks"] = [task_status(root, task) for task in view.tasks]
     failures, preemptions = attempt_counts(view)
     return msg.JobStatus(
         job_id=view.job_id,
@@ -288,7 +311,7 @@ class Service:
         fields: dict[str, Any] = {}
         if view.job_id == root.job_id:
             fields["request"] = msg.LaunchJobRequest.model_validate(status_request(root.stored))
-        return msg.GetJobStatusResponse(job=job_status(root, view, with_tasks=True), **fields)
+        return msg.GetJobStatusResponse(job=job_status(root, view), **fields)
 
     async def get_job_state(self, req: msg.GetJobStateRequest, caller: Caller) -> BaseModel:
         states: dict[str, JobState] = {}
@@ -301,12 +324,18 @@ class Service:
         return msg.GetJobStateResponse(states=states)
 
     async def list_tasks(self, req: msg.ListTasksRequest, caller: Caller) -> BaseModel:
+        """A job's tasks, as the controller lists them: nothing (no not_found) for a job it
+        does not know."""
         if not req.job_id:
-            tasks = [(r, t) for r, v in self.ctl.all_jobs() for t in v.tasks]
-        else:
+            raise IrisError("invalid_argument", "job_id is required")
+        parse_job_name(req.job_id)
+        try:
             root, view = self.ctl.find_job(req.job_id)
-            tasks = [(root, t) for t in view.tasks]
-        return msg.ListTasksResponse(tasks=[task_status(r, t) for r, t in tasks])
+        except IrisError as err:
+            if err.code != "not_found":
+                raise
+            return msg.ListTasksResponse()
+        return msg.ListTasksResponse(tasks=[task_status(root, t, listing=True) for t in view.tasks])
 
     async def get_task_status(self, req: msg.GetTaskStatusRequest, caller: Caller) -> BaseModel:
         root, task = self.ctl.find_task(req.task_id)
