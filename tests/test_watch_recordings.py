@@ -3,7 +3,8 @@
 tests/histories/2026-12-04-watch/, and since the watch-close-truthfully,
 watch-stragglers-escalate and watch-check-waits-in-activity patches
 tests/histories/2026-12-04-watch-checks/, and since the watch-relaunch-held-request and
-watch-preempted-terminal patches tests/histories/2026-12-04-watch-relaunch/). On demand, into a new folder:
+watch-preempted-terminal patches tests/histories/2026-12-04-watch-relaunch/). On demand, into
+a new folder:
 
     KEEPER_RECORD_HISTORIES=1 KEEPER_HISTORY_DIR=2026-12-01-watch \\
         pytest tests/test_watch_recordings.py
