@@ -325,8 +325,7 @@ class WatchObserver:
             kept = started_last(procs, MAX_PROCESSES_PER_TASK)
             if len(kept) < len(procs):
                 activity.logger.info(
-                    "%s: the exec listed %d processes (a host-wide view); kept the %d started "
-                    "last",
+                    "%s: the exec listed %d processes (a host-wide view); kept the %d started last",
                     t.task_id,
                     len(procs),
                     len(kept),
