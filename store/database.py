@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, unquote
 
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Engine, MetaData, create_engine, event
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import OperationalError, ProgrammingError
 
 from domain.common.secret_text import scrub
 
@@ -101,3 +102,21 @@ def open_engine(url: str, what: str = "store") -> Engine:
     if sqlite:
         event.listen(engine, "connect", _sqlite_pragmas)
     return engine
+
+
+# Tries of a schema creation that lost a race to another process creating the same tables.
+_CREATE_ROUNDS = 3
+
+
+def create_tables(metadata: MetaData, engine: Engine) -> None:
+    """`metadata.create_all`, safe against another process creating the same tables at once
+    (the dev stack's worker and reclaim tap open one database together): the existence check
+    and the CREATE are not one step, so the loser's CREATE fails "already exists"; its next
+    try finds the tables and creates nothing."""
+    for round_ in range(_CREATE_ROUNDS):
+        try:
+            metadata.create_all(engine)
+            return
+        except (OperationalError, ProgrammingError) as err:
+            if "already exists" not in str(err) or round_ == _CREATE_ROUNDS - 1:
+                raise

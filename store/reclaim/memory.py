@@ -32,7 +32,13 @@ from domain.reclaim.epoch import Observation
 from domain.reclaim.evidence import BeatEvidence, BeatReport, ReleaseTally
 from domain.reclaim.jobs import JobState
 from domain.reclaim.models import NODE_ID_RE, EpochState, Holding, KnownJob
-from store.database import StoreUnavailable, open_engine, redacted_url, without_password
+from store.database import (
+    StoreUnavailable,
+    create_tables,
+    open_engine,
+    redacted_url,
+    without_password,
+)
 from store.reclaim.records import AgentNode, CancelSend, DrainRecord
 from store.reclaim.schema import (
     cancels,
@@ -203,7 +209,7 @@ class ReclaimMemory:
         return self.engine.url.render_as_string(hide_password=True)
 
     def create_schema(self) -> None:
-        metadata.create_all(self.engine)
+        create_tables(metadata, self.engine)
         self._retry(self._seed_epoch)
 
     def close(self) -> None:

@@ -47,7 +47,13 @@ from domain.runners.status import (
     check_transition,
     on_lane,
 )
-from store.database import StoreUnavailable, open_engine, redacted_url, without_password
+from store.database import (
+    StoreUnavailable,
+    create_tables,
+    open_engine,
+    redacted_url,
+    without_password,
+)
 from store.database import normalise_url as _normalise_url
 from store.runners.schema import audit, instance_leases, leaks, metadata, reconcile_marks, runners
 
@@ -273,7 +279,7 @@ class RunnerStore:
         return self.engine.url.render_as_string(hide_password=True)
 
     def create_schema(self) -> None:
-        metadata.create_all(self.engine)
+        create_tables(metadata, self.engine)
 
     def close(self) -> None:
         self.engine.dispose()

@@ -16,7 +16,13 @@ from datetime import UTC, datetime
 from sqlalchemy import Column, DateTime, Engine, MetaData, String, Table, Text, insert, select
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
-from store.database import StoreUnavailable, open_engine, redacted_url, without_password
+from store.database import (
+    StoreUnavailable,
+    create_tables,
+    open_engine,
+    redacted_url,
+    without_password,
+)
 from wire.iris.codec import to_wire
 from wire.iris.messages import LaunchJobRequest
 
@@ -82,7 +88,7 @@ def open_launch_store(url: str) -> LaunchStore:
     postgresql://user@host/db."""
     engine = open_engine(url, "launch store")
     try:
-        metadata.create_all(engine)
+        create_tables(metadata, engine)
     except SQLAlchemyError as err:
         engine.dispose()
         raise StoreUnavailable(
