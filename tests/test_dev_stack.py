@@ -19,6 +19,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -29,6 +30,7 @@ from cli.context import KeeperContext
 from cli.dev import dev
 from cli.devstack.layout import plan, run_dir
 from cli.devstack.procs import PidRecord, pid_alive
+from cli.devstack.stack import lost_a_port_race
 from cli.emulator import emulator, render_state
 from runtime.dev_ports import PORT_OFFSETS, PORT_SPAN
 from runtime.settings import CONFIG_ENV, ENV_OVERRIDES, load_settings
@@ -605,3 +607,27 @@ def test_state_rendering_is_compact() -> None:
     assert "node-a" in text and "READY" in text
     assert "2 total, 2 booted, 1 phoned home" in text
     assert "API calls (4)" in text and "GetQueuedResource" in text
+
+
+@pytest.mark.parametrize(
+    ("name", "started_here", "log", "retry"),
+    [
+        # The dev server's own pick of its HTTP API port, taken by another process meanwhile.
+        ("temporal", True, "panic: runtime error: invalid memory address\n"
+         "go.temporal.io/server/service/frontend.NewHTTPAPIServer(0x1e6d4df19b08)", True),
+        ("temporal", True, "listen tcp 127.0.0.1:40967: bind: address already in use", True),
+        # A bad database or flag repeats: no second start.
+        ("temporal", True, "Error: unable to open database file", False),
+        ("temporal", False, "address already in use", False),  # not ours to restart
+        ("emulator", True, "address already in use", False),
+    ],
+)  # fmt: skip
+def test_only_a_dev_server_that_lost_a_port_race_is_started_again(
+    tmp_path: Path, name: str, started_here: bool, log: str, retry: bool
+) -> None:
+    log_file = tmp_path / f"{name}.log"
+    log_file.write_text(log + "\n")
+    running = SimpleNamespace(
+        component=SimpleNamespace(name=name, log_file=log_file), started_here=started_here
+    )
+    assert lost_a_port_race(running) is retry  # type: ignore[arg-type]

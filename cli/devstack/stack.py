@@ -184,6 +184,20 @@ class _Running:
         return pid_alive(self.record.pid)
 
 
+# What the Temporal dev server's log says when a port it picked itself was taken before it
+# bound it: a listener that failed, then a nil listener in the HTTP API server.
+_PORT_RACE = ("address already in use", "NewHTTPAPIServer")
+
+
+def lost_a_port_race(running: _Running) -> bool:
+    """Whether a Temporal dev server that died while starting lost a port to another process
+    (worth one more start), not a configuration or database problem (which would repeat)."""
+    if running.component.name != TEMPORAL or not running.started_here:
+        return False
+    text = "\n".join(tail(running.component.log_file, 200))
+    return any(sign in text for sign in _PORT_RACE)
+
+
 @dataclass
 class Stack:
     settings: Settings
@@ -552,8 +566,22 @@ class Stack:
     ) -> None:
         comp = running.component
         health = Health(False, "not checked yet")
+        retried = False
         while True:
             if not running.alive():
+                if not retried and lost_a_port_race(running):
+                    # The Temporal dev server picks its HTTP API and internal ports itself
+                    # (free when picked, not when bound): another process took one
+                    # meanwhile. Once more, with ports picked afresh.
+                    retried = True
+                    say(comp.name, "lost a race for a port it picked itself; starting it again")
+                    again = self._start(comp)
+                    running.record, running.proc, running.began = (
+                        again.record,
+                        again.proc,
+                        again.began,
+                    )
+                    continue
                 code = running.proc.returncode if running.proc else None
                 how = f"exited with code {code}" if code is not None else "is no longer running"
                 self._fail(running, f"{how} while starting")
