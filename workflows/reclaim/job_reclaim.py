@@ -27,7 +27,6 @@ from pydantic import ValidationError
 from temporalio import workflow
 from temporalio.common import VersioningBehavior
 from temporalio.exceptions import CancelledError
-from temporalio.workflow import ActivityCancellationType
 
 with workflow.unsafe.imports_passed_through():
     from activities.reclaim.reclaim import ReclaimActivities
@@ -65,10 +64,6 @@ with workflow.unsafe.imports_passed_through():
 # Runs past this patch lift their drain on every way out: a cancel while the drain call was
 # still running, a cancel or failure during the finish, any failure.
 CLEANUP_ON_EVERY_EXIT = "reclaim-cleanup-on-every-exit"
-# Runs past this patch wait, when cancelled, for a drain call already running to end before
-# lifting the drain: the call may still land its drain after the lift otherwise, and the drain
-# outlives the run.
-DRAIN_CANCEL_WAITS = "reclaim-drain-cancel-waits"
 # Runs past this patch alert an operator (keeper.alert) when they drain a node.
 ALERTS_DRAINED = "alerts-reclaim-drained"
 
@@ -261,15 +256,9 @@ class JobReclaim:
             return True
         reason = self._drain_reason(a)
         self._drain_requested = True
-        waits = workflow.patched(DRAIN_CANCEL_WAITS)
         result = await workflow.execute_activity_method(
             ReclaimActivities.drain,
             DrainCall(holding=inp.holding, workflow_id=workflow.info().workflow_id, reason=reason),
-            cancellation_type=(
-                ActivityCancellationType.WAIT_CANCELLATION_COMPLETED
-                if waits
-                else ActivityCancellationType.TRY_CANCEL
-            ),
             start_to_close_timeout=opts.NODE_START_TO_CLOSE,
             retry_policy=opts.NODE_RETRY,
             summary=f"drain {inp.holding.node}: holds job {inp.holding.job_id}",
