@@ -128,10 +128,9 @@ class WatchActions:
         """The request a relaunch sends (domain/watch/relaunch.py), and whether it was built
         on iris's shape of the job; refused when keeper holds nothing it may launch."""
         held = call.launch
-        if (held is None and call.command is None) or (held is not None and not held.complete):
-            problem = relaunch_problem(call.job_id, call.proposal, held, call.command)
-            raise ApplicationError(problem or "nothing to launch", type="IrisRefused",
-                                   non_retryable=True)  # fmt: skip
+        problem = relaunch_problem(call.job_id, call.proposal, held, call.command)
+        if problem is not None:
+            raise ApplicationError(problem, type="IrisRefused", non_retryable=True)
         if held is not None:
             base, from_iris = await self._held_request(held, call), False
         else:

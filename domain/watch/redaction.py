@@ -36,8 +36,7 @@ skip the key-like rules, so a job id or a commit hash stays; the prefixed keys a
 hidden. A secret-bearing name hides its value whatever it is, identifier or not.
 
 `environment.secrets` values are always hidden. iris keeps a job's argv as it was sent; its
-CLI hides the values of `-e KEY VALUE` in `submit_argv` before it sends them
-(`redact_submit_argv`).
+CLI hides the values of `-e KEY VALUE` in `submit_argv` before it sends them.
 """
 
 from __future__ import annotations
@@ -46,7 +45,7 @@ import itertools
 import math
 import re
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from pydantic import BaseModel
@@ -195,47 +194,6 @@ def redact_env(env: Mapping[str, str]) -> dict[str, str]:
     shown = redact_value(dict(env))
     assert isinstance(shown, dict)
     return {str(key): str(value) for key, value in shown.items()}
-
-
-def secret_env_names(env: Mapping[str, str]) -> list[str]:
-    """The names whose values iris would change: the environment's secrets, sorted."""
-    shown = redact_env(env)
-    return sorted(name for name, value in env.items() if shown[name] != value)
-
-
-# iris's CLI takes `-e KEY VALUE` / `--env-vars KEY VALUE`, also `-eKEY VALUE` and
-# `--env-vars=KEY VALUE`.
-_ENV_FLAG_LONG = "--env-vars"
-_ENV_FLAG_SHORT = "-e"
-
-
-def _env_flag(arg: str, following: str | None) -> tuple[str | None, int]:
-    """(the KEY of an env flag at `arg`, where its VALUE is relative to `arg`), or
-    (None, 0) when `arg` is no env flag."""
-    if arg in (_ENV_FLAG_LONG, _ENV_FLAG_SHORT):
-        return following, 2
-    if arg.startswith(_ENV_FLAG_LONG + "="):
-        return arg[len(_ENV_FLAG_LONG) + 1 :], 1
-    if arg.startswith(_ENV_FLAG_SHORT) and not arg.startswith("--") and len(arg) > 2:
-        return arg[2:], 1
-    return None, 0
-
-
-def redact_submit_argv(argv: Sequence[str]) -> list[str]:
-    """`submit_argv` as iris's CLI sends it: each `-e KEY VALUE`'s VALUE hidden whole under
-    a secret-bearing KEY, else its secrets hidden as text. Every other argument is kept."""
-    shown = list(argv)
-    at = 0
-    while at < len(shown):
-        key, offset = _env_flag(shown[at], shown[at + 1] if at + 1 < len(shown) else None)
-        value_at = at + offset
-        if key is None or value_at >= len(shown):
-            at += 1
-            continue
-        value = shown[value_at]
-        shown[value_at] = REDACTED if is_sensitive_name(key) else redact_text(value)
-        at = value_at + 1
-    return shown
 
 
 # ---------------------------------------------------------------------------------- requests
