@@ -11,7 +11,7 @@ ARG PYTHON_IMAGE=python:3.11-slim
 
 FROM ${PYTHON_IMAGE} AS build
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml setup.py README.md ./
 COPY activities/ activities/
 COPY cli/ cli/
 COPY domain/ domain/
@@ -31,7 +31,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 RUN groupadd --gid 10001 keeper \
     && useradd --uid 10001 --gid 10001 --create-home --shell /usr/sbin/nologin keeper
 COPY --from=build /wheels/ /wheels/
-RUN pip install /wheels/keeper-*.whl && rm -rf /wheels
+RUN pip install /wheels/keeper_temporal-*.whl && rm -rf /wheels
 USER 10001:10001
 WORKDIR /home/keeper
 # 9464 metrics (Prometheus), 9465 health (/healthz liveness, /readyz readiness).

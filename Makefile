@@ -6,7 +6,7 @@
 #   make down     stop the local stack
 #   make status   show the local stack
 #   make lint     ruff check + ruff format --check
-#   make wheel    build dist/keeper-*.whl, the runtime install (no emulators, no tests)
+#   make wheel    build dist/keeper_temporal-*.whl, the runtime install (no emulators, no tests)
 #   make clean    remove .venv and .dev
 
 PYTHON ?= python3
@@ -41,7 +41,7 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP) ## create .venv and install keeper with its dev dependencies
 
-wheel: $(STAMP) ## build dist/keeper-*.whl: the runtime, without the emulators and tests
+wheel: $(STAMP) ## build dist/keeper_temporal-*.whl: the runtime, without the emulators and tests
 	rm -rf build
 	$(BIN)/python -m pip wheel --quiet --disable-pip-version-check --no-deps --no-build-isolation -w dist .
 	rm -rf build
@@ -116,15 +116,19 @@ status: $(STAMP) ## show the local stack; exits non-zero when something is unhea
 lint: $(STAMP) ## ruff check, ruff format --check and the import contracts
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/lint-imports --no-logo
+	$(BIN)/python tests/lint_imports.py
 
 fmt: $(STAMP) ## apply ruff's fixes and formatting
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
 
 # The stubs are committed; tests/test_spur_wire.py fails when they no longer match the .proto.
+# They import as keeper.wire.spur, the installed name: protoc sees the checkout as keeper/.
 proto: $(STAMP) ## regenerate the gRPC stubs in wire/ from their .proto files
-	$(BIN)/python -m grpc_tools.protoc -I. --python_out=. --pyi_out=. --grpc_python_out=. wire/spur/slurm.proto
+	rm -rf .dev/proto && mkdir -p .dev/proto
+	$(BIN)/python -m grpc_tools.protoc --proto_path=keeper=. --python_out=.dev/proto \
+		--pyi_out=.dev/proto --grpc_python_out=.dev/proto keeper/wire/spur/slurm.proto
+	cp .dev/proto/keeper/wire/spur/slurm_pb2*.py* wire/spur/
 
 clean: ## remove .venv and .dev (stop the stack first with `make down`)
 	@if [ -x $(BIN)/keeper ]; then $(BIN)/keeper $(KEEPER_ARGS) dev down || true; fi

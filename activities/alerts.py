@@ -11,9 +11,9 @@ from collections import OrderedDict
 
 from temporalio import activity
 
-from domain.common.alerts import ALERT_ATTEMPTS, Alert
-from runtime.alerts import AlertChannel
-from runtime.webhook import WebhookFailed
+from keeper.domain.common.alerts import ALERT_ATTEMPTS, Alert
+from keeper.runtime.alerts import AlertChannel
+from keeper.runtime.webhook import WebhookFailed
 
 # Keys of alerts already posted by this worker; an alert older than these is long settled.
 _REMEMBERED = 10_000

@@ -29,12 +29,12 @@ from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
 from bench.campaign_report import DUPLICATE_WRITE, LEAK, WRONGFUL_KILL, ZOMBIE, Finding
-from domain.runners.models import deletion_workflow_id
-from domain.runners.status import InstanceStatus
-from domain.tpu.naming import bootstrap_workflow_id
 from emulators.provider import state as provider_state
 from emulators.tpu import TpuEmulator
-from wire.spur import slurm_pb2
+from keeper.domain.runners.models import deletion_workflow_id
+from keeper.domain.runners.status import InstanceStatus
+from keeper.domain.tpu.naming import bootstrap_workflow_id
+from keeper.wire.spur import slurm_pb2
 
 MISSING = "MISSING"
 # How long the auditor waits for owners still running and deletions under way to finish.

@@ -21,15 +21,15 @@ from bench.campaign_report import Finding, RunOutcome
 from bench.campaign_secrets import scan
 from bench.campaign_tpu import wait_for_phase
 from bench.campaign_workers import InProcessWorker
-from domain.tpu.models import BootstrapResult
-from domain.tpu.naming import bootstrap_run_workflow_id, bootstrap_workflow_id
-from domain.tpu.phases import Phase
 from emulators.provider import state as provider_state
 from emulators.tpu import Scenario, TpuEmulator
-from runtime.tpu.client import emulator_client
+from keeper.domain.tpu.models import BootstrapResult
+from keeper.domain.tpu.naming import bootstrap_run_workflow_id, bootstrap_workflow_id
+from keeper.domain.tpu.phases import Phase
+from keeper.runtime.tpu.client import emulator_client
+from keeper.workers.main import build_worker
 from tests.harness import RestartableServer, slice_request, test_settings
 from tests.runner_world import eventually, runner_world
-from workers.main import build_worker
 
 # Long enough in assign that the restart lands while every bootstrap still waits there.
 HELD = Scenario(assign_after=20, active_after=0.5, ips_after=0.2, delete_duration=0.3)

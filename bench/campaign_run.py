@@ -38,13 +38,18 @@ from bench.campaign_workers import (
     write_runner_worker_config,
     write_tpu_worker_config,
 )
-from domain.tpu.naming import bootstrap_run_workflow_id
 from emulators.iris import IrisEmulatorConfig
 from emulators.spur.config import AgentSpec
 from emulators.tpu import EmulatorConfig, TpuEmulator
 from emulators.tpu.testing import follow_clock
-from runtime.reclaim.deps import open_reclaim_deps
-from runtime.tpu.client import emulator_client
+from keeper.domain.tpu.naming import bootstrap_run_workflow_id
+from keeper.runtime.reclaim.deps import open_reclaim_deps
+from keeper.runtime.tpu.client import emulator_client
+from keeper.workers.families.reclaim import reclaim_activities
+from keeper.workers.main import build_worker
+from keeper.workers.registry import WORKFLOW_FAILURE_EXCEPTION_TYPES, WORKFLOW_INTERCEPTORS
+from keeper.workers.versioning import workflow_runner
+from keeper.workflows.reclaim.job_reclaim import JobReclaim
 from tests.conftest import claimed_ip_prefix
 from tests.harness import free_port, register_search_attributes, test_settings, tool_path
 from tests.reclaim_world import reclaim_world
@@ -53,11 +58,6 @@ from tests.runner_world import runner_world
 from tests.watch_world import SPEED, WatchWorld, watch_world
 from tests.webhook_receiver import webhook_receiver
 from tests.worker_processes import write_family_worker_config
-from workers.families.reclaim import reclaim_activities
-from workers.main import build_worker
-from workers.registry import WORKFLOW_FAILURE_EXCEPTION_TYPES, WORKFLOW_INTERCEPTORS
-from workers.versioning import workflow_runner
-from workflows.reclaim.job_reclaim import JobReclaim
 
 log = logging.getLogger("campaign")
 IRIS_TOKEN = "iris-campaign-token-7f3a9c"

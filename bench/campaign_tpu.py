@@ -25,11 +25,11 @@ from temporalio.testing import WorkflowEnvironment
 from bench.campaign_plan import RunSpec
 from bench.campaign_report import RunOutcome
 from bench.campaign_workers import Killable
-from domain.tpu.models import BootstrapResult, BootstrapStatus
-from domain.tpu.naming import bootstrap_run_workflow_id, bootstrap_workflow_id
-from domain.tpu.phases import Phase
-from domain.tpu.slice_request import SliceRequest
 from emulators.tpu import Scenario, TpuEmulator
+from keeper.domain.tpu.models import BootstrapResult, BootstrapStatus
+from keeper.domain.tpu.naming import bootstrap_run_workflow_id, bootstrap_workflow_id
+from keeper.domain.tpu.phases import Phase
+from keeper.domain.tpu.slice_request import SliceRequest
 from tests.harness import slice_request
 
 FAST = Scenario(assign_after=0.5, active_after=0.5, ips_after=0.2, delete_duration=0.3)

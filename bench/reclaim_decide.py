@@ -15,11 +15,11 @@ elsewhere, aged out, never seen issued, vanished while live) and some spared for
 reasons (just ended, waiting, above the watermark).
 
 Timed, each several times (median and range):
-  (d) `runtime.reclaim.views.controller_view` over the 100,000 JobInfo messages;
-  (a) `domain.reclaim.epoch.observe` over that view, as a first observation (keeper knows
+  (d) `keeper.runtime.reclaim.views.controller_view` over the 100,000 JobInfo messages;
+  (a) `keeper.domain.reclaim.epoch.observe` over that view, as a first observation (keeper knows
       no job) and as a steady one (keeper knows every job, nothing changed);
-  (b) `domain.reclaim.decide.decide` over the 80,000 holdings (pure);
-  (c) the same through the real memory (`store.reclaim.ReclaimMemory`, SQLite file, and
+  (b) `keeper.domain.reclaim.decide.decide` over the 80,000 holdings (pure);
+  (c) the same through the real memory (`keeper.store.reclaim.ReclaimMemory`, SQLite file, and
       PostgreSQL when a server binary is found): `record_observation` of the first
       100,000-job observation, `known_jobs` of the 100,000 viewed ids and of the holdings'
       ids, and `sight` once per node (first sighting: inserts; repeat: the open holdings).
@@ -50,14 +50,14 @@ import hostlist  # noqa: E402
 from google.protobuf.timestamp_pb2 import Timestamp  # noqa: E402
 from run_record import Run  # noqa: E402
 
-from domain.reclaim.decide import decide  # noqa: E402
-from domain.reclaim.epoch import observe  # noqa: E402
-from domain.reclaim.jobs import FINALIZED, JobState  # noqa: E402
-from domain.reclaim.models import ControllerView, EpochState, Holding, KnownJob  # noqa: E402
-from domain.reclaim.policy import ReclaimPolicy  # noqa: E402
-from runtime.reclaim.views import controller_view  # noqa: E402
-from store.reclaim import ReclaimMemory, open_reclaim_memory  # noqa: E402
-from wire.spur import slurm_pb2  # noqa: E402
+from keeper.domain.reclaim.decide import decide  # noqa: E402
+from keeper.domain.reclaim.epoch import observe  # noqa: E402
+from keeper.domain.reclaim.jobs import FINALIZED, JobState  # noqa: E402
+from keeper.domain.reclaim.models import ControllerView, EpochState, Holding, KnownJob  # noqa: E402
+from keeper.domain.reclaim.policy import ReclaimPolicy  # noqa: E402
+from keeper.runtime.reclaim.views import controller_view  # noqa: E402
+from keeper.store.reclaim import ReclaimMemory, open_reclaim_memory  # noqa: E402
+from keeper.wire.spur import slurm_pb2  # noqa: E402
 
 NODES = 10_000
 PER_NODE = 8

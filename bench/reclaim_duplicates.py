@@ -61,23 +61,23 @@ from temporalio.contrib.pydantic import pydantic_data_converter  # noqa: E402
 from temporalio.testing import WorkflowEnvironment  # noqa: E402
 from temporalio.worker import Worker  # noqa: E402
 
-from domain.reclaim.models import RECLAIM_WORKFLOW_TYPE  # noqa: E402
-from domain.reclaim.policy import ReclaimPolicy  # noqa: E402
-from domain.reclaim.steps import Mode  # noqa: E402
 from emulators.spur import SpurEmulator, SpurEmulatorConfig  # noqa: E402
 from emulators.spur.config import AgentSpec  # noqa: E402
-from runtime import search_attributes as sa  # noqa: E402
-from runtime.reclaim.deps import open_reclaim_deps  # noqa: E402
-from runtime.reclaim.intake import Intake  # noqa: E402
-from runtime.reclaim.service import run_tap  # noqa: E402
-from runtime.reclaim.tap import HeartbeatTap  # noqa: E402
-from runtime.settings import ReclaimSettings, Settings  # noqa: E402
-from runtime.tools import find_tool  # noqa: E402
-from wire.spur import slurm_pb2, slurm_pb2_grpc  # noqa: E402
-from workers.families.reclaim import reclaim_activities  # noqa: E402
-from workers.registry import WORKFLOW_FAILURE_EXCEPTION_TYPES, WORKFLOW_INTERCEPTORS  # noqa: E402
-from workers.versioning import workflow_runner  # noqa: E402
-from workflows.reclaim.job_reclaim import JobReclaim  # noqa: E402
+from keeper.domain.reclaim.models import RECLAIM_WORKFLOW_TYPE  # noqa: E402
+from keeper.domain.reclaim.policy import ReclaimPolicy  # noqa: E402
+from keeper.domain.reclaim.steps import Mode  # noqa: E402
+from keeper.runtime import search_attributes as sa  # noqa: E402
+from keeper.runtime.reclaim.deps import open_reclaim_deps  # noqa: E402
+from keeper.runtime.reclaim.intake import Intake  # noqa: E402
+from keeper.runtime.reclaim.service import run_tap  # noqa: E402
+from keeper.runtime.reclaim.tap import HeartbeatTap  # noqa: E402
+from keeper.runtime.settings import ReclaimSettings, Settings  # noqa: E402
+from keeper.runtime.tools import find_tool  # noqa: E402
+from keeper.wire.spur import slurm_pb2, slurm_pb2_grpc  # noqa: E402
+from keeper.workers.families.reclaim import reclaim_activities  # noqa: E402
+from keeper.workers.registry import WORKFLOW_FAILURE_EXCEPTION_TYPES, WORKFLOW_INTERCEPTORS  # noqa: E402
+from keeper.workers.versioning import workflow_runner  # noqa: E402
+from keeper.workflows.reclaim.job_reclaim import JobReclaim  # noqa: E402
 
 HOUR = 3600.0
 # The first cancel's wait outlasts the run: any second cancel would be a duplicate's.

@@ -38,8 +38,8 @@ if ROOT not in sys.path:
 import grpc  # noqa: E402
 from run_record import Run  # noqa: E402
 
-from runtime.reclaim.tap import HeartbeatTap, TapEvent  # noqa: E402
-from wire.spur import slurm_pb2, slurm_pb2_grpc  # noqa: E402
+from keeper.runtime.reclaim.tap import HeartbeatTap, TapEvent  # noqa: E402
+from keeper.wire.spur import slurm_pb2, slurm_pb2_grpc  # noqa: E402
 
 RUNNING_JOBS = 8
 # Each agent gets a connection of its own, as separate nodes would.

@@ -64,8 +64,11 @@ from temporalio.worker import (
     Worker,
 )
 
-from domain.runners.deletion_view import summary
-from domain.runners.models import (
+from emulators.github.server import GitHubEmulator
+from emulators.provider import WRAPPER, launcher_env
+from emulators.provider import state as provider_state
+from keeper.domain.runners.deletion_view import summary
+from keeper.domain.runners.models import (
     REQUEST_SIGNAL,
     DeletionOutcome,
     DeletionPolicy,
@@ -75,21 +78,18 @@ from domain.runners.models import (
     RunnerRecord,
     deletion_workflow_id,
 )
-from domain.runners.status import AgentStatus, InstanceStatus
-from emulators.github.server import GitHubEmulator
-from emulators.provider import WRAPPER, launcher_env
-from emulators.provider import state as provider_state
-from runtime.runners import search_attributes as sa
-from runtime.runners.deps import RunnerDeps
-from runtime.runners.garm_provider import ExternalProvider
-from runtime.runners.github_client import GitHubClient
-from runtime.runners.requests import request_deletion
-from runtime.settings import Settings
-from runtime.tpu.client import emulator_client
-from store import RunnerStore, open_store
-from workers.main import activity_slots
-from workers.registry import WORKFLOWS, build_activities
-from workers.versioning import workflow_runner
+from keeper.domain.runners.status import AgentStatus, InstanceStatus
+from keeper.runtime.runners import search_attributes as sa
+from keeper.runtime.runners.deps import RunnerDeps
+from keeper.runtime.runners.garm_provider import ExternalProvider
+from keeper.runtime.runners.github_client import GitHubClient
+from keeper.runtime.runners.requests import request_deletion
+from keeper.runtime.settings import Settings
+from keeper.runtime.tpu.client import emulator_client
+from keeper.store import RunnerStore, open_store
+from keeper.workers.main import activity_slots
+from keeper.workers.registry import WORKFLOWS, build_activities
+from keeper.workers.versioning import workflow_runner
 
 SCOPE = "org:keeper-bench"
 TOKEN = "ghp_keeper_bench_token"

@@ -62,9 +62,10 @@ from runner_deletion import (  # first: bench/runner_support.py puts the root on
 from script_runner import progress, report_run, start_dev_server
 from temporalio.client import WorkflowHandle
 
-from domain.runners.models import DeletionOutcome, DeletionRequest, DeletionResult, Requester
-from runtime.runners.requests import request_deletion
-from runtime.settings import Settings
+from keeper.domain.runners.models import DeletionOutcome, DeletionRequest, DeletionResult, Requester
+from keeper.runtime.runners.requests import request_deletion
+from keeper.runtime.settings import Settings
+from keeper.workers.main import activity_slots
 from tests.e2e_support import dev_address
 from tests.postgres_server import postgres_server
 from tests.worker_processes import (
@@ -74,7 +75,6 @@ from tests.worker_processes import (
     until_polling,
     write_worker_config,
 )
-from workers.main import activity_slots
 
 DEFAULT_RUNNERS = 2000
 DEFAULT_WORKERS = (1, 2, 4)

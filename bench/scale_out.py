@@ -50,10 +50,11 @@ from script_runner import Interrupted, configure, progress, run_for_figures, sta
 from temporalio.client import Client
 from tpu_bootstrap import make_request
 
-from domain.tpu.naming import bootstrap_workflow_id
-from domain.tpu.phases import Phase
 from emulators.tpu import EmulatorConfig, Scenario, TpuEmulator
 from emulators.tpu.testing import free_port
+from keeper.domain.tpu.naming import bootstrap_workflow_id
+from keeper.domain.tpu.phases import Phase
+from keeper.workflows.tpu.bootstrap import TpuSliceBootstrap
 from tests.e2e_support import dev_address
 from tests.worker_processes import (
     WorkerFleet,
@@ -62,7 +63,6 @@ from tests.worker_processes import (
     until_polling,
     write_worker_config,
 )
-from workflows.tpu.bootstrap import TpuSliceBootstrap
 
 DEFAULT_BOOTSTRAPS = 10_000
 DEFAULT_WORKERS = 2

@@ -18,8 +18,8 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.runtime import LoggingConfig, Runtime, TelemetryConfig, TelemetryFilter
 from temporalio.testing import WorkflowEnvironment
 
-from runtime import search_attributes as sa
-from runtime.tools import find_tool
+from keeper.runtime import search_attributes as sa
+from keeper.runtime.tools import find_tool
 
 T = TypeVar("T")
 

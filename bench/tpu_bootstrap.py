@@ -63,27 +63,27 @@ from temporalio.worker import (
     Worker,
 )
 
-from activities.tpu.cloud import build_queued_resource
-from activities.tpu.health import HealthProber
-from domain.tpu import naming
-from domain.tpu.models import BootstrapFailure, BootstrapResult
-from domain.tpu.observation import VmEndpoint
-from domain.tpu.slice_request import SliceRequest
 from emulators.tpu import EmulatorConfig, Scenario, TpuEmulator
 from emulators.tpu.testing import follow_clock
-from runtime import search_attributes as sa
-from runtime.runners.deps import open_runner_deps
-from runtime.settings import Settings
-from runtime.tpu.client import emulator_client
-from workers.main import activity_slots
-from workers.registry import (
+from keeper.activities.tpu.cloud import build_queued_resource
+from keeper.activities.tpu.health import HealthProber
+from keeper.domain.tpu import naming
+from keeper.domain.tpu.models import BootstrapFailure, BootstrapResult
+from keeper.domain.tpu.observation import VmEndpoint
+from keeper.domain.tpu.slice_request import SliceRequest
+from keeper.runtime import search_attributes as sa
+from keeper.runtime.runners.deps import open_runner_deps
+from keeper.runtime.settings import Settings
+from keeper.runtime.tpu.client import emulator_client
+from keeper.workers.main import activity_slots
+from keeper.workers.registry import (
     WORKFLOW_FAILURE_EXCEPTION_TYPES,
     WORKFLOW_INTERCEPTORS,
     WORKFLOWS,
     build_activities,
 )
-from workers.versioning import workflow_runner
-from workflows.tpu.bootstrap import TpuSliceBootstrap
+from keeper.workers.versioning import workflow_runner
+from keeper.workflows.tpu.bootstrap import TpuSliceBootstrap
 
 # Loopback prefixes of our own, so a test suite running next to us never shares an address.
 BOOTSTRAP_IP_PREFIX = "127.41"

@@ -12,7 +12,7 @@ of any kind) a third of the way in, and a flaky one (failed reads, observer gaps
 Each tick reads three processes of the task (the workload, an idle helper, a short-lived
 shell), the session total and the coordinator's progress counter, with the log, thread and
 task signals. Timed, several times (median and range):
-  (a) `domain.watch.liveness.judge` over every tick in order, each trace from a fresh state,
+  (a) `keeper.domain.watch.liveness.judge` over every tick in order, each trace from a fresh state,
       with `confirm` whenever a probe is asked (the probe read from the same model);
   (b) the state's JSON round trip after every tick (what continue-as-new carries).
 Timings are printed, never asserted; raw figures go to bench/results/watch_arbiter.json.
@@ -38,8 +38,8 @@ if ROOT not in sys.path:
 
 from run_record import RESULTS_DIR, Run  # noqa: E402
 
-from domain.watch.liveness import confirm, judge  # noqa: E402
-from domain.watch.liveness_models import (  # noqa: E402
+from keeper.domain.watch.liveness import confirm, judge  # noqa: E402
+from keeper.domain.watch.liveness_models import (  # noqa: E402
     CounterIdentity,
     CounterKind,
     CounterReading,

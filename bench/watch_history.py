@@ -62,18 +62,18 @@ from temporalio.contrib.pydantic import pydantic_data_converter  # noqa: E402
 from temporalio.testing import WorkflowEnvironment  # noqa: E402
 from temporalio.worker import Worker  # noqa: E402
 
-from domain.watch.cadence import CadencePolicy  # noqa: E402
-from domain.watch.calls import JobWatchInput  # noqa: E402
-from domain.watch.models import WatchView, watch_id  # noqa: E402
 from emulators.iris import IrisEmulator, IrisEmulatorConfig, start_emulator  # noqa: E402
-from runtime import search_attributes as all_sa  # noqa: E402
-from runtime.settings import Settings  # noqa: E402
-from runtime.watch import search_attributes as sa  # noqa: E402
-from runtime.watch.deps import WatchDeps, open_watch_deps  # noqa: E402
-from workers.families.watch import watch_activities  # noqa: E402
-from workers.registry import WORKFLOW_FAILURE_EXCEPTION_TYPES, WORKFLOW_INTERCEPTORS  # noqa: E402
-from workers.versioning import workflow_runner  # noqa: E402
-from workflows.watch.job_watch import JobWatch  # noqa: E402
+from keeper.domain.watch.cadence import CadencePolicy  # noqa: E402
+from keeper.domain.watch.calls import JobWatchInput  # noqa: E402
+from keeper.domain.watch.models import WatchView, watch_id  # noqa: E402
+from keeper.runtime import search_attributes as all_sa  # noqa: E402
+from keeper.runtime.settings import Settings  # noqa: E402
+from keeper.runtime.watch import search_attributes as sa  # noqa: E402
+from keeper.runtime.watch.deps import WatchDeps, open_watch_deps  # noqa: E402
+from keeper.workers.families.watch import watch_activities  # noqa: E402
+from keeper.workers.registry import WORKFLOW_FAILURE_EXCEPTION_TYPES, WORKFLOW_INTERCEPTORS  # noqa: E402
+from keeper.workers.versioning import workflow_runner  # noqa: E402
+from keeper.workflows.watch.job_watch import JobWatch  # noqa: E402
 
 DAY = timedelta(days=1)
 SPEED = 1.0

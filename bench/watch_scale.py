@@ -70,11 +70,11 @@ from temporalio.api.taskqueue.v1 import TaskQueue  # noqa: E402
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest  # noqa: E402
 from temporalio.client import Client  # noqa: E402
 
-from domain.watch.calls import JobWatchInput  # noqa: E402
-from domain.watch.models import WATCH_WORKFLOW_TYPE, watch_id  # noqa: E402
 from emulators.iris import IrisEmulator, IrisEmulatorConfig, start_emulator  # noqa: E402
 from emulators.iris.service import Faults  # noqa: E402
-from runtime.watch import search_attributes as sa  # noqa: E402
+from keeper.domain.watch.calls import JobWatchInput  # noqa: E402
+from keeper.domain.watch.models import WATCH_WORKFLOW_TYPE, watch_id  # noqa: E402
+from keeper.runtime.watch import search_attributes as sa  # noqa: E402
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 SAMPLE_EVERY = 2.0

@@ -8,10 +8,10 @@ import shlex
 import click
 from temporalio.service import RPCError
 
-from cli.context import KeeperContext, pass_keeper
-from cli.output import CommandFailed, Output, json_options
-from cli.temporal_ops import client_for
-from runtime.search_attributes import register_missing, registrations
+from keeper.cli.context import KeeperContext, pass_keeper
+from keeper.cli.output import CommandFailed, Output, json_options
+from keeper.cli.temporal_ops import client_for
+from keeper.runtime.search_attributes import register_missing, registrations
 
 
 @click.group()

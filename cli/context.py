@@ -8,8 +8,14 @@ from dataclasses import dataclass, field
 
 import click
 
-from cli.output import CommandFailed
-from runtime.settings import ENV_OVERRIDES, Settings, SettingsError, config_path, load_settings
+from keeper.cli.output import CommandFailed
+from keeper.runtime.settings import (
+    ENV_OVERRIDES,
+    Settings,
+    SettingsError,
+    config_path,
+    load_settings,
+)
 
 # The global flags and the variables they stand for: a flag wins over the variable, which
 # wins over the settings file.

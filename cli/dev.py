@@ -12,12 +12,12 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from cli.context import KeeperContext, pass_keeper
-from cli.output import INTERRUPTED, Output, json_options, rfc3339
-from runtime.dev_ports import PORT_BASE_MAX, PORT_BASE_MIN
+from keeper.cli.context import KeeperContext, pass_keeper
+from keeper.cli.output import INTERRUPTED, Output, json_options, rfc3339
+from keeper.runtime.dev_ports import PORT_BASE_MAX, PORT_BASE_MIN
 
 if TYPE_CHECKING:
-    from cli.devstack.stack import Stack
+    from keeper.cli.devstack.stack import Stack
 
 # `keeper dev status` only: the check ran and found the stack unhealthy, which scripts
 # (`make status`, a readiness loop) tell apart from a check that could not run (1).
@@ -28,7 +28,7 @@ def _stack(
     keeper: KeeperContext, port_base: int | None = None, *, follow_record: bool = False
 ) -> Stack:
     # Imported here so `keeper --help` does not pay for the Temporal SDK.
-    from cli.devstack.stack import Stack
+    from keeper.cli.devstack.stack import Stack
 
     stack = Stack.open(keeper.config_file, port_base, follow_record=follow_record)
     if stack.followed is not None:

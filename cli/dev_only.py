@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 
-from cli.output import CommandFailed
+from keeper.cli.output import CommandFailed
 
 CHECKOUT_HINT = (
     "The emulators ship with keeper's source, not with the keeper wheel: clone the keeper "

@@ -17,14 +17,14 @@ import httpx
 import yaml
 from pydantic import ValidationError
 
-from cli.context import KeeperContext, pass_keeper
-from cli.dev_only import require_emulator
-from cli.emulator_iris import iris
-from cli.emulator_spur import spur
-from cli.output import CommandFailed, OneOf, Output, UsageProblem, json_options, rfc3339
-from domain.common.durations import documented_duration
-from domain.tpu.slice_request import SLICE_NAME_PATTERN
-from runtime.settings import EmulatorSettings
+from keeper.cli.context import KeeperContext, pass_keeper
+from keeper.cli.dev_only import require_emulator
+from keeper.cli.emulator_iris import iris
+from keeper.cli.emulator_spur import spur
+from keeper.cli.output import CommandFailed, OneOf, Output, UsageProblem, json_options, rfc3339
+from keeper.domain.common.durations import documented_duration
+from keeper.domain.tpu.slice_request import SLICE_NAME_PATTERN
+from keeper.runtime.settings import EmulatorSettings
 
 try:
     from emulators.tpu.faults import ERROR_CODES, FAULT_METHODS

@@ -8,7 +8,7 @@ from typing import Any
 import click
 import httpx
 
-from cli.output import CommandFailed, Output, json_options
+from keeper.cli.output import CommandFailed, Output, json_options
 
 HTTP_TIMEOUT = 10.0
 DEFAULT_URL = "http://127.0.0.1:10000"

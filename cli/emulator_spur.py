@@ -10,11 +10,11 @@ from typing import Any
 import click
 import httpx
 
-from cli.context import KeeperContext, pass_keeper
-from cli.output import CommandFailed, OneOf, Output, json_options, rfc3339
-from domain.common.untrusted import terminal_text
-from runtime.dev_ports import dial_host
-from runtime.settings import Settings
+from keeper.cli.context import KeeperContext, pass_keeper
+from keeper.cli.output import CommandFailed, OneOf, Output, json_options, rfc3339
+from keeper.domain.common.untrusted import terminal_text
+from keeper.runtime.dev_ports import dial_host
+from keeper.runtime.settings import Settings
 
 HTTP_TIMEOUT = 10.0
 TERMINAL_STATES = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL")

@@ -9,12 +9,12 @@ import traceback
 
 import click
 
-from cli.admin import admin
-from cli.context import KeeperContext
-from cli.dev import dev
-from cli.emulator import emulator
-from cli.meta import COMPLETE_VAR, PROG_NAME, completion, print_version
-from cli.output import (
+from keeper.cli.admin import admin
+from keeper.cli.context import KeeperContext
+from keeper.cli.dev import dev
+from keeper.cli.emulator import emulator
+from keeper.cli.meta import COMPLETE_VAR, PROG_NAME, completion, print_version
+from keeper.cli.output import (
     FAILED,
     INTERRUPTED,
     OK,
@@ -23,13 +23,13 @@ from cli.output import (
     report_error,
     use_json,
 )
-from cli.reclaim.commands import reclaim
-from cli.runners.commands import runner
-from cli.runners.demo import demo as _runner_demo  # noqa: F401 - registers `runner demo`
-from cli.tpu.commands import tpu
-from cli.watch.commands import job
-from cli.watch.demo import demo as _job_demo  # noqa: F401 - registers `job demo`
-from cli.worker import worker
+from keeper.cli.reclaim.commands import reclaim
+from keeper.cli.runners.commands import runner
+from keeper.cli.runners.demo import demo as _runner_demo  # noqa: F401 - registers `runner demo`
+from keeper.cli.tpu.commands import tpu
+from keeper.cli.watch.commands import job
+from keeper.cli.watch.demo import demo as _job_demo  # noqa: F401 - registers `job demo`
+from keeper.cli.worker import worker
 
 
 @click.group(
@@ -169,7 +169,7 @@ def main() -> None:
     # Leave without interpreter finalisation: the Temporal SDK's core threads can abort a
     # finalising interpreter ("PyGILState_Release ... must be current"), which would turn
     # a successful command into exit code -6. Spans and output are flushed first.
-    from runtime.tracing import shutdown_tracing
+    from keeper.runtime.tracing import shutdown_tracing
 
     shutdown_tracing()
     # `keeper ... | head`: the reader left; there is nothing more to say to it.

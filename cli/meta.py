@@ -8,8 +8,8 @@ from importlib import metadata
 import click
 from click.shell_completion import get_completion_class
 
-from cli.context import KeeperContext
-from cli.output import CommandFailed, Output, json_options, json_requested
+from keeper.cli.context import KeeperContext
+from keeper.cli.output import CommandFailed, Output, json_options, json_requested
 
 PROG_NAME = "keeper"
 # What click's completion scripts set to ask `keeper` for candidates.
@@ -26,7 +26,7 @@ def _version(package: str) -> str:
 
 def print_version(keeper: KeeperContext) -> None:
     """`keeper --version`: the package version and the build id a worker polls as."""
-    from runtime.settings import package_build_id
+    from keeper.runtime.settings import DISTRIBUTION, package_build_id
 
     out = Output(json_requested())
     try:
@@ -37,7 +37,7 @@ def print_version(keeper: KeeperContext) -> None:
         out.note(f"warning: {err.message}; showing the package's build id")
         build_id, deployment = package_build_id(), "keeper"
     about = {
-        "version": _version("keeper"),
+        "version": _version(DISTRIBUTION),
         "build_id": build_id,
         "deployment_name": deployment,
         "temporalio": _version("temporalio"),

@@ -8,9 +8,9 @@ import click
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 from temporalio.service import RPCError, RPCStatusCode
 
-from runtime.settings import Settings
-from runtime.temporal_client import connect
-from runtime.tracing import setup_tracing
+from keeper.runtime.settings import Settings
+from keeper.runtime.temporal_client import connect
+from keeper.runtime.tracing import setup_tracing
 
 
 async def client_for(settings: Settings) -> Client:

@@ -8,11 +8,11 @@ from typing import Any
 import click
 from pydantic import ValidationError
 
-from cli.context import KeeperContext, pass_keeper
-from cli.output import CommandFailed, Output, UsageProblem, json_options
-from runtime import logs
-from runtime.metrics import MetricsEndpointError
-from runtime.settings import FAMILY_NAMES, LogFormat, Settings, SettingsError, WorkerSettings
+from keeper.cli.context import KeeperContext, pass_keeper
+from keeper.cli.output import CommandFailed, Output, UsageProblem, json_options
+from keeper.runtime import logs
+from keeper.runtime.metrics import MetricsEndpointError
+from keeper.runtime.settings import FAMILY_NAMES, LogFormat, Settings, SettingsError, WorkerSettings
 
 
 @click.command()
@@ -102,7 +102,7 @@ def worker(
     if check:
         _print_plan(worker_plan(settings), out)
         return
-    from workers.main import run_worker
+    from keeper.workers.main import run_worker
 
     logs.configure(log_level, LogFormat(log_format) if log_format else settings.worker.log_format)
     try:
@@ -118,7 +118,7 @@ def worker_plan(settings: Settings) -> dict[str, Any]:
     """What `keeper worker` with these settings serves, as run_worker sets it up."""
     from temporalio import workflow
 
-    from workers.main import served_families
+    from keeper.workers.main import served_families
 
     families = served_families(settings)
     every_family = len(families) == len(FAMILY_NAMES)

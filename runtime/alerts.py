@@ -13,9 +13,9 @@ from collections.abc import Mapping
 
 import httpx
 
-from runtime.secret_source import from_env_or_file
-from runtime.settings import Settings
-from runtime.webhook import Webhook, WebhookUrl
+from keeper.runtime.secret_source import from_env_or_file
+from keeper.runtime.settings import Settings
+from keeper.runtime.webhook import Webhook, WebhookUrl
 
 ALERT_WEBHOOK_ENV = "KEEPER_ALERT_WEBHOOK_URL"
 # The job watch's webhook from before the shared channel; used when no alert webhook is set.

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 if TYPE_CHECKING:
-    from runtime.settings import Settings
+    from keeper.runtime.settings import Settings
 
 PORT_BASE_ENV = "KEEPER_DEV_PORT_BASE"
 PORT_OFFSETS = {

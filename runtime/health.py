@@ -21,7 +21,7 @@ from aiohttp import web
 from temporalio.client import Client
 from temporalio.worker import Worker
 
-from runtime.dev_ports import split_address
+from keeper.runtime.dev_ports import split_address
 
 log = logging.getLogger("keeper.health")
 

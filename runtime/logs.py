@@ -19,7 +19,7 @@ from typing import Any, TextIO
 
 from temporalio import activity, workflow
 
-from runtime.settings import LogFormat
+from keeper.runtime.settings import LogFormat
 
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 

@@ -12,10 +12,10 @@ from temporalio.api.operatorservice.v1 import (
 from temporalio.client import Client
 from temporalio.common import SearchAttributeKey
 
-from runtime.reclaim.search_attributes import RECLAIM_ATTRIBUTES
-from runtime.runners.search_attributes import RUNNER_ATTRIBUTES
-from runtime.tpu.search_attributes import SLICE_ATTRIBUTES
-from runtime.watch.search_attributes import WATCH_ATTRIBUTES
+from keeper.runtime.reclaim.search_attributes import RECLAIM_ATTRIBUTES
+from keeper.runtime.runners.search_attributes import RUNNER_ATTRIBUTES
+from keeper.runtime.tpu.search_attributes import SLICE_ATTRIBUTES
+from keeper.runtime.watch.search_attributes import WATCH_ATTRIBUTES
 
 # Each once, in the order the families list them (JobId is shared by reclaim and watch).
 # SQL visibility (the dev server's SQLite, a cluster's PostgreSQL or MySQL) has ten Keyword

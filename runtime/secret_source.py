@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TypeVar
 
-from domain.common.secret_text import header_secret_problem, scrub
+from keeper.domain.common.secret_text import header_secret_problem, scrub
 
 
 class SecretError(ValueError):

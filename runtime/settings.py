@@ -34,22 +34,22 @@ from pydantic import (
 )
 from temporalio.envconfig import ClientConfigTLS
 
-from domain.common.durations import HumanDuration
-from domain.common.secret_text import header_secret_problem
-from domain.reclaim.identity import NodeNameError, canonical_node
-from domain.reclaim.policy import ReclaimPolicy
-from domain.reclaim.steps import Mode
-from domain.runners.github import DEFAULT_MAX_RETRY_AFTER_S
-from domain.runners.models import DeletionPolicy
-from domain.runners.provider import DEFAULT_LEASE_MARGIN
-from domain.tpu.phases import DEFAULT_DEADLINES, Phase
-from domain.tpu.slice_request import SliceRequest
-from domain.watch.cadence import CadencePolicy
-from domain.watch.escalation import EscalationPolicy
-from domain.watch.liveness_models import LivenessPolicy
-from domain.watch.policy import WatchPolicy
-from runtime import dev_ports, temporal_env
-from store.database import normalise_url
+from keeper.domain.common.durations import HumanDuration
+from keeper.domain.common.secret_text import header_secret_problem
+from keeper.domain.reclaim.identity import NodeNameError, canonical_node
+from keeper.domain.reclaim.policy import ReclaimPolicy
+from keeper.domain.reclaim.steps import Mode
+from keeper.domain.runners.github import DEFAULT_MAX_RETRY_AFTER_S
+from keeper.domain.runners.models import DeletionPolicy
+from keeper.domain.runners.provider import DEFAULT_LEASE_MARGIN
+from keeper.domain.tpu.phases import DEFAULT_DEADLINES, Phase
+from keeper.domain.tpu.slice_request import SliceRequest
+from keeper.domain.watch.cadence import CadencePolicy
+from keeper.domain.watch.escalation import EscalationPolicy
+from keeper.domain.watch.liveness_models import LivenessPolicy
+from keeper.domain.watch.policy import WatchPolicy
+from keeper.runtime import dev_ports, temporal_env
+from keeper.store.database import normalise_url
 
 DEFAULT_CONFIG_FILE = "temporal-dev.yaml"
 CONFIG_ENV = "KEEPER_CONFIG"
@@ -189,8 +189,11 @@ class TracingSettings(_Section):
     service_name: str = "keeper"
 
 
+# keeper's distribution name: "keeper" on the public index is an unrelated project.
+DISTRIBUTION = "keeper-temporal"
+
 # The packages whose code workflow tasks run: two builds that differ here are two codes.
-_WORKFLOW_CODE = ("workflows", "domain")
+_WORKFLOW_CODE = ("keeper.workflows", "keeper.domain")
 
 
 @functools.cache
@@ -204,7 +207,7 @@ def package_build_id() -> str:
         for source in sorted(root.rglob("*.py")):
             digest.update(source.relative_to(root.parent).as_posix().encode())
             digest.update(source.read_bytes())
-    return f"{metadata.version('keeper')}+{digest.hexdigest()[:12]}"
+    return f"{metadata.version(DISTRIBUTION)}+{digest.hexdigest()[:12]}"
 
 
 class LogFormat(StrEnum):

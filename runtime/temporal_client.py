@@ -10,7 +10,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.envconfig import ClientConfigProfile
 from temporalio.runtime import Runtime
 
-from runtime.settings import TemporalSettings
+from keeper.runtime.settings import TemporalSettings
 
 
 def connect_options(settings: TemporalSettings) -> dict[str, Any]:

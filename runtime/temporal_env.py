@@ -26,7 +26,7 @@ from typing import Any
 
 from temporalio.envconfig import ClientConfigProfile, ClientConfigTLS
 
-from domain.common.secret_text import header_secret_problem, scrub
+from keeper.domain.common.secret_text import header_secret_problem, scrub
 
 PROFILE_ENV = "TEMPORAL_PROFILE"
 PROFILE_FILE_ENV = "TEMPORAL_CONFIG_FILE"

@@ -13,7 +13,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 from temporalio.client import Interceptor
 from temporalio.contrib.opentelemetry import TracingInterceptor
 
-from runtime.settings import TracingSettings
+from keeper.runtime.settings import TracingSettings
 
 TRACER_NAME = "keeper"
 _installed: TracerProvider | None = None

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import httpx
 
-from runtime.secret_source import SecretSource
+from keeper.runtime.secret_source import SecretSource
 
 
 class WebhookUrl(SecretSource):

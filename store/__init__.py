@@ -1,8 +1,8 @@
 """keeper's stores on SQLite (embedded default) or PostgreSQL: the runner store and the
 reclaim memory."""
 
-from store.database import open_engine
-from store.reclaim import (
+from keeper.store.database import open_engine
+from keeper.store.reclaim import (
     AgentNode,
     DrainRecord,
     ReclaimMemory,
@@ -10,7 +10,7 @@ from store.reclaim import (
     WorkflowConflict,
     open_reclaim_memory,
 )
-from store.runners.store import (
+from keeper.store.runners.store import (
     AuditEntry,
     BadRow,
     CasResult,

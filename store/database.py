@@ -18,7 +18,7 @@ from sqlalchemy import Engine, MetaData, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import OperationalError, ProgrammingError
 
-from domain.common.secret_text import scrub
+from keeper.domain.common.secret_text import scrub
 
 # user:password@ in a URL SQLAlchemy cannot parse; greedy, since a password may hold '@'.
 _USERINFO = re.compile(r"(//[^/:@]*:)(.*)@")

@@ -14,11 +14,11 @@ import pytest
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
-from cli.output import use_json
 from emulators.tpu import EmulatorConfig, TpuEmulator
 from emulators.tpu.testing import follow_clock, free_port
-from runtime import search_attributes as sa
-from store import RunnerStore, open_store
+from keeper.cli.output import use_json
+from keeper.runtime import search_attributes as sa
+from keeper.store import RunnerStore, open_store
 from tests.harness import env_flag, register_search_attributes, tool_path
 from tests.postgres_server import PostgresServer, postgres_server
 from tests.runner_world import RunnerWorld, runner_world

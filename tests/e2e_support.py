@@ -13,9 +13,9 @@ import yaml
 from temporalio.client import WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
-from domain.tpu.models import BootstrapStatus
-from domain.tpu.phases import Phase
 from emulators.tpu import TpuEmulator
+from keeper.domain.tpu.models import BootstrapStatus
+from keeper.domain.tpu.phases import Phase
 from tests.harness import tool_path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -96,7 +96,7 @@ def start_worker_process(config: Path, log: Path) -> subprocess.Popen[bytes]:
         env.pop(var, None)
     with log.open("ab") as out:
         return subprocess.Popen(
-            [sys.executable, "-m", "cli.main", "--config", str(config), "worker"],
+            [sys.executable, "-m", "keeper.cli.main", "--config", str(config), "worker"],
             cwd=REPO,
             stdout=out,
             stderr=subprocess.STDOUT,

@@ -21,13 +21,13 @@ from temporalio.api.workflowservice.v1 import GetSystemInfoRequest
 from temporalio.client import Client, WorkflowHandle
 from temporalio.worker import Worker
 
-from domain.tpu.slice_request import Capacity, SliceRequest
 from emulators.tpu import TpuEmulator
-from runtime import search_attributes as sa
-from runtime.settings import Settings
-from runtime.tools import find_tool
-from runtime.tpu.client import emulator_client
-from workers.main import build_worker
+from keeper.domain.tpu.slice_request import Capacity, SliceRequest
+from keeper.runtime import search_attributes as sa
+from keeper.runtime.settings import Settings
+from keeper.runtime.tools import find_tool
+from keeper.runtime.tpu.client import emulator_client
+from keeper.workers.main import build_worker
 
 
 def tool_path(name: str) -> str:

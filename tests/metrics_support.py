@@ -10,8 +10,8 @@ import httpx
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
-from runtime import metrics as m
-from runtime.temporal_client import connect
+from keeper.runtime import metrics as m
+from keeper.runtime.temporal_client import connect
 from tests import harness
 from tests.harness import free_port
 

@@ -21,21 +21,21 @@ import grpc
 from temporalio.client import Client, WorkflowHandle
 from temporalio.worker import Worker
 
-from domain.reclaim.calls import JobReclaimResult
-from domain.reclaim.policy import ReclaimPolicy
-from domain.reclaim.steps import Mode
 from emulators.spur import SpurEmulator, SpurEmulatorConfig
 from emulators.spur.agent import AgentDown
 from emulators.spur.config import AgentSpec, numbered_agents
-from runtime.reclaim.deps import open_reclaim_deps
-from runtime.reclaim.intake import Intake
-from runtime.reclaim.service import run_tap
-from runtime.reclaim.tap import HeartbeatTap
-from runtime.settings import ReclaimSettings, Settings
-from workers.families.reclaim import reclaim_activities
-from workers.registry import WORKFLOW_FAILURE_EXCEPTION_TYPES, WORKFLOW_INTERCEPTORS
-from workers.versioning import workflow_runner
-from workflows.reclaim.job_reclaim import JobReclaim
+from keeper.domain.reclaim.calls import JobReclaimResult
+from keeper.domain.reclaim.policy import ReclaimPolicy
+from keeper.domain.reclaim.steps import Mode
+from keeper.runtime.reclaim.deps import open_reclaim_deps
+from keeper.runtime.reclaim.intake import Intake
+from keeper.runtime.reclaim.service import run_tap
+from keeper.runtime.reclaim.tap import HeartbeatTap
+from keeper.runtime.settings import ReclaimSettings, Settings
+from keeper.workers.families.reclaim import reclaim_activities
+from keeper.workers.registry import WORKFLOW_FAILURE_EXCEPTION_TYPES, WORKFLOW_INTERCEPTORS
+from keeper.workers.versioning import workflow_runner
+from keeper.workflows.reclaim.job_reclaim import JobReclaim
 
 # Fast enough for a test, slow enough that each step is seen: two graceful cancels and one
 # forced kill, each followed by a short wait for evidence.

@@ -17,7 +17,10 @@ from sqlalchemy import update
 from temporalio.client import Client, WorkflowHandle
 from temporalio.worker import Worker
 
-from domain.runners.models import (
+from emulators.github.server import GitHubEmulator
+from emulators.provider import WRAPPER, launcher_env
+from emulators.provider import state as provider_state
+from keeper.domain.runners.models import (
     DeletionPolicy,
     DeletionRequest,
     DeletionResult,
@@ -25,19 +28,16 @@ from domain.runners.models import (
     RunnerRecord,
     deletion_workflow_id,
 )
-from domain.runners.status import AgentStatus, InstanceStatus
-from emulators.github.server import GitHubEmulator
-from emulators.provider import WRAPPER, launcher_env
-from emulators.provider import state as provider_state
-from runtime.runners.deps import RunnerDeps
-from runtime.runners.garm_provider import ExternalProvider
-from runtime.runners.github_client import GitHubClient
-from runtime.runners.requests import request_deletion
-from runtime.tpu.client import emulator_client
-from store import RunnerStore, open_store
-from store.runners.schema import runners
+from keeper.domain.runners.status import AgentStatus, InstanceStatus
+from keeper.runtime.runners.deps import RunnerDeps
+from keeper.runtime.runners.garm_provider import ExternalProvider
+from keeper.runtime.runners.github_client import GitHubClient
+from keeper.runtime.runners.requests import request_deletion
+from keeper.runtime.tpu.client import emulator_client
+from keeper.store import RunnerStore, open_store
+from keeper.store.runners.schema import runners
+from keeper.workers.main import build_worker
 from tests.harness import test_settings
-from workers.main import build_worker
 
 SCOPE = "org:acme"
 TOKEN = "ghp_keeper_test_token"

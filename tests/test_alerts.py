@@ -23,8 +23,8 @@ import pytest
 from temporalio.client import WorkflowHandle
 from temporalio.testing import ActivityEnvironment, WorkflowEnvironment
 
-from activities.alerts import AlertActivities
-from domain.common.alerts import (
+from keeper.activities.alerts import AlertActivities
+from keeper.domain.common.alerts import (
     ALERT_ATTEMPTS,
     ALERT_TABLE,
     EVIDENCE_LINES,
@@ -35,9 +35,14 @@ from domain.common.alerts import (
     make_alert,
     watch_notice_kind,
 )
-from runtime.alerts import ALERT_WEBHOOK_ENV, WATCH_WEBHOOK_ENV, AlertChannel, alert_webhook_url
-from runtime.settings import Settings, SettingsError, load_settings
-from runtime.webhook import WebhookUrl
+from keeper.runtime.alerts import (
+    ALERT_WEBHOOK_ENV,
+    WATCH_WEBHOOK_ENV,
+    AlertChannel,
+    alert_webhook_url,
+)
+from keeper.runtime.settings import Settings, SettingsError, load_settings
+from keeper.runtime.webhook import WebhookUrl
 from tests.harness import env_flag
 from tests.metrics_support import metered_client, scrape_until, value
 from tests.test_reclaim_secrets import assert_absent
@@ -228,9 +233,9 @@ async def test_a_failing_webhook_is_retried_then_given_up_without_failing(
 def test_every_family_serves_keeper_alert_and_a_worker_of_all_of_them_registers_it_once():
     from temporalio import activity
 
-    from runtime.tpu.client import emulator_client
-    from workers.alerts import alert_activity, distinct_activities
-    from workers.families.tpu import TpuDeps, tpu_activities
+    from keeper.runtime.tpu.client import emulator_client
+    from keeper.workers.alerts import alert_activity, distinct_activities
+    from keeper.workers.families.tpu import TpuDeps, tpu_activities
 
     def names(fns: list[Any]) -> list[str]:
         return [activity._Definition.must_from_callable(fn).name or "" for fn in fns]

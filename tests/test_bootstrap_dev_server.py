@@ -16,9 +16,10 @@ from google.cloud import tpu_v2
 from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
 from temporalio.exceptions import ApplicationError, CancelledError
 
-from activities.tpu.cloud import build_queued_resource
-from domain.tpu.models import BootstrapFailure, BootstrapResult, SweepReport, SweepRequest
-from domain.tpu.naming import (
+from emulators.tpu import Scenario, TpuEmulator
+from keeper.activities.tpu.cloud import build_queued_resource
+from keeper.domain.tpu.models import BootstrapFailure, BootstrapResult, SweepReport, SweepRequest
+from keeper.domain.tpu.naming import (
     SWEEPER_SCHEDULE_ID,
     bootstrap_run_workflow_id,
     bootstrap_workflow_id,
@@ -26,9 +27,10 @@ from domain.tpu.naming import (
     parent,
     queued_resource_name,
 )
-from domain.tpu.phases import Phase
-from emulators.tpu import Scenario, TpuEmulator
-from runtime.tpu.client import emulator_client
+from keeper.domain.tpu.phases import Phase
+from keeper.runtime.tpu.client import emulator_client
+from keeper.workflows.tpu.bootstrap import TpuSliceBootstrap
+from keeper.workflows.tpu.sweeper import TpuSweeper
 from tests.e2e_support import (
     start_worker_process,
     temporal_cli,
@@ -36,8 +38,6 @@ from tests.e2e_support import (
     write_config,
 )
 from tests.harness import assert_no_leaks, running_worker, slice_request
-from workflows.tpu.bootstrap import TpuSliceBootstrap
-from workflows.tpu.sweeper import TpuSweeper
 
 pytestmark = pytest.mark.e2e
 

@@ -14,12 +14,12 @@ from temporalio.client import WorkflowFailureError
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 
-from domain.tpu.models import BootstrapFailure, BootstrapResult
-from domain.tpu.naming import bootstrap_run_workflow_id, bootstrap_workflow_id
-from domain.tpu.slice_request import Capacity, SliceRequest
 from emulators.tpu import Scenario, TpuEmulator
+from keeper.domain.tpu.models import BootstrapFailure, BootstrapResult
+from keeper.domain.tpu.naming import bootstrap_run_workflow_id, bootstrap_workflow_id
+from keeper.domain.tpu.slice_request import Capacity, SliceRequest
+from keeper.workflows.tpu.bootstrap import TpuSliceBootstrap
 from tests.harness import assert_no_leaks, running_worker, slice_request
-from workflows.tpu.bootstrap import TpuSliceBootstrap
 
 
 async def bootstrap(env: WorkflowEnvironment, queue: str, request: SliceRequest):
@@ -95,9 +95,9 @@ async def create_unowned_qr(
     """The QR as the incident's controller left it: created, then never deleted."""
     from google.cloud import tpu_v2
 
-    from activities.tpu.cloud import build_queued_resource
-    from domain.tpu.naming import owner_labels, parent
-    from runtime.tpu.client import emulator_client
+    from keeper.activities.tpu.cloud import build_queued_resource
+    from keeper.domain.tpu.naming import owner_labels, parent
+    from keeper.runtime.tpu.client import emulator_client
 
     client = emulator_client(emu.grpc_target)
     await client.create_queued_resource(
@@ -250,7 +250,7 @@ async def test_terminal_state_ends_the_bootstrap_at_once(
 async def test_queued_resource_deleted_behind_our_back_is_terminal(
     time_env, clocked_emu: TpuEmulator
 ):
-    from runtime.tpu.client import emulator_client
+    from keeper.runtime.tpu.client import emulator_client
 
     request = slice_request()
     clocked_emu.set_scenario(request.slice_name, Scenario(assign_after=None))

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from cli.main import cli
 from emulators.tpu import Scenario, TpuEmulator
+from keeper.cli.main import cli
 from tests.e2e_support import REPO, write_config
 from tests.harness import assert_no_leaks, running_worker
 
@@ -44,7 +44,7 @@ def test_help_is_complete():
 
 async def keeper(config: Path, *args: str) -> tuple[int, str, str]:
     process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "cli.main", "--config", str(config), *args,
+        sys.executable, "-m", "keeper.cli.main", "--config", str(config), *args,
         cwd=REPO, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
     out, err = await asyncio.wait_for(process.communicate(), 120)

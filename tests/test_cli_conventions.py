@@ -24,11 +24,11 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from cli.main import cli, run
 from emulators.tpu import TpuEmulator
 from emulators.tpu.faults import FAULT_METHODS
 from emulators.tpu.grpc_service import TpuService
-from runtime.settings import CONFIG_ENV, ENV_OVERRIDES, package_build_id
+from keeper.cli.main import cli, run
+from keeper.runtime.settings import CONFIG_ENV, ENV_OVERRIDES, package_build_id
 from tests.e2e_support import REPO
 
 # Several subprocesses at once: each spends most of its time importing keeper.
@@ -48,7 +48,7 @@ def keeper(
     *args: str, env: dict[str, str] | None = None, cwd: Path = REPO
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "cli.main", *args],
+        [sys.executable, "-m", "keeper.cli.main", *args],
         cwd=cwd,
         env=clean_env() if env is None else env,
         capture_output=True,
@@ -117,7 +117,7 @@ def test_version_names_the_package_and_the_build_id_in_text_and_json() -> None:
             ["--json", "--version"],
         ]
     )
-    version = metadata.version("keeper")
+    version = metadata.version("keeper-temporal")
     assert text.returncode == 0, explain(text)
     assert text.stdout.startswith(f"keeper {version} (build {package_build_id()}")
     assert text.stderr == ""
@@ -401,13 +401,13 @@ def test_worker_check_prints_the_plan_without_a_server(config: Path) -> None:
 async def keeper_async(*args: str, env: dict[str, str] | None = None) -> Any:
     """keeper in a subprocess without blocking the loop an in-process server runs on."""
     process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "cli.main", *args,
+        sys.executable, "-m", "keeper.cli.main", *args,
         cwd=REPO, env=env or clean_env(),
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
     out, err = await asyncio.wait_for(process.communicate(), TIMEOUT)
     return subprocess.CompletedProcess(
-        ["python", "-m", "cli.main", *args], process.returncode, out.decode(), err.decode()
+        ["python", "-m", "keeper.cli.main", *args], process.returncode, out.decode(), err.decode()
     )
 
 
@@ -495,7 +495,17 @@ def test_ctrl_c_exits_130(tmp_path: Path) -> None:
         )
     )
     process = subprocess.Popen(
-        [sys.executable, "-m", "cli.main", "--config", str(path), "dev", "up", "--timeout", "60"],
+        [
+            sys.executable,
+            "-m",
+            "keeper.cli.main",
+            "--config",
+            str(path),
+            "dev",
+            "up",
+            "--timeout",
+            "60",
+        ],
         cwd=tmp_path,
         env=clean_env(PYTHONUNBUFFERED="1"),
         stdout=subprocess.PIPE,
@@ -560,7 +570,7 @@ def keeper_in_process(*args: str) -> subprocess.CompletedProcess[str]:
         sys.stdout.flush()
         sys.stderr.flush()
         stdout, stderr = out.getvalue().decode(), err.getvalue().decode()
-    argv = [sys.executable, "-m", "cli.main", *args]
+    argv = [sys.executable, "-m", "keeper.cli.main", *args]
     return subprocess.CompletedProcess(argv, code, stdout, stderr)
 
 

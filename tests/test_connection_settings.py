@@ -14,8 +14,8 @@ from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
 from temporalio.service import TLSConfig
 from temporalio.testing import WorkflowEnvironment
 
-from runtime.settings import Settings, SettingsError, load_settings
-from runtime.temporal_client import connect, connect_options
+from keeper.runtime.settings import Settings, SettingsError, load_settings
+from keeper.runtime.temporal_client import connect, connect_options
 
 API_KEY = "tmprl_ProfileSecret0123456789abcdef"
 

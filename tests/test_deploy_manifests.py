@@ -15,14 +15,14 @@ from typing import Any
 import pytest
 import yaml
 
-from cli.main import cli
-from runtime import temporal_env
-from runtime.alerts import ALERT_WEBHOOK_ENV
-from runtime.reclaim.credentials import TOKEN_ENV as SPUR_TOKEN_ENV
-from runtime.runners.github_client import TOKEN_ENV as GITHUB_TOKEN_ENV
-from runtime.search_attributes import registrations
-from runtime.settings import CONFIG_ENV, ENV_OVERRIDES, Settings, load_settings
-from runtime.watch.credentials import TOKEN_ENV as IRIS_TOKEN_ENV
+from keeper.cli.main import cli
+from keeper.runtime import temporal_env
+from keeper.runtime.alerts import ALERT_WEBHOOK_ENV
+from keeper.runtime.reclaim.credentials import TOKEN_ENV as SPUR_TOKEN_ENV
+from keeper.runtime.runners.github_client import TOKEN_ENV as GITHUB_TOKEN_ENV
+from keeper.runtime.search_attributes import registrations
+from keeper.runtime.settings import CONFIG_ENV, ENV_OVERRIDES, Settings, load_settings
+from keeper.runtime.watch.credentials import TOKEN_ENV as IRIS_TOKEN_ENV
 
 ROOT = Path(__file__).resolve().parent.parent
 K8S = ROOT / "deploy" / "k8s"

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from domain.runners.deregister_steps import (
+from keeper.domain.runners.deregister_steps import (
     Act,
     Deregistration,
     auth_attention,
@@ -15,9 +15,9 @@ from domain.runners.deregister_steps import (
     on_force,
     on_gave_up,
 )
-from domain.runners.deregistration import DeregisterMode
-from domain.runners.github import DeregistrationAnswer, DeregistrationOutcome
-from domain.runners.models import BusyTimeoutAction, DeletionPolicy, DeletionStep
+from keeper.domain.runners.deregistration import DeregisterMode
+from keeper.domain.runners.github import DeregistrationAnswer, DeregistrationOutcome
+from keeper.domain.runners.models import BusyTimeoutAction, DeletionPolicy, DeletionStep
 
 M = DeregisterMode
 Out = DeregistrationOutcome

@@ -6,7 +6,7 @@ from datetime import timedelta
 
 import pytest
 
-from domain.runners.deregistration import (
+from keeper.domain.runners.deregistration import (
     Answered,
     DeregisterMode,
     Next,
@@ -15,8 +15,8 @@ from domain.runners.deregistration import (
     next_step,
     retry_of,
 )
-from domain.runners.github import DeregistrationAnswer, DeregistrationOutcome
-from domain.runners.models import BusyTimeoutAction, DeletionPolicy
+from keeper.domain.runners.github import DeregistrationAnswer, DeregistrationOutcome
+from keeper.domain.runners.models import BusyTimeoutAction, DeletionPolicy
 
 Out = DeregistrationOutcome
 M = DeregisterMode

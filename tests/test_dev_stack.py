@@ -26,14 +26,14 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from cli.context import KeeperContext
-from cli.dev import dev
-from cli.devstack.layout import plan, run_dir
-from cli.devstack.procs import PidRecord, pid_alive
-from cli.devstack.stack import lost_a_port_race
-from cli.emulator import emulator, render_state
-from runtime.dev_ports import PORT_OFFSETS, PORT_SPAN
-from runtime.settings import CONFIG_ENV, ENV_OVERRIDES, load_settings
+from keeper.cli.context import KeeperContext
+from keeper.cli.dev import dev
+from keeper.cli.devstack.layout import plan, run_dir
+from keeper.cli.devstack.procs import PidRecord, pid_alive
+from keeper.cli.devstack.stack import lost_a_port_race
+from keeper.cli.emulator import emulator, render_state
+from keeper.runtime.dev_ports import PORT_OFFSETS, PORT_SPAN
+from keeper.runtime.settings import CONFIG_ENV, ENV_OVERRIDES, load_settings
 
 HAVE_EMULATOR = importlib.util.find_spec("emulators.tpu") is not None
 NEEDS_EMULATOR = pytest.mark.skipif(
@@ -85,7 +85,7 @@ class Keeper:
     ) -> subprocess.CompletedProcess[str]:
         config = [] if bare else ["--config", str(self.config)]
         return subprocess.run(
-            [sys.executable, "-m", "cli.main", *config, *args],
+            [sys.executable, "-m", "keeper.cli.main", *config, *args],
             cwd=self.root,
             env={**self.env, **env},
             capture_output=True,
@@ -426,7 +426,7 @@ def test_a_second_stack_on_another_port_base_runs_beside_the_first_and_is_found_
 def test_the_stack_lives_beside_its_config_file_whatever_the_working_directory(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from cli.devstack.stack import Stack
+    from keeper.cli.devstack.stack import Stack
 
     home = tmp_path / "home"
     home.mkdir()

@@ -7,15 +7,15 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from pydantic import TypeAdapter, ValidationError
 
-from domain.common import compensation
-from domain.common.durations import HumanDuration, format_duration, parse_duration
-from domain.tpu.models import CompensationPolicy, OwnedResource, SweepCandidate
-from domain.tpu.naming import bootstrap_workflow_id, node_ids, owner_labels
-from domain.tpu.observation import NodeView, SliceObservation, bucket, progress_key
-from domain.tpu.phases import Phase, backstop, deadline_for, phase_plan
-from domain.tpu.qr_state import QrStage, qr_stage
-from domain.tpu.sweep import SweepAction, counts_as_release, sweep_action
-from domain.tpu.topology import vms_per_node
+from keeper.domain.common import compensation
+from keeper.domain.common.durations import HumanDuration, format_duration, parse_duration
+from keeper.domain.tpu.models import CompensationPolicy, OwnedResource, SweepCandidate
+from keeper.domain.tpu.naming import bootstrap_workflow_id, node_ids, owner_labels
+from keeper.domain.tpu.observation import NodeView, SliceObservation, bucket, progress_key
+from keeper.domain.tpu.phases import Phase, backstop, deadline_for, phase_plan
+from keeper.domain.tpu.qr_state import QrStage, qr_stage
+from keeper.domain.tpu.sweep import SweepAction, counts_as_release, sweep_action
+from keeper.domain.tpu.topology import vms_per_node
 from tests.harness import slice_request
 
 

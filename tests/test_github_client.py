@@ -15,7 +15,8 @@ import httpx
 import pytest
 from pydantic import SecretStr, ValidationError
 
-from domain.runners.github import (
+from emulators.github import GitHubEmulator
+from keeper.domain.runners.github import (
     DeregistrationAnswer,
     DeregistrationOutcome,
     GitHubRunner,
@@ -23,8 +24,7 @@ from domain.runners.github import (
     ScopeKind,
     classify_deregistration,
 )
-from emulators.github import GitHubEmulator
-from runtime.runners.github_client import GitHubClient, GitHubError, load_github_token
+from keeper.runtime.runners.github_client import GitHubClient, GitHubError, load_github_token
 
 TOKEN = "ghp_keeperTestSecret0123456789abcdef"
 REPO = Path(__file__).resolve().parents[1]

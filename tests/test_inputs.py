@@ -21,29 +21,29 @@ from temporalio.exceptions import ApplicationError, CancelledError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
-from domain.reclaim.calls import JobReclaimInput
-from domain.runners.models import (
+from emulators.provider import state as provider_state
+from emulators.tpu import Scenario, TpuEmulator
+from keeper.domain.reclaim.calls import JobReclaimInput
+from keeper.domain.runners.models import (
     DeletionOutcome,
     DeletionPolicy,
     DeletionRequest,
     RunnerDeletionInput,
     deletion_workflow_id,
 )
-from domain.runners.reconcile import ReconcileRequest
-from domain.runners.status import InstanceStatus
-from domain.tpu.models import SweepRequest, TeardownRequest
-from domain.tpu.naming import bootstrap_workflow_id
-from domain.tpu.phases import Phase
-from domain.tpu.slice_request import SliceRequest
-from emulators.provider import state as provider_state
-from emulators.tpu import Scenario, TpuEmulator
-from runtime.settings import SettingsError, load_settings
+from keeper.domain.runners.reconcile import ReconcileRequest
+from keeper.domain.runners.status import InstanceStatus
+from keeper.domain.tpu.models import SweepRequest, TeardownRequest
+from keeper.domain.tpu.naming import bootstrap_workflow_id
+from keeper.domain.tpu.phases import Phase
+from keeper.domain.tpu.slice_request import SliceRequest
+from keeper.runtime.settings import SettingsError, load_settings
+from keeper.workers.input_guard import INVALID_INPUT
+from keeper.workers.registry import INPUT_HELP, WORKFLOWS
+from keeper.workflows.tpu.bootstrap import TpuSliceBootstrap
 from tests.e2e_support import temporal_cli, wait_for_phase
 from tests.harness import assert_no_leaks, running_worker, slice_request
 from tests.runner_world import RunnerWorld, runner_worker
-from workers.input_guard import INVALID_INPUT
-from workers.registry import INPUT_HELP, WORKFLOWS
-from workflows.tpu.bootstrap import TpuSliceBootstrap
 
 SLICE = {
     "slice_name": "strict-a",

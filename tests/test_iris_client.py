@@ -19,14 +19,14 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from runtime.watch.credentials import IrisToken, IrisTokenError
-from runtime.watch.iris_client import (
+from keeper.runtime.watch.credentials import IrisToken, IrisTokenError
+from keeper.runtime.watch.iris_client import (
     ChildrenQuery,
     IrisController,
     LogRoute,
     fetch_logs_source,
 )
-from runtime.watch.iris_errors import (
+from keeper.runtime.watch.iris_errors import (
     IrisAlreadyExists,
     IrisAuthError,
     IrisError,
@@ -41,10 +41,10 @@ from runtime.watch.iris_errors import (
     JobNotFound,
     non_retryable_types,
 )
-from wire.iris import connect
-from wire.iris.connect import HTTP_STATUS, Code, ConnectErrorBody, ErrorDetails
-from wire.iris.enums import JobState, LogLevel, MatchScope, TaskState
-from wire.iris.messages import LIST_JOBS_STATE_FILTERS
+from keeper.wire.iris import connect
+from keeper.wire.iris.connect import HTTP_STATUS, Code, ConnectErrorBody, ErrorDetails
+from keeper.wire.iris.enums import JobState, LogLevel, MatchScope, TaskState
+from keeper.wire.iris.messages import LIST_JOBS_STATE_FILTERS
 
 TOKEN = "iris-jwt-eyJhbGciOiJIUzI1NiJ9.c2VjcmV0LXBheWxvYWQ.s1gn4ture"
 JOB = "/alice/tokenize-fineweb"

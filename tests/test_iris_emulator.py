@@ -18,25 +18,25 @@ import httpx
 import pytest
 from click.testing import CliRunner
 
-from cli.emulator_iris import iris as iris_group
-from domain.watch.names import ChildRef, pick_latest
-from domain.watch.redaction import redaction_marks
-from domain.watch.threads import ThreadState, read_dump
 from emulators.iris import IrisEmulator, IrisEmulatorConfig, ManualWallClock, start_emulator
 from emulators.iris.__main__ import parse_args
-from runtime.watch.credentials import TOKEN_ENV, IrisToken
-from runtime.watch.iris_client import IrisController, LogRoute, fetch_logs_source
-from runtime.watch.iris_errors import IrisAlreadyExists, IrisUnavailable, JobNotFound
-from wire.iris.codec import to_wire
-from wire.iris.connect import (
+from keeper.cli.emulator_iris import iris as iris_group
+from keeper.domain.watch.names import ChildRef, pick_latest
+from keeper.domain.watch.redaction import redaction_marks
+from keeper.domain.watch.threads import ThreadState, read_dump
+from keeper.runtime.watch.credentials import TOKEN_ENV, IrisToken
+from keeper.runtime.watch.iris_client import IrisController, LogRoute, fetch_logs_source
+from keeper.runtime.watch.iris_errors import IrisAlreadyExists, IrisUnavailable, JobNotFound
+from keeper.wire.iris.codec import to_wire
+from keeper.wire.iris.connect import (
     FETCH_LOGS,
     FINELOG_FETCH_LOGS,
     GET_TASK_LOGS,
     PROXIED_FETCH_LOGS,
     ConnectErrorBody,
 )
-from wire.iris.exec_commands import CLK_TCK, PROC_STAT_COMMAND, SESSION_CPU_COMMAND
-from wire.iris.messages import FetchLogsRequest, LaunchJobRequest
+from keeper.wire.iris.exec_commands import CLK_TCK, PROC_STAT_COMMAND, SESSION_CPU_COMMAND
+from keeper.wire.iris.messages import FetchLogsRequest, LaunchJobRequest
 
 CTL = "/iris.cluster.ControllerService"
 CHILD = re.compile(

@@ -12,14 +12,14 @@ from typing import Any
 import httpx
 import pytest
 
-from activities.watch.observe import MAX_PROCESSES_PER_TASK, started_last
-from domain.watch.progress import LogLine, digest, normalise_error, parse_event, strip_prefix
-from domain.watch.threads import ThreadState, read_dump
-from runtime.watch.iris_client import GET_CURRENT_USER, IrisController
-from runtime.watch.iris_errors import IrisAlreadyExists, IrisInvalidArgument
-from wire.iris import connect
-from wire.iris.exec_commands import parse_proc_stat
-from wire.iris.messages import LaunchJobRequest
+from keeper.activities.watch.observe import MAX_PROCESSES_PER_TASK, started_last
+from keeper.domain.watch.progress import LogLine, digest, normalise_error, parse_event, strip_prefix
+from keeper.domain.watch.threads import ThreadState, read_dump
+from keeper.runtime.watch.iris_client import GET_CURRENT_USER, IrisController
+from keeper.runtime.watch.iris_errors import IrisAlreadyExists, IrisInvalidArgument
+from keeper.wire.iris import connect
+from keeper.wire.iris.exec_commands import parse_proc_stat
+from keeper.wire.iris.messages import LaunchJobRequest
 
 # py-spy 0.4.3 on Python 3.12, through ProfileTask(threads): methods by qualified name, the
 # OS thread id in decimal.

@@ -11,18 +11,18 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from wire.iris import connect, messages
-from wire.iris.codec import WireMessage, field_number, from_wire, to_wire
-from wire.iris.connect import Code, ConnectErrorBody, ErrorDetail, ErrorDetails
-from wire.iris.enums import JobState, LogLevel, TaskState
-from wire.iris.exec_commands import (
+from keeper.wire.iris import connect, messages
+from keeper.wire.iris.codec import WireMessage, field_number, from_wire, to_wire
+from keeper.wire.iris.connect import Code, ConnectErrorBody, ErrorDetail, ErrorDetails
+from keeper.wire.iris.enums import JobState, LogLevel, TaskState
+from keeper.wire.iris.exec_commands import (
     CLK_TCK,
     PROC_STAT_COMMAND,
     SESSION_CPU_COMMAND,
     parse_proc_stat,
     parse_session_cpu,
 )
-from wire.iris.messages import (
+from keeper.wire.iris.messages import (
     ExecInContainerRequest,
     ExecInContainerResponse,
     GetJobStatusResponse,
@@ -38,7 +38,7 @@ from wire.iris.messages import (
     TaskStatus,
     Timestamp,
 )
-from wire.iris.methods import BY_PATH, METHODS
+from keeper.wire.iris.methods import BY_PATH, METHODS
 
 MESSAGE_CLASSES = [
     cls

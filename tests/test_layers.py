@@ -4,30 +4,14 @@ family keeps to its own packages, and domain/ imports nothing that does I/O."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.lint_imports import lint
+
 ROOT = Path(__file__).resolve().parent.parent
-LINT = Path(sys.executable).parent / "lint-imports"
-PACKAGES = (
-    "cli", "workers", "workflows", "activities", "runtime", "store", "emulators", "wire", "domain",
-)  # fmt: skip
-
-
-def lint(cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(cwd)}
-    return subprocess.run(
-        [str(LINT), "--no-cache", "--no-logo", "pyproject.toml"],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+PACKAGES = ("cli", "workers", "workflows", "activities", "runtime", "store", "wire", "domain")
 
 
 def test_keepers_imports_keep_every_contract() -> None:
@@ -45,13 +29,13 @@ FAMILY_DIRS = (
 def _tree(tmp: Path, modules: dict[str, str]) -> Path:
     """A copy of keeper's contracts over a made-up tree of the same packages."""
     (tmp / "pyproject.toml").write_text((ROOT / "pyproject.toml").read_text())
-    for package in PACKAGES:
+    for package in (*PACKAGES, "emulators"):
         for sub in ("", *FAMILY_DIRS):
             d = tmp / package / sub
             d.mkdir(parents=True, exist_ok=True)
             (d / "__init__.py").touch()
     for name, source in modules.items():
-        (tmp / (name.replace(".", "/") + ".py")).write_text(source)
+        (tmp / (name.removeprefix("keeper.").replace(".", "/") + ".py")).write_text(source)
     return tmp
 
 
@@ -61,17 +45,17 @@ def _tree(tmp: Path, modules: dict[str, str]) -> Path:
         ({"domain.tpu.rules": "import httpx\n"}, "domain is pure"),
         ({"domain.tpu.rules": "import temporalio.workflow\n"}, "domain is pure"),
         ({"domain.tpu.rules": "import os\n"}, "domain is pure"),
-        ({"domain.tpu.rules": "import domain.runners\n"}, "own domain packages"),
-        ({"workflows.runners.w": "import workflows.tpu\n"}, "own workflow packages"),
-        ({"activities.tpu.a": "import workflows.tpu\n"}, "layers point one way"),
-        ({"runtime.x": "import activities.tpu\n"}, "layers point one way"),
+        ({"domain.tpu.rules": "import keeper.domain.runners\n"}, "own domain packages"),
+        ({"workflows.runners.w": "import keeper.workflows.tpu\n"}, "own workflow packages"),
+        ({"activities.tpu.a": "import keeper.workflows.tpu\n"}, "layers point one way"),
+        ({"runtime.x": "import keeper.activities.tpu\n"}, "layers point one way"),
         ({"store.s": "import emulators.tpu\n"}, "layers point one way"),
-        ({"domain.reclaim.r": "import domain.runners\n"}, "own domain packages"),
-        ({"emulators.e": "import runtime.settings\n"}, "layers point one way"),
+        ({"domain.reclaim.r": "import keeper.domain.runners\n"}, "own domain packages"),
+        ({"emulators.e": "import keeper.runtime.settings\n"}, "layers point one way"),
         (
             {
-                "runtime.tpu.c": "import runtime.common\n",
-                "runtime.common": "import runtime.runners\n",
+                "runtime.tpu.c": "import keeper.runtime.common\n",
+                "runtime.common": "import keeper.runtime.runners\n",
             },
             "own runtime packages",
         ),

@@ -18,24 +18,24 @@ import yaml
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
-from domain.runners.models import DeletionOutcome
-from domain.runners.reconcile import ReconcileRequest
-from domain.tpu.models import BootstrapResult
-from domain.tpu.naming import bootstrap_run_workflow_id, bootstrap_workflow_id
-from domain.tpu.phases import Phase
-from domain.tpu.slice_request import SliceRequest
 from emulators.tpu import Scenario, TpuEmulator
-from runtime import metrics as m
-from runtime.settings import SettingsError, load_settings
-from runtime.tpu.client import emulator_client
+from keeper.domain.runners.models import DeletionOutcome
+from keeper.domain.runners.reconcile import ReconcileRequest
+from keeper.domain.tpu.models import BootstrapResult
+from keeper.domain.tpu.naming import bootstrap_run_workflow_id, bootstrap_workflow_id
+from keeper.domain.tpu.phases import Phase
+from keeper.domain.tpu.slice_request import SliceRequest
+from keeper.runtime import metrics as m
+from keeper.runtime.settings import SettingsError, load_settings
+from keeper.runtime.tpu.client import emulator_client
+from keeper.workers.main import build_worker
+from keeper.workflows.runners.reconciler import RunnerReconciler
+from keeper.workflows.tpu.bootstrap import TpuSliceBootstrap
 from tests import harness
 from tests.e2e_support import wait_for_phase
 from tests.harness import assert_no_leaks, free_port, slice_request
 from tests.metrics_support import metered_client, scrape_until, value
 from tests.runner_world import SCOPE, RunnerWorld
-from workers.main import build_worker
-from workflows.runners.reconciler import RunnerReconciler
-from workflows.tpu.bootstrap import TpuSliceBootstrap
 
 ROOT = Path(__file__).resolve().parent.parent
 ALERTS = ROOT / "deploy" / "prometheus" / "keeper-alerts.yaml"

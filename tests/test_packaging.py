@@ -9,6 +9,7 @@ KEEPER_TEST_WHEEL_INSTALL=1; the rest runs in the suite.
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import json
 import os
@@ -28,18 +29,20 @@ import httpx
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
-from domain.watch.calls import JobWatchInput, JobWatchResult
-from domain.watch.models import WatchOutcome, watch_id
 from emulators.iris import IrisEmulatorConfig, start_emulator
-from runtime.settings import CONFIG_ENV, ENV_OVERRIDES
-from runtime.watch import search_attributes as watch_sa
+from keeper.domain.watch.calls import JobWatchInput, JobWatchResult
+from keeper.domain.watch.models import WatchOutcome, watch_id
+from keeper.runtime.settings import CONFIG_ENV, ENV_OVERRIDES
+from keeper.runtime.watch import search_attributes as watch_sa
+from keeper.workflows.watch.job_watch import JobWatch
+from tests import lint_imports
 from tests.harness import env_flag, free_port
-from workflows.watch.job_watch import JobWatch
 
 ROOT = Path(__file__).resolve().parent.parent
 WHEEL_INSTALL_ENV = "KEEPER_TEST_WHEEL_INSTALL"
 
-# What the wheel holds: keeper's runtime packages, nothing of the checkout's own.
+# What the wheel holds: keeper's runtime packages under the one top-level name `keeper`,
+# nothing of the checkout's own.
 RUNTIME_PACKAGES = {
     "activities", "cli", "domain", "runtime", "store", "wire", "workers", "workflows",
 }  # fmt: skip
@@ -96,7 +99,7 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
         capture_output=True,
         timeout=120,
     )  # fmt: skip
-    (built,) = out.glob("keeper-*.whl")
+    (built,) = out.glob("keeper_temporal-*.whl")
     return built
 
 
@@ -109,17 +112,21 @@ def test_the_wheel_holds_the_runtime_its_data_files_and_the_keeper_command_only(
         entry_points = archive.read(f"{dist_info}/entry_points.txt").decode()
         metadata = archive.read(f"{dist_info}/METADATA").decode()
     top = {name.split("/")[0] for name in names} - {dist_info}
-    assert top == RUNTIME_PACKAGES, f"unexpected top-level entries: {top ^ RUNTIME_PACKAGES}"
+    assert top == {"keeper"}, f"the wheel adds more than one top-level name: {sorted(top)}"
+    under_keeper = {name.split("/")[1] for name in names if name.startswith("keeper/")}
+    assert under_keeper == RUNTIME_PACKAGES, (
+        f"unexpected packages: {under_keeper ^ RUNTIME_PACKAGES}"
+    )
     # Every file of the runtime packages ships, data files (proto, pyi, yaml, json) too.
     tracked = {
-        path.relative_to(ROOT).as_posix()
+        "keeper/" + path.relative_to(ROOT).as_posix()
         for package in RUNTIME_PACKAGES
         for path in (ROOT / package).rglob("*")
         if path.is_file() and "__pycache__" not in path.parts
     }
     assert tracked - names == set(), f"files left out of the wheel: {sorted(tracked - names)}"
-    assert "wire/spur/slurm.proto" in names and "wire/spur/slurm_pb2.pyi" in names
-    assert "keeper = cli.main:main" in entry_points
+    assert "keeper/wire/spur/slurm.proto" in names and "keeper/wire/spur/slurm_pb2.pyi" in names
+    assert "keeper = keeper.cli.main:main" in entry_points
     runtime_requirements = {
         _requirement_name(line.removeprefix("Requires-Dist:"))
         for line in metadata.splitlines()
@@ -131,8 +138,12 @@ def test_the_wheel_holds_the_runtime_its_data_files_and_the_keeper_command_only(
 
 def test_the_packages_the_wheel_finds_are_the_runtime_ones() -> None:
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    found = pyproject["tool"]["setuptools"]["packages"]["find"]["include"]
-    assert {pattern.rstrip("*") for pattern in found} == RUNTIME_PACKAGES
+    (runtime,) = [
+        ast.literal_eval(node.value)
+        for node in ast.parse((ROOT / "setup.py").read_text()).body
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "RUNTIME"
+    ]
+    assert set(runtime) == RUNTIME_PACKAGES == set(lint_imports.RUNTIME)
     dev = {_requirement_name(r) for r in pyproject["project"]["optional-dependencies"]["dev"]}
     assert dev >= DEV_ONLY
 
@@ -152,7 +163,7 @@ def _clean_env(**extra: str) -> dict[str, str]:
 # import keeper once; prints each one's exit code, stdout and stderr as JSON.
 _RUN_EACH = """
 import contextlib, io, json, os
-from cli.main import run
+from keeper.cli.main import run
 results = []
 for args in json.loads(sys.argv[1]):
     out, err = io.StringIO(), io.StringIO()
@@ -342,7 +353,7 @@ async def test_keeper_worker_answers_its_probes_runs_a_workflow_and_stops_on_sig
     stopped_at_exit: list[subprocess.Popen[str]],
 ) -> None:
     text = await _serve_one_watch_and_stop(
-        [sys.executable, "-m", "cli.main"],
+        [sys.executable, "-m", "keeper.cli.main"],
         dev_env,
         tmp_path,
         _clean_env(PYTHONPATH=str(ROOT)),

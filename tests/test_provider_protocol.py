@@ -27,19 +27,6 @@ import yaml
 from pydantic import ValidationError
 from temporalio.testing import ActivityEnvironment, WorkflowEnvironment
 
-from activities.runners.deletion import ProviderActivities
-from domain.runners.calls import ProviderDelete
-from domain.runners.provider import (
-    MESSAGE_LIMIT,
-    NOT_FOUND_EXIT_CODE,
-    InstanceStatus,
-    ProviderAnswer,
-    ProviderInstance,
-    ProviderOutcome,
-    classify_exit,
-    stderr_tail,
-    timed_out,
-)
 from emulators.provider import WRAPPER, launcher_env
 from emulators.provider.state import (
     add_instance,
@@ -52,9 +39,22 @@ from emulators.provider.state import (
 )
 from emulators.tpu import TpuEmulator
 from emulators.tpu.testing import PARENT, client_for
-from runtime.runners.garm_provider import ExternalProvider, ProviderError
-from runtime.runners.instance_lease import InstanceLeases
-from store import LeaseResult, open_store
+from keeper.activities.runners.deletion import ProviderActivities
+from keeper.domain.runners.calls import ProviderDelete
+from keeper.domain.runners.provider import (
+    MESSAGE_LIMIT,
+    NOT_FOUND_EXIT_CODE,
+    InstanceStatus,
+    ProviderAnswer,
+    ProviderInstance,
+    ProviderOutcome,
+    classify_exit,
+    stderr_tail,
+    timed_out,
+)
+from keeper.runtime.runners.garm_provider import ExternalProvider, ProviderError
+from keeper.runtime.runners.instance_lease import InstanceLeases
+from keeper.store import LeaseResult, open_store
 from tests.e2e_support import dev_address, process_gone, start_worker_process
 from tests.runner_world import TOKEN as WORLD_TOKEN
 from tests.runner_world import RunnerWorld

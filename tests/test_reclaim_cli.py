@@ -24,10 +24,10 @@ import yaml
 from click.testing import CliRunner
 from temporalio.testing import WorkflowEnvironment
 
-from cli.main import run
-from cli.reclaim.commands import reclaim
-from domain.reclaim.steps import Mode, Outcome
-from runtime.reclaim.service import parse_report
+from keeper.cli.main import run
+from keeper.cli.reclaim.commands import reclaim
+from keeper.domain.reclaim.steps import Mode, Outcome
+from keeper.runtime.reclaim.service import parse_report
 from tests.e2e_support import dev_address
 from tests.reclaim_world import ReclaimWorld, free_port, reclaim_world, until
 from tests.test_reclaim_e2e import live, names, nodes, only_workflow, stale

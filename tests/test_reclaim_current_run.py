@@ -25,8 +25,8 @@ import yaml
 from temporalio.client import WorkflowExecutionStatus
 from temporalio.testing import WorkflowEnvironment
 
-from domain.reclaim.steps import Outcome
 from emulators.spur.config import AgentSpec
+from keeper.domain.reclaim.steps import Outcome
 from tests.reclaim_world import FAST, ReclaimWorld, reclaim_world, until
 from tests.test_reclaim_cli import keeper, world_config
 from tests.test_reclaim_e2e import live, only_workflow, released_after_beats, stale
@@ -152,7 +152,7 @@ class _Run:
 
 
 def test_the_running_reclaim_comes_first_then_the_newest() -> None:
-    from cli.reclaim.runs import current_first
+    from keeper.cli.reclaim.runs import current_first
 
     t0 = datetime(2026, 12, 1, tzinfo=UTC)
     old_running = _Run("reclaim-n-2-e1.1", "a", WorkflowExecutionStatus.RUNNING, t0)

@@ -18,15 +18,15 @@ from typing import Any, TypeVar
 import pytest
 from click.testing import CliRunner
 
-from cli.context import KeeperContext
-from cli.emulator import emulator
-from cli.emulator_spur import render_spur_state
-from cli.output import use_json
-from cli.reclaim.commands import reclaim
 from emulators.spur import SpurEmulator, SpurEmulatorConfig
 from emulators.spur.config import numbered_agents
-from runtime.settings import Settings
-from wire.spur import slurm_pb2
+from keeper.cli.context import KeeperContext
+from keeper.cli.emulator import emulator
+from keeper.cli.emulator_spur import render_spur_state
+from keeper.cli.output import use_json
+from keeper.cli.reclaim.commands import reclaim
+from keeper.runtime.settings import Settings
+from keeper.wire.spur import slurm_pb2
 
 T = TypeVar("T")
 
@@ -141,7 +141,7 @@ def test_the_demo_in_observe_mode_refuses_before_leaking_anything(spur: Spur) ->
 
 
 def test_the_demo_names_a_node_the_emulator_does_not_have(spur: Spur) -> None:
-    from domain.reclaim.steps import Mode
+    from keeper.domain.reclaim.steps import Mode
 
     result = keeper(spur.settings(mode=Mode.ACT), reclaim, "demo", "--node", "gpu-node-99")
     assert result.exit_code == 1
@@ -152,7 +152,7 @@ def test_the_demo_names_a_node_the_emulator_does_not_have(spur: Spur) -> None:
 
 
 def test_the_demo_without_a_stack_says_to_start_one() -> None:
-    from domain.reclaim.steps import Mode
+    from keeper.domain.reclaim.steps import Mode
 
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

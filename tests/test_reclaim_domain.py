@@ -9,17 +9,17 @@ from typing import Any
 
 import pytest
 
-from domain.reclaim.decide import decide
-from domain.reclaim.epoch import observe
-from domain.reclaim.evidence import BeatEvidence, BeatReport, ReleaseTally, evidence_of
-from domain.reclaim.identity import (
+from keeper.domain.reclaim.decide import decide
+from keeper.domain.reclaim.epoch import observe
+from keeper.domain.reclaim.evidence import BeatEvidence, BeatReport, ReleaseTally, evidence_of
+from keeper.domain.reclaim.identity import (
     NodeNameError,
     canonical_node,
     canonical_nodes,
     expand_nodelist,
 )
-from domain.reclaim.jobs import ACTIVE, TERMINAL, WAITING, JobState
-from domain.reclaim.models import (
+from keeper.domain.reclaim.jobs import ACTIVE, TERMINAL, WAITING, JobState
+from keeper.domain.reclaim.models import (
     ControllerView,
     EpochState,
     Holding,
@@ -28,8 +28,8 @@ from domain.reclaim.models import (
     Reason,
     Verdict,
 )
-from domain.reclaim.policy import ReclaimPolicy
-from domain.reclaim.steps import GRACEFUL_SIGNAL, KILL_SIGNAL, Step, attempts
+from keeper.domain.reclaim.policy import ReclaimPolicy
+from keeper.domain.reclaim.steps import GRACEFUL_SIGNAL, KILL_SIGNAL, Step, attempts
 
 S, V, R = JobState, Verdict, Reason
 NOW = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)

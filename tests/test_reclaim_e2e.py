@@ -26,17 +26,17 @@ from google.protobuf import empty_pb2
 from temporalio.client import WorkflowExecutionStatus
 from temporalio.testing import WorkflowEnvironment
 
-from activities.reclaim.reclaim import ReclaimActivities
-from domain.reclaim.calls import CancelCall
-from domain.reclaim.models import Reason, Verdict
-from domain.reclaim.steps import Mode, Outcome
-from domain.reclaim.view import ReclaimView
 from emulators.spur.config import AgentSpec
-from runtime.reclaim import search_attributes as sa
-from runtime.reclaim.deps import open_reclaim_deps
-from runtime.reclaim.service import run_tap
+from keeper.activities.reclaim.reclaim import ReclaimActivities
+from keeper.domain.reclaim.calls import CancelCall
+from keeper.domain.reclaim.models import Reason, Verdict
+from keeper.domain.reclaim.steps import Mode, Outcome
+from keeper.domain.reclaim.view import ReclaimView
+from keeper.runtime.reclaim import search_attributes as sa
+from keeper.runtime.reclaim.deps import open_reclaim_deps
+from keeper.runtime.reclaim.service import run_tap
+from keeper.wire.spur import slurm_pb2, slurm_pb2_grpc
 from tests.reclaim_world import FAST, ReclaimWorld, free_port, reclaim_world, until
-from wire.spur import slurm_pb2, slurm_pb2_grpc
 
 pytestmark = pytest.mark.e2e
 HOUR = 3600.0

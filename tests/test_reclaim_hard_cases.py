@@ -15,10 +15,11 @@ import pytest
 from temporalio.client import WorkflowExecutionStatus
 from temporalio.testing import WorkflowEnvironment
 
-from activities.reclaim.reclaim import ReclaimActivities
-from domain.reclaim.calls import DrainCall
-from domain.reclaim.steps import Mode, Outcome
-from runtime.reclaim.deps import open_reclaim_deps
+from keeper.activities.reclaim.reclaim import ReclaimActivities
+from keeper.domain.reclaim.calls import DrainCall
+from keeper.domain.reclaim.steps import Mode, Outcome
+from keeper.runtime.reclaim.deps import open_reclaim_deps
+from keeper.wire.spur import slurm_pb2, slurm_pb2_grpc
 from tests.reclaim_world import ReclaimWorld, free_port, reclaim_world, until
 from tests.test_reclaim_e2e import (
     FENCED,
@@ -31,7 +32,6 @@ from tests.test_reclaim_e2e import (
     stale,
     view_of,
 )
-from wire.spur import slurm_pb2, slurm_pb2_grpc
 
 pytestmark = pytest.mark.e2e
 

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from domain.reclaim.identity import NodeNameError, canonical_node
-from domain.reclaim.models import NODE_ID_RE
+from keeper.domain.reclaim.identity import NodeNameError, canonical_node
+from keeper.domain.reclaim.models import NODE_ID_RE
 
 L63 = "a" * 63
 L64 = "a" * 64

@@ -9,13 +9,13 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from domain.reclaim.epoch import Observation, observe
-from domain.reclaim.evidence import BeatEvidence, BeatReport
-from domain.reclaim.jobs import JobState
-from domain.reclaim.models import ControllerView, EpochState, JobView, KnownJob
-from domain.reclaim.policy import ReclaimPolicy
-from store import StoreUnavailable, open_reclaim_memory
-from store.reclaim import (
+from keeper.domain.reclaim.epoch import Observation, observe
+from keeper.domain.reclaim.evidence import BeatEvidence, BeatReport
+from keeper.domain.reclaim.jobs import JobState
+from keeper.domain.reclaim.models import ControllerView, EpochState, JobView, KnownJob
+from keeper.domain.reclaim.policy import ReclaimPolicy
+from keeper.store import StoreUnavailable, open_reclaim_memory
+from keeper.store.reclaim import (
     FORGET_AFTER,
     WEAKLY_RELEASED,
     ReclaimMemory,
@@ -335,7 +335,7 @@ def test_errors_name_the_url_without_its_password(tmp_path) -> None:
 def test_a_detached_holding_keeps_its_fence_and_can_be_watched_again(tmp_path) -> None:
     from datetime import UTC, datetime
 
-    from store.reclaim import open_reclaim_memory
+    from keeper.store.reclaim import open_reclaim_memory
 
     memory = open_reclaim_memory(f"sqlite:///{tmp_path / 'm.db'}")
     try:

@@ -47,12 +47,12 @@ from datetime import UTC, datetime, timedelta
 from hypothesis import HealthCheck, given, note, seed, settings
 from hypothesis import strategies as st
 
-from domain.reclaim.decide import decide
-from domain.reclaim.epoch import observe
-from domain.reclaim.evidence import BeatEvidence, BeatReport, ReleaseTally, evidence_of
-from domain.reclaim.identity import canonical_node, canonical_nodes
-from domain.reclaim.jobs import ACTIVE, FINALIZED, TERMINAL, WAITING, JobState
-from domain.reclaim.models import (
+from keeper.domain.reclaim.decide import decide
+from keeper.domain.reclaim.epoch import observe
+from keeper.domain.reclaim.evidence import BeatEvidence, BeatReport, ReleaseTally, evidence_of
+from keeper.domain.reclaim.identity import canonical_node, canonical_nodes
+from keeper.domain.reclaim.jobs import ACTIVE, FINALIZED, TERMINAL, WAITING, JobState
+from keeper.domain.reclaim.models import (
     ControllerView,
     Decision,
     EpochState,
@@ -61,8 +61,8 @@ from domain.reclaim.models import (
     KnownJob,
     Verdict,
 )
-from domain.reclaim.policy import ReclaimPolicy
-from domain.reclaim.steps import Attempt, attempts
+from keeper.domain.reclaim.policy import ReclaimPolicy
+from keeper.domain.reclaim.steps import Attempt, attempts
 
 EXAMPLES_ENV = os.environ.get("KEEPER_PROPERTY_EXAMPLES")
 EXAMPLES = int(EXAMPLES_ENV or "60")

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from temporalio.client import WorkflowExecutionStatus
 
-from domain.reclaim.steps import Mode
+from keeper.domain.reclaim.steps import Mode
 from tests.harness import env_flag
 from tests.reclaim_world import FAST, reclaim_world, until
 from tests.test_reclaim_e2e import live, names, nodes, only_workflow, stale

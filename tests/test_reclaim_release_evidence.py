@@ -23,14 +23,14 @@ import pytest
 from temporalio.client import WorkflowExecutionStatus
 from temporalio.testing import WorkflowEnvironment
 
-from domain.reclaim.steps import Mode, Outcome
-from domain.reclaim.view import render_details
-from store.reclaim import WEAKLY_RELEASED
+from keeper.domain.reclaim.steps import Mode, Outcome
+from keeper.domain.reclaim.view import render_details
+from keeper.store.reclaim import WEAKLY_RELEASED
+from keeper.wire.spur import slurm_pb2, slurm_pb2_grpc
 from tests.e2e_support import dev_address, start_worker_process
 from tests.reclaim_world import FAST, ReclaimWorld, reclaim_world, until
 from tests.test_reclaim_e2e import live, names, nodes, only_workflow, stale, view_of
 from tests.test_reclaim_worker_kill import write_config
-from wire.spur import slurm_pb2, slurm_pb2_grpc
 
 pytestmark = pytest.mark.e2e
 # A wait after each cancel far longer than any test's beats: a second cancel would be a

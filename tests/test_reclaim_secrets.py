@@ -18,9 +18,9 @@ from google.protobuf.json_format import MessageToJson
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
-from domain.reclaim.steps import Outcome
-from domain.reclaim.view import ReclaimView
-from runtime.reclaim.credentials import TOKEN_ENV
+from keeper.domain.reclaim.steps import Outcome
+from keeper.domain.reclaim.view import ReclaimView
+from keeper.runtime.reclaim.credentials import TOKEN_ENV
 from tests.reclaim_world import ReclaimWorld, reclaim_world, until
 from tests.test_reclaim_cli import keeper, world_config
 from tests.test_reclaim_e2e import live, nodes, only_workflow, released_after_beats, stale

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from domain.reclaim.steps import Mode
-from runtime.reclaim.credentials import TOKEN_ENV
-from runtime.reclaim.deps import spur_token
-from runtime.settings import ReclaimSettings, SettingsError, load_settings
+from keeper.domain.reclaim.steps import Mode
+from keeper.runtime.reclaim.credentials import TOKEN_ENV
+from keeper.runtime.reclaim.deps import spur_token
+from keeper.runtime.settings import ReclaimSettings, SettingsError, load_settings
 from tests.test_reclaim_cli import keeper_now
 
 

@@ -13,8 +13,8 @@ import grpc
 import pytest
 from google.protobuf import empty_pb2
 
-from runtime.reclaim.tap import HEARTBEAT, REGISTER_AGENT, HeartbeatTap, TapEvent
-from wire.spur import slurm_pb2, slurm_pb2_grpc
+from keeper.runtime.reclaim.tap import HEARTBEAT, REGISTER_AGENT, HeartbeatTap, TapEvent
+from keeper.wire.spur import slurm_pb2, slurm_pb2_grpc
 
 LEADER = "10.0.0.2:6817"
 

@@ -21,14 +21,14 @@ from google.protobuf import empty_pb2
 
 from emulators.spur import SpurEmulator, SpurEmulatorConfig
 from emulators.spur.config import AgentSpec
-from runtime import metrics as m
-from runtime.reclaim.service import run_tap
-from runtime.reclaim.tap import HeartbeatTap, TapCounters
-from runtime.settings import ReclaimSettings, Settings, SettingsError, load_settings
+from keeper.runtime import metrics as m
+from keeper.runtime.reclaim.service import run_tap
+from keeper.runtime.reclaim.tap import HeartbeatTap, TapCounters
+from keeper.runtime.settings import ReclaimSettings, Settings, SettingsError, load_settings
+from keeper.wire.spur import slurm_pb2_grpc
 from tests.metrics_support import samples
 from tests.reclaim_world import free_port, until
 from tests.test_reclaim_cli import keeper_now, offline_config
-from wire.spur import slurm_pb2_grpc
 
 TAP_FIELDS = {"forwarded", "observed", "dropped", "observer_errors", "decode_errors"}
 

@@ -13,7 +13,7 @@ import pytest
 import yaml
 from temporalio.client import WorkflowExecutionStatus
 
-from domain.reclaim.steps import Outcome
+from keeper.domain.reclaim.steps import Outcome
 from tests.e2e_support import dev_address, start_worker_process
 from tests.reclaim_world import FAST, ReclaimWorld, reclaim_world, until
 from tests.test_reclaim_e2e import live, names, nodes, only_workflow, stale

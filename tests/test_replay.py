@@ -32,15 +32,23 @@ from temporalio.client import WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
-from domain.reclaim.models import Holding
-from domain.runners.models import deletion_workflow_id
-from domain.tpu.naming import bootstrap_run_workflow_id, bootstrap_workflow_id, teardown_workflow_id
-from domain.tpu.slice_request import Capacity
-from domain.watch.models import watch_id
 from emulators.tpu import Scenario, TpuEmulator
+from keeper.domain.reclaim.models import Holding
+from keeper.domain.runners.models import deletion_workflow_id
+from keeper.domain.tpu.naming import (
+    bootstrap_run_workflow_id,
+    bootstrap_workflow_id,
+    teardown_workflow_id,
+)
+from keeper.domain.tpu.slice_request import Capacity
+from keeper.domain.watch.models import watch_id
+from keeper.workers.registry import (
+    WORKFLOW_FAILURE_EXCEPTION_TYPES,
+    WORKFLOW_INTERCEPTORS,
+    WORKFLOWS,
+)
+from keeper.workflows.tpu.bootstrap import TpuSliceBootstrap
 from tests.harness import env_flag, running_worker, slice_request
-from workers.registry import WORKFLOW_FAILURE_EXCEPTION_TYPES, WORKFLOW_INTERCEPTORS, WORKFLOWS
-from workflows.tpu.bootstrap import TpuSliceBootstrap
 
 HISTORIES = Path(__file__).parent / "histories"
 RETIRED = HISTORIES / "RETIRED.md"
@@ -140,9 +148,9 @@ async def test_record_teardown_cancelled_mid_delete(dev_env, emu: TpuEmulator):
 @pytest.mark.skipif(not env_flag("KEEPER_RECORD_HISTORIES"), reason="recording is on demand")
 async def test_record_sweep_with_an_undeletable_orphan(dev_env, emu: TpuEmulator):
     """Since `sweeper-survey-bounded-deletes`: one orphan is deleted, one is reported."""
-    from domain.tpu.models import SweepRequest
+    from keeper.domain.tpu.models import SweepRequest
+    from keeper.workflows.tpu.sweeper import TpuSweeper
     from tests.test_tpu_sweeper import dead_owner_qr, sweeping_worker, until_listed
-    from workflows.tpu.sweeper import TpuSweeper
 
     stuck, ordinary = slice_request(), slice_request()
     for request in (stuck, ordinary):
@@ -299,8 +307,8 @@ async def _until_rolled_over(handle: Any, first_run: str | None, within: float =
 @pytest.mark.skipif(not env_flag("KEEPER_RECORD_HISTORIES"), reason="recording is on demand")
 @pytest.mark.parametrize("label", RUNNER_SCENARIOS + RUNNER_V2_SCENARIOS)
 async def test_record_runner(dev_env, tmp_path: Path, label: str):
-    from domain.runners.status import InstanceStatus
     from emulators.provider import state as provider_state
+    from keeper.domain.runners.status import InstanceStatus
     from tests.runner_world import FAST_POLICY, eventually, force_write, runner_worker, runner_world
 
     name = f"replay-{label}"

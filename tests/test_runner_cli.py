@@ -15,10 +15,10 @@ from sqlalchemy import update
 from temporalio.client import WorkflowExecutionStatus
 from temporalio.testing import WorkflowEnvironment
 
-from domain.runners.models import deletion_workflow_id
-from runtime.runners.deps import github_token_source
-from runtime.settings import RunnerSettings
-from store.runners.schema import runners
+from keeper.domain.runners.models import deletion_workflow_id
+from keeper.runtime.runners.deps import github_token_source
+from keeper.runtime.settings import RunnerSettings
+from keeper.store.runners.schema import runners
 from tests.runner_world import RunnerWorld, runner_worker
 from tests.test_runner_e2e import keeper, runner_config
 

@@ -9,9 +9,9 @@ import pytest
 from temporalio.client import WorkflowFailureError
 from temporalio.testing import WorkflowEnvironment
 
-from domain.runners.models import DeletionOutcome, Requester, deletion_workflow_id
-from domain.runners.status import InstanceStatus
 from emulators.provider import state as provider_state
+from keeper.domain.runners.models import DeletionOutcome, Requester, deletion_workflow_id
+from keeper.domain.runners.status import InstanceStatus
 from tests.runner_world import TOKEN, RunnerWorld, lane_history, runner_worker, runner_world
 
 S = InstanceStatus

@@ -7,10 +7,10 @@ import itertools
 import pytest
 from pydantic import ValidationError
 
-from domain.runners.lane import LaneMove, decide, entry_target
-from domain.runners.models import RunnerDeletionInput, RunnerRecord
-from domain.runners.scale_set import ScalePolicy, live_runner_count, plan_scaling
-from domain.runners.status import (
+from keeper.domain.runners.lane import LaneMove, decide, entry_target
+from keeper.domain.runners.models import RunnerDeletionInput, RunnerRecord
+from keeper.domain.runners.scale_set import ScalePolicy, live_runner_count, plan_scaling
+from keeper.domain.runners.status import (
     DELETION_LANE,
     LIVE,
     TRANSITIONS,

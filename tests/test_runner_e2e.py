@@ -16,9 +16,10 @@ import yaml
 from temporalio.client import WorkflowFailureError
 from temporalio.testing import WorkflowEnvironment
 
-from domain.runners.models import DeletionOutcome, deletion_workflow_id
-from domain.runners.status import InstanceStatus
 from emulators.provider import state as provider_state
+from keeper.domain.runners.models import DeletionOutcome, deletion_workflow_id
+from keeper.domain.runners.status import InstanceStatus
+from keeper.workflows.runners.deletion import RunnerDeletion
 from tests.e2e_support import (
     REPO,
     dev_address,
@@ -27,7 +28,6 @@ from tests.e2e_support import (
     temporal_cli,
 )
 from tests.runner_world import RunnerWorld, eventually, runner_worker
-from workflows.runners.deletion import RunnerDeletion
 
 S = InstanceStatus
 pytestmark = pytest.mark.e2e
@@ -71,7 +71,7 @@ async def keeper(config: Path, *args: str) -> subprocess.CompletedProcess[str]:
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "cli.main",
+        "keeper.cli.main",
         "--config",
         str(config),
         *args,

@@ -16,8 +16,8 @@ from typing import Any
 from temporalio.client import WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
-from domain.runners.models import DeletionOutcome, DeletionResult, DeletionStep, Requester
-from domain.runners.status import InstanceStatus
+from keeper.domain.runners.models import DeletionOutcome, DeletionResult, DeletionStep, Requester
+from keeper.domain.runners.status import InstanceStatus
 from tests.runner_world import FAST_POLICY, RunnerWorld, eventually, runner_worker
 
 # Re-checks every hour: 720 in 30 days, each a real call to the GitHub emulator.

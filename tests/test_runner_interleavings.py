@@ -13,21 +13,22 @@ import pytest
 from temporalio.client import Client, WorkflowHandle
 from temporalio.testing import ActivityEnvironment, WorkflowEnvironment
 
-from activities.runners.deletion import RunnerStoreActivities
-from domain.runners.calls import FinishDeletion
-from domain.runners.deletion_view import DeletionView
-from domain.runners.models import (
+from emulators.provider import state as provider_state
+from keeper.activities.runners.deletion import RunnerStoreActivities
+from keeper.domain.runners.calls import FinishDeletion
+from keeper.domain.runners.deletion_view import DeletionView
+from keeper.domain.runners.models import (
     BusyTimeoutAction,
     DeletionOutcome,
     DeletionStep,
     Requester,
     deletion_workflow_id,
 )
-from domain.runners.scale_set import ScalePolicy, plan_scaling
-from domain.runners.status import AgentStatus, InstanceStatus
-from emulators.provider import state as provider_state
-from runtime.runners.garm_provider import ExternalProvider
-from store import RunnerStore
+from keeper.domain.runners.scale_set import ScalePolicy, plan_scaling
+from keeper.domain.runners.status import AgentStatus, InstanceStatus
+from keeper.runtime.runners.garm_provider import ExternalProvider
+from keeper.store import RunnerStore
+from keeper.workflows.runners.deletion import RunnerDeletion
 from tests.runner_world import (
     FAST_POLICY,
     RunnerWorld,
@@ -36,7 +37,6 @@ from tests.runner_world import (
     lane_history,
     runner_worker,
 )
-from workflows.runners.deletion import RunnerDeletion
 
 S = InstanceStatus
 

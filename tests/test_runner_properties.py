@@ -55,21 +55,21 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 
-from domain.runners import scale_set as scale_set_domain
-from domain.runners.models import (
+from emulators.provider import state as provider_state
+from keeper.domain.runners import scale_set as scale_set_domain
+from keeper.domain.runners.models import (
     DeletionOutcome,
     DeletionResult,
     DeletionStep,
     Requester,
     deletion_workflow_id,
 )
-from domain.runners.scale_set import ScalePolicy, plan_scaling
-from domain.runners.status import LIVE, AgentStatus, InstanceStatus, lane_rank
-from emulators.provider import state as provider_state
+from keeper.domain.runners.scale_set import ScalePolicy, plan_scaling
+from keeper.domain.runners.status import LIVE, AgentStatus, InstanceStatus, lane_rank
+from keeper.workflows.runners.activity_options import GITHUB_START_TO_CLOSE
+from keeper.workflows.runners.deletion import RunnerDeletion
 from tests.e2e_support import dev_address
 from tests.runner_world import RunnerWorld, runner_worker, runner_world
-from workflows.runners.activity_options import GITHUB_START_TO_CLOSE
-from workflows.runners.deletion import RunnerDeletion
 
 S = InstanceStatus
 

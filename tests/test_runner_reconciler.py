@@ -9,19 +9,19 @@ from datetime import timedelta
 
 from temporalio.testing import WorkflowEnvironment
 
-from domain.runners.github import GitHubRunner
-from domain.runners.models import DeletionPolicy, RunnerRecord, deletion_workflow_id
-from domain.runners.provider import ProviderInstance
-from domain.runners.reconcile import (
+from emulators.provider import state as provider_state
+from keeper.domain.runners.github import GitHubRunner
+from keeper.domain.runners.models import DeletionPolicy, RunnerRecord, deletion_workflow_id
+from keeper.domain.runners.provider import ProviderInstance
+from keeper.domain.runners.reconcile import (
     MismatchKind,
     ReconcileReport,
     ReconcileRequest,
     find_mismatches,
 )
-from domain.runners.status import InstanceStatus
-from emulators.provider import state as provider_state
+from keeper.domain.runners.status import InstanceStatus
+from keeper.workflows.runners.reconciler import RunnerReconciler
 from tests.runner_world import SCOPE, RunnerWorld, eventually, runner_worker
-from workflows.runners.reconciler import RunnerReconciler
 
 S = InstanceStatus
 LABEL = "keeper-managed"

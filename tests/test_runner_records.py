@@ -15,15 +15,15 @@ from click.testing import CliRunner
 from sqlalchemy import insert, text
 from temporalio.testing import ActivityEnvironment, WorkflowEnvironment
 
-from activities.runners.reconciler import ReconcilerActivities
-from cli.main import cli
-from domain.runners.models import RunnerRecord, deletion_workflow_id
-from domain.runners.reconcile import ReconcileRequest
-from domain.runners.record_check import RecordProblem, record_problems
-from domain.runners.status import AgentStatus, InstanceStatus
 from emulators.provider import state as provider_state
-from store import InvalidRecord, RunnerStore
-from store.runners.schema import runners
+from keeper.activities.runners.reconciler import ReconcilerActivities
+from keeper.cli.main import cli
+from keeper.domain.runners.models import RunnerRecord, deletion_workflow_id
+from keeper.domain.runners.reconcile import ReconcileRequest
+from keeper.domain.runners.record_check import RecordProblem, record_problems
+from keeper.domain.runners.status import AgentStatus, InstanceStatus
+from keeper.store import InvalidRecord, RunnerStore
+from keeper.store.runners.schema import runners
 from tests.runner_world import SCOPE, runner_world
 
 S = InstanceStatus
@@ -215,7 +215,7 @@ def test_the_lane_can_move_a_row_whose_status_cannot_be_read(runner_store: Runne
 
 def test_rows_sqlite_lets_hold_anything_never_stop_a_listing(tmp_path: Path) -> None:
     # Only SQLite lets another tool put text in a timestamp or number column.
-    from store import open_store
+    from keeper.store import open_store
 
     store = open_store(f"sqlite:///{tmp_path / 'r.db'}")
     try:

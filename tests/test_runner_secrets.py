@@ -14,12 +14,17 @@ import pytest
 from click.testing import CliRunner
 from pydantic import SecretStr
 
-from cli.main import cli
-from domain.common.secret_text import MIN_FRAGMENT, REDACTED, header_secret_problem, scrub
-from domain.runners.github import DeregistrationOutcome, GitHubScope
-from runtime.runners.github_client import TOKEN_ENV, GitHubClient, GitHubError, load_github_token
-from runtime.settings import SettingsError, load_settings
-from store import StoreUnavailable, open_store, redacted_url
+from keeper.cli.main import cli
+from keeper.domain.common.secret_text import MIN_FRAGMENT, REDACTED, header_secret_problem, scrub
+from keeper.domain.runners.github import DeregistrationOutcome, GitHubScope
+from keeper.runtime.runners.github_client import (
+    TOKEN_ENV,
+    GitHubClient,
+    GitHubError,
+    load_github_token,
+)
+from keeper.runtime.settings import SettingsError, load_settings
+from keeper.store import StoreUnavailable, open_store, redacted_url
 from tests.postgres_server import PostgresServer
 
 TOKEN = "ghp_Zq8Xw2Lm9Rt4Vb7Nc1Kd5Hs3Jf6Gy0Pa"

@@ -9,9 +9,9 @@ from datetime import timedelta
 
 import pytest
 
-from domain.runners.models import RunnerRecord, deletion_workflow_id
-from domain.runners.status import AgentStatus, InstanceStatus, InvalidTransition
-from store import (
+from keeper.domain.runners.models import RunnerRecord, deletion_workflow_id
+from keeper.domain.runners.status import AgentStatus, InstanceStatus, InvalidTransition
+from keeper.store import (
     LaneWriteRefused,
     RunnerExists,
     RunnerStore,

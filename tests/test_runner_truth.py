@@ -10,10 +10,10 @@ from typing import Any
 from temporalio.client import WorkflowExecutionStatus, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
-from domain.runners.models import DeletionOutcome
-from domain.runners.status import InstanceStatus
-from runtime.runners.deps import github_token_source
-from runtime.settings import RunnerSettings
+from keeper.domain.runners.models import DeletionOutcome
+from keeper.domain.runners.status import InstanceStatus
+from keeper.runtime.runners.deps import github_token_source
+from keeper.runtime.settings import RunnerSettings
 from tests.runner_world import FAST_POLICY, RunnerWorld, runner_worker
 from tests.test_runner_waits import details, until
 

@@ -14,18 +14,18 @@ from temporalio.api.sdk.v1 import WorkflowMetadata
 from temporalio.client import WorkflowFailureError, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
-from domain.runners.models import (
+from emulators.provider import state as provider_state
+from keeper.domain.runners.models import (
     REQUEST_SIGNAL,
     DeletionOutcome,
     DeletionResult,
     DeletionStep,
     RunnerDeletionInput,
 )
-from domain.runners.status import InstanceStatus
-from emulators.provider import state as provider_state
-from store.runners.schema import runners
+from keeper.domain.runners.status import InstanceStatus
+from keeper.store.runners.schema import runners
+from keeper.workflows.runners.deletion import RunnerDeletion
 from tests.runner_world import FAST_POLICY, RunnerWorld, runner_worker
-from workflows.runners.deletion import RunnerDeletion
 
 S = InstanceStatus
 

@@ -22,9 +22,9 @@ from temporalio.api.enums.v1 import PendingActivityState
 from temporalio.client import Client, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
-from domain.runners.models import DeletionOutcome, DeletionResult, RunnerRecord
-from domain.runners.status import InstanceStatus
 from emulators.provider import state as provider_state
+from keeper.domain.runners.models import DeletionOutcome, DeletionResult, RunnerRecord
+from keeper.domain.runners.status import InstanceStatus
 from tests.e2e_support import dev_address
 from tests.harness import env_flag
 from tests.postgres_server import PostgresServer

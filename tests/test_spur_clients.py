@@ -14,22 +14,22 @@ import grpc
 import pytest
 from google.protobuf import empty_pb2
 
-from runtime.reclaim.agent_client import (
+from keeper.runtime.reclaim.agent_client import (
     AgentCancelTimedOut,
     AgentUnreachable,
     SpurAgents,
     agent_address,
 )
-from runtime.reclaim.controller_client import SpurController
-from runtime.reclaim.credentials import SpurToken, SpurTokenError
-from runtime.reclaim.spur_errors import (
+from keeper.runtime.reclaim.controller_client import SpurController
+from keeper.runtime.reclaim.credentials import SpurToken, SpurTokenError
+from keeper.runtime.reclaim.spur_errors import (
     SpurDenied,
     SpurRedirectLoop,
     SpurRejected,
     SpurTimedOut,
     SpurUnavailable,
 )
-from wire.spur import slurm_pb2, slurm_pb2_grpc
+from keeper.wire.spur import slurm_pb2, slurm_pb2_grpc
 
 TOKEN = "eyJhbGciOiJIUzI1NiJ9.keeper-test-token.sig"
 

@@ -12,7 +12,7 @@ from google.protobuf import empty_pb2
 
 from emulators.spur import AgentSpec, SpurEmulator, SpurEmulatorConfig
 from emulators.spur.__main__ import parse_args
-from wire.spur import slurm_pb2, slurm_pb2_grpc
+from keeper.wire.spur import slurm_pb2, slurm_pb2_grpc
 
 GRACE = 0.2
 AGENTS = [

@@ -2,29 +2,28 @@
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 from google.protobuf import descriptor_pb2
 
-from wire.spur import slurm_pb2
+from keeper.wire.spur import slurm_pb2
 
 ROOT = Path(__file__).resolve().parent.parent
 GENERATED = ("slurm_pb2.py", "slurm_pb2.pyi", "slurm_pb2_grpc.py")
 
 
 def test_the_committed_stubs_are_what_make_proto_generates(tmp_path: Path) -> None:
-    (tmp_path / "wire" / "spur").mkdir(parents=True)
-    shutil.copy(ROOT / "wire/spur/slurm.proto", tmp_path / "wire/spur/slurm.proto")
+    # As `make proto`: protoc reads the checkout as keeper/, so the stubs import keeper.wire.spur.
     subprocess.run(
-        [sys.executable, "-m", "grpc_tools.protoc", "-I.", "--python_out=.", "--pyi_out=.",
-         "--grpc_python_out=.", "wire/spur/slurm.proto"],
-        cwd=tmp_path, check=True,
+        [sys.executable, "-m", "grpc_tools.protoc", "--proto_path=keeper=.",
+         f"--python_out={tmp_path}", f"--pyi_out={tmp_path}", f"--grpc_python_out={tmp_path}",
+         "keeper/wire/spur/slurm.proto"],
+        cwd=ROOT, check=True,
     )  # fmt: skip
     for name in GENERATED:
-        fresh = (tmp_path / "wire/spur" / name).read_text()
+        fresh = (tmp_path / "keeper/wire/spur" / name).read_text()
         committed = (ROOT / "wire/spur" / name).read_text()
         assert fresh == committed, f"wire/spur/{name} is stale: run `make proto` and commit it"
 

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 import yaml
 
-from cli.devstack.layout import plan
-from cli.tpu.commands import build_request
-from runtime.settings import Settings, SettingsConflict, SettingsError, load_settings
+from keeper.cli.devstack.layout import plan
+from keeper.cli.tpu.commands import build_request
+from keeper.runtime.settings import Settings, SettingsConflict, SettingsError, load_settings
 
 BASE = 17000
 
@@ -226,7 +226,7 @@ def test_a_request_probes_the_port_the_emulated_vms_answer_on(tmp_path: Path) ->
 
 def _keeper(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "cli.main", *args],
+        [sys.executable, "-m", "keeper.cli.main", *args],
         cwd=tmp_path,
         env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
         capture_output=True,

@@ -10,7 +10,7 @@ import pytest
 from sqlalchemy import Column, Integer, MetaData, Table, event, inspect
 from sqlalchemy.exc import OperationalError
 
-from store.database import create_tables, open_engine
+from keeper.store.database import create_tables, open_engine
 
 
 def raced(url: str) -> tuple[MetaData, list[int]]:

@@ -19,24 +19,28 @@ from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 
-from domain.tpu.models import (
+from emulators.tpu import Scenario, TpuEmulator
+from keeper.domain.tpu.models import (
     BootstrapFailure,
     BootstrapResult,
     BootstrapStatus,
     DeletionReport,
     TeardownRequest,
 )
-from domain.tpu.naming import bootstrap_run_workflow_id, bootstrap_workflow_id, teardown_workflow_id
-from domain.tpu.slice_request import SliceRequest
-from emulators.tpu import Scenario, TpuEmulator
-from runtime.tpu.client import emulator_client
+from keeper.domain.tpu.naming import (
+    bootstrap_run_workflow_id,
+    bootstrap_workflow_id,
+    teardown_workflow_id,
+)
+from keeper.domain.tpu.slice_request import SliceRequest
+from keeper.runtime.tpu.client import emulator_client
+from keeper.workers.main import build_worker
+from keeper.workflows.tpu.bootstrap import TpuSliceBootstrap
+from keeper.workflows.tpu.teardown import TpuSliceTeardown
 from tests import harness
 from tests.e2e_support import REPO, write_config
 from tests.harness import assert_no_leaks, running_worker, slice_request
 from tests.metrics_support import metered_client, scrape_until, value
-from workers.main import build_worker
-from workflows.tpu.bootstrap import TpuSliceBootstrap
-from workflows.tpu.teardown import TpuSliceTeardown
 
 # The demo's demo-stockout: the QR fails while queued, within seconds.
 STOCKOUT = Scenario(
@@ -167,7 +171,7 @@ async def test_a_stuck_compensation_is_reported_keeps_history_bounded_and_finish
 async def keeper(config: Path, *args: str) -> tuple[int, str, str]:
     """The keeper CLI in a process of its own, with lines wide enough not to wrap."""
     process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "cli.main", "--config", str(config), *args,
+        sys.executable, "-m", "keeper.cli.main", "--config", str(config), *args,
         cwd=REPO, env={**os.environ, "COLUMNS": "400"},
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip

@@ -15,13 +15,13 @@ from temporalio.client import WorkflowFailureError
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 
-from domain.tpu.models import BootstrapFailure, BootstrapResult, BootstrapStatus
-from domain.tpu.naming import bootstrap_workflow_id
-from domain.tpu.phases import Phase
-from domain.tpu.slice_request import SliceRequest
 from emulators.tpu import Scenario, TpuEmulator
+from keeper.domain.tpu.models import BootstrapFailure, BootstrapResult, BootstrapStatus
+from keeper.domain.tpu.naming import bootstrap_workflow_id
+from keeper.domain.tpu.phases import Phase
+from keeper.domain.tpu.slice_request import SliceRequest
+from keeper.workflows.tpu.bootstrap import TpuSliceBootstrap
 from tests.harness import assert_no_leaks, running_worker, slice_request
-from workflows.tpu.bootstrap import TpuSliceBootstrap
 
 TEN_MINUTES = timedelta(minutes=10)
 

@@ -17,21 +17,21 @@ from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 
-from domain.runners.models import (
+from emulators.tpu import Scenario, TpuEmulator
+from keeper.domain.runners.models import (
     DELETE_PREFIX,
     RECONCILER_SCHEDULE_ID,
     RECONCILER_WORKFLOW_ID,
     RUNNER_NAME_PATTERN,
     deletion_workflow_id,
 )
-from domain.tpu import naming
-from domain.tpu.models import BootstrapRunInput, Owner, TeardownRequest
-from domain.tpu.phases import Phase
-from domain.tpu.slice_request import SLICE_NAME_PATTERN
-from emulators.tpu import Scenario, TpuEmulator
+from keeper.domain.tpu import naming
+from keeper.domain.tpu.models import BootstrapRunInput, Owner, TeardownRequest
+from keeper.domain.tpu.phases import Phase
+from keeper.domain.tpu.slice_request import SLICE_NAME_PATTERN
+from keeper.workflows.tpu.bootstrap import TpuSliceBootstrap
 from tests.e2e_support import REPO, temporal_cli, wait_for_phase, write_config
 from tests.harness import running_worker, slice_request
-from workflows.tpu.bootstrap import TpuSliceBootstrap
 
 # -- every role's ids, and one reading of an id back into (role, name) --------------------
 
@@ -241,7 +241,7 @@ async def test_the_phase_workflow_refuses_to_run_without_its_supervisor(dev_env,
 
 async def keeper(config: Path, *args: str) -> tuple[int, str]:
     process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "cli.main", "--config", str(config), *args,
+        sys.executable, "-m", "keeper.cli.main", "--config", str(config), *args,
         cwd=REPO, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
     )  # fmt: skip
     out, _ = await asyncio.wait_for(process.communicate(), 120)

@@ -16,19 +16,24 @@ from google.cloud import tpu_v2
 from temporalio.client import Client, WorkflowHandle
 from temporalio.worker import Worker
 
-from activities.tpu.cloud import build_queued_resource
-from domain.tpu.models import SweepReport, SweepRequest
-from domain.tpu.naming import bootstrap_run_workflow_id, bootstrap_workflow_id, owner_labels, parent
-from domain.tpu.phases import Phase
-from domain.tpu.slice_request import SliceRequest
 from emulators.tpu import Scenario, TpuEmulator
-from runtime.tpu.client import emulator_client
+from keeper.activities.tpu.cloud import build_queued_resource
+from keeper.domain.tpu.models import SweepReport, SweepRequest
+from keeper.domain.tpu.naming import (
+    bootstrap_run_workflow_id,
+    bootstrap_workflow_id,
+    owner_labels,
+    parent,
+)
+from keeper.domain.tpu.phases import Phase
+from keeper.domain.tpu.slice_request import SliceRequest
+from keeper.runtime.tpu.client import emulator_client
+from keeper.workers.main import build_worker
+from keeper.workflows.tpu.bootstrap import TpuSliceBootstrap
+from keeper.workflows.tpu.sweeper import TpuSweeper
 from tests import harness
 from tests.e2e_support import wait_for_phase
 from tests.harness import assert_no_leaks, running_worker, slice_request
-from workers.main import build_worker
-from workflows.tpu.bootstrap import TpuSliceBootstrap
-from workflows.tpu.sweeper import TpuSweeper
 
 pytestmark = pytest.mark.e2e
 

@@ -12,15 +12,15 @@ import pytest
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import CancelledError
 
-from domain.tpu.models import BootstrapResult, DeletionReport, SweepReport, SweepRequest
-from domain.tpu.naming import bootstrap_workflow_id, teardown_workflow_id
-from domain.tpu.slice_request import SliceRequest
 from emulators.tpu import Scenario, TpuEmulator
+from keeper.domain.tpu.models import BootstrapResult, DeletionReport, SweepReport, SweepRequest
+from keeper.domain.tpu.naming import bootstrap_workflow_id, teardown_workflow_id
+from keeper.domain.tpu.slice_request import SliceRequest
+from keeper.workflows.tpu.bootstrap import TpuSliceBootstrap
+from keeper.workflows.tpu.sweeper import TpuSweeper
+from keeper.workflows.tpu.teardown import TpuSliceTeardown
 from tests.e2e_support import temporal_cli
 from tests.harness import assert_no_leaks, running_worker, slice_request
-from workflows.tpu.bootstrap import TpuSliceBootstrap
-from workflows.tpu.sweeper import TpuSweeper
-from workflows.tpu.teardown import TpuSliceTeardown
 
 pytestmark = pytest.mark.e2e
 

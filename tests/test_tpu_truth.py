@@ -19,10 +19,15 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.testing import WorkflowEnvironment
 
-from domain.tpu.models import BootstrapFailure, BootstrapResult
-from domain.tpu.naming import bootstrap_run_workflow_id, bootstrap_workflow_id, teardown_workflow_id
-from domain.tpu.phases import Phase
 from emulators.tpu import Scenario, TpuEmulator
+from keeper.domain.tpu.models import BootstrapFailure, BootstrapResult
+from keeper.domain.tpu.naming import (
+    bootstrap_run_workflow_id,
+    bootstrap_workflow_id,
+    teardown_workflow_id,
+)
+from keeper.domain.tpu.phases import Phase
+from keeper.workflows.tpu.bootstrap import TpuSliceBootstrap
 from tests.e2e_support import REPO, wait_for_phase, write_config
 from tests.harness import (
     RestartableServer,
@@ -32,7 +37,6 @@ from tests.harness import (
     slice_request,
 )
 from tests.test_replay import write_recording
-from workflows.tpu.bootstrap import TpuSliceBootstrap
 
 pytestmark = pytest.mark.e2e
 
@@ -45,7 +49,7 @@ STOCKOUT = Scenario(
 async def keeper(config: Path, *args: str) -> tuple[int, str, str]:
     """The CLI as a user runs it, with stdout and stderr captured (not a terminal)."""
     process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "cli.main", "--config", str(config), *args,
+        sys.executable, "-m", "keeper.cli.main", "--config", str(config), *args,
         cwd=REPO, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
     out, err = await asyncio.wait_for(process.communicate(), 120)

@@ -13,10 +13,10 @@ from click.testing import CliRunner
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-from activities.tpu.health import FAILING_IN_RETRY, HealthActivities, HealthProber
-from cli.main import cli
-from cli.tpu import progress
-from domain.tpu.models import (
+from keeper.activities.tpu.health import FAILING_IN_RETRY, HealthActivities, HealthProber
+from keeper.cli.main import cli
+from keeper.cli.tpu import progress
+from keeper.domain.tpu.models import (
     BootstrapStatus,
     DeletionReport,
     HealthCheckInput,
@@ -24,9 +24,15 @@ from domain.tpu.models import (
     PhaseTiming,
     VmFailure,
 )
-from domain.tpu.observation import SliceObservation, VmEndpoint
-from domain.tpu.outcome import cleanup_summary, is_live, left_running, merge_reports, slice_state
-from domain.tpu.phases import (
+from keeper.domain.tpu.observation import SliceObservation, VmEndpoint
+from keeper.domain.tpu.outcome import (
+    cleanup_summary,
+    is_live,
+    left_running,
+    merge_reports,
+    slice_state,
+)
+from keeper.domain.tpu.phases import (
     DEFAULT_DEADLINES,
     Goal,
     Phase,
@@ -34,9 +40,9 @@ from domain.tpu.phases import (
     reached,
     wait_plan,
 )
-from domain.tpu.status_view import failing_vm_list
-from domain.tpu.topology import topology_problem
-from runtime.settings import BootstrapSettings
+from keeper.domain.tpu.status_view import failing_vm_list
+from keeper.domain.tpu.topology import topology_problem
+from keeper.runtime.settings import BootstrapSettings
 from tests.harness import slice_request
 
 QR = "projects/p/locations/z/queuedResources/train-a"

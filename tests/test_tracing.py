@@ -8,13 +8,13 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
-from domain.tpu.models import BootstrapResult
-from domain.tpu.naming import bootstrap_workflow_id
 from emulators.tpu import Scenario, TpuEmulator
-from runtime.settings import TracingSettings
-from runtime.tracing import setup_tracing, shutdown_tracing
+from keeper.domain.tpu.models import BootstrapResult
+from keeper.domain.tpu.naming import bootstrap_workflow_id
+from keeper.runtime.settings import TracingSettings
+from keeper.runtime.tracing import setup_tracing, shutdown_tracing
+from keeper.workflows.tpu.bootstrap import TpuSliceBootstrap
 from tests.harness import running_worker, slice_request
-from workflows.tpu.bootstrap import TpuSliceBootstrap
 
 
 def test_tracing_is_off_without_an_endpoint():

@@ -13,16 +13,16 @@ from rich.console import Console
 from rich.text import Text
 from temporalio.testing import WorkflowEnvironment
 
-from cli.runners import commands as runner_cli
-from cli.tpu import commands as tpu_cli
-from cli.tpu import progress
-from domain.common.untrusted import MD_LIMIT, md_text, terminal_text
-from domain.runners.deletion_view import DeletionView, render_details, summary
-from domain.runners.models import DeletionOutcome, DeletionResult, DeletionStep
-from domain.tpu.models import BootstrapStatus, VmFailure
-from domain.tpu.phases import Phase
-from domain.tpu.status_view import render_details as render_status
-from domain.tpu.status_view import static_summary
+from keeper.cli.runners import commands as runner_cli
+from keeper.cli.tpu import commands as tpu_cli
+from keeper.cli.tpu import progress
+from keeper.domain.common.untrusted import MD_LIMIT, md_text, terminal_text
+from keeper.domain.runners.deletion_view import DeletionView, render_details, summary
+from keeper.domain.runners.models import DeletionOutcome, DeletionResult, DeletionStep
+from keeper.domain.tpu.models import BootstrapStatus, VmFailure
+from keeper.domain.tpu.phases import Phase
+from keeper.domain.tpu.status_view import render_details as render_status
+from keeper.domain.tpu.status_view import static_summary
 from tests.e2e_support import temporal_cli
 from tests.runner_world import RunnerWorld, runner_worker
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from domain.watch.cadence import (
+from keeper.domain.watch.cadence import (
     CadencePolicy,
     PhaseSignals,
     PhaseState,
@@ -17,7 +17,7 @@ from domain.watch.cadence import (
     next_interval,
     next_phase,
 )
-from domain.watch.names import JobPhase
+from keeper.domain.watch.names import JobPhase
 
 W, P = WatchPhase, JobPhase
 POLICY = CadencePolicy()

@@ -33,10 +33,10 @@ from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
-from cli.watch import launch
-from cli.watch.commands import job
-from domain.watch.calls import JobWatchInput, JobWatchResult
-from domain.watch.models import (
+from keeper.cli.watch import launch
+from keeper.cli.watch.commands import job
+from keeper.domain.watch.calls import JobWatchInput, JobWatchResult
+from keeper.domain.watch.models import (
     APPROVE_UPDATE,
     DENY_UPDATE,
     STATUS_QUERY,
@@ -53,14 +53,14 @@ from domain.watch.models import (
     WatchView,
     watch_id,
 )
-from runtime.watch import search_attributes as sa
-from store.watch import open_launch_store
+from keeper.runtime.watch import search_attributes as sa
+from keeper.store.watch import open_launch_store
+from keeper.wire.iris import connect
 from tests.e2e_support import REPO, dev_address
 from tests.harness import tool_path
 from tests.reclaim_world import free_port, until
 from tests.test_reclaim_cli import Done, keeper, keeper_now
 from tests.test_reclaim_secrets import assert_absent
-from wire.iris import connect
 
 pytestmark = pytest.mark.e2e
 RFC3339 = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ"
@@ -576,7 +576,7 @@ async def test_status_follow_prints_a_line_per_change_and_exits_by_how_the_watch
     await started(world, job_id)
     # A real process with its stdout a pipe, read line by line as the watch changes.
     process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "cli.main", "--config", str(world.config),
+        sys.executable, "-m", "keeper.cli.main", "--config", str(world.config),
         "job", "status", job_id, "--follow",
         cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,

@@ -7,10 +7,10 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from domain.watch.cadence import WatchPhase
-from domain.watch.calls import JobWatchResult
-from domain.watch.closing import close_view
-from domain.watch.models import (
+from keeper.domain.watch.cadence import WatchPhase
+from keeper.domain.watch.calls import JobWatchResult
+from keeper.domain.watch.closing import close_view
+from keeper.domain.watch.models import (
     Proposal,
     ProposalKind,
     ProposalState,

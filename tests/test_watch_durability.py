@@ -17,12 +17,12 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 
-from domain.watch.models import WatchView
+from keeper.domain.watch.models import WatchView
+from keeper.workflows.watch.activity_options import OBSERVE_START_TO_CLOSE
 from tests.harness import RestartableServer
 from tests.reclaim_world import until
 from tests.watch_world import watch_world
 from tests.worker_processes import WorkerFleet, until_polling, write_family_worker_config
-from workflows.watch.activity_options import OBSERVE_START_TO_CLOSE
 
 pytestmark = pytest.mark.e2e
 

@@ -15,10 +15,11 @@ import pytest
 from temporalio.client import WorkflowExecutionStatus, WorkflowUpdateFailedError
 from temporalio.testing import WorkflowEnvironment
 
-from domain.watch.cadence import WatchPhase
-from domain.watch.calls import JobWatchResult
-from domain.watch.escalation import EscalationPolicy
-from domain.watch.models import (
+from emulators.iris import IrisEmulatorConfig
+from keeper.domain.watch.cadence import WatchPhase
+from keeper.domain.watch.calls import JobWatchResult
+from keeper.domain.watch.escalation import EscalationPolicy
+from keeper.domain.watch.models import (
     APPROVE_UPDATE,
     DENY_UPDATE,
     Decision,
@@ -28,7 +29,6 @@ from domain.watch.models import (
     WatchOutcome,
     WatchView,
 )
-from emulators.iris import IrisEmulatorConfig
 from tests.reclaim_world import until
 from tests.watch_world import watch_world
 

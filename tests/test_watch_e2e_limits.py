@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
-from domain.watch.cadence import WatchPhase
-from domain.watch.models import WatchOutcome
+from keeper.domain.watch.cadence import WatchPhase
+from keeper.domain.watch.models import WatchOutcome
 from tests.watch_world import watch_world
 
 pytestmark = pytest.mark.e2e

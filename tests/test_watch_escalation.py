@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from domain.watch.escalation import (
+from keeper.domain.watch.escalation import (
     PROPOSALS,
     Escalation,
     EscalationKind,
@@ -20,9 +20,9 @@ from domain.watch.escalation import (
     Sample,
     observe,
 )
-from domain.watch.names import JobPhase
-from domain.watch.progress import StageProgress, parse_progress
-from domain.watch.threads import ThreadState
+from keeper.domain.watch.names import JobPhase
+from keeper.domain.watch.progress import StageProgress, parse_progress
+from keeper.domain.watch.threads import ThreadState
 
 K = EscalationKind
 T0 = datetime(2026, 12, 1, 0, 0, tzinfo=UTC)

@@ -9,12 +9,12 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from domain.watch import assess as A
-from domain.watch.calls import CpuSeen, JobWatchInput, Observation, ReadingState, TaskSeen
-from domain.watch.names import AttemptRef, JobPhase
-from domain.watch.policy import WatchPolicy
-from domain.watch.progress import LogLine, digest
-from domain.watch.threads import DumpReading, ThreadState
+from keeper.domain.watch import assess as A
+from keeper.domain.watch.calls import CpuSeen, JobWatchInput, Observation, ReadingState, TaskSeen
+from keeper.domain.watch.names import AttemptRef, JobPhase
+from keeper.domain.watch.policy import WatchPolicy
+from keeper.domain.watch.progress import LogLine, digest
+from keeper.domain.watch.threads import DumpReading, ThreadState
 
 POLICY = WatchPolicy()  # smoke interval 30 s, observer gap 1 min: a window of 90 s
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)

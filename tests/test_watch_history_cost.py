@@ -16,11 +16,11 @@ from temporalio import activity
 from temporalio.api.enums.v1 import EventType
 from temporalio.testing import WorkflowEnvironment
 
-from activities.watch.observe import raise_unless_due
-from domain.watch.cadence import CadencePolicy
-from domain.watch.calls import Observation, ObserveCall
-from domain.watch.models import APPROVE_UPDATE, Decision, Proposal, ProposalState, WatchView
-from domain.watch.policy import WatchPolicy
+from keeper.activities.watch.observe import raise_unless_due
+from keeper.domain.watch.cadence import CadencePolicy
+from keeper.domain.watch.calls import Observation, ObserveCall
+from keeper.domain.watch.models import APPROVE_UPDATE, Decision, Proposal, ProposalState, WatchView
+from keeper.domain.watch.policy import WatchPolicy
 from tests.test_watch_races import (
     alert,
     notify,

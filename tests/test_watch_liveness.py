@@ -13,8 +13,8 @@ import pytest
 from pydantic import ValidationError
 from temporalio.contrib.pydantic import pydantic_data_converter
 
-from domain.watch.liveness import MAX_EVIDENCE, confirm, judge
-from domain.watch.liveness_models import (
+from keeper.domain.watch.liveness import MAX_EVIDENCE, confirm, judge
+from keeper.domain.watch.liveness_models import (
     CounterIdentity,
     CounterKind,
     CounterReading,

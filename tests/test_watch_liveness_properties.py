@@ -44,8 +44,8 @@ from datetime import timedelta
 from hypothesis import HealthCheck, given, note, seed, settings
 from hypothesis import strategies as st
 
-from domain.watch.liveness import MAX_EVIDENCE, confirm, judge
-from domain.watch.liveness_models import (
+from keeper.domain.watch.liveness import MAX_EVIDENCE, confirm, judge
+from keeper.domain.watch.liveness_models import (
     CounterIdentity,
     CounterKind,
     CounterReading,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from domain.watch.names import (
+from keeper.domain.watch.names import (
     ACTIVE,
     TERMINAL,
     ChildName,
@@ -19,7 +19,7 @@ from domain.watch.names import (
     pick_latest,
     task_id,
 )
-from wire.iris.enums import JOB_TERMINAL, TASK_TERMINAL, JobState, TaskState
+from keeper.wire.iris.enums import JOB_TERMINAL, TASK_TERMINAL, JobState, TaskState
 
 P = JobPhase
 JOB = "/alice/tokenize-fineweb"

@@ -18,10 +18,11 @@ import yaml
 from google.protobuf.json_format import MessageToJson
 from temporalio.testing import WorkflowEnvironment
 
-from cli.watch.launch import launch_request
-from domain.watch.calls import JobWatchResult
-from domain.watch.models import ProposalKind, WatchOutcome
 from emulators.iris import IrisEmulatorConfig
+from keeper.cli.watch.launch import launch_request
+from keeper.domain.watch.calls import JobWatchResult
+from keeper.domain.watch.models import ProposalKind, WatchOutcome
+from keeper.wire.iris.codec import to_wire
 from tests.e2e_support import REPO, dev_address
 from tests.reclaim_world import until
 from tests.test_reclaim_cli import keeper
@@ -29,7 +30,6 @@ from tests.test_reclaim_secrets import assert_absent
 from tests.test_runner_waits import details as current_details
 from tests.watch_world import SPEED, WatchWorld, watch_world
 from tests.webhook_receiver import webhook_receiver
-from wire.iris.codec import to_wire
 
 pytestmark = pytest.mark.e2e
 IRIS_TOKEN = "iris.eyJzdWIiOiJrZWVwZXIifQ.Tk7Qm2Lw9Rz4Vb8Nc3Kd5Hs1Jf0"
@@ -169,7 +169,7 @@ async def test_a_zombie_is_notified_then_restarted_with_the_operators_command_an
 async def keeper_process(config: Path, *args: str) -> tuple[int, str, str]:
     """`keeper --config CONFIG ARGS` as a process of its own: several run truly at once."""
     process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "cli.main", "--config", str(config), *args,
+        sys.executable, "-m", "keeper.cli.main", "--config", str(config), *args,
         cwd=REPO, env={**clean_env(), "PYTHONPATH": str(REPO), "USER": "oncall"},
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip

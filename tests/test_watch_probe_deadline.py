@@ -17,9 +17,9 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
-from activities.watch.observe import raise_unless_due
-from domain.common.alerts import Alert
-from domain.watch.calls import (
+from keeper.activities.watch.observe import raise_unless_due
+from keeper.domain.common.alerts import Alert
+from keeper.domain.watch.calls import (
     CpuSeen,
     JobWatchInput,
     Notice,
@@ -30,18 +30,18 @@ from domain.watch.calls import (
     ReadingState,
     TaskSeen,
 )
-from domain.watch.liveness_models import LivenessPolicy
-from domain.watch.models import WatchView
-from domain.watch.names import AttemptRef, JobPhase
-from domain.watch.policy import WatchPolicy
-from domain.watch.threads import DumpReading, ThreadState
-from runtime.watch import search_attributes as sa
+from keeper.domain.watch.liveness_models import LivenessPolicy
+from keeper.domain.watch.models import WatchView
+from keeper.domain.watch.names import AttemptRef, JobPhase
+from keeper.domain.watch.policy import WatchPolicy
+from keeper.domain.watch.threads import DumpReading, ThreadState
+from keeper.runtime.watch import search_attributes as sa
+from keeper.workers.registry import WORKFLOW_FAILURE_EXCEPTION_TYPES, WORKFLOW_INTERCEPTORS
+from keeper.workers.versioning import workflow_runner
+from keeper.workflows.watch.activity_options import PROBE_SCHEDULE_TO_CLOSE
+from keeper.workflows.watch.job_watch import PROBE_DEADLINE, JobWatch
 from tests.reclaim_world import until
 from tests.watch_world import FAST_CADENCE
-from workers.registry import WORKFLOW_FAILURE_EXCEPTION_TYPES, WORKFLOW_INTERCEPTORS
-from workers.versioning import workflow_runner
-from workflows.watch.activity_options import PROBE_SCHEDULE_TO_CLOSE
-from workflows.watch.job_watch import PROBE_DEADLINE, JobWatch
 
 COORD_TASK = "/a/j/ab12cd34-p0-a0-coord/0"
 HOST = "w-1"

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from domain.watch.progress import (
+from keeper.domain.watch.progress import (
     CauseSource,
     EventKind,
     LogEvent,

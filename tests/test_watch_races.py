@@ -15,9 +15,9 @@ from temporalio.client import Client, WorkflowHandle, WorkflowUpdateStage
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
-from activities.watch.observe import raise_unless_due
-from domain.common.alerts import Alert
-from domain.watch.calls import (
+from keeper.activities.watch.observe import raise_unless_due
+from keeper.domain.common.alerts import Alert
+from keeper.domain.watch.calls import (
     JobWatchInput,
     Notice,
     Observation,
@@ -29,16 +29,16 @@ from domain.watch.calls import (
     StopResult,
     TaskSeen,
 )
-from domain.watch.models import APPROVE_UPDATE, Decision, Proposal
-from domain.watch.names import AttemptRef, JobPhase
-from domain.watch.policy import WatchPolicy
-from domain.watch.relaunch import HeldLaunch
-from domain.watch.threads import DumpReading, ThreadState
-from runtime.watch import search_attributes as sa
+from keeper.domain.watch.models import APPROVE_UPDATE, Decision, Proposal
+from keeper.domain.watch.names import AttemptRef, JobPhase
+from keeper.domain.watch.policy import WatchPolicy
+from keeper.domain.watch.relaunch import HeldLaunch
+from keeper.domain.watch.threads import DumpReading, ThreadState
+from keeper.runtime.watch import search_attributes as sa
+from keeper.workers.registry import WORKFLOW_FAILURE_EXCEPTION_TYPES, WORKFLOW_INTERCEPTORS
+from keeper.workers.versioning import workflow_runner
+from keeper.workflows.watch.job_watch import JobWatch
 from tests.watch_world import FAST_CADENCE, FAST_LIVENESS
-from workers.registry import WORKFLOW_FAILURE_EXCEPTION_TYPES, WORKFLOW_INTERCEPTORS
-from workers.versioning import workflow_runner
-from workflows.watch.job_watch import JobWatch
 
 GATE = asyncio.Event()
 CALLS: list[int] = []

@@ -29,10 +29,10 @@ import yaml
 from temporalio.client import WorkflowExecutionStatus, WorkflowUpdateFailedError
 from temporalio.testing import ActivityEnvironment, WorkflowEnvironment
 
-from activities.watch.observe import WatchObserver
-from domain.watch.cadence import WatchPhase
-from domain.watch.calls import JobWatchResult, Observation, ObserveCall, ReadingState
-from domain.watch.models import (
+from keeper.activities.watch.observe import WatchObserver
+from keeper.domain.watch.cadence import WatchPhase
+from keeper.domain.watch.calls import JobWatchResult, Observation, ObserveCall, ReadingState
+from keeper.domain.watch.models import (
     APPROVE_UPDATE,
     Decision,
     Proposal,
@@ -42,10 +42,10 @@ from domain.watch.models import (
     WatchView,
     watch_id,
 )
-from domain.watch.names import JobPhase
-from domain.watch.threads import ThreadState
-from runtime.settings import Settings, WatchSettings
-from runtime.watch.iris_client import IrisController, LogRoute
+from keeper.domain.watch.names import JobPhase
+from keeper.domain.watch.threads import ThreadState
+from keeper.runtime.settings import Settings, WatchSettings
+from keeper.runtime.watch.iris_client import IrisController, LogRoute
 from tests.e2e_support import dev_address
 from tests.real_iris.world import (
     USER,

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from domain.watch.models import APPROVE_UPDATE, DENY_UPDATE, Decision, Proposal, ProposalKind
+from keeper.domain.watch.models import APPROVE_UPDATE, DENY_UPDATE, Decision, Proposal, ProposalKind
 from tests.harness import env_flag
 from tests.test_replay import write_recording
 from tests.watch_world import watch_world

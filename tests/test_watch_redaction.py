@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from domain.watch.redaction import (
+from keeper.domain.watch.redaction import (
     REDACTED,
     is_sensitive_name,
     name_words,
@@ -20,7 +20,7 @@ from domain.watch.redaction import (
     redact_value,
     redaction_marks,
 )
-from wire.iris.messages import LaunchJobRequest
+from keeper.wire.iris.messages import LaunchJobRequest
 
 KEY = "q8Zx3Lm9Pw2Rt7Yk4Nv6Bc1Df5Gh0Js8"  # 32 characters, high entropy
 SK = "sk-abcdefghijklmnopqrstuvwxyz012345"

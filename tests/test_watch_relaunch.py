@@ -17,9 +17,9 @@ import pytest
 from temporalio.client import WorkflowUpdateFailedError
 from temporalio.testing import WorkflowEnvironment
 
-from cli.watch.launch import launch_request
-from domain.watch.calls import JobWatchInput
-from domain.watch.models import (
+from keeper.cli.watch.launch import launch_request
+from keeper.domain.watch.calls import JobWatchInput
+from keeper.domain.watch.models import (
     APPROVE_UPDATE,
     Decision,
     Proposal,
@@ -28,8 +28,8 @@ from domain.watch.models import (
     WatchOutcome,
     WatchView,
 )
-from domain.watch.redaction import REDACTED
-from domain.watch.relaunch import (
+from keeper.domain.watch.redaction import REDACTED
+from keeper.domain.watch.relaunch import (
     HeldLaunch,
     IncompleteRequest,
     compose,
@@ -37,11 +37,11 @@ from domain.watch.relaunch import (
     relaunch_problem,
     secret_args,
 )
-from store.watch import open_launch_store
+from keeper.store.watch import open_launch_store
+from keeper.wire.iris.codec import to_wire
+from keeper.wire.iris.messages import LaunchJobRequest
 from tests.test_reclaim_secrets import assert_absent
 from tests.watch_world import WatchWorld, watch_world
-from wire.iris.codec import to_wire
-from wire.iris.messages import LaunchJobRequest
 
 SECRET = "hf_Zq3Lm7Rt2Vb5Nc8Kd1Hs4Jx9Wp6Yt0Qa2Sd4Fg"
 ARGV = ["python", "-m", "pipeline", "--stage", "tokenize"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from domain.watch.threads import ThreadState, classify_dump, parse_dump, read_dump
+from keeper.domain.watch.threads import ThreadState, classify_dump, parse_dump, read_dump
 
 HEAD = "Process 1: python -m zephyr.coordinator\nPython v3.11.9 (/usr/bin/python3.11)\n\n"
 MAIN = 'Thread 0x7F00000001 (idle): "MainThread"\n    wait (threading.py:331)\n' \

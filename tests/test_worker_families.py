@@ -26,9 +26,9 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 
-from domain.runners.models import RECONCILER_SCHEDULE_ID
-from domain.tpu.naming import SWEEPER_SCHEDULE_ID
-from runtime.settings import Settings, SettingsError, load_settings
+from keeper.domain.runners.models import RECONCILER_SCHEDULE_ID
+from keeper.domain.tpu.naming import SWEEPER_SCHEDULE_ID
+from keeper.runtime.settings import Settings, SettingsError, load_settings
 from tests.e2e_support import REPO, dev_address
 
 pytestmark = pytest.mark.e2e
@@ -73,7 +73,7 @@ def _start(config: Path, log: Path, *args: str) -> subprocess.Popen[bytes]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TEMPORAL_", "KEEPER_"))}
     with log.open("ab") as out:
         return subprocess.Popen(
-            [sys.executable, "-m", "cli.main", "--config", str(config), "worker", *args],
+            [sys.executable, "-m", "keeper.cli.main", "--config", str(config), "worker", *args],
             cwd=REPO,
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -181,8 +181,8 @@ async def test_a_worker_of_every_family_serves_each_queue_and_drains_the_stem(
 async def test_an_existing_schedule_is_moved_to_its_familys_queue(
     dev_env: WorkflowEnvironment, tmp_path: Path
 ) -> None:
-    from workers.families import FAMILIES
-    from workers.main import ensure_schedules
+    from keeper.workers.families import FAMILIES
+    from keeper.workers.main import ensure_schedules
 
     client = await _namespace(dev_env)
     stem = f"fam-{uuid.uuid4().hex[:6]}"
@@ -204,7 +204,7 @@ def test_an_unknown_family_is_refused_by_name(tmp_path: Path) -> None:
     with pytest.raises(SettingsError, match=r"worker\.families: .*unknown workflow family gpu"):
         load_settings(empty, env={"KEEPER_WORKER_FAMILIES": "tpu,gpu"})
     done = subprocess.run(
-        [sys.executable, "-m", "cli.main", "worker", "--family", "tpu,gpu"],
+        [sys.executable, "-m", "keeper.cli.main", "worker", "--family", "tpu,gpu"],
         cwd=REPO,
         capture_output=True,
         text=True,

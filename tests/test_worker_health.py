@@ -10,11 +10,11 @@ from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
-from runtime.health import HealthServer, Readiness
+from keeper.runtime.health import HealthServer, Readiness
+from keeper.workers.versioning import workflow_runner
+from keeper.workflows.watch.job_watch import JobWatch
 from tests.harness import free_port
 from tests.reclaim_world import until
-from workers.versioning import workflow_runner
-from workflows.watch.job_watch import JobWatch
 
 
 def _worker(client: Client) -> Worker:

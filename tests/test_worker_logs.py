@@ -26,27 +26,32 @@ from google.cloud import tpu_v2
 from temporalio import activity, workflow
 from temporalio.testing import ActivityEnvironment, WorkflowEnvironment
 
-from activities.tpu.cloud import build_queued_resource
-from domain.runners.models import (
+from emulators.tpu import Scenario, TpuEmulator
+from keeper.activities.tpu.cloud import build_queued_resource
+from keeper.domain.runners.models import (
     REQUEST_SIGNAL,
     DeletionOutcome,
     RunnerDeletionInput,
     deletion_workflow_id,
 )
-from domain.tpu.models import DeletionReport, TeardownRequest
-from domain.tpu.naming import bootstrap_workflow_id, owner_labels, parent, teardown_workflow_id
-from emulators.tpu import Scenario, TpuEmulator
-from runtime import logs
-from runtime.settings import LogFormat
-from runtime.tpu.client import emulator_client
+from keeper.domain.tpu.models import DeletionReport, TeardownRequest
+from keeper.domain.tpu.naming import (
+    bootstrap_workflow_id,
+    owner_labels,
+    parent,
+    teardown_workflow_id,
+)
+from keeper.runtime import logs
+from keeper.runtime.settings import LogFormat
+from keeper.runtime.tpu.client import emulator_client
+from keeper.workflows.runners.deletion import RunnerDeletion
+from keeper.workflows.tpu.teardown import TpuSliceTeardown
 from tests.e2e_support import REPO, write_config
 from tests.harness import assert_no_leaks, free_port, slice_request
 from tests.runner_world import RunnerWorld, runner_worker
-from workflows.runners.deletion import RunnerDeletion
-from workflows.tpu.teardown import TpuSliceTeardown
 
 FIELDS = {"time", "level", "logger", "message"}
-KEEPER = (sys.executable, "-m", "cli.main")
+KEEPER = (sys.executable, "-m", "keeper.cli.main")
 
 
 def parsed(text: str) -> list[dict[str, Any]]:

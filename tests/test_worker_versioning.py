@@ -28,25 +28,25 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 from temporalio.workflow import _Definition
 
-from activities.tpu.cloud import build_queued_resource
-from domain.runners.deletion_view import DeletionStep
-from domain.runners.models import DeletionOutcome, deletion_workflow_id
-from domain.tpu.models import SweepReport, SweepRequest
-from domain.tpu.naming import bootstrap_workflow_id, owner_labels, parent
 from emulators.tpu import Scenario, TpuEmulator
-from runtime.settings import SettingsError, load_settings, package_build_id
-from runtime.tpu.client import emulator_client
+from keeper.activities.tpu.cloud import build_queued_resource
+from keeper.domain.runners.deletion_view import DeletionStep
+from keeper.domain.runners.models import DeletionOutcome, deletion_workflow_id
+from keeper.domain.tpu.models import SweepReport, SweepRequest
+from keeper.domain.tpu.naming import bootstrap_workflow_id, owner_labels, parent
+from keeper.runtime.settings import SettingsError, load_settings, package_build_id
+from keeper.runtime.tpu.client import emulator_client
+from keeper.workers.main import build_worker
+from keeper.workers.registry import WORKFLOWS
+from keeper.workers.versioning import current_build_id, make_current, worker_version
+from keeper.workflows.runners.deletion import RunnerDeletion
+from keeper.workflows.tpu.bootstrap import TpuSliceBootstrap
+from keeper.workflows.tpu.sweeper import TpuSweeper
 from tests import harness
 from tests.diagnostics import where_it_is
 from tests.harness import assert_no_leaks, slice_request
 from tests.runner_world import RunnerWorld
 from tests.test_dev_stack import NEEDS_EMULATOR, Keeper, keeper  # noqa: F401 (the fixture)
-from workers.main import build_worker
-from workers.registry import WORKFLOWS
-from workers.versioning import current_build_id, make_current, worker_version
-from workflows.runners.deletion import RunnerDeletion
-from workflows.tpu.bootstrap import TpuSliceBootstrap
-from workflows.tpu.sweeper import TpuSweeper
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -20,23 +20,23 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Worker
 
-from cli.watch.launch import keep_launch, launch_request
-from domain.watch.cadence import CadencePolicy
-from domain.watch.calls import JobWatchInput, JobWatchResult
-from domain.watch.escalation import EscalationPolicy
-from domain.watch.liveness_models import LivenessPolicy
-from domain.watch.models import WatchView, watch_id
-from domain.watch.relaunch import HeldLaunch
 from emulators.iris import IrisEmulator, IrisEmulatorConfig, start_emulator
-from runtime.settings import Settings
-from runtime.watch import search_attributes as sa
-from runtime.watch.deps import open_watch_deps
+from keeper.cli.watch.launch import keep_launch, launch_request
+from keeper.domain.watch.cadence import CadencePolicy
+from keeper.domain.watch.calls import JobWatchInput, JobWatchResult
+from keeper.domain.watch.escalation import EscalationPolicy
+from keeper.domain.watch.liveness_models import LivenessPolicy
+from keeper.domain.watch.models import WatchView, watch_id
+from keeper.domain.watch.relaunch import HeldLaunch
+from keeper.runtime.settings import Settings
+from keeper.runtime.watch import search_attributes as sa
+from keeper.runtime.watch.deps import open_watch_deps
+from keeper.wire.iris.codec import to_wire
+from keeper.workers.families.watch import watch_activities
+from keeper.workers.registry import WORKFLOW_FAILURE_EXCEPTION_TYPES, WORKFLOW_INTERCEPTORS
+from keeper.workers.versioning import workflow_runner
+from keeper.workflows.watch.job_watch import JobWatch
 from tests.reclaim_world import until
-from wire.iris.codec import to_wire
-from workers.families.watch import watch_activities
-from workers.registry import WORKFLOW_FAILURE_EXCEPTION_TYPES, WORKFLOW_INTERCEPTORS
-from workers.versioning import workflow_runner
-from workflows.watch.job_watch import JobWatch
 
 # A test's pace: the emulator plays scenario time at `SPEED` x wall time, and the watch
 # checks about every second, its gates a few seconds long.

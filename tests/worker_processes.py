@@ -23,7 +23,7 @@ from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client
 
-from runtime.settings import Settings
+from keeper.runtime.settings import Settings
 
 REPO = Path(__file__).resolve().parent.parent
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -162,8 +162,8 @@ class WorkerFleet:
             log = self.config.parent / f"worker-{index}.log"
             with log.open("ab") as out:
                 proc = subprocess.Popen(
-                    [sys.executable, "-m", "cli.main", "--config", str(self.config), "worker",
-                     "--family", self.families, "--log-level", self.log_level],
+                    [sys.executable, "-m", "keeper.cli.main", "--config", str(self.config),
+                     "worker", "--family", self.families, "--log-level", self.log_level],
                     cwd=REPO,
                     stdout=out,
                     stderr=subprocess.STDOUT,

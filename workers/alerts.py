@@ -8,9 +8,9 @@ from typing import Any
 
 from temporalio import activity
 
-from activities.alerts import AlertActivities
-from runtime.alerts import alert_channel
-from runtime.settings import Settings
+from keeper.activities.alerts import AlertActivities
+from keeper.runtime.alerts import alert_channel
+from keeper.runtime.settings import Settings
 
 
 def alert_activity(settings: Settings) -> Callable[..., Any]:

@@ -21,21 +21,21 @@ from temporalio.client import (
 from temporalio.common import WorkerDeploymentVersion
 from temporalio.worker import Worker
 
-from runtime.health import Readiness, serve_health
-from runtime.metrics import prometheus_runtime
-from runtime.runners.deps import RunnerDeps, open_runner_deps
-from runtime.settings import Settings
-from runtime.temporal_client import connect
-from runtime.tracing import setup_tracing, shutdown_tracing
-from workers.alerts import distinct_activities
-from workers.families import FAMILIES, Family
-from workers.registry import (
+from keeper.runtime.health import Readiness, serve_health
+from keeper.runtime.metrics import prometheus_runtime
+from keeper.runtime.runners.deps import RunnerDeps, open_runner_deps
+from keeper.runtime.settings import Settings
+from keeper.runtime.temporal_client import connect
+from keeper.runtime.tracing import setup_tracing, shutdown_tracing
+from keeper.workers.alerts import distinct_activities
+from keeper.workers.families import FAMILIES, Family
+from keeper.workers.registry import (
     WORKFLOW_FAILURE_EXCEPTION_TYPES,
     WORKFLOW_INTERCEPTORS,
     WORKFLOWS,
     build_activities,
 )
-from workers.versioning import deployment_config, worker_version, workflow_runner
+from keeper.workers.versioning import deployment_config, worker_version, workflow_runner
 
 log = logging.getLogger("keeper.worker")
 

@@ -11,14 +11,14 @@ from pydantic import ValidationError
 from temporalio.client import Client
 from temporalio.worker import Interceptor
 
-from runtime.reclaim.deps import ReclaimDeps
-from runtime.runners.deps import RunnerDeps
-from runtime.settings import Settings
-from runtime.watch.deps import WatchDeps
-from workers.alerts import distinct_activities
-from workers.families import FAMILIES
-from workers.families.tpu import TpuDeps
-from workers.input_guard import InputGuard, InputHelp
+from keeper.runtime.reclaim.deps import ReclaimDeps
+from keeper.runtime.runners.deps import RunnerDeps
+from keeper.runtime.settings import Settings
+from keeper.runtime.watch.deps import WatchDeps
+from keeper.workers.alerts import distinct_activities
+from keeper.workers.families import FAMILIES
+from keeper.workers.families.tpu import TpuDeps
+from keeper.workers.input_guard import InputGuard, InputHelp
 
 WORKFLOWS: list[type] = [wf for family in FAMILIES.values() for wf in family.workflows]
 

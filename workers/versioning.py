@@ -29,7 +29,7 @@ from temporalio.worker import (
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 from temporalio.workflow import Info
 
-from runtime.settings import WorkerSettings
+from keeper.runtime.settings import WorkerSettings
 
 if TYPE_CHECKING:
     # The SDK's own parameter types for these two instance methods.

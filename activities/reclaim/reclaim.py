@@ -14,7 +14,7 @@ from typing import Any
 
 from temporalio import activity
 
-from domain.reclaim.calls import (
+from keeper.domain.reclaim.calls import (
     AssessCall,
     Assessment,
     CancelCall,
@@ -26,16 +26,16 @@ from domain.reclaim.calls import (
     UndrainCall,
     UndrainResult,
 )
-from domain.reclaim.evidence import BeatEvidence
-from domain.reclaim.models import Holding, Verdict
-from domain.reclaim.steps import Mode, Outcome
-from runtime.reclaim.agent_client import AgentCancelError, AgentCancelTimedOut, SpurAgents
-from runtime.reclaim.assess import Assessor
-from runtime.reclaim.controller_client import SpurController
-from runtime.reclaim.views import drained_by_keeper, node_state_name
-from runtime.settings import ReclaimSettings
-from store.reclaim import RELEASED_BY_REPORT, WEAKLY_RELEASED, ReclaimMemory
-from wire.spur import slurm_pb2
+from keeper.domain.reclaim.evidence import BeatEvidence
+from keeper.domain.reclaim.models import Holding, Verdict
+from keeper.domain.reclaim.steps import Mode, Outcome
+from keeper.runtime.reclaim.agent_client import AgentCancelError, AgentCancelTimedOut, SpurAgents
+from keeper.runtime.reclaim.assess import Assessor
+from keeper.runtime.reclaim.controller_client import SpurController
+from keeper.runtime.reclaim.views import drained_by_keeper, node_state_name
+from keeper.runtime.settings import ReclaimSettings
+from keeper.store.reclaim import RELEASED_BY_REPORT, WEAKLY_RELEASED, ReclaimMemory
+from keeper.wire.spur import slurm_pb2
 
 # Only evidence closes a holding: after an operator's release the holding keeps its fence
 # (first sighting, epoch), so an agent that still reports it is decided as before, never as a

@@ -13,7 +13,7 @@ from typing import TypeVar
 from temporalio import activity
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
-from domain.runners.calls import (
+from keeper.domain.runners.calls import (
     DeregisterCall,
     DeregisterResult,
     FinishDeletion,
@@ -25,16 +25,16 @@ from domain.runners.calls import (
     ProviderResult,
     RegistrationRef,
 )
-from domain.runners.deregistration import DeregisterMode, retry_of
-from domain.runners.github import DeregistrationAnswer, DeregistrationOutcome, GitHubScope
-from domain.runners.lane import LaneMove, decide
-from domain.runners.models import RunnerRecord, deletion_workflow_id
-from domain.runners.provider import ProviderAnswer, ProviderOutcome, describe_provider
-from domain.runners.status import InstanceStatus
-from runtime.runners.garm_provider import ExternalProvider
-from runtime.runners.github_client import GitHubClient
-from runtime.runners.instance_lease import InstanceLeases, LeaseHeld, held_by
-from store import RunnerStore
+from keeper.domain.runners.deregistration import DeregisterMode, retry_of
+from keeper.domain.runners.github import DeregistrationAnswer, DeregistrationOutcome, GitHubScope
+from keeper.domain.runners.lane import LaneMove, decide
+from keeper.domain.runners.models import RunnerRecord, deletion_workflow_id
+from keeper.domain.runners.provider import ProviderAnswer, ProviderOutcome, describe_provider
+from keeper.domain.runners.status import InstanceStatus
+from keeper.runtime.runners.garm_provider import ExternalProvider
+from keeper.runtime.runners.github_client import GitHubClient
+from keeper.runtime.runners.instance_lease import InstanceLeases, LeaseHeld, held_by
+from keeper.store import RunnerStore
 
 T = TypeVar("T")
 S = InstanceStatus

@@ -7,9 +7,9 @@ from collections.abc import Iterable
 
 from temporalio import activity
 
-from domain.runners.models import RunnerRecord
-from domain.runners.status import InstanceStatus
-from runtime import metrics as m
+from keeper.domain.runners.models import RunnerRecord
+from keeper.domain.runners.status import InstanceStatus
+from keeper.runtime import metrics as m
 
 
 def lane_records(records: Iterable[RunnerRecord]) -> None:

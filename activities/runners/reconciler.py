@@ -11,16 +11,16 @@ from datetime import timedelta
 from temporalio import activity
 from temporalio.client import Client
 
-from activities.runners import metrics
-from domain.runners.github import GitHubRunner, GitHubScope
-from domain.runners.models import (
+from keeper.activities.runners import metrics
+from keeper.domain.runners.github import GitHubRunner, GitHubScope
+from keeper.domain.runners.models import (
     DELETION_WORKFLOW_TYPE,
     DeletionRequest,
     Requester,
     deletion_workflow_id,
 )
-from domain.runners.provider import ProviderInstance
-from domain.runners.reconcile import (
+from keeper.domain.runners.provider import ProviderInstance
+from keeper.domain.runners.reconcile import (
     CONFIRMING_PASSES,
     Mismatch,
     MismatchKind,
@@ -28,13 +28,13 @@ from domain.runners.reconcile import (
     ReconcileRequest,
     find_mismatches,
 )
-from domain.runners.record_check import shown, what_to_do
-from domain.runners.status import InstanceStatus, on_lane
-from runtime.runners.garm_provider import ExternalProvider
-from runtime.runners.github_client import GitHubClient
-from runtime.runners.instance_lease import InstanceLeases, LeaseHeld, held_by
-from runtime.runners.requests import request_deletion
-from store import RunnerStore
+from keeper.domain.runners.record_check import shown, what_to_do
+from keeper.domain.runners.status import InstanceStatus, on_lane
+from keeper.runtime.runners.garm_provider import ExternalProvider
+from keeper.runtime.runners.github_client import GitHubClient
+from keeper.runtime.runners.instance_lease import InstanceLeases, LeaseHeld, held_by
+from keeper.runtime.runners.requests import request_deletion
+from keeper.store import RunnerStore
 
 log = logging.getLogger("keeper.reconciler")
 MAX_ERRORS_REPORTED = 50

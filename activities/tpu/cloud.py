@@ -18,9 +18,9 @@ from google.cloud import tpu_v2
 from temporalio import activity
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
-from activities.tpu.gcp_errors import RateLimitTracker, deletion_error, to_application_error
-from domain.tpu import naming
-from domain.tpu.models import (
+from keeper.activities.tpu.gcp_errors import RateLimitTracker, deletion_error, to_application_error
+from keeper.domain.tpu import naming
+from keeper.domain.tpu.models import (
     CompensationPolicy,
     CreateOutcome,
     CreateSliceInput,
@@ -30,10 +30,10 @@ from domain.tpu.models import (
     OwnedResource,
     SliceRef,
 )
-from domain.tpu.observation import NodeView, SliceObservation, progress_key
-from domain.tpu.qr_state import GONE
-from domain.tpu.slice_request import Capacity, SliceRequest
-from runtime.tracing import tracer
+from keeper.domain.tpu.observation import NodeView, SliceObservation, progress_key
+from keeper.domain.tpu.qr_state import GONE
+from keeper.domain.tpu.slice_request import Capacity, SliceRequest
+from keeper.runtime.tracing import tracer
 
 NOT_YET = "NotYet"
 # A delete is confirmed by reading NotFound; we look quickly at first, then every few seconds.

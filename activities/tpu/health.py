@@ -15,10 +15,10 @@ from datetime import timedelta
 import aiohttp
 from temporalio import activity
 
-from activities.tpu.cloud import not_yet
-from domain.tpu.models import HealthCheckInput, HealthReport, VmFailure
-from domain.tpu.observation import VmEndpoint, bucket
-from runtime.tracing import tracer
+from keeper.activities.tpu.cloud import not_yet
+from keeper.domain.tpu.models import HealthCheckInput, HealthReport, VmFailure
+from keeper.domain.tpu.observation import VmEndpoint, bucket
+from keeper.runtime.tracing import tracer
 
 
 class HealthProber:

@@ -18,23 +18,23 @@ from temporalio import activity
 from temporalio.client import Client, WorkflowExecution
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities.tpu.cloud import TpuActivities
-from domain.tpu.models import (
+from keeper.activities.tpu.cloud import TpuActivities
+from keeper.domain.tpu.models import (
     OwnedResource,
     SweepCandidate,
     SweepLocation,
     SweepRequest,
     SweepSurvey,
 )
-from domain.tpu.naming import (
+from keeper.domain.tpu.naming import (
     BOOTSTRAP_WORKFLOW_TYPE,
     PROJECT_MEMO,
     TEARDOWN_WORKFLOW_TYPE,
     slice_from_owner,
     teardown_workflow_id,
 )
-from domain.tpu.sweep import OWNER_NOT_FOUND, counts_as_release
-from runtime.tpu import search_attributes as sa
+from keeper.domain.tpu.sweep import OWNER_NOT_FOUND, counts_as_release
+from keeper.runtime.tpu import search_attributes as sa
 
 log = logging.getLogger("keeper.sweeper")
 MAX_ERRORS_REPORTED = 50

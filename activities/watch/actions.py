@@ -15,16 +15,16 @@ from collections.abc import Callable
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from domain.watch.calls import (
+from keeper.domain.watch.calls import (
     RelaunchCall,
     RelaunchReady,
     RelaunchResult,
     StopCall,
     StopResult,
 )
-from domain.watch.models import JobIdError, check_job_id
-from domain.watch.names import phase_of
-from domain.watch.relaunch import (
+from keeper.domain.watch.models import JobIdError, check_job_id
+from keeper.domain.watch.names import phase_of
+from keeper.domain.watch.relaunch import (
     Composed,
     HeldLaunch,
     IncompleteRequest,
@@ -34,16 +34,16 @@ from domain.watch.relaunch import (
     hold,
     relaunch_problem,
 )
-from runtime.watch.iris_client import IrisController
-from runtime.watch.iris_errors import (
+from keeper.runtime.watch.iris_client import IrisController
+from keeper.runtime.watch.iris_errors import (
     IrisAlreadyExists,
     IrisAuthError,
     IrisInvalidArgument,
     JobNotFound,
 )
-from store.watch import LaunchStore
-from wire.iris.codec import to_wire
-from wire.iris.messages import LaunchJobRequest
+from keeper.store.watch import LaunchStore
+from keeper.wire.iris.codec import to_wire
+from keeper.wire.iris.messages import LaunchJobRequest
 
 _RESTART_SUFFIX = re.compile(r"-r\d+$")
 

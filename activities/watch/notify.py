@@ -9,9 +9,9 @@ from collections import OrderedDict
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from domain.watch.calls import Notice
-from runtime.alerts import AlertChannel
-from runtime.webhook import WebhookFailed
+from keeper.domain.watch.calls import Notice
+from keeper.runtime.alerts import AlertChannel
+from keeper.runtime.webhook import WebhookFailed
 
 _REMEMBERED = 10_000
 

@@ -18,8 +18,8 @@ from typing import TypeVar
 from temporalio import activity
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
-from activities.heartbeat import heartbeating
-from domain.watch.calls import (
+from keeper.activities.heartbeat import heartbeating
+from keeper.domain.watch.calls import (
     CpuSeen,
     Observation,
     ObserveCall,
@@ -28,13 +28,13 @@ from domain.watch.calls import (
     ReadingState,
     TaskSeen,
 )
-from domain.watch.names import ChildRef, JobPhase, phase_of, pick_latest
-from domain.watch.policy import WatchPolicy
-from domain.watch.progress import LogDigest, LogLine, digest
-from domain.watch.threads import DumpReading, read_dump
-from runtime.watch.iris_client import ChildListing, IrisController
-from runtime.watch.iris_errors import IrisError, JobNotFound
-from wire.iris.exec_commands import (
+from keeper.domain.watch.names import ChildRef, JobPhase, phase_of, pick_latest
+from keeper.domain.watch.policy import WatchPolicy
+from keeper.domain.watch.progress import LogDigest, LogLine, digest
+from keeper.domain.watch.threads import DumpReading, read_dump
+from keeper.runtime.watch.iris_client import ChildListing, IrisController
+from keeper.runtime.watch.iris_errors import IrisError, JobNotFound
+from keeper.wire.iris.exec_commands import (
     CLK_TCK,
     PROC_STAT_COMMAND,
     SESSION_CPU_COMMAND,
@@ -42,7 +42,7 @@ from wire.iris.exec_commands import (
     parse_proc_stat,
     parse_session_cpu,
 )
-from wire.iris.messages import LogEntry, TaskStatus
+from keeper.wire.iris.messages import LogEntry, TaskStatus
 
 T = TypeVar("T")
 

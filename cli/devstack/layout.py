@@ -7,10 +7,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from runtime.dev_ports import dial_host, is_local, split_address
-from runtime.search_attributes import registrations as search_attribute_registrations
-from runtime.settings import Settings, TpuEndpoint
-from runtime.tools import find_tool
+from keeper.runtime.dev_ports import dial_host, is_local, split_address
+from keeper.runtime.search_attributes import registrations as search_attribute_registrations
+from keeper.runtime.settings import Settings, TpuEndpoint
+from keeper.runtime.tools import find_tool
 
 TEMPORAL = "temporal"
 EMULATOR = "emulator"
@@ -137,7 +137,7 @@ def plan(settings: Settings, config_file: str | None) -> dict[str, Component]:
         "WARNING",
     )
 
-    keeper_argv: tuple[str, ...] = (sys.executable, "-m", "cli.main")
+    keeper_argv: tuple[str, ...] = (sys.executable, "-m", "keeper.cli.main")
     if config_file:
         keeper_argv += ("--config", str(Path(config_file).resolve()))
     worker_argv = (*keeper_argv, "worker")

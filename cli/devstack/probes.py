@@ -16,10 +16,10 @@ from temporalio.client import Client
 from temporalio.common import WorkerDeploymentVersion
 from temporalio.runtime import Runtime, TelemetryConfig
 
-from runtime.dev_ports import dial_host, split_address
-from runtime.settings import Settings
-from runtime.temporal_client import connect_options
-from workers.versioning import current_build_id, make_current
+from keeper.runtime.dev_ports import dial_host, split_address
+from keeper.runtime.settings import Settings
+from keeper.runtime.temporal_client import connect_options
+from keeper.workers.versioning import current_build_id, make_current
 
 CONNECT_TIMEOUT = 3.0
 RPC_TIMEOUT = 3.0

@@ -6,8 +6,8 @@ from __future__ import annotations
 import os
 import secrets
 
-from cli.devstack.layout import github_emulator_address, github_token_file
-from runtime.settings import Settings
+from keeper.cli.devstack.layout import github_emulator_address, github_token_file
+from keeper.runtime.settings import Settings
 
 
 def prepare_runner_files(settings: Settings) -> None:

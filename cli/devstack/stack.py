@@ -16,8 +16,8 @@ from typing import Any, NoReturn
 
 import click
 
-from cli.dev_only import CHECKOUT_HINT, emulator_installed
-from cli.devstack.layout import (
+from keeper.cli.dev_only import CHECKOUT_HINT, emulator_installed
+from keeper.cli.devstack.layout import (
     EMULATOR,
     GITHUB,
     IRIS,
@@ -35,8 +35,8 @@ from cli.devstack.layout import (
     stack_record_file,
     temporal_binary,
 )
-from cli.devstack.probes import Health, Poller, Probes, own_pollers, worker_health
-from cli.devstack.procs import (
+from keeper.cli.devstack.probes import Health, Poller, Probes, own_pollers, worker_health
+from keeper.cli.devstack.procs import (
     PidRecord,
     StackRecord,
     exclusive,
@@ -51,11 +51,11 @@ from cli.devstack.procs import (
     tail,
     write_pid_file,
 )
-from cli.devstack.runner_files import prepare_runner_files
-from cli.output import UsageProblem
-from runtime.dev_ports import PORT_BASE_ENV
-from runtime.search_attributes import register_missing
-from runtime.settings import (
+from keeper.cli.devstack.runner_files import prepare_runner_files
+from keeper.cli.output import UsageProblem
+from keeper.runtime.dev_ports import PORT_BASE_ENV
+from keeper.runtime.search_attributes import register_missing
+from keeper.runtime.settings import (
     CONFIG_ENV,
     DEFAULT_CONFIG_FILE,
     Settings,

@@ -17,24 +17,24 @@ from typing import Any
 import click
 from temporalio.client import Client, WorkflowExecutionStatus
 
-from cli.context import KeeperContext, pass_keeper
-from cli.output import CommandFailed, Output, UsageProblem, json_options, rfc3339
-from cli.reclaim.demo import demo
-from cli.reclaim.runs import reclaims_of, run_json
-from cli.temporal_ops import client_for, list_query
-from domain.common.untrusted import terminal_text
-from domain.reclaim.calls import OperatorRelease
-from domain.reclaim.identity import NodeNameError, canonical_node
-from domain.reclaim.models import RECLAIM_WORKFLOW_TYPE, RELEASE_SIGNAL
-from domain.reclaim.view import ReclaimView, render_details
-from runtime.metrics import MetricsEndpointError
-from runtime.reclaim import search_attributes as sa
-from runtime.reclaim.credentials import SpurTokenError
-from runtime.reclaim.intake import Report
-from runtime.reclaim.service import handled_json, open_intake, run_tap
-from runtime.reclaim.spur_errors import SpurDenied, SpurError
-from runtime.settings import Settings
-from store import StoreUnavailable
+from keeper.cli.context import KeeperContext, pass_keeper
+from keeper.cli.output import CommandFailed, Output, UsageProblem, json_options, rfc3339
+from keeper.cli.reclaim.demo import demo
+from keeper.cli.reclaim.runs import reclaims_of, run_json
+from keeper.cli.temporal_ops import client_for, list_query
+from keeper.domain.common.untrusted import terminal_text
+from keeper.domain.reclaim.calls import OperatorRelease
+from keeper.domain.reclaim.identity import NodeNameError, canonical_node
+from keeper.domain.reclaim.models import RECLAIM_WORKFLOW_TYPE, RELEASE_SIGNAL
+from keeper.domain.reclaim.view import ReclaimView, render_details
+from keeper.runtime.metrics import MetricsEndpointError
+from keeper.runtime.reclaim import search_attributes as sa
+from keeper.runtime.reclaim.credentials import SpurTokenError
+from keeper.runtime.reclaim.intake import Report
+from keeper.runtime.reclaim.service import handled_json, open_intake, run_tap
+from keeper.runtime.reclaim.spur_errors import SpurDenied, SpurError
+from keeper.runtime.settings import Settings
+from keeper.store import StoreUnavailable
 
 JOB_ID = click.IntRange(0, 2**32 - 1)
 REASON_LIMIT = OperatorRelease.model_fields["reason"].metadata[0].max_length

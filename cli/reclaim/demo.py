@@ -20,18 +20,18 @@ import click
 import httpx
 from temporalio.client import Client, WorkflowExecutionStatus
 
-from cli.context import KeeperContext, pass_keeper
-from cli.emulator_spur import SpurControl, holdings_of
-from cli.output import CommandFailed, Output, json_options
-from cli.reclaim.runs import reclaims_of
-from cli.temporal_ops import client_for
-from domain.common.durations import format_duration
-from domain.reclaim.calls import JobReclaimResult
-from domain.reclaim.identity import NodeNameError, canonical_node
-from domain.reclaim.steps import Mode, Outcome
-from runtime.dev_ports import dial_host, split_address
-from runtime.reclaim import search_attributes as sa
-from runtime.settings import Settings
+from keeper.cli.context import KeeperContext, pass_keeper
+from keeper.cli.emulator_spur import SpurControl, holdings_of
+from keeper.cli.output import CommandFailed, Output, json_options
+from keeper.cli.reclaim.runs import reclaims_of
+from keeper.cli.temporal_ops import client_for
+from keeper.domain.common.durations import format_duration
+from keeper.domain.reclaim.calls import JobReclaimResult
+from keeper.domain.reclaim.identity import NodeNameError, canonical_node
+from keeper.domain.reclaim.steps import Mode, Outcome
+from keeper.runtime.dev_ports import dial_host, split_address
+from keeper.runtime.reclaim import search_attributes as sa
+from keeper.runtime.settings import Settings
 
 POLL_INTERVAL = 0.5
 SIGNALS = {0: "graceful (signal 0)", 9: "forced kill (signal 9)"}

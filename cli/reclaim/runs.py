@@ -15,10 +15,10 @@ from typing import Any
 
 from temporalio.client import Client, WorkflowExecution, WorkflowExecutionStatus
 
-from cli.output import rfc3339
-from cli.temporal_ops import list_query
-from domain.reclaim.models import RECLAIM_WORKFLOW_TYPE
-from runtime.reclaim import search_attributes as sa
+from keeper.cli.output import rfc3339
+from keeper.cli.temporal_ops import list_query
+from keeper.domain.reclaim.models import RECLAIM_WORKFLOW_TYPE
+from keeper.runtime.reclaim import search_attributes as sa
 
 # Reclaims of one (node, job) a listing reads at most: far more than one holding ever has.
 LIMIT = 200

@@ -17,19 +17,19 @@ from rich.console import Console
 from rich.table import Table
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
 
-from cli.context import KeeperContext, pass_keeper
-from cli.output import CommandFailed, Output, UsageProblem, json_options, rfc3339
-from cli.runners.render import (
+from keeper.cli.context import KeeperContext, pass_keeper
+from keeper.cli.output import CommandFailed, Output, UsageProblem, json_options, rfc3339
+from keeper.cli.runners.render import (
     result_from_view,
     result_text,
     retrying,
     retrying_text,
     view_text,
 )
-from cli.temporal_ops import client_for, describe_or_none, is_running
-from domain.common.untrusted import terminal_text
-from domain.runners.deletion_view import DeletionView
-from domain.runners.models import (
+from keeper.cli.temporal_ops import client_for, describe_or_none, is_running
+from keeper.domain.common.untrusted import terminal_text
+from keeper.domain.runners.deletion_view import DeletionView
+from keeper.domain.runners.models import (
     RUNNER_NAME_RE,
     DeletionOutcome,
     DeletionRequest,
@@ -38,11 +38,11 @@ from domain.runners.models import (
     RunnerRecord,
     deletion_workflow_id,
 )
-from domain.runners.record_check import shown, what_to_do
-from domain.runners.status import LIVE, AgentStatus, InstanceStatus, on_lane
-from runtime.runners.requests import request_deletion
-from runtime.settings import Settings
-from store import RunnerStore, StoreUnavailable, open_store
+from keeper.domain.runners.record_check import shown, what_to_do
+from keeper.domain.runners.status import LIVE, AgentStatus, InstanceStatus, on_lane
+from keeper.runtime.runners.requests import request_deletion
+from keeper.runtime.settings import Settings
+from keeper.store import RunnerStore, StoreUnavailable, open_store
 
 S = InstanceStatus
 NAME_RULE = "1-64 characters: letters, digits, '.', '_' and '-', starting with a letter or digit"

@@ -10,17 +10,22 @@ from urllib.parse import urlsplit
 import click
 import httpx
 
-from cli.context import KeeperContext, pass_keeper
-from cli.dev_only import require_emulator
-from cli.devstack.layout import is_local
-from cli.output import CommandFailed, Output, UsageProblem, json_options
-from cli.runners.commands import Followed, _store, follow, runner
-from cli.runners.render import result_text
-from cli.temporal_ops import client_for
-from domain.runners.models import DeletionRequest, Requester, RunnerRecord, deletion_workflow_id
-from domain.runners.status import AgentStatus, InstanceStatus
-from runtime.runners.requests import request_deletion
-from runtime.settings import Settings
+from keeper.cli.context import KeeperContext, pass_keeper
+from keeper.cli.dev_only import require_emulator
+from keeper.cli.devstack.layout import is_local
+from keeper.cli.output import CommandFailed, Output, UsageProblem, json_options
+from keeper.cli.runners.commands import Followed, _store, follow, runner
+from keeper.cli.runners.render import result_text
+from keeper.cli.temporal_ops import client_for
+from keeper.domain.runners.models import (
+    DeletionRequest,
+    Requester,
+    RunnerRecord,
+    deletion_workflow_id,
+)
+from keeper.domain.runners.status import AgentStatus, InstanceStatus
+from keeper.runtime.runners.requests import request_deletion
+from keeper.runtime.settings import Settings
 
 DEMO_SCALE_SET = "demo"
 DEMO_SCOPE = "org:keeper-demo"

@@ -7,10 +7,10 @@ import json
 from datetime import UTC
 from typing import Any
 
-from cli.output import rfc3339
-from domain.common.untrusted import terminal_text
-from domain.runners.deletion_view import DeletionView
-from domain.runners.models import DeletionOutcome, DeletionResult
+from keeper.cli.output import rfc3339
+from keeper.domain.common.untrusted import terminal_text
+from keeper.domain.runners.deletion_view import DeletionView
+from keeper.domain.runners.models import DeletionOutcome, DeletionResult
 
 # Why a retried call waits, by activity, when its failure does not say (provider deletes
 # back off through their retry policy).

@@ -19,15 +19,15 @@ from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.exceptions import ApplicationError, CancelledError, WorkflowAlreadyStartedError
 
-from cli.context import KeeperContext, pass_keeper
-from cli.output import FAILED, CommandFailed, Output, UsageProblem, json_options, rfc3339
-from cli.temporal_ops import client_for, is_running
-from cli.tpu.lookup import SliceWorkflows, slice_workflows, status_name
-from cli.tpu.params import DURATION, build_request, parse_labels
-from cli.tpu.params import validation_message as validation_message
-from cli.tpu.progress import follow, query_status, render, result_of
-from domain.common.untrusted import terminal_text
-from domain.tpu.models import (
+from keeper.cli.context import KeeperContext, pass_keeper
+from keeper.cli.output import FAILED, CommandFailed, Output, UsageProblem, json_options, rfc3339
+from keeper.cli.temporal_ops import client_for, is_running
+from keeper.cli.tpu.lookup import SliceWorkflows, slice_workflows, status_name
+from keeper.cli.tpu.params import DURATION, build_request, parse_labels
+from keeper.cli.tpu.params import validation_message as validation_message
+from keeper.cli.tpu.progress import follow, query_status, render, result_of
+from keeper.domain.common.untrusted import terminal_text
+from keeper.domain.tpu.models import (
     BootstrapFailure,
     BootstrapResult,
     BootstrapStatus,
@@ -36,23 +36,23 @@ from domain.tpu.models import (
     SweepRequest,
     TeardownRequest,
 )
-from domain.tpu.naming import (
+from keeper.domain.tpu.naming import (
     BOOTSTRAP_WORKFLOW_TYPE,
     PROJECT_MEMO,
     bootstrap_workflow_id,
     manual_sweep_workflow_id,
     teardown_workflow_id,
 )
-from domain.tpu.outcome import cleanup_summary, left_running, slice_state
-from domain.tpu.phases import DEFAULT_DEADLINES, Phase, default_budget_text, plan_text
-from domain.tpu.slice_request import Capacity, SliceRequest
-from domain.tpu.status_view import static_summary
-from runtime.settings import Settings
-from runtime.tpu import search_attributes as sa
-from workflows.tpu.bootstrap import TpuSliceBootstrap
-from workflows.tpu.compensation import describe
-from workflows.tpu.sweeper import TpuSweeper
-from workflows.tpu.teardown import TpuSliceTeardown
+from keeper.domain.tpu.outcome import cleanup_summary, left_running, slice_state
+from keeper.domain.tpu.phases import DEFAULT_DEADLINES, Phase, default_budget_text, plan_text
+from keeper.domain.tpu.slice_request import Capacity, SliceRequest
+from keeper.domain.tpu.status_view import static_summary
+from keeper.runtime.settings import Settings
+from keeper.runtime.tpu import search_attributes as sa
+from keeper.workflows.tpu.bootstrap import TpuSliceBootstrap
+from keeper.workflows.tpu.compensation import describe
+from keeper.workflows.tpu.sweeper import TpuSweeper
+from keeper.workflows.tpu.teardown import TpuSliceTeardown
 
 # The live view, notes and a failure's text: diagnostics, never data.
 F = TypeVar("F", bound=Callable[..., Any])

@@ -8,15 +8,15 @@ from typing import Any
 
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 
-from cli.temporal_ops import describe_as
-from domain.tpu.models import BootstrapResult, DeletionReport
-from domain.tpu.naming import (
+from keeper.cli.temporal_ops import describe_as
+from keeper.domain.tpu.models import BootstrapResult, DeletionReport
+from keeper.domain.tpu.naming import (
     BOOTSTRAP_WORKFLOW_TYPE,
     TEARDOWN_WORKFLOW_TYPE,
     bootstrap_workflow_id,
     teardown_workflow_id,
 )
-from domain.tpu.outcome import is_live, slice_state
+from keeper.domain.tpu.outcome import is_live, slice_state
 
 
 def status_name(description: Any) -> str | None:

@@ -12,12 +12,12 @@ from typing import Any
 import click
 from pydantic import ValidationError
 
-from cli.output import UsageProblem
-from domain.common.durations import FORMS, documented_duration
-from domain.tpu.phases import DEFAULT_DEADLINES, Phase
-from domain.tpu.slice_request import SliceRequest
-from domain.tpu.topology import topology_problem
-from runtime.settings import Settings
+from keeper.cli.output import UsageProblem
+from keeper.domain.common.durations import FORMS, documented_duration
+from keeper.domain.tpu.phases import DEFAULT_DEADLINES, Phase
+from keeper.domain.tpu.slice_request import SliceRequest
+from keeper.domain.tpu.topology import topology_problem
+from keeper.runtime.settings import Settings
 
 # A request field -> the argument or option that sets it.
 FLAGS = {

@@ -20,12 +20,12 @@ from rich.text import Text
 from temporalio.client import WorkflowHandle
 from temporalio.service import RPCError
 
-from cli.reconnect import RECONNECT_FIRST, RECONNECT_MAX, is_transient
-from domain.common.durations import format_duration
-from domain.common.untrusted import terminal_text
-from domain.tpu.models import BootstrapStatus
-from domain.tpu.phases import Phase
-from domain.tpu.status_view import failing_vm_list, format_duration_seconds
+from keeper.cli.reconnect import RECONNECT_FIRST, RECONNECT_MAX, is_transient
+from keeper.domain.common.durations import format_duration
+from keeper.domain.common.untrusted import terminal_text
+from keeper.domain.tpu.models import BootstrapStatus
+from keeper.domain.tpu.phases import Phase
+from keeper.domain.tpu.status_view import failing_vm_list, format_duration_seconds
 
 PHASE_ORDER = [Phase.SUBMIT, Phase.ASSIGN, Phase.PROVISION, Phase.READY, Phase.HEALTH]
 STOPPED = (Phase.FAILED, Phase.CANCELLED, Phase.COMPENSATE)

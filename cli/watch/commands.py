@@ -22,8 +22,8 @@ from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from cli.context import KeeperContext, pass_keeper
-from cli.output import (
+from keeper.cli.context import KeeperContext, pass_keeper
+from keeper.cli.output import (
     FAILED,
     OK,
     CommandFailed,
@@ -34,10 +34,10 @@ from cli.output import (
     rfc3339,
     to_jsonable,
 )
-from cli.temporal_ops import client_for, list_query
-from cli.watch import launch
-from cli.watch.follow import follow
-from cli.watch.lookup import (
+from keeper.cli.temporal_ops import client_for, list_query
+from keeper.cli.watch import launch
+from keeper.cli.watch.follow import follow
+from keeper.cli.watch.lookup import (
     CLOSED_EXIT,
     Watch,
     ending,
@@ -47,10 +47,10 @@ from cli.watch.lookup import (
     status_name,
     ui_url,
 )
-from cli.watch.render import decided_text, list_rows, result_text, status_lines
-from domain.common.untrusted import terminal_text
-from domain.watch.calls import JobWatchInput, JobWatchResult
-from domain.watch.models import (
+from keeper.cli.watch.render import decided_text, list_rows, result_text, status_lines
+from keeper.domain.common.untrusted import terminal_text
+from keeper.domain.watch.calls import JobWatchInput, JobWatchResult
+from keeper.domain.watch.models import (
     APPROVE_UPDATE,
     COMMAND_ARG_MAX,
     COMMAND_ARGS_MAX,
@@ -65,12 +65,12 @@ from domain.watch.models import (
     check_job_id,
     watch_id,
 )
-from domain.watch.names import JobPhase
-from domain.watch.relaunch import HeldLaunch, secret_args
-from runtime.settings import Settings
-from runtime.watch import search_attributes as sa
-from runtime.watch.deps import iris_controller
-from runtime.watch.iris_errors import IrisError
+from keeper.domain.watch.names import JobPhase
+from keeper.domain.watch.relaunch import HeldLaunch, secret_args
+from keeper.runtime.settings import Settings
+from keeper.runtime.watch import search_attributes as sa
+from keeper.runtime.watch.deps import iris_controller
+from keeper.runtime.watch.iris_errors import IrisError
 
 BY_LIMIT = JobWatchInput.model_fields["requested_by"].metadata[0].max_length
 NOTE_LIMIT = Decision.model_fields["note"].metadata[0].max_length

@@ -17,17 +17,17 @@ from typing import Any
 import click
 import httpx
 
-from cli.context import KeeperContext, pass_keeper
-from cli.output import CommandFailed, Output, json_options
-from cli.temporal_ops import client_for
-from cli.watch.commands import job, start_watch
-from cli.watch.lookup import query_view
-from domain.watch.calls import JobWatchResult
-from domain.watch.models import WatchOutcome, WatchView
-from runtime.settings import Settings
-from runtime.watch.deps import iris_controller
-from runtime.watch.iris_errors import IrisError
-from wire.iris.messages import (
+from keeper.cli.context import KeeperContext, pass_keeper
+from keeper.cli.output import CommandFailed, Output, json_options
+from keeper.cli.temporal_ops import client_for
+from keeper.cli.watch.commands import job, start_watch
+from keeper.cli.watch.lookup import query_view
+from keeper.domain.watch.calls import JobWatchResult
+from keeper.domain.watch.models import WatchOutcome, WatchView
+from keeper.runtime.settings import Settings
+from keeper.runtime.watch.deps import iris_controller
+from keeper.runtime.watch.iris_errors import IrisError
+from keeper.wire.iris.messages import (
     CommandEntrypoint,
     EnvironmentConfig,
     LaunchJobRequest,

@@ -17,11 +17,11 @@ from rich.live import Live
 from rich.text import Text
 from temporalio.service import RPCError
 
-from cli.output import rfc3339
-from cli.reconnect import RECONNECT_FIRST, RECONNECT_MAX, is_transient
-from cli.temporal_ops import describe_or_none
-from cli.watch.lookup import Watch, query_view
-from cli.watch.render import follow_line, status_lines
+from keeper.cli.output import rfc3339
+from keeper.cli.reconnect import RECONNECT_FIRST, RECONNECT_MAX, is_transient
+from keeper.cli.temporal_ops import describe_or_none
+from keeper.cli.watch.lookup import Watch, query_view
+from keeper.cli.watch.render import follow_line, status_lines
 
 Emit = Callable[[str], None]
 

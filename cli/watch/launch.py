@@ -23,12 +23,12 @@ import re
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 
-from cli.output import CommandFailed, UsageProblem
-from domain.watch.relaunch import HeldLaunch, hold
-from runtime.settings import Settings
-from runtime.watch import deps
-from runtime.watch.credentials import TOKEN_ENV, IrisToken, IrisTokenError
-from runtime.watch.iris_errors import (
+from keeper.cli.output import CommandFailed, UsageProblem
+from keeper.domain.watch.relaunch import HeldLaunch, hold
+from keeper.runtime.settings import Settings
+from keeper.runtime.watch import deps
+from keeper.runtime.watch.credentials import TOKEN_ENV, IrisToken, IrisTokenError
+from keeper.runtime.watch.iris_errors import (
     IrisAlreadyExists,
     IrisAuthError,
     IrisError,
@@ -37,10 +37,10 @@ from runtime.watch.iris_errors import (
     IrisTimedOut,
     IrisUnavailable,
 )
-from store.database import StoreUnavailable
-from store.watch import open_launch_store
-from wire.iris.codec import to_wire
-from wire.iris.messages import (
+from keeper.store.database import StoreUnavailable
+from keeper.store.watch import open_launch_store
+from keeper.wire.iris.codec import to_wire
+from keeper.wire.iris.messages import (
     CommandEntrypoint,
     EnvironmentConfig,
     LaunchJobRequest,

@@ -17,11 +17,11 @@ from temporalio.client import (
 )
 from temporalio.exceptions import CancelledError, TerminatedError, TimeoutError
 
-from cli.output import FAILED, OK, CommandFailed
-from cli.temporal_ops import describe_or_none
-from domain.watch.calls import JobWatchResult
-from domain.watch.models import STATUS_QUERY, WATCH_WORKFLOW_TYPE, WatchView, watch_id
-from runtime.settings import Settings
+from keeper.cli.output import FAILED, OK, CommandFailed
+from keeper.cli.temporal_ops import describe_or_none
+from keeper.domain.watch.calls import JobWatchResult
+from keeper.domain.watch.models import STATUS_QUERY, WATCH_WORKFLOW_TYPE, WatchView, watch_id
+from keeper.runtime.settings import Settings
 
 # A query of a run no worker serves waits for one until the RPC deadline: bounded, so a
 # status of a closed watch answers in seconds.

@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from cli.output import rfc3339
-from domain.common.untrusted import terminal_text
-from domain.watch.calls import JobWatchResult
-from domain.watch.models import (
+from keeper.cli.output import rfc3339
+from keeper.domain.common.untrusted import terminal_text
+from keeper.domain.watch.calls import JobWatchResult
+from keeper.domain.watch.models import (
     AttemptView,
     ProgressView,
     Proposal,
@@ -21,7 +21,7 @@ from domain.watch.models import (
     WatchOutcome,
     WatchView,
 )
-from domain.watch.relaunch import approve_with_command, needs_command
+from keeper.domain.watch.relaunch import approve_with_command, needs_command
 
 # The last timeline entries the status page shows (`--json` has them all).
 TIMELINE_SHOWN = 5

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from domain.common.durations import format_duration
-from domain.tpu.models import CompensationPolicy, CompensationProgress
+from keeper.domain.common.durations import format_duration
+from keeper.domain.tpu.models import CompensationPolicy, CompensationProgress
 
 # A window shorter than this costs history events for nothing.
 MIN_WINDOW = timedelta(minutes=1)

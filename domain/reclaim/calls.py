@@ -9,10 +9,10 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from domain.reclaim.evidence import Release, ReleaseTally
-from domain.reclaim.models import Decision, Holding
-from domain.reclaim.policy import ReclaimPolicy
-from domain.reclaim.steps import Mode, Outcome, Step
+from keeper.domain.reclaim.evidence import Release, ReleaseTally
+from keeper.domain.reclaim.models import Decision, Holding
+from keeper.domain.reclaim.policy import ReclaimPolicy
+from keeper.domain.reclaim.steps import Mode, Outcome, Step
 
 
 class _Model(BaseModel):

@@ -44,8 +44,8 @@ from __future__ import annotations
 from collections.abc import Callable, Collection
 from datetime import datetime, timedelta
 
-from domain.reclaim.jobs import ACTIVE, TERMINAL, WAITING
-from domain.reclaim.models import (
+from keeper.domain.reclaim.jobs import ACTIVE, TERMINAL, WAITING
+from keeper.domain.reclaim.models import (
     ControllerView,
     Decision,
     EpochState,
@@ -55,7 +55,7 @@ from domain.reclaim.models import (
     Reason,
     Verdict,
 )
-from domain.reclaim.policy import ReclaimPolicy
+from keeper.domain.reclaim.policy import ReclaimPolicy
 
 V, R = Verdict, Reason
 

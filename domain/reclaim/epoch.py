@@ -22,8 +22,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from domain.reclaim.jobs import FINALIZED
-from domain.reclaim.models import ControllerView, EpochState, JobView, KnownJob
+from keeper.domain.reclaim.jobs import FINALIZED
+from keeper.domain.reclaim.models import ControllerView, EpochState, JobView, KnownJob
 
 # The same job read twice: keeper stores times to the microsecond, the controller stamps
 # them to the nanosecond.

@@ -37,7 +37,7 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict
 
-from domain.reclaim.policy import ReclaimPolicy
+from keeper.domain.reclaim.policy import ReclaimPolicy
 
 
 class BeatEvidence(StrEnum):

@@ -11,7 +11,7 @@ from functools import cached_property
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from domain.reclaim.jobs import JobState
+from keeper.domain.reclaim.jobs import JobState
 
 RECLAIM_WORKFLOW_TYPE = "JobReclaim"
 EVIDENCE_SIGNAL = "evidence"

@@ -7,7 +7,7 @@ from datetime import timedelta
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from domain.common.durations import HumanDuration
+from keeper.domain.common.durations import HumanDuration
 
 
 class ReclaimPolicy(BaseModel):

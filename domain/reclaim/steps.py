@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from domain.reclaim.policy import ReclaimPolicy
+from keeper.domain.reclaim.policy import ReclaimPolicy
 
 
 class Step(StrEnum):

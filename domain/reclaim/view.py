@@ -6,12 +6,12 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from domain.common.untrusted import md_text
-from domain.reclaim.calls import Assessment
-from domain.reclaim.evidence import ReleaseTally
-from domain.reclaim.models import Holding
-from domain.reclaim.policy import ReclaimPolicy
-from domain.reclaim.steps import Mode, Step
+from keeper.domain.common.untrusted import md_text
+from keeper.domain.reclaim.calls import Assessment
+from keeper.domain.reclaim.evidence import ReleaseTally
+from keeper.domain.reclaim.models import Holding
+from keeper.domain.reclaim.policy import ReclaimPolicy
+from keeper.domain.reclaim.steps import Mode, Step
 
 
 class ReclaimView(BaseModel):

@@ -6,11 +6,11 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict
 
-from domain.runners.github import DeregistrationAnswer
-from domain.runners.lane import LaneMove
-from domain.runners.models import DeletionPolicy, RunnerRecord
-from domain.runners.provider import ProviderAnswer
-from domain.runners.status import InstanceStatus
+from keeper.domain.runners.github import DeregistrationAnswer
+from keeper.domain.runners.lane import LaneMove
+from keeper.domain.runners.models import DeletionPolicy, RunnerRecord
+from keeper.domain.runners.provider import ProviderAnswer
+from keeper.domain.runners.status import InstanceStatus
 
 
 class _Call(BaseModel):

@@ -7,8 +7,8 @@ UI's current details and a carried-over run are all derived from it (`view_of`,
 
 from __future__ import annotations
 
-from domain.runners.deletion_view import DeletionView
-from domain.runners.models import DeletionOutcome, DeletionResult, DeletionStep
+from keeper.domain.runners.deletion_view import DeletionView
+from keeper.domain.runners.models import DeletionOutcome, DeletionResult, DeletionStep
 
 
 class DeletionState(DeletionView):

@@ -7,8 +7,8 @@ from datetime import datetime, timedelta
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from domain.common.untrusted import md_text
-from domain.runners.models import DeletionStep
+from keeper.domain.common.untrusted import md_text
+from keeper.domain.runners.models import DeletionStep
 
 MAX_REQUESTS_SHOWN = 8
 REQUEST_LIMIT = 120  # eight of them fit in one table cell

@@ -12,10 +12,10 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from enum import StrEnum
 
-from domain.common.durations import format_duration
-from domain.runners.deregistration import DeregisterMode, Next, next_step
-from domain.runners.github import DeregistrationAnswer, DeregistrationOutcome
-from domain.runners.models import DeletionPolicy, DeletionStep
+from keeper.domain.common.durations import format_duration
+from keeper.domain.runners.deregistration import DeregisterMode, Next, next_step
+from keeper.domain.runners.github import DeregistrationAnswer, DeregistrationOutcome
+from keeper.domain.runners.models import DeletionPolicy, DeletionStep
 
 M = DeregisterMode
 # The modes in which a refused token comes back to the workflow once, so the deletion can

@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from datetime import timedelta
 from enum import StrEnum
 
-from domain.common.durations import format_duration
-from domain.runners.deletion_view import backoff
-from domain.runners.github import DeregistrationAnswer, DeregistrationOutcome
-from domain.runners.models import BusyTimeoutAction, DeletionPolicy
+from keeper.domain.common.durations import format_duration
+from keeper.domain.runners.deletion_view import backoff
+from keeper.domain.runners.github import DeregistrationAnswer, DeregistrationOutcome
+from keeper.domain.runners.models import BusyTimeoutAction, DeletionPolicy
 
 
 class DeregisterMode(StrEnum):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from domain.runners.status import InstanceStatus, can_transition, lane_rank, on_lane
+from keeper.domain.runners.status import InstanceStatus, can_transition, lane_rank, on_lane
 
 S = InstanceStatus
 

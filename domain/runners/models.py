@@ -9,8 +9,8 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from domain.common.durations import SecondsDuration
-from domain.runners.status import AgentStatus, InstanceStatus
+from keeper.domain.common.durations import SecondsDuration
+from keeper.domain.runners.status import AgentStatus, InstanceStatus
 
 # GitHub accepts up to 64 characters; keeper also keeps names safe inside a workflow id.
 RUNNER_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"

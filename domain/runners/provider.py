@@ -4,7 +4,7 @@ keeper deletes a runner's compute through a GARM external-provider executable, s
 provider written for GARM plugs in unchanged. The executable's only channels are its exit
 code, stdout and stderr; this module turns them into values a workflow can branch on. It is
 pure and deterministic (workflows import it), so the subprocess itself lives in
-`runtime.runners.garm_provider`.
+`keeper.runtime.runners.garm_provider`.
 """
 
 from __future__ import annotations

@@ -13,10 +13,10 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from domain.runners.github import GitHubRunner
-from domain.runners.models import DeletionPolicy, RunnerRecord
-from domain.runners.provider import ProviderInstance
-from domain.runners.status import InstanceStatus, on_lane
+from keeper.domain.runners.github import GitHubRunner
+from keeper.domain.runners.models import DeletionPolicy, RunnerRecord
+from keeper.domain.runners.provider import ProviderInstance
+from keeper.domain.runners.status import InstanceStatus, on_lane
 
 S = InstanceStatus
 CONFIRMING_PASSES = 2

@@ -26,9 +26,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
-from domain.runners.github import GitHubScope
-from domain.runners.models import RUNNER_NAME_PATTERN, SCALE_SET_PATTERN
-from domain.runners.status import AgentStatus, InstanceStatus
+from keeper.domain.runners.github import GitHubScope
+from keeper.domain.runners.models import RUNNER_NAME_PATTERN, SCALE_SET_PATTERN
+from keeper.domain.runners.status import AgentStatus, InstanceStatus
 
 PROVIDER_ID_MAX = 255  # the column's width on PostgreSQL
 BIGINT_MAX = 2**63 - 1

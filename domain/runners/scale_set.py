@@ -11,8 +11,8 @@ from collections.abc import Callable, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from domain.runners.models import RunnerRecord
-from domain.runners.status import LIVE, AgentStatus, InstanceStatus
+from keeper.domain.runners.models import RunnerRecord
+from keeper.domain.runners.status import LIVE, AgentStatus, InstanceStatus
 
 RunnerCounter = Callable[[Sequence[RunnerRecord]], int]
 

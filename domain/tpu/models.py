@@ -10,10 +10,10 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from domain.common.durations import SecondsDuration
-from domain.tpu.observation import VmEndpoint
-from domain.tpu.phases import Phase
-from domain.tpu.slice_request import SliceRequest
+from keeper.domain.common.durations import SecondsDuration
+from keeper.domain.tpu.observation import VmEndpoint
+from keeper.domain.tpu.phases import Phase
+from keeper.domain.tpu.slice_request import SliceRequest
 
 
 class _Message(BaseModel):
@@ -38,7 +38,7 @@ class SliceRef(_Message):
 
     @classmethod
     def of(cls, request: SliceRequest) -> SliceRef:
-        from domain.tpu.naming import node_ids
+        from keeper.domain.tpu.naming import node_ids
 
         return cls(
             project=request.project,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
-from domain.tpu.qr_state import QrStage, node_is_terminal, qr_stage
+from keeper.domain.tpu.qr_state import QrStage, node_is_terminal, qr_stage
 
 # Counts are reported in steps of this many percent so a 512-VM slice returns at most
 # ~10 times per phase instead of once per VM.

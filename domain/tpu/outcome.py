@@ -6,7 +6,7 @@ message say the same thing and never claim a deletion that did not happen.
 
 from __future__ import annotations
 
-from domain.tpu.models import DeletionReport
+from keeper.domain.tpu.models import DeletionReport
 
 
 def _short(name: str) -> str:

@@ -11,10 +11,10 @@ from dataclasses import dataclass
 from datetime import timedelta
 from enum import StrEnum
 
-from domain.common.durations import format_duration
-from domain.tpu.observation import SliceObservation
-from domain.tpu.qr_state import QrStage
-from domain.tpu.slice_request import SliceRequest
+from keeper.domain.common.durations import format_duration
+from keeper.domain.tpu.observation import SliceObservation
+from keeper.domain.tpu.qr_state import QrStage
+from keeper.domain.tpu.slice_request import SliceRequest
 
 
 class Phase(StrEnum):

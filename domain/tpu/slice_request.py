@@ -8,9 +8,9 @@ from typing import Annotated, Self
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from domain.common.durations import HumanDuration
-from domain.tpu.naming import LABEL_KEY_RE, LABEL_RE, RESERVED_LABEL_PREFIX
-from domain.tpu.topology import ACCELERATOR_RE, topology_problem, vms_per_node
+from keeper.domain.common.durations import HumanDuration
+from keeper.domain.tpu.naming import LABEL_KEY_RE, LABEL_RE, RESERVED_LABEL_PREFIX
+from keeper.domain.tpu.topology import ACCELERATOR_RE, topology_problem, vms_per_node
 
 SLICE_NAME_PATTERN = r"^[a-z]([a-z0-9-]{0,38}[a-z0-9])?$"
 ZONE_PATTERN = r"^[a-z]+-[a-z]+[0-9]+-[a-z]$"
@@ -34,7 +34,7 @@ class Capacity(StrEnum):
 
 
 class DeadlineOverrides(BaseModel):
-    """Per-phase budgets. Unset ones take the defaults in `domain.tpu.phases`."""
+    """Per-phase budgets. Unset ones take the defaults in `keeper.domain.tpu.phases`."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 

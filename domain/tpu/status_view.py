@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from domain.common.durations import format_duration
-from domain.common.untrusted import md_text
-from domain.tpu.models import BootstrapStatus, VmFailure
+from keeper.domain.common.durations import format_duration
+from keeper.domain.common.untrusted import md_text
+from keeper.domain.tpu.models import BootstrapStatus, VmFailure
 
 MAX_FAILING_SHOWN = 10
 ERROR_LIMIT = 600

@@ -19,7 +19,7 @@ from __future__ import annotations
 from datetime import datetime
 from enum import StrEnum
 
-from domain.tpu.models import SweepCandidate
+from keeper.domain.tpu.models import SweepCandidate
 
 
 class SweepAction(StrEnum):

@@ -27,11 +27,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from domain.common.untrusted import md_text
-from domain.watch import escalation as esc
-from domain.watch import liveness
-from domain.watch.cadence import PhaseSignals, WatchPhase, next_interval, next_phase
-from domain.watch.calls import (
+from keeper.domain.common.untrusted import md_text
+from keeper.domain.watch import escalation as esc
+from keeper.domain.watch import liveness
+from keeper.domain.watch.cadence import PhaseSignals, WatchPhase, next_interval, next_phase
+from keeper.domain.watch.calls import (
     JobWatchInput,
     JobWatchResult,
     Notice,
@@ -39,7 +39,7 @@ from domain.watch.calls import (
     ProbeCall,
     ProbeSeen,
 )
-from domain.watch.liveness_models import (
+from keeper.domain.watch.liveness_models import (
     CounterIdentity,
     CounterKind,
     CounterReading,
@@ -50,7 +50,7 @@ from domain.watch.liveness_models import (
     Source,
     Tick,
 )
-from domain.watch.models import (
+from keeper.domain.watch.models import (
     AttemptView,
     Decision,
     ProgressView,
@@ -61,13 +61,13 @@ from domain.watch.models import (
     WatchOutcome,
     WatchView,
 )
-from domain.watch.names import AttemptRef, JobPhase
-from domain.watch.policy import WatchPolicy
-from domain.watch.progress import name_cause
-from domain.watch.relaunch import approve_with_command, needs_command, relaunch_plan
-from domain.watch.state import WatchState
-from domain.watch.why import advice
-from domain.watch.why import why as why_of
+from keeper.domain.watch.names import AttemptRef, JobPhase
+from keeper.domain.watch.policy import WatchPolicy
+from keeper.domain.watch.progress import name_cause
+from keeper.domain.watch.relaunch import approve_with_command, needs_command, relaunch_plan
+from keeper.domain.watch.state import WatchState
+from keeper.domain.watch.why import advice
+from keeper.domain.watch.why import why as why_of
 
 MAX_EVIDENCE = 12
 MAX_TOLD = 256

@@ -38,8 +38,8 @@ from statistics import median
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from domain.common.durations import HumanDuration
-from domain.watch.names import JobPhase
+from keeper.domain.common.durations import HumanDuration
+from keeper.domain.watch.names import JobPhase
 
 
 class WatchPhase(StrEnum):

@@ -12,11 +12,11 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
-from domain.watch.models import Command, WatchOutcome, check_job_id
-from domain.watch.names import AttemptRef, JobPhase
-from domain.watch.progress import LogDigest
-from domain.watch.relaunch import HeldLaunch
-from domain.watch.threads import DumpReading
+from keeper.domain.watch.models import Command, WatchOutcome, check_job_id
+from keeper.domain.watch.names import AttemptRef, JobPhase
+from keeper.domain.watch.progress import LogDigest
+from keeper.domain.watch.relaunch import HeldLaunch
+from keeper.domain.watch.threads import DumpReading
 
 
 class _Model(BaseModel):
@@ -203,6 +203,6 @@ class JobWatchResult(_Model):
     verdicts: int = 0
 
 
-from domain.watch.state import WatchState  # noqa: E402  (the state holds ReadingState)
+from keeper.domain.watch.state import WatchState  # noqa: E402  (the state holds ReadingState)
 
 WatchCarry.model_rebuild()

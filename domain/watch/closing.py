@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from domain.watch.cadence import WatchPhase
-from domain.watch.calls import JobWatchResult
-from domain.watch.models import (
+from keeper.domain.watch.cadence import WatchPhase
+from keeper.domain.watch.calls import JobWatchResult
+from keeper.domain.watch.models import (
     FINISHED,
     ProposalState,
     TimelineEntry,

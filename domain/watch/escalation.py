@@ -37,10 +37,10 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from domain.common.durations import HumanDuration
-from domain.watch.names import JobPhase, phase_of
-from domain.watch.progress import StageProgress, normalise_error
-from domain.watch.threads import ThreadState
+from keeper.domain.common.durations import HumanDuration
+from keeper.domain.watch.names import JobPhase, phase_of
+from keeper.domain.watch.progress import StageProgress, normalise_error
+from keeper.domain.watch.threads import ThreadState
 
 
 class EscalationKind(StrEnum):

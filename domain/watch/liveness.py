@@ -65,7 +65,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from domain.watch.liveness_models import (
+from keeper.domain.watch.liveness_models import (
     MAX_EVIDENCE,
     CounterIdentity,
     CounterKind,
@@ -82,8 +82,8 @@ from domain.watch.liveness_models import (
     cap,
     cleared,
 )
-from domain.watch.liveness_probe import confirm
-from domain.watch.liveness_read import Reading, distinct, name, read, remember, seconds
+from keeper.domain.watch.liveness_probe import confirm
+from keeper.domain.watch.liveness_read import Reading, distinct, name, read, remember, seconds
 
 __all__ = ["MAX_EVIDENCE", "confirm", "judge"]
 

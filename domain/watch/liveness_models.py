@@ -17,8 +17,8 @@ from functools import cached_property
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from domain.common.durations import HumanDuration
-from domain.watch.threads import ThreadState
+from keeper.domain.common.durations import HumanDuration
+from keeper.domain.watch.threads import ThreadState
 
 
 class _Frozen(BaseModel):

@@ -13,7 +13,7 @@ any observer gap; a probe that could not be taken in time is no fallback persist
 
 from __future__ import annotations
 
-from domain.watch.liveness_models import (
+from keeper.domain.watch.liveness_models import (
     CounterIdentity,
     Judgement,
     LivenessPolicy,
@@ -25,7 +25,7 @@ from domain.watch.liveness_models import (
     answer,
     cleared,
 )
-from domain.watch.liveness_read import name, number, seconds
+from keeper.domain.watch.liveness_read import name, number, seconds
 
 V, R = LivenessVerdict, LivenessReason
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-from domain.watch.liveness_models import (
+from keeper.domain.watch.liveness_models import (
     SOURCE_OF,
     CounterIdentity,
     CounterKind,

@@ -14,7 +14,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
-from domain.watch.cadence import WatchPhase
+from keeper.domain.watch.cadence import WatchPhase
 
 WATCH_WORKFLOW_TYPE = "JobWatch"
 WATCH_ID_PREFIX = "job-watch-"

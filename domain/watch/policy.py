@@ -11,10 +11,10 @@ from datetime import timedelta
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from domain.common.durations import HumanDuration
-from domain.watch.cadence import CadencePolicy
-from domain.watch.escalation import EscalationPolicy
-from domain.watch.liveness_models import LivenessPolicy
+from keeper.domain.common.durations import HumanDuration
+from keeper.domain.watch.cadence import CadencePolicy
+from keeper.domain.watch.escalation import EscalationPolicy
+from keeper.domain.watch.liveness_models import LivenessPolicy
 
 
 class WatchPolicy(BaseModel):

@@ -28,8 +28,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from domain.watch.models import Proposal, ProposalKind
-from domain.watch.redaction import REDACTED, redact_env, redact_text, redaction_marks
+from keeper.domain.watch.models import Proposal, ProposalKind
+from keeper.domain.watch.redaction import REDACTED, redact_env, redact_text, redaction_marks
 
 # A LaunchJobRequest in iris's JSON mapping.
 Request = dict[str, Any]

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from domain.watch.cadence import PhaseState, StageTimes
-from domain.watch.calls import ReadingState
-from domain.watch.escalation import EscalationState
-from domain.watch.liveness_models import LivenessState
-from domain.watch.models import WatchView
+from keeper.domain.watch.cadence import PhaseState, StageTimes
+from keeper.domain.watch.calls import ReadingState
+from keeper.domain.watch.escalation import EscalationState
+from keeper.domain.watch.liveness_models import LivenessState
+from keeper.domain.watch.models import WatchView
 
 
 class WatchState(BaseModel):

@@ -7,8 +7,8 @@ a repeated error or controller trouble to whoever debugs the job.
 
 from __future__ import annotations
 
-from domain.watch.escalation import EscalationKind
-from domain.watch.models import ProposalKind
+from keeper.domain.watch.escalation import EscalationKind
+from keeper.domain.watch.models import ProposalKind
 
 K = EscalationKind
 

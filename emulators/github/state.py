@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from domain.runners.github import GitHubScope
+from keeper.domain.runners.github import GitHubScope
 
 FIRST_RUNNER_ID = 1000
 DEFAULT_LABELS = ("self-hosted", "Linux", "X64")

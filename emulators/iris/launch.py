@@ -44,7 +44,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from domain.watch.redaction import REDACTED, redact_env
+from keeper.domain.watch.redaction import REDACTED, redact_env
 
 # ------------------------------------------------------------------ the controller's schema
 

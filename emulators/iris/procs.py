@@ -12,7 +12,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from wire.iris.exec_commands import CLK_TCK
+from keeper.wire.iris.exec_commands import CLK_TCK
 
 __all__ = ["CLK_TCK", "Container", "Proc", "new_container", "session_reading"]
 MAIN_PID = 7

@@ -23,9 +23,9 @@ from emulators.iris.launch import launch_refusal, status_request
 from emulators.iris.logs import Line, level_rank
 from emulators.iris.state import Controller, IrisError, JobView, RootJob, TaskView
 from emulators.iris.timeline import TaskMoment
-from wire.iris import messages as msg
-from wire.iris.codec import from_wire, to_wire
-from wire.iris.connect import (
+from keeper.wire.iris import messages as msg
+from keeper.wire.iris.codec import from_wire, to_wire
+from keeper.wire.iris.connect import (
     CONTROLLER_SERVICE,
     FINELOG_LOG_SERVICE,
     HTTP_STATUS,
@@ -36,7 +36,7 @@ from wire.iris.connect import (
     ConnectErrorBody,
     ErrorDetails,
 )
-from wire.iris.enums import (
+from keeper.wire.iris.enums import (
     JobQueryScope,
     JobSortField,
     JobState,

@@ -30,7 +30,7 @@ from emulators.iris.timeline import (
     play,
     startup_state,
 )
-from wire.iris.exec_commands import PROC_STAT_COMMAND, SESSION_CPU_COMMAND
+from keeper.wire.iris.exec_commands import PROC_STAT_COMMAND, SESSION_CPU_COMMAND
 
 # When the first of a scenario's extra_children appears (just after the pipeline's).
 EXTRA_CHILD_AT = CHILD_DELAY + 0.5

@@ -1,6 +1,6 @@
 """An emulated GARM external provider, with failure modes for DeleteInstance.
 
-It is an executable like any GARM provider, so keeper's `runtime.runners.garm_provider` drives it
+It is an executable like any GARM provider, so `keeper.runtime.runners.garm_provider` drives it
 exactly as it drives a real one:
 
     from emulators.provider import WRAPPER, launcher_env

@@ -19,7 +19,7 @@ from google.protobuf import empty_pb2
 
 from emulators.spur.clock import Clock
 from emulators.spur.holdings import AgentState, CancelRecord
-from wire.spur import slurm_pb2, slurm_pb2_grpc
+from keeper.wire.spur import slurm_pb2, slurm_pb2_grpc
 
 log = logging.getLogger("emulators.spur")
 

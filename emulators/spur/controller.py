@@ -17,7 +17,7 @@ import hostlist
 from google.protobuf import empty_pb2, timestamp_pb2
 
 from emulators.spur.state import Cluster, Job, Node, NotFound, Registration
-from wire.spur import slurm_pb2, slurm_pb2_grpc
+from keeper.wire.spur import slurm_pb2, slurm_pb2_grpc
 
 log = logging.getLogger("emulators.spur")
 VERSION = "spur-emulator"

@@ -17,7 +17,7 @@ from emulators.spur.control import make_app
 from emulators.spur.controller import ControllerService
 from emulators.spur.holdings import AgentState, CancelRecord, ContentionMode, HoldingKind
 from emulators.spur.state import Cluster, Job, NotFound, job_state
-from wire.spur import slurm_pb2_grpc
+from keeper.wire.spur import slurm_pb2_grpc
 
 log = logging.getLogger("emulators.spur")
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from emulators.spur.clock import Clock, iso
-from wire.spur import slurm_pb2
+from keeper.wire.spur import slurm_pb2
 
 JobState = slurm_pb2.JobState
 NodeState = slurm_pb2.NodeState

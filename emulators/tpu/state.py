@@ -22,12 +22,12 @@ import grpc
 from google.cloud.tpu_v2.types import cloud_tpu
 from google.rpc import status_pb2
 
-from domain.tpu.topology import vms_per_node
 from emulators.tpu import ips
 from emulators.tpu.clock import Clock, iso, to_datetime
 from emulators.tpu.operations import OperationStore, OpRecord
 from emulators.tpu.records import DELETED, NodePlan, NodeRecord, QrRecord, VmRecord
 from emulators.tpu.scenario import Scenario, ScenarioBook
+from keeper.domain.tpu.topology import vms_per_node
 
 log = logging.getLogger("emulators.tpu")
 

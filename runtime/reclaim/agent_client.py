@@ -14,9 +14,9 @@ from types import TracebackType
 
 import grpc
 
-from runtime.reclaim.credentials import SpurToken
-from runtime.reclaim.spur_errors import DETAILS_LIMIT, SpurError, details_of
-from wire.spur import slurm_pb2, slurm_pb2_grpc
+from keeper.runtime.reclaim.credentials import SpurToken
+from keeper.runtime.reclaim.spur_errors import DETAILS_LIMIT, SpurError, details_of
+from keeper.wire.spur import slurm_pb2, slurm_pb2_grpc
 
 # spurctld's CANCEL_RPC_TIMEOUT; the agent answers long before its 5 s SIGKILL delay.
 DEFAULT_CANCEL_TIMEOUT_S = 5.0

@@ -7,15 +7,15 @@ import asyncio
 from collections.abc import Collection, Iterable
 from datetime import UTC, datetime
 
-from domain.reclaim.decide import decide
-from domain.reclaim.epoch import observe
-from domain.reclaim.identity import canonical_node
-from domain.reclaim.jobs import ACTIVE
-from domain.reclaim.models import ControllerView, Decision, EpochState, Holding
-from runtime.reclaim.controller_client import SpurController
-from runtime.reclaim.views import controller_view
-from runtime.settings import ReclaimSettings
-from store.reclaim import ReclaimMemory
+from keeper.domain.reclaim.decide import decide
+from keeper.domain.reclaim.epoch import observe
+from keeper.domain.reclaim.identity import canonical_node
+from keeper.domain.reclaim.jobs import ACTIVE
+from keeper.domain.reclaim.models import ControllerView, Decision, EpochState, Holding
+from keeper.runtime.reclaim.controller_client import SpurController
+from keeper.runtime.reclaim.views import controller_view
+from keeper.runtime.settings import ReclaimSettings
+from keeper.store.reclaim import ReclaimMemory
 
 
 class Assessor:

@@ -16,8 +16,8 @@ from typing import TypeVar
 import grpc
 from google.protobuf import empty_pb2
 
-from runtime.reclaim.credentials import SpurToken
-from runtime.reclaim.spur_errors import (
+from keeper.runtime.reclaim.credentials import SpurToken
+from keeper.runtime.reclaim.spur_errors import (
     SpurError,
     SpurNotFound,
     SpurRedirectLoop,
@@ -25,7 +25,7 @@ from runtime.reclaim.spur_errors import (
     SpurUnavailable,
     spur_error,
 )
-from wire.spur import slurm_pb2, slurm_pb2_grpc
+from keeper.wire.spur import slurm_pb2, slurm_pb2_grpc
 
 LEADER_HEADER = "x-spur-leader"
 DEFAULT_TIMEOUT_S = 10.0

@@ -7,7 +7,7 @@ call metadata: never in a repr, a log line or an exception message (runtime/secr
 
 from __future__ import annotations
 
-from runtime.secret_source import SecretError, SecretSource
+from keeper.runtime.secret_source import SecretError, SecretSource
 
 TOKEN_ENV = "KEEPER_SPUR_TOKEN"
 

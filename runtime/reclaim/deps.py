@@ -6,11 +6,11 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from runtime.reclaim.agent_client import SpurAgents
-from runtime.reclaim.controller_client import SpurController
-from runtime.reclaim.credentials import TOKEN_ENV, SpurToken
-from runtime.settings import ReclaimSettings
-from store.reclaim import ReclaimMemory, open_reclaim_memory
+from keeper.runtime.reclaim.agent_client import SpurAgents
+from keeper.runtime.reclaim.controller_client import SpurController
+from keeper.runtime.reclaim.credentials import TOKEN_ENV, SpurToken
+from keeper.runtime.settings import ReclaimSettings
+from keeper.store.reclaim import ReclaimMemory, open_reclaim_memory
 
 
 @dataclass

@@ -39,16 +39,16 @@ from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.service import RPCError, RPCStatusCode
 
-from domain.reclaim.calls import JobReclaimInput
-from domain.reclaim.evidence import BeatEvidence, BeatReport, evidence_of
-from domain.reclaim.identity import NodeNameError
-from domain.reclaim.models import EVIDENCE_SIGNAL, RECLAIM_WORKFLOW_TYPE, Decision, Holding
-from runtime.reclaim import search_attributes as sa
-from runtime.reclaim.assess import Assessor
-from runtime.reclaim.views import drained_by_keeper
-from runtime.settings import Settings
-from store.reclaim import FORGET_AFTER
-from wire.spur import slurm_pb2
+from keeper.domain.reclaim.calls import JobReclaimInput
+from keeper.domain.reclaim.evidence import BeatEvidence, BeatReport, evidence_of
+from keeper.domain.reclaim.identity import NodeNameError
+from keeper.domain.reclaim.models import EVIDENCE_SIGNAL, RECLAIM_WORKFLOW_TYPE, Decision, Holding
+from keeper.runtime.reclaim import search_attributes as sa
+from keeper.runtime.reclaim.assess import Assessor
+from keeper.runtime.reclaim.views import drained_by_keeper
+from keeper.runtime.settings import Settings
+from keeper.store.reclaim import FORGET_AFTER
+from keeper.wire.spur import slurm_pb2
 
 log = logging.getLogger("keeper.reclaim.intake")
 # spur's default agent port, when RegisterAgent says 0.

@@ -2,7 +2,7 @@
 
 from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
 
-from runtime.shared_search_attributes import JOB_ID
+from keeper.runtime.shared_search_attributes import JOB_ID
 
 NODE = SearchAttributeKey.for_keyword("Node")
 RECLAIM_STEP = SearchAttributeKey.for_keyword("ReclaimStep")

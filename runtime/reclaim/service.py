@@ -16,17 +16,17 @@ import grpc
 from aiohttp import web
 from temporalio.client import Client
 
-from domain.reclaim.identity import NodeNameError, canonical_node
-from runtime import metrics
-from runtime.dev_ports import split_address
-from runtime.reclaim.assess import Assessor
-from runtime.reclaim.deps import spur_controller
-from runtime.reclaim.intake import Handled, Intake, Report
-from runtime.reclaim.tap import HeartbeatTap, TapEvent
-from runtime.settings import Settings
-from store.database import StoreUnavailable
-from store.reclaim import ReclaimMemory, open_reclaim_memory
-from wire.spur import slurm_pb2
+from keeper.domain.reclaim.identity import NodeNameError, canonical_node
+from keeper.runtime import metrics
+from keeper.runtime.dev_ports import split_address
+from keeper.runtime.reclaim.assess import Assessor
+from keeper.runtime.reclaim.deps import spur_controller
+from keeper.runtime.reclaim.intake import Handled, Intake, Report
+from keeper.runtime.reclaim.tap import HeartbeatTap, TapEvent
+from keeper.runtime.settings import Settings
+from keeper.store.database import StoreUnavailable
+from keeper.store.reclaim import ReclaimMemory, open_reclaim_memory
+from keeper.wire.spur import slurm_pb2
 
 log = logging.getLogger("keeper.reclaim.tap")
 HEARTBEAT = "/slurm.SlurmController/Heartbeat"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import grpc
 
-from runtime.reclaim.credentials import SpurToken
+from keeper.runtime.reclaim.credentials import SpurToken
 
 # spur's details are short; a longer one is cut so an error stays one readable line.
 DETAILS_LIMIT = 500

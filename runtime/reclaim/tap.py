@@ -25,8 +25,8 @@ from datetime import UTC, datetime
 import grpc
 from google.protobuf.message import DecodeError, Message
 
-from domain.common.secret_text import scrub
-from wire.spur import slurm_pb2
+from keeper.domain.common.secret_text import scrub
+from keeper.wire.spur import slurm_pb2
 
 log = logging.getLogger(__name__)
 

@@ -7,10 +7,10 @@ from datetime import UTC, datetime
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from domain.reclaim.identity import NodeNameError, canonical_node, expand_nodelist
-from domain.reclaim.jobs import JobState
-from domain.reclaim.models import ControllerView, JobView
-from wire.spur import slurm_pb2
+from keeper.domain.reclaim.identity import NodeNameError, canonical_node, expand_nodelist
+from keeper.domain.reclaim.jobs import JobState
+from keeper.domain.reclaim.models import ControllerView, JobView
+from keeper.wire.spur import slurm_pb2
 
 # The prefix of every drain reason keeper writes: how it tells its own drains from others'.
 DRAIN_REASON_PREFIX = "keeper-reclaim:"

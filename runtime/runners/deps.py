@@ -9,12 +9,12 @@ from datetime import timedelta
 
 from pydantic import SecretStr
 
-from domain.runners.provider import DEFAULT_LEASE_MARGIN
-from runtime.runners.garm_provider import ExternalProvider
-from runtime.runners.github_client import TOKEN_ENV, GitHubClient, load_github_token
-from runtime.runners.instance_lease import InstanceLeases
-from runtime.settings import RunnerSettings, SettingsError
-from store import RunnerStore, open_store
+from keeper.domain.runners.provider import DEFAULT_LEASE_MARGIN
+from keeper.runtime.runners.garm_provider import ExternalProvider
+from keeper.runtime.runners.github_client import TOKEN_ENV, GitHubClient, load_github_token
+from keeper.runtime.runners.instance_lease import InstanceLeases
+from keeper.runtime.settings import RunnerSettings, SettingsError
+from keeper.store import RunnerStore, open_store
 
 log = logging.getLogger("keeper.runners")
 

@@ -30,7 +30,7 @@ from typing import Any, TypeVar
 
 from pydantic import TypeAdapter, ValidationError
 
-from domain.runners.provider import (
+from keeper.domain.runners.provider import (
     NOT_FOUND_EXIT_CODE,
     ProviderAnswer,
     ProviderInstance,
@@ -39,8 +39,8 @@ from domain.runners.provider import (
     stderr_tail,
     timed_out,
 )
-from domain.runners.record_check import provider_id_problem, shown
-from runtime.parent_death import launch_error, tied_argv
+from keeper.domain.runners.record_check import provider_id_problem, shown
+from keeper.runtime.parent_death import launch_error, tied_argv
 
 # GARM's newest interface; v0.1.1 adds GARM_POOL_ID and GARM_POOL_EXTRASPECS to
 # per-instance calls, and providers built on it refuse a delete without the pool.

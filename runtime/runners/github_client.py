@@ -16,8 +16,8 @@ from typing import Any
 import httpx
 from pydantic import SecretStr, ValidationError
 
-from domain.common.secret_text import header_secret_problem, scrub
-from domain.runners.github import (
+from keeper.domain.common.secret_text import header_secret_problem, scrub
+from keeper.domain.runners.github import (
     DEFAULT_MAX_RETRY_AFTER_S,
     MESSAGE_LIMIT,
     DeregistrationAnswer,

@@ -25,10 +25,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
-from domain.runners.provider import DEFAULT_LEASE_MARGIN
+from keeper.domain.runners.provider import DEFAULT_LEASE_MARGIN
 
 if TYPE_CHECKING:
-    from store import LeaseResult, RunnerStore
+    from keeper.store import LeaseResult, RunnerStore
 
 log = logging.getLogger("keeper.leases")
 

@@ -8,8 +8,8 @@ from typing import Any
 from temporalio.client import Client, WorkflowHandle
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 
-from domain.runners.deletion_view import summary
-from domain.runners.models import (
+from keeper.domain.runners.deletion_view import summary
+from keeper.domain.runners.models import (
     DELETION_WORKFLOW_TYPE,
     REQUEST_SIGNAL,
     DeletionPolicy,
@@ -18,7 +18,7 @@ from domain.runners.models import (
     RunnerDeletionInput,
     deletion_workflow_id,
 )
-from runtime.runners import search_attributes as sa
+from keeper.runtime.runners import search_attributes as sa
 
 
 async def request_deletion(

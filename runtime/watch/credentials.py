@@ -8,7 +8,7 @@ travels only in the `Authorization` header: never in a repr, a log line or an er
 
 from __future__ import annotations
 
-from runtime.secret_source import SecretError, SecretSource
+from keeper.runtime.secret_source import SecretError, SecretSource
 
 TOKEN_ENV = "KEEPER_IRIS_TOKEN"
 

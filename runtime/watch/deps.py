@@ -6,11 +6,11 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from runtime.secret_source import from_env_or_file
-from runtime.settings import WatchSettings
-from runtime.watch.credentials import TOKEN_ENV, IrisToken
-from runtime.watch.iris_client import IrisController
-from store.watch import LaunchStore, open_launch_store
+from keeper.runtime.secret_source import from_env_or_file
+from keeper.runtime.settings import WatchSettings
+from keeper.runtime.watch.credentials import TOKEN_ENV, IrisToken
+from keeper.runtime.watch.iris_client import IrisController
+from keeper.store.watch import LaunchStore, open_launch_store
 
 
 @dataclass

@@ -32,8 +32,8 @@ from typing import Any, TypeVar
 import httpx
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from runtime.watch.credentials import IrisToken, IrisTokenError
-from runtime.watch.iris_errors import (
+from keeper.runtime.watch.credentials import IrisToken, IrisTokenError
+from keeper.runtime.watch.iris_errors import (
     IrisAuthError,
     IrisError,
     IrisInvalidArgument,
@@ -44,11 +44,11 @@ from runtime.watch.iris_errors import (
     IrisUnimplemented,
     iris_error,
 )
-from wire.iris import connect
-from wire.iris.codec import WireMessage, from_wire, number, to_wire
-from wire.iris.connect import Code, ConnectErrorBody, ErrorDetails
-from wire.iris.enums import JobQueryScope, JobSortField, MatchScope, SortDirection
-from wire.iris.messages import (
+from keeper.wire.iris import connect
+from keeper.wire.iris.codec import WireMessage, from_wire, number, to_wire
+from keeper.wire.iris.connect import Code, ConnectErrorBody, ErrorDetails
+from keeper.wire.iris.enums import JobQueryScope, JobSortField, MatchScope, SortDirection
+from keeper.wire.iris.messages import (
     LIST_JOBS_MAX_LIMIT,
     LIST_JOBS_MAX_OFFSET,
     LIST_JOBS_STATE_FILTERS,

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from wire.iris.connect import Code, ErrorDetails
+from keeper.wire.iris.connect import Code, ErrorDetails
 
 # Server messages are short; a longer one is cut so an error stays one readable line.
 MESSAGE_LIMIT = 500

@@ -2,7 +2,7 @@
 
 from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
 
-from runtime.shared_search_attributes import JOB_ID
+from keeper.runtime.shared_search_attributes import JOB_ID
 
 # The job's iris state, lower case (running, succeeded, failed, killed, ...).
 JOB_STATE = SearchAttributeKey.for_keyword("JobState")

@@ -1,6 +1,6 @@
 """keeper's reclaim memory: holdings first seen, jobs seen, controller epochs, drains owned."""
 
-from store.reclaim.memory import (
+from keeper.store.reclaim.memory import (
     FORGET_AFTER,
     RELEASED_BY_REPORT,
     REOPENABLE,
@@ -10,7 +10,7 @@ from store.reclaim.memory import (
     WorkflowConflict,
     open_reclaim_memory,
 )
-from store.reclaim.records import AgentNode, CancelSend, DrainRecord
+from keeper.store.reclaim.records import AgentNode, CancelSend, DrainRecord
 
 __all__ = [
     "FORGET_AFTER",

@@ -28,19 +28,19 @@ from sqlalchemy import (
 )
 from sqlalchemy.exc import IntegrityError
 
-from domain.reclaim.epoch import Observation
-from domain.reclaim.evidence import BeatEvidence, BeatReport, ReleaseTally
-from domain.reclaim.jobs import JobState
-from domain.reclaim.models import NODE_ID_RE, EpochState, Holding, KnownJob
-from store.database import (
+from keeper.domain.reclaim.epoch import Observation
+from keeper.domain.reclaim.evidence import BeatEvidence, BeatReport, ReleaseTally
+from keeper.domain.reclaim.jobs import JobState
+from keeper.domain.reclaim.models import NODE_ID_RE, EpochState, Holding, KnownJob
+from keeper.store.database import (
     StoreUnavailable,
     create_tables,
     open_engine,
     redacted_url,
     without_password,
 )
-from store.reclaim.records import AgentNode, CancelSend, DrainRecord
-from store.reclaim.schema import (
+from keeper.store.reclaim.records import AgentNode, CancelSend, DrainRecord
+from keeper.store.reclaim.schema import (
     cancels,
     drains,
     epochs,
@@ -255,7 +255,7 @@ class ReclaimMemory:
             return self._read_epoch(conn)
 
     def record_observation(self, obs: Observation) -> None:
-        """Saves what `domain.reclaim.epoch.observe` made of one view: the epoch state, and
+        """Saves what `keeper.domain.reclaim.epoch.observe` made of one view: the epoch state, and
         the jobs to remember in it. An observation older than the stored epoch (one computed
         before another caller moved the epoch on) changes nothing; the high id never falls."""
         state = obs.epoch

@@ -2,10 +2,10 @@
 
 Rules the store enforces, whoever calls it:
 - every status write is a compare-and-set on (status, version) and must be a valid
-  transition in `domain.runners.status.TRANSITIONS`;
+  transition in `keeper.domain.runners.status.TRANSITIONS`;
 - deletion-lane statuses are written only by the runner's own deletion workflow;
 - the one forced write, `recover_to_deleted`, is audited and logged with its reason;
-- every record it adds passes `domain.runners.record_check`, the same on both back ends,
+- every record it adds passes `keeper.domain.runners.record_check`, the same on both back ends,
   and a row that fails it (written before the check, or by another tool) is read with
   its problems attached, never a reason for a read of other rows to fail.
 
@@ -38,24 +38,31 @@ from sqlalchemy import (
 )
 from sqlalchemy.exc import IntegrityError
 
-from domain.runners.models import RUNNER_NAME_RE, RunnerRecord, deletion_workflow_id, utcnow
-from domain.runners.record_check import provider_id_problem, record_problems
-from domain.runners.status import (
+from keeper.domain.runners.models import RUNNER_NAME_RE, RunnerRecord, deletion_workflow_id, utcnow
+from keeper.domain.runners.record_check import provider_id_problem, record_problems
+from keeper.domain.runners.status import (
     LIVE,
     AgentStatus,
     InstanceStatus,
     check_transition,
     on_lane,
 )
-from store.database import (
+from keeper.store.database import (
     StoreUnavailable,
     create_tables,
     open_engine,
     redacted_url,
     without_password,
 )
-from store.database import normalise_url as _normalise_url
-from store.runners.schema import audit, instance_leases, leaks, metadata, reconcile_marks, runners
+from keeper.store.database import normalise_url as _normalise_url
+from keeper.store.runners.schema import (
+    audit,
+    instance_leases,
+    leaks,
+    metadata,
+    reconcile_marks,
+    runners,
+)
 
 log = logging.getLogger("keeper.store")
 

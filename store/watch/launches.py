@@ -16,15 +16,15 @@ from datetime import UTC, datetime
 from sqlalchemy import Column, DateTime, Engine, MetaData, String, Table, Text, insert, select
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
-from store.database import (
+from keeper.store.database import (
     StoreUnavailable,
     create_tables,
     open_engine,
     redacted_url,
     without_password,
 )
-from wire.iris.codec import to_wire
-from wire.iris.messages import LaunchJobRequest
+from keeper.wire.iris.codec import to_wire
+from keeper.wire.iris.messages import LaunchJobRequest
 
 metadata = MetaData()
 

@@ -31,11 +31,11 @@ import httpx
 import pytest
 from temporalio.client import Client
 
-from runtime.watch.iris_client import IrisController
+from keeper.runtime.watch.iris_client import IrisController
+from keeper.wire.iris import connect
+from keeper.wire.iris.messages import LaunchJobRequest
 from tests.harness import env_flag
 from tests.watch_world import WatchWorld, fast_settings
-from wire.iris import connect
-from wire.iris.messages import LaunchJobRequest
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent

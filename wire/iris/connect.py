@@ -16,7 +16,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from wire.iris.codec import Int64, WireMessage, number
+from keeper.wire.iris.codec import Int64, WireMessage, number
 
 CONTROLLER_SERVICE = "iris.cluster.ControllerService"
 LOG_SERVICE = "iris.logging.LogService"

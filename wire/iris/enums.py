@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from wire.iris.codec import WireEnum
+from keeper.wire.iris.codec import WireEnum
 
 
 class JobState(WireEnum):

@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import model_validator
 
-from wire.iris.codec import (
+from keeper.wire.iris.codec import (
     B64Bytes,
     Int64,
     OpenWireMessage,
@@ -25,7 +25,7 @@ from wire.iris.codec import (
     number,
     wire_enum,
 )
-from wire.iris.enums import (
+from keeper.wire.iris.enums import (
     CpuProfileFormat,
     JobQueryScope,
     JobSortField,

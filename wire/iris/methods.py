@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from wire.iris import connect
-from wire.iris import messages as m
-from wire.iris.codec import WireMessage
+from keeper.wire.iris import connect
+from keeper.wire.iris import messages as m
+from keeper.wire.iris.codec import WireMessage
 
 
 class Method(NamedTuple):

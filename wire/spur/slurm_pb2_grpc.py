@@ -4,7 +4,7 @@ import grpc
 import warnings
 
 from google.protobuf import empty_pb2 as google_dot_protobuf_dot_empty__pb2
-from wire.spur import slurm_pb2 as wire_dot_spur_dot_slurm__pb2
+from keeper.wire.spur import slurm_pb2 as keeper_dot_wire_dot_spur_dot_slurm__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -19,7 +19,7 @@ except ImportError:
 if _version_not_supported:
     raise RuntimeError(
         f'The grpc package installed is at version {GRPC_VERSION},'
-        + ' but the generated code in wire/spur/slurm_pb2_grpc.py depends on'
+        + ' but the generated code in keeper/wire/spur/slurm_pb2_grpc.py depends on'
         + f' grpcio>={GRPC_GENERATED_VERSION}.'
         + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
         + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
@@ -37,47 +37,47 @@ class SlurmControllerStub:
         """
         self.GetJobs = channel.unary_unary(
                 '/slurm.SlurmController/GetJobs',
-                request_serializer=wire_dot_spur_dot_slurm__pb2.GetJobsRequest.SerializeToString,
-                response_deserializer=wire_dot_spur_dot_slurm__pb2.GetJobsResponse.FromString,
+                request_serializer=keeper_dot_wire_dot_spur_dot_slurm__pb2.GetJobsRequest.SerializeToString,
+                response_deserializer=keeper_dot_wire_dot_spur_dot_slurm__pb2.GetJobsResponse.FromString,
                 _registered_method=True)
         self.GetJob = channel.unary_unary(
                 '/slurm.SlurmController/GetJob',
-                request_serializer=wire_dot_spur_dot_slurm__pb2.GetJobRequest.SerializeToString,
-                response_deserializer=wire_dot_spur_dot_slurm__pb2.JobInfo.FromString,
+                request_serializer=keeper_dot_wire_dot_spur_dot_slurm__pb2.GetJobRequest.SerializeToString,
+                response_deserializer=keeper_dot_wire_dot_spur_dot_slurm__pb2.JobInfo.FromString,
                 _registered_method=True)
         self.GetNodes = channel.unary_unary(
                 '/slurm.SlurmController/GetNodes',
-                request_serializer=wire_dot_spur_dot_slurm__pb2.GetNodesRequest.SerializeToString,
-                response_deserializer=wire_dot_spur_dot_slurm__pb2.GetNodesResponse.FromString,
+                request_serializer=keeper_dot_wire_dot_spur_dot_slurm__pb2.GetNodesRequest.SerializeToString,
+                response_deserializer=keeper_dot_wire_dot_spur_dot_slurm__pb2.GetNodesResponse.FromString,
                 _registered_method=True)
         self.UpdateNode = channel.unary_unary(
                 '/slurm.SlurmController/UpdateNode',
-                request_serializer=wire_dot_spur_dot_slurm__pb2.UpdateNodeRequest.SerializeToString,
+                request_serializer=keeper_dot_wire_dot_spur_dot_slurm__pb2.UpdateNodeRequest.SerializeToString,
                 response_deserializer=google_dot_protobuf_dot_empty__pb2.Empty.FromString,
                 _registered_method=True)
         self.DrainNode = channel.unary_unary(
                 '/slurm.SlurmController/DrainNode',
-                request_serializer=wire_dot_spur_dot_slurm__pb2.DrainNodeRequest.SerializeToString,
-                response_deserializer=wire_dot_spur_dot_slurm__pb2.DrainNodeResponse.FromString,
+                request_serializer=keeper_dot_wire_dot_spur_dot_slurm__pb2.DrainNodeRequest.SerializeToString,
+                response_deserializer=keeper_dot_wire_dot_spur_dot_slurm__pb2.DrainNodeResponse.FromString,
                 _registered_method=True)
         self.Ping = channel.unary_unary(
                 '/slurm.SlurmController/Ping',
                 request_serializer=google_dot_protobuf_dot_empty__pb2.Empty.SerializeToString,
-                response_deserializer=wire_dot_spur_dot_slurm__pb2.PingResponse.FromString,
+                response_deserializer=keeper_dot_wire_dot_spur_dot_slurm__pb2.PingResponse.FromString,
                 _registered_method=True)
         self.RegisterAgent = channel.unary_unary(
                 '/slurm.SlurmController/RegisterAgent',
-                request_serializer=wire_dot_spur_dot_slurm__pb2.RegisterAgentRequest.SerializeToString,
-                response_deserializer=wire_dot_spur_dot_slurm__pb2.RegisterAgentResponse.FromString,
+                request_serializer=keeper_dot_wire_dot_spur_dot_slurm__pb2.RegisterAgentRequest.SerializeToString,
+                response_deserializer=keeper_dot_wire_dot_spur_dot_slurm__pb2.RegisterAgentResponse.FromString,
                 _registered_method=True)
         self.Heartbeat = channel.unary_unary(
                 '/slurm.SlurmController/Heartbeat',
-                request_serializer=wire_dot_spur_dot_slurm__pb2.HeartbeatRequest.SerializeToString,
-                response_deserializer=wire_dot_spur_dot_slurm__pb2.HeartbeatResponse.FromString,
+                request_serializer=keeper_dot_wire_dot_spur_dot_slurm__pb2.HeartbeatRequest.SerializeToString,
+                response_deserializer=keeper_dot_wire_dot_spur_dot_slurm__pb2.HeartbeatResponse.FromString,
                 _registered_method=True)
         self.ReportJobStatus = channel.unary_unary(
                 '/slurm.SlurmController/ReportJobStatus',
-                request_serializer=wire_dot_spur_dot_slurm__pb2.ReportJobStatusRequest.SerializeToString,
+                request_serializer=keeper_dot_wire_dot_spur_dot_slurm__pb2.ReportJobStatusRequest.SerializeToString,
                 response_deserializer=google_dot_protobuf_dot_empty__pb2.Empty.FromString,
                 _registered_method=True)
 
@@ -144,47 +144,47 @@ def add_SlurmControllerServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'GetJobs': grpc.unary_unary_rpc_method_handler(
                     servicer.GetJobs,
-                    request_deserializer=wire_dot_spur_dot_slurm__pb2.GetJobsRequest.FromString,
-                    response_serializer=wire_dot_spur_dot_slurm__pb2.GetJobsResponse.SerializeToString,
+                    request_deserializer=keeper_dot_wire_dot_spur_dot_slurm__pb2.GetJobsRequest.FromString,
+                    response_serializer=keeper_dot_wire_dot_spur_dot_slurm__pb2.GetJobsResponse.SerializeToString,
             ),
             'GetJob': grpc.unary_unary_rpc_method_handler(
                     servicer.GetJob,
-                    request_deserializer=wire_dot_spur_dot_slurm__pb2.GetJobRequest.FromString,
-                    response_serializer=wire_dot_spur_dot_slurm__pb2.JobInfo.SerializeToString,
+                    request_deserializer=keeper_dot_wire_dot_spur_dot_slurm__pb2.GetJobRequest.FromString,
+                    response_serializer=keeper_dot_wire_dot_spur_dot_slurm__pb2.JobInfo.SerializeToString,
             ),
             'GetNodes': grpc.unary_unary_rpc_method_handler(
                     servicer.GetNodes,
-                    request_deserializer=wire_dot_spur_dot_slurm__pb2.GetNodesRequest.FromString,
-                    response_serializer=wire_dot_spur_dot_slurm__pb2.GetNodesResponse.SerializeToString,
+                    request_deserializer=keeper_dot_wire_dot_spur_dot_slurm__pb2.GetNodesRequest.FromString,
+                    response_serializer=keeper_dot_wire_dot_spur_dot_slurm__pb2.GetNodesResponse.SerializeToString,
             ),
             'UpdateNode': grpc.unary_unary_rpc_method_handler(
                     servicer.UpdateNode,
-                    request_deserializer=wire_dot_spur_dot_slurm__pb2.UpdateNodeRequest.FromString,
+                    request_deserializer=keeper_dot_wire_dot_spur_dot_slurm__pb2.UpdateNodeRequest.FromString,
                     response_serializer=google_dot_protobuf_dot_empty__pb2.Empty.SerializeToString,
             ),
             'DrainNode': grpc.unary_unary_rpc_method_handler(
                     servicer.DrainNode,
-                    request_deserializer=wire_dot_spur_dot_slurm__pb2.DrainNodeRequest.FromString,
-                    response_serializer=wire_dot_spur_dot_slurm__pb2.DrainNodeResponse.SerializeToString,
+                    request_deserializer=keeper_dot_wire_dot_spur_dot_slurm__pb2.DrainNodeRequest.FromString,
+                    response_serializer=keeper_dot_wire_dot_spur_dot_slurm__pb2.DrainNodeResponse.SerializeToString,
             ),
             'Ping': grpc.unary_unary_rpc_method_handler(
                     servicer.Ping,
                     request_deserializer=google_dot_protobuf_dot_empty__pb2.Empty.FromString,
-                    response_serializer=wire_dot_spur_dot_slurm__pb2.PingResponse.SerializeToString,
+                    response_serializer=keeper_dot_wire_dot_spur_dot_slurm__pb2.PingResponse.SerializeToString,
             ),
             'RegisterAgent': grpc.unary_unary_rpc_method_handler(
                     servicer.RegisterAgent,
-                    request_deserializer=wire_dot_spur_dot_slurm__pb2.RegisterAgentRequest.FromString,
-                    response_serializer=wire_dot_spur_dot_slurm__pb2.RegisterAgentResponse.SerializeToString,
+                    request_deserializer=keeper_dot_wire_dot_spur_dot_slurm__pb2.RegisterAgentRequest.FromString,
+                    response_serializer=keeper_dot_wire_dot_spur_dot_slurm__pb2.RegisterAgentResponse.SerializeToString,
             ),
             'Heartbeat': grpc.unary_unary_rpc_method_handler(
                     servicer.Heartbeat,
-                    request_deserializer=wire_dot_spur_dot_slurm__pb2.HeartbeatRequest.FromString,
-                    response_serializer=wire_dot_spur_dot_slurm__pb2.HeartbeatResponse.SerializeToString,
+                    request_deserializer=keeper_dot_wire_dot_spur_dot_slurm__pb2.HeartbeatRequest.FromString,
+                    response_serializer=keeper_dot_wire_dot_spur_dot_slurm__pb2.HeartbeatResponse.SerializeToString,
             ),
             'ReportJobStatus': grpc.unary_unary_rpc_method_handler(
                     servicer.ReportJobStatus,
-                    request_deserializer=wire_dot_spur_dot_slurm__pb2.ReportJobStatusRequest.FromString,
+                    request_deserializer=keeper_dot_wire_dot_spur_dot_slurm__pb2.ReportJobStatusRequest.FromString,
                     response_serializer=google_dot_protobuf_dot_empty__pb2.Empty.SerializeToString,
             ),
     }
@@ -213,8 +213,8 @@ class SlurmController:
             request,
             target,
             '/slurm.SlurmController/GetJobs',
-            wire_dot_spur_dot_slurm__pb2.GetJobsRequest.SerializeToString,
-            wire_dot_spur_dot_slurm__pb2.GetJobsResponse.FromString,
+            keeper_dot_wire_dot_spur_dot_slurm__pb2.GetJobsRequest.SerializeToString,
+            keeper_dot_wire_dot_spur_dot_slurm__pb2.GetJobsResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -240,8 +240,8 @@ class SlurmController:
             request,
             target,
             '/slurm.SlurmController/GetJob',
-            wire_dot_spur_dot_slurm__pb2.GetJobRequest.SerializeToString,
-            wire_dot_spur_dot_slurm__pb2.JobInfo.FromString,
+            keeper_dot_wire_dot_spur_dot_slurm__pb2.GetJobRequest.SerializeToString,
+            keeper_dot_wire_dot_spur_dot_slurm__pb2.JobInfo.FromString,
             options,
             channel_credentials,
             insecure,
@@ -267,8 +267,8 @@ class SlurmController:
             request,
             target,
             '/slurm.SlurmController/GetNodes',
-            wire_dot_spur_dot_slurm__pb2.GetNodesRequest.SerializeToString,
-            wire_dot_spur_dot_slurm__pb2.GetNodesResponse.FromString,
+            keeper_dot_wire_dot_spur_dot_slurm__pb2.GetNodesRequest.SerializeToString,
+            keeper_dot_wire_dot_spur_dot_slurm__pb2.GetNodesResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -294,7 +294,7 @@ class SlurmController:
             request,
             target,
             '/slurm.SlurmController/UpdateNode',
-            wire_dot_spur_dot_slurm__pb2.UpdateNodeRequest.SerializeToString,
+            keeper_dot_wire_dot_spur_dot_slurm__pb2.UpdateNodeRequest.SerializeToString,
             google_dot_protobuf_dot_empty__pb2.Empty.FromString,
             options,
             channel_credentials,
@@ -321,8 +321,8 @@ class SlurmController:
             request,
             target,
             '/slurm.SlurmController/DrainNode',
-            wire_dot_spur_dot_slurm__pb2.DrainNodeRequest.SerializeToString,
-            wire_dot_spur_dot_slurm__pb2.DrainNodeResponse.FromString,
+            keeper_dot_wire_dot_spur_dot_slurm__pb2.DrainNodeRequest.SerializeToString,
+            keeper_dot_wire_dot_spur_dot_slurm__pb2.DrainNodeResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -349,7 +349,7 @@ class SlurmController:
             target,
             '/slurm.SlurmController/Ping',
             google_dot_protobuf_dot_empty__pb2.Empty.SerializeToString,
-            wire_dot_spur_dot_slurm__pb2.PingResponse.FromString,
+            keeper_dot_wire_dot_spur_dot_slurm__pb2.PingResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -375,8 +375,8 @@ class SlurmController:
             request,
             target,
             '/slurm.SlurmController/RegisterAgent',
-            wire_dot_spur_dot_slurm__pb2.RegisterAgentRequest.SerializeToString,
-            wire_dot_spur_dot_slurm__pb2.RegisterAgentResponse.FromString,
+            keeper_dot_wire_dot_spur_dot_slurm__pb2.RegisterAgentRequest.SerializeToString,
+            keeper_dot_wire_dot_spur_dot_slurm__pb2.RegisterAgentResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -402,8 +402,8 @@ class SlurmController:
             request,
             target,
             '/slurm.SlurmController/Heartbeat',
-            wire_dot_spur_dot_slurm__pb2.HeartbeatRequest.SerializeToString,
-            wire_dot_spur_dot_slurm__pb2.HeartbeatResponse.FromString,
+            keeper_dot_wire_dot_spur_dot_slurm__pb2.HeartbeatRequest.SerializeToString,
+            keeper_dot_wire_dot_spur_dot_slurm__pb2.HeartbeatResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -429,7 +429,7 @@ class SlurmController:
             request,
             target,
             '/slurm.SlurmController/ReportJobStatus',
-            wire_dot_spur_dot_slurm__pb2.ReportJobStatusRequest.SerializeToString,
+            keeper_dot_wire_dot_spur_dot_slurm__pb2.ReportJobStatusRequest.SerializeToString,
             google_dot_protobuf_dot_empty__pb2.Empty.FromString,
             options,
             channel_credentials,
@@ -453,7 +453,7 @@ class SlurmAgentStub:
         """
         self.CancelJob = channel.unary_unary(
                 '/slurm.SlurmAgent/CancelJob',
-                request_serializer=wire_dot_spur_dot_slurm__pb2.AgentCancelJobRequest.SerializeToString,
+                request_serializer=keeper_dot_wire_dot_spur_dot_slurm__pb2.AgentCancelJobRequest.SerializeToString,
                 response_deserializer=google_dot_protobuf_dot_empty__pb2.Empty.FromString,
                 _registered_method=True)
 
@@ -472,7 +472,7 @@ def add_SlurmAgentServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'CancelJob': grpc.unary_unary_rpc_method_handler(
                     servicer.CancelJob,
-                    request_deserializer=wire_dot_spur_dot_slurm__pb2.AgentCancelJobRequest.FromString,
+                    request_deserializer=keeper_dot_wire_dot_spur_dot_slurm__pb2.AgentCancelJobRequest.FromString,
                     response_serializer=google_dot_protobuf_dot_empty__pb2.Empty.SerializeToString,
             ),
     }
@@ -501,7 +501,7 @@ class SlurmAgent:
             request,
             target,
             '/slurm.SlurmAgent/CancelJob',
-            wire_dot_spur_dot_slurm__pb2.AgentCancelJobRequest.SerializeToString,
+            keeper_dot_wire_dot_spur_dot_slurm__pb2.AgentCancelJobRequest.SerializeToString,
             google_dot_protobuf_dot_empty__pb2.Empty.FromString,
             options,
             channel_credentials,

@@ -8,11 +8,11 @@ that serves it), its activities built on those clients, and its schedules. `keep
 
 from __future__ import annotations
 
-from workers.families.family import Family, ScheduleSpecOf
-from workers.families.reclaim import RECLAIM
-from workers.families.runners import RUNNERS
-from workers.families.tpu import TPU
-from workers.families.watch import WATCH
+from keeper.workers.families.family import Family, ScheduleSpecOf
+from keeper.workers.families.reclaim import RECLAIM
+from keeper.workers.families.runners import RUNNERS
+from keeper.workers.families.tpu import TPU
+from keeper.workers.families.watch import WATCH
 
 FAMILIES: dict[str, Family] = {family.name: family for family in (TPU, RUNNERS, RECLAIM, WATCH)}
 

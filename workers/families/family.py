@@ -9,8 +9,8 @@ from typing import Any
 
 from temporalio.client import Client, Schedule
 
-from runtime.settings import Settings
-from workers.input_guard import InputHelp
+from keeper.runtime.settings import Settings
+from keeper.workers.input_guard import InputHelp
 
 
 @dataclass(frozen=True)

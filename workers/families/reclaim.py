@@ -13,13 +13,13 @@ from typing import Any
 
 from temporalio.client import Client
 
-from activities.reclaim.reclaim import ReclaimActivities
-from runtime.reclaim.deps import ReclaimDeps, open_reclaim_deps
-from runtime.settings import Settings
-from workers.alerts import alert_activity
-from workers.families.family import Family, ScheduleSpecOf
-from workers.input_guard import InputHelp
-from workflows.reclaim.job_reclaim import JobReclaim
+from keeper.activities.reclaim.reclaim import ReclaimActivities
+from keeper.runtime.reclaim.deps import ReclaimDeps, open_reclaim_deps
+from keeper.runtime.settings import Settings
+from keeper.workers.alerts import alert_activity
+from keeper.workers.families.family import Family, ScheduleSpecOf
+from keeper.workers.input_guard import InputHelp
+from keeper.workflows.reclaim.job_reclaim import JobReclaim
 
 INPUT_HELP: dict[str, InputHelp] = {
     "JobReclaim": InputHelp(

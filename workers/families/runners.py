@@ -16,21 +16,21 @@ from temporalio.client import (
     ScheduleSpec,
 )
 
-from activities.runners.deletion import (
+from keeper.activities.runners.deletion import (
     GitHubActivities,
     ProviderActivities,
     RunnerStoreActivities,
 )
-from activities.runners.reconciler import ReconcilerActivities
-from domain.runners.models import RECONCILER_SCHEDULE_ID, RECONCILER_WORKFLOW_ID
-from domain.runners.reconcile import ReconcileRequest
-from runtime.runners.deps import RunnerDeps, open_runner_deps
-from runtime.settings import Settings
-from workers.alerts import alert_activity
-from workers.families.family import Family, ScheduleSpecOf
-from workers.input_guard import InputHelp
-from workflows.runners.deletion import RunnerDeletion
-from workflows.runners.reconciler import RunnerReconciler
+from keeper.activities.runners.reconciler import ReconcilerActivities
+from keeper.domain.runners.models import RECONCILER_SCHEDULE_ID, RECONCILER_WORKFLOW_ID
+from keeper.domain.runners.reconcile import ReconcileRequest
+from keeper.runtime.runners.deps import RunnerDeps, open_runner_deps
+from keeper.runtime.settings import Settings
+from keeper.workers.alerts import alert_activity
+from keeper.workers.families.family import Family, ScheduleSpecOf
+from keeper.workers.input_guard import InputHelp
+from keeper.workflows.runners.deletion import RunnerDeletion
+from keeper.workflows.runners.reconciler import RunnerReconciler
 
 INPUT_HELP: dict[str, InputHelp] = {
     "RunnerDeletion": InputHelp(example={"runner": "r-1"}),

@@ -18,20 +18,20 @@ from temporalio.client import (
     ScheduleSpec,
 )
 
-from activities.tpu.cloud import TpuActivities
-from activities.tpu.health import HealthActivities, HealthProber
-from activities.tpu.sweeper import SweeperActivities
-from domain.tpu.models import SweepRequest
-from domain.tpu.naming import SWEEPER_SCHEDULE_ID, SWEEPER_WORKFLOW_ID
-from runtime.settings import Settings
-from runtime.tpu.client import make_tpu_client
-from workers.alerts import alert_activity
-from workers.families.family import Family, ScheduleSpecOf
-from workers.input_guard import InputHelp
-from workflows.tpu.bootstrap import TpuSliceBootstrap
-from workflows.tpu.bootstrap_run import TpuSliceBootstrapRun
-from workflows.tpu.sweeper import TpuSweeper
-from workflows.tpu.teardown import TpuSliceTeardown
+from keeper.activities.tpu.cloud import TpuActivities
+from keeper.activities.tpu.health import HealthActivities, HealthProber
+from keeper.activities.tpu.sweeper import SweeperActivities
+from keeper.domain.tpu.models import SweepRequest
+from keeper.domain.tpu.naming import SWEEPER_SCHEDULE_ID, SWEEPER_WORKFLOW_ID
+from keeper.runtime.settings import Settings
+from keeper.runtime.tpu.client import make_tpu_client
+from keeper.workers.alerts import alert_activity
+from keeper.workers.families.family import Family, ScheduleSpecOf
+from keeper.workers.input_guard import InputHelp
+from keeper.workflows.tpu.bootstrap import TpuSliceBootstrap
+from keeper.workflows.tpu.bootstrap_run import TpuSliceBootstrapRun
+from keeper.workflows.tpu.sweeper import TpuSweeper
+from keeper.workflows.tpu.teardown import TpuSliceTeardown
 
 _PLACE = {"project": "my-project", "zone": "us-central2-b"}
 INPUT_HELP: dict[str, InputHelp] = {

@@ -13,16 +13,16 @@ from typing import Any
 
 from temporalio.client import Client
 
-from activities.watch.actions import WatchActions
-from activities.watch.notify import WatchNotifier
-from activities.watch.observe import WatchObserver
-from runtime.alerts import alert_channel
-from runtime.settings import Settings
-from runtime.watch.deps import WatchDeps, open_watch_deps
-from workers.alerts import alert_activity
-from workers.families.family import Family, ScheduleSpecOf
-from workers.input_guard import InputHelp
-from workflows.watch.job_watch import JobWatch
+from keeper.activities.watch.actions import WatchActions
+from keeper.activities.watch.notify import WatchNotifier
+from keeper.activities.watch.observe import WatchObserver
+from keeper.runtime.alerts import alert_channel
+from keeper.runtime.settings import Settings
+from keeper.runtime.watch.deps import WatchDeps, open_watch_deps
+from keeper.workers.alerts import alert_activity
+from keeper.workers.families.family import Family, ScheduleSpecOf
+from keeper.workers.input_guard import InputHelp
+from keeper.workflows.watch.job_watch import JobWatch
 
 INPUT_HELP: dict[str, InputHelp] = {
     "JobWatch": InputHelp(

@@ -13,9 +13,9 @@ from temporalio.common import RetryPolicy
 from temporalio.workflow import ActivityHandle
 
 with workflow.unsafe.imports_passed_through():
-    from activities.alerts import AlertActivities
-    from domain.common.alerts import ALERT_ATTEMPTS, Alert
-    from domain.common.untrusted import md_text
+    from keeper.activities.alerts import AlertActivities
+    from keeper.domain.common.alerts import ALERT_ATTEMPTS, Alert
+    from keeper.domain.common.untrusted import md_text
 
 # Per attempt: the channel's own HTTP deadline (alerts.timeout) sits inside it.
 ALERT_START_TO_CLOSE = timedelta(seconds=30)

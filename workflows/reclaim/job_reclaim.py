@@ -29,9 +29,9 @@ from temporalio.common import VersioningBehavior
 from temporalio.exceptions import CancelledError
 
 with workflow.unsafe.imports_passed_through():
-    from activities.reclaim.reclaim import ReclaimActivities
-    from domain.common.alerts import AlertKind, make_alert
-    from domain.reclaim.calls import (
+    from keeper.activities.reclaim.reclaim import ReclaimActivities
+    from keeper.domain.common.alerts import AlertKind, make_alert
+    from keeper.domain.reclaim.calls import (
         AssessCall,
         Assessment,
         CancelCall,
@@ -43,22 +43,22 @@ with workflow.unsafe.imports_passed_through():
         ReclaimCarry,
         UndrainCall,
     )
-    from domain.reclaim.evidence import BeatReport, Release
-    from domain.reclaim.models import (
+    from keeper.domain.reclaim.evidence import BeatReport, Release
+    from keeper.domain.reclaim.models import (
         EVIDENCE_SIGNAL,
         RECLAIM_WORKFLOW_TYPE,
         RELEASE_SIGNAL,
         Reason,
         Verdict,
     )
-    from domain.reclaim.steps import Attempt, Mode, Outcome, Step, attempts
-    from domain.reclaim.view import MAX_ACTIONS, ReclaimView, render_details
-    from runtime.reclaim import search_attributes as sa
-    from runtime.reclaim.views import DRAIN_REASON_PREFIX
-    from workflows.common.alerts import raise_alert
-    from workflows.common.shielded import run_to_completion
-    from workflows.reclaim import activity_options as opts
-    from workflows.reclaim import metrics
+    from keeper.domain.reclaim.steps import Attempt, Mode, Outcome, Step, attempts
+    from keeper.domain.reclaim.view import MAX_ACTIONS, ReclaimView, render_details
+    from keeper.runtime.reclaim import search_attributes as sa
+    from keeper.runtime.reclaim.views import DRAIN_REASON_PREFIX
+    from keeper.workflows.common.alerts import raise_alert
+    from keeper.workflows.common.shielded import run_to_completion
+    from keeper.workflows.reclaim import activity_options as opts
+    from keeper.workflows.reclaim import metrics
 
 
 # Runs past this patch lift their drain on every way out: a cancel while the drain call was

@@ -8,8 +8,8 @@ from __future__ import annotations
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from domain.reclaim.steps import Outcome
-    from runtime import metrics as m
+    from keeper.domain.reclaim.steps import Outcome
+    from keeper.runtime import metrics as m
 
 
 def reclaim_closed(outcome: Outcome) -> None:

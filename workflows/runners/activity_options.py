@@ -6,7 +6,7 @@ from datetime import timedelta
 
 from temporalio.common import RetryPolicy
 
-from domain.runners.models import DeletionPolicy
+from keeper.domain.runners.models import DeletionPolicy
 
 # Runner deletion. Store calls are short SQL; they retry without limit because giving up
 # would leave the record wherever it is.

@@ -30,14 +30,14 @@ from temporalio.exceptions import ActivityError, ApplicationError, CancelledErro
 from temporalio.workflow import ActivityCancellationType
 
 with workflow.unsafe.imports_passed_through():
-    from activities.runners.deletion import (
+    from keeper.activities.runners.deletion import (
         GitHubActivities,
         ProviderActivities,
         RunnerStoreActivities,
     )
-    from domain.common.alerts import AlertKind, make_alert
-    from domain.common.untrusted import md_text
-    from domain.runners.calls import (
+    from keeper.domain.common.alerts import AlertKind, make_alert
+    from keeper.domain.common.untrusted import md_text
+    from keeper.domain.runners.calls import (
         DeregisterCall,
         DeregisterResult,
         FinishDeletion,
@@ -49,9 +49,9 @@ with workflow.unsafe.imports_passed_through():
         RegistrationRef,
         registration_ref,
     )
-    from domain.runners.deletion_state import DeletionState, result_of, view_of
-    from domain.runners.deletion_view import DeletionView, render_details
-    from domain.runners.deregister_steps import (
+    from keeper.domain.runners.deletion_state import DeletionState, result_of, view_of
+    from keeper.domain.runners.deletion_view import DeletionView, render_details
+    from keeper.domain.runners.deregister_steps import (
         NO_REGISTRATION,
         Act,
         Deregistration,
@@ -59,9 +59,9 @@ with workflow.unsafe.imports_passed_through():
         on_force,
         on_gave_up,
     )
-    from domain.runners.deregistration import DeregisterMode
-    from domain.runners.lane import LaneMove, entry_target
-    from domain.runners.models import (
+    from keeper.domain.runners.deregistration import DeregisterMode
+    from keeper.domain.runners.lane import LaneMove, entry_target
+    from keeper.domain.runners.models import (
         DELETION_WORKFLOW_TYPE,
         REQUEST_SIGNAL,
         DeletionCarry,
@@ -73,14 +73,14 @@ with workflow.unsafe.imports_passed_through():
         RunnerRecord,
         deletion_workflow_id,
     )
-    from domain.runners.provider import describe_provider
-    from domain.runners.status import InstanceStatus
-    from runtime.runners import search_attributes as sa
-    from workflows.common.alerts import raise_alert
-    from workflows.common.shielded import run_to_completion
-    from workflows.runners import activity_options as opts
-    from workflows.runners import metrics
-    from workflows.runners.deletion_v1 import LegacyDeletion
+    from keeper.domain.runners.provider import describe_provider
+    from keeper.domain.runners.status import InstanceStatus
+    from keeper.runtime.runners import search_attributes as sa
+    from keeper.workflows.common.alerts import raise_alert
+    from keeper.workflows.common.shielded import run_to_completion
+    from keeper.workflows.runners import activity_options as opts
+    from keeper.workflows.runners import metrics
+    from keeper.workflows.runners.deletion_v1 import LegacyDeletion
 
 T = TypeVar("T")
 S = InstanceStatus

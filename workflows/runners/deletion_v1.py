@@ -19,12 +19,12 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from activities.runners.deletion import (
+    from keeper.activities.runners.deletion import (
         GitHubActivities,
         ProviderActivities,
         RunnerStoreActivities,
     )
-    from domain.runners.calls import (
+    from keeper.domain.runners.calls import (
         FinishDeletion,
         LaneResult,
         LaneWrite,
@@ -33,11 +33,11 @@ with workflow.unsafe.imports_passed_through():
         RegistrationRef,
         registration_ref,
     )
-    from domain.runners.deletion_state import DeletionState
-    from domain.runners.deletion_view import backoff
-    from domain.runners.github import DeregistrationAnswer
-    from domain.runners.lane import LaneMove, entry_target
-    from domain.runners.models import (
+    from keeper.domain.runners.deletion_state import DeletionState
+    from keeper.domain.runners.deletion_view import backoff
+    from keeper.domain.runners.github import DeregistrationAnswer
+    from keeper.domain.runners.lane import LaneMove, entry_target
+    from keeper.domain.runners.models import (
         BusyTimeoutAction,
         DeletionOutcome,
         DeletionPolicy,
@@ -45,10 +45,10 @@ with workflow.unsafe.imports_passed_through():
         DeletionStep,
         RunnerRecord,
     )
-    from domain.runners.provider import ProviderAnswer, ProviderOutcome, describe_provider
-    from domain.runners.status import InstanceStatus
-    from runtime.runners import search_attributes as sa
-    from workflows.runners import activity_options as opts
+    from keeper.domain.runners.provider import ProviderAnswer, ProviderOutcome, describe_provider
+    from keeper.domain.runners.status import InstanceStatus
+    from keeper.runtime.runners import search_attributes as sa
+    from keeper.workflows.runners import activity_options as opts
 
 S = InstanceStatus
 SEARCHABLE_STEPS = frozenset({DeletionStep.BUSY_WAIT, DeletionStep.ESCALATED, DeletionStep.DONE})

@@ -8,8 +8,8 @@ from __future__ import annotations
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from domain.runners.models import DeletionOutcome, DeletionResult
-    from runtime import metrics as m
+    from keeper.domain.runners.models import DeletionOutcome, DeletionResult
+    from keeper.runtime import metrics as m
 
 
 def deletion_closed(result: DeletionResult) -> DeletionResult:

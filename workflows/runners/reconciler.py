@@ -12,10 +12,10 @@ from temporalio import workflow
 from temporalio.common import VersioningBehavior
 
 with workflow.unsafe.imports_passed_through():
-    from activities.runners.reconciler import ReconcilerActivities
-    from domain.common.untrusted import md_text
-    from domain.runners.reconcile import ReconcileReport, ReconcileRequest
-    from workflows.runners.activity_options import ONE_ATTEMPT
+    from keeper.activities.runners.reconciler import ReconcilerActivities
+    from keeper.domain.common.untrusted import md_text
+    from keeper.domain.runners.reconcile import ReconcileReport, ReconcileRequest
+    from keeper.workflows.runners.activity_options import ONE_ATTEMPT
 
 PASS_START_TO_CLOSE = timedelta(minutes=30)
 # Above the longest single call of a pass (a provider call is capped at 2 min).

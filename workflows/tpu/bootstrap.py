@@ -24,8 +24,8 @@ from temporalio.exceptions import (
 from temporalio.workflow import ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
-    from domain.common.compensation import status_fields as compensation_fields
-    from domain.tpu.models import (
+    from keeper.domain.common.compensation import status_fields as compensation_fields
+    from keeper.domain.tpu.models import (
         BootstrapFailure,
         BootstrapResult,
         BootstrapRunInput,
@@ -36,28 +36,28 @@ with workflow.unsafe.imports_passed_through():
         SliceRef,
         SupervisorResume,
     )
-    from domain.tpu.naming import (
+    from keeper.domain.tpu.naming import (
         PROJECT_MEMO,
         bootstrap_run_workflow_id,
         bootstrap_workflow_id,
         legacy_bootstrap_run_workflow_id,
         wrong_id_message,
     )
-    from domain.tpu.outcome import cleanup_summary, merge_reports
-    from domain.tpu.phases import Phase
-    from domain.tpu.slice_request import SliceRequest
-    from domain.tpu.status_view import render_details, static_summary
-    from runtime.tpu import search_attributes as sa
-    from workflows.common.shielded import run_to_completion
-    from workflows.tpu import metrics
-    from workflows.tpu.bootstrap_run import (
+    from keeper.domain.tpu.outcome import cleanup_summary, merge_reports
+    from keeper.domain.tpu.phases import Phase
+    from keeper.domain.tpu.slice_request import SliceRequest
+    from keeper.domain.tpu.status_view import render_details, static_summary
+    from keeper.runtime.tpu import search_attributes as sa
+    from keeper.workflows.common.shielded import run_to_completion
+    from keeper.workflows.tpu import metrics
+    from keeper.workflows.tpu.bootstrap_run import (
         CANONICAL_ID_PATCH,
         FAILURE_TYPE,
         PROGRESS_SIGNAL,
         WRONG_ID_TYPE,
         TpuSliceBootstrapRun,
     )
-    from workflows.tpu.compensation import delete_slice
+    from keeper.workflows.tpu.compensation import delete_slice
 
 # The child's id became tpu-bootstrap-<slice>.run: "-run" could be another slice's supervisor.
 CHILD_ID_PATCH = "bootstrap-child-id-dot-run"

@@ -19,11 +19,11 @@ from temporalio.exceptions import ActivityError, ApplicationError, CancelledErro
 from temporalio.workflow import ActivityCancellationType
 
 with workflow.unsafe.imports_passed_through():
-    from activities.tpu.cloud import TpuActivities
-    from activities.tpu.health import HealthActivities
-    from domain.common.compensation import status_fields as compensation_fields
-    from domain.common.durations import format_duration
-    from domain.tpu.models import (
+    from keeper.activities.tpu.cloud import TpuActivities
+    from keeper.activities.tpu.health import HealthActivities
+    from keeper.domain.common.compensation import status_fields as compensation_fields
+    from keeper.domain.common.durations import format_duration
+    from keeper.domain.tpu.models import (
         BootstrapFailure,
         BootstrapResult,
         BootstrapRunInput,
@@ -37,20 +37,20 @@ with workflow.unsafe.imports_passed_through():
         PhaseTiming,
         SliceRef,
     )
-    from domain.tpu.naming import (
+    from keeper.domain.tpu.naming import (
         bootstrap_run_workflow_ids,
         bootstrap_workflow_id,
         queued_resource_name,
         wrong_id_message,
     )
-    from domain.tpu.observation import SliceObservation, bucket, progress_key
-    from domain.tpu.outcome import cleanup_summary
-    from domain.tpu.phases import Phase, backstop, deadlines, reached, wait_plan
-    from domain.tpu.status_view import failing_vm_list, render_details
-    from workflows.common.shielded import run_to_completion
-    from workflows.tpu import activity_options as opts
-    from workflows.tpu import metrics
-    from workflows.tpu.compensation import delete_slice
+    from keeper.domain.tpu.observation import SliceObservation, bucket, progress_key
+    from keeper.domain.tpu.outcome import cleanup_summary
+    from keeper.domain.tpu.phases import Phase, backstop, deadlines, reached, wait_plan
+    from keeper.domain.tpu.status_view import failing_vm_list, render_details
+    from keeper.workflows.common.shielded import run_to_completion
+    from keeper.workflows.tpu import activity_options as opts
+    from keeper.workflows.tpu import metrics
+    from keeper.workflows.tpu.compensation import delete_slice
 
 FAILURE_TYPE = "SliceBootstrapFailed"
 PROGRESS_SIGNAL = "progress"

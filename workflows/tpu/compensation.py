@@ -18,18 +18,18 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, RetryState
 
 with workflow.unsafe.imports_passed_through():
-    from activities.tpu.cloud import TpuActivities
-    from domain.common import compensation as windows
-    from domain.common.alerts import Alert, AlertKind, make_alert
-    from domain.tpu.models import (
+    from keeper.activities.tpu.cloud import TpuActivities
+    from keeper.domain.common import compensation as windows
+    from keeper.domain.common.alerts import Alert, AlertKind, make_alert
+    from keeper.domain.tpu.models import (
         CompensationPolicy,
         CompensationProgress,
         DeleteSliceInput,
         DeletionReport,
         SliceRef,
     )
-    from workflows.common.alerts import raise_alert
-    from workflows.tpu import activity_options as opts
+    from keeper.workflows.common.alerts import raise_alert
+    from keeper.workflows.tpu import activity_options as opts
 
 # Compensation in windows that report their last error; histories recorded before it made
 # one unbounded activity call, and replay that.

@@ -11,9 +11,9 @@ from collections.abc import Sequence
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from domain.tpu.models import PhaseTiming, SweepReport
-    from domain.tpu.phases import Phase
-    from runtime import metrics as m
+    from keeper.domain.tpu.models import PhaseTiming, SweepReport
+    from keeper.domain.tpu.phases import Phase
+    from keeper.runtime import metrics as m
 
 FAMILY = "tpu"
 

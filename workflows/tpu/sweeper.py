@@ -20,19 +20,23 @@ from temporalio import workflow
 from temporalio.common import VersioningBehavior
 
 with workflow.unsafe.imports_passed_through():
-    from activities.tpu.sweeper import SweeperActivities
-    from domain.common.untrusted import md_text
-    from domain.tpu.models import (
+    from keeper.activities.tpu.sweeper import SweeperActivities
+    from keeper.domain.common.untrusted import md_text
+    from keeper.domain.tpu.models import (
         SliceRef,
         SweepCandidate,
         SweepReport,
         SweepRequest,
         SweepSurvey,
     )
-    from domain.tpu.sweep import SweepAction, sweep_action
-    from workflows.tpu import activity_options as opts
-    from workflows.tpu import metrics
-    from workflows.tpu.compensation import DeletionUnfinished, delete_slice, delete_slice_within
+    from keeper.domain.tpu.sweep import SweepAction, sweep_action
+    from keeper.workflows.tpu import activity_options as opts
+    from keeper.workflows.tpu import metrics
+    from keeper.workflows.tpu.compensation import (
+        DeletionUnfinished,
+        delete_slice,
+        delete_slice_within,
+    )
 
 # Sweeps recorded before it covered one zone and deleted orphans one by one, unbounded.
 SURVEY_PATCH = "sweeper-survey-bounded-deletes"

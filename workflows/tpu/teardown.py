@@ -15,26 +15,26 @@ from temporalio.common import VersioningBehavior
 from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from domain.common.compensation import describe as describe_progress
-    from domain.common.untrusted import md_text
-    from domain.tpu.models import (
+    from keeper.domain.common.compensation import describe as describe_progress
+    from keeper.domain.common.untrusted import md_text
+    from keeper.domain.tpu.models import (
         CompensationProgress,
         DeletionReport,
         SliceRef,
         TeardownRequest,
         TeardownResume,
     )
-    from domain.tpu.naming import (
+    from keeper.domain.tpu.naming import (
         bootstrap_workflow_id,
         node_ids,
         teardown_workflow_id,
         wrong_id_message,
     )
-    from domain.tpu.status_view import ERROR_LIMIT
-    from runtime.tpu import search_attributes as sa
-    from workflows.common.shielded import run_to_completion
-    from workflows.tpu.bootstrap_run import CANONICAL_ID_PATCH, WRONG_ID_TYPE
-    from workflows.tpu.compensation import delete_slice, describe
+    from keeper.domain.tpu.status_view import ERROR_LIMIT
+    from keeper.runtime.tpu import search_attributes as sa
+    from keeper.workflows.common.shielded import run_to_completion
+    from keeper.workflows.tpu.bootstrap_run import CANONICAL_ID_PATCH, WRONG_ID_TYPE
+    from keeper.workflows.tpu.compensation import delete_slice, describe
 
 # Histories recorded before it let a cancel stop the delete midway.
 SHIELDED_DELETE_PATCH = "teardown-shielded-delete"

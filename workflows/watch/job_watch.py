@@ -37,11 +37,11 @@ from temporalio.exceptions import (
 from temporalio.workflow import ActivityHandle, ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
-    from activities.watch.actions import WatchActions
-    from activities.watch.notify import WatchNotifier
-    from activities.watch.observe import WatchObserver
-    from domain.common.alerts import make_alert, watch_notice_kind
-    from domain.watch.assess import (
+    from keeper.activities.watch.actions import WatchActions
+    from keeper.activities.watch.notify import WatchNotifier
+    from keeper.activities.watch.observe import WatchObserver
+    from keeper.domain.common.alerts import make_alert, watch_notice_kind
+    from keeper.domain.watch.assess import (
         Assessment,
         WatchState,
         assess,
@@ -52,7 +52,7 @@ with workflow.unsafe.imports_passed_through():
         refusal,
         render_details,
     )
-    from domain.watch.calls import (
+    from keeper.domain.watch.calls import (
         JobWatchInput,
         JobWatchResult,
         Notice,
@@ -63,9 +63,9 @@ with workflow.unsafe.imports_passed_through():
         StopCall,
         WatchCarry,
     )
-    from domain.watch.closing import close_view
-    from domain.watch.escalation import Proposal as EscalationProposal
-    from domain.watch.models import (
+    from keeper.domain.watch.closing import close_view
+    from keeper.domain.watch.escalation import Proposal as EscalationProposal
+    from keeper.domain.watch.models import (
         APPROVE_UPDATE,
         DENY_UPDATE,
         STATUS_QUERY,
@@ -78,13 +78,13 @@ with workflow.unsafe.imports_passed_through():
         WatchView,
         watch_id,
     )
-    from domain.watch.names import JobPhase
-    from domain.watch.policy import WatchPolicy
-    from domain.watch.relaunch import HeldLaunch, launched_text, relaunch_problem
-    from runtime.watch import search_attributes as sa
-    from workflows.common.alerts import raise_alert
-    from workflows.watch import activity_options as opts
-    from workflows.watch import metrics
+    from keeper.domain.watch.names import JobPhase
+    from keeper.domain.watch.policy import WatchPolicy
+    from keeper.domain.watch.relaunch import HeldLaunch, launched_text, relaunch_problem
+    from keeper.runtime.watch import search_attributes as sa
+    from keeper.workflows.common.alerts import raise_alert
+    from keeper.workflows.watch import activity_options as opts
+    from keeper.workflows.watch import metrics
 
 
 # Runs past this patch wait for a queued job in one activity that retries until the job is

@@ -8,8 +8,8 @@ from __future__ import annotations
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from domain.watch.models import Verdict
-    from runtime import metrics as m
+    from keeper.domain.watch.models import Verdict
+    from keeper.runtime import metrics as m
 
 
 def verdict(seen: Verdict) -> None:
