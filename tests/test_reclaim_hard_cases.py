@@ -16,7 +16,7 @@ from temporalio.client import WorkflowExecutionStatus
 from temporalio.testing import WorkflowEnvironment
 
 from keeper.activities.reclaim.reclaim import ReclaimActivities
-from keeper.domain.reclaim.calls import DrainCall
+from keeper.domain.reclaim.calls import DrainCall, UndrainCall
 from keeper.domain.reclaim.steps import Mode, Outcome
 from keeper.runtime.reclaim.deps import open_reclaim_deps
 from keeper.wire.spur import slurm_pb2, slurm_pb2_grpc
@@ -188,6 +188,63 @@ async def test_a_drain_retried_after_the_verdict_changed_lifts_the_drain_it_made
                 slurm_pb2.NODE_DRAIN,
                 slurm_pb2.NODE_DRAINING,
             )
+        finally:
+            await deps.aclose()
+
+
+class _UndrainFirst:
+    """The controller, except that the run's undrain (the cancel path, which does not wait
+    for a drain call still running) completes just before this DrainNode lands."""
+
+    def __init__(self, controller: Any, undrain: Any) -> None:
+        self._controller, self._undrain = controller, undrain
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._controller, name)
+
+    async def drain_node(self, name: str, reason: str) -> Any:
+        await self._undrain()
+        return await self._controller.drain_node(name, reason)
+
+
+@pytest.mark.parametrize("undrain_lands", ["before the drain call", "before its DrainNode"])
+async def test_a_drain_still_on_its_way_when_its_reclaim_was_cancelled_leaves_no_drain(
+    client: Any, tmp_path: Path, undrain_lands: str
+) -> None:
+    """A cancelled reclaim lifts its drain without waiting for a drain call still running;
+    that call's DrainNode, landing after the lift, must not leave the node drained with no
+    reclaim open (the controller-wipe campaign's leak)."""
+    async with reclaim_world(client, tmp_path, agents=nodes(), worker=False) as w:
+        node, other = names(w)[:2]
+        live(w, node)
+        (moved,) = w.emu.submit(nodes=[node])
+        w.emu.wrong_eviction(moved.job_id, [other])  # active elsewhere: stale on `node`
+        await w.beat(node)
+        wf = only_workflow(w, node, moved.job_id)
+        ((holding, _),) = [p for p in w.workflows(node) if p[0].job_id == moved.job_id]
+        deps = open_reclaim_deps(w.settings.reclaim)
+        try:
+            acts = ReclaimActivities(deps.settings, deps.controller, deps.agents, deps.memory)
+            undrain = UndrainCall(holding=holding, workflow_id=wf, reason="", chain="run-1")
+            if undrain_lands == "before the drain call":
+                await acts.undrain(undrain)
+            else:
+                acts.controller = _UndrainFirst(deps.controller, lambda: acts.undrain(undrain))
+            call = DrainCall(
+                holding=holding, workflow_id=wf, reason=f"keeper-reclaim: x; {wf}", chain="run-1"
+            )
+            result = await acts.drain(call)
+            assert not result.drained and "ended" in result.actual_state, result
+            assert deps.memory.drains(node) == []
+            assert w.emu.cluster.node(node).state not in (
+                slurm_pb2.NODE_DRAIN,
+                slurm_pb2.NODE_DRAINING,
+            )
+            # Another run chain of the same reclaim still drains.
+            acts.controller = deps.controller
+            again = await acts.drain(call.model_copy(update={"chain": "run-2"}))
+            assert again.drained, again
+            assert w.emu.cluster.node(node).state in (slurm_pb2.NODE_DRAIN, slurm_pb2.NODE_DRAINING)
         finally:
             await deps.aclose()
 

@@ -307,6 +307,25 @@ def test_a_node_stays_drained_while_any_keeper_drain_is_open(memory: ReclaimMemo
     assert memory.node_drain_holders("n1") == ["wf-a"]
 
 
+def test_a_run_chain_that_lifted_its_drain_cannot_open_it_again(memory: ReclaimMemory) -> None:
+    # The chain's undrain came first (a cancel does not wait for a drain still on its way):
+    # that chain's late drain opens nothing; another chain of the same workflow id still can.
+    assert memory.clear_drain("n1", "wf-a", at(0), chain="run-1") == []
+    assert memory.drain_fenced("n1", "wf-a", "run-1")
+    assert memory.record_drain("n1", "wf-a", "late", at(1), chain="run-1") is False
+    assert memory.drains("n1") == []
+    assert not memory.drain_fenced("n1", "wf-a", "run-2")
+    assert memory.record_drain("n1", "wf-a", "new chain", at(2), chain="run-2") is True
+    assert memory.node_drain_holders("n1") == ["wf-a"]
+    # Fenced after it opened (the undrain ran while the drain's call was in flight).
+    assert memory.clear_drain("n1", "wf-a", at(3), chain="run-2") == []
+    assert memory.clear_drain("n1", "wf-a", at(4), chain="run-2") == []  # again: harmless
+    assert memory.drain_fenced("n1", "wf-a", "run-2")
+    # A call recorded before chains existed is never fenced.
+    assert memory.record_drain("n1", "wf-a", "old call", at(5)) is True
+    assert not memory.drain_fenced("n1", "wf-a", "")
+
+
 def test_the_memory_is_durable_across_opens(store_url: str) -> None:
     mem = open_reclaim_memory(store_url)
     mem.sight("n1", [4], at(0), epoch=1)

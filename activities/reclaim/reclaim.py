@@ -210,9 +210,16 @@ class ReclaimActivities:
                 )
                 state = f"not drained: {undone.why}"
             return DrainResult(node=name, actual_state=state, drained=False, decision=decision)
-        await asyncio.to_thread(
-            self.memory.record_drain, node, call.workflow_id, call.reason, datetime.now(UTC)
-        )
+        opened = await asyncio.to_thread(
+            self.memory.record_drain,
+            node, call.workflow_id, call.reason, datetime.now(UTC), call.chain,
+        )  # fmt: skip
+        if not opened:
+            # The run ended (cancelled) and lifted its drain while this call was on its way.
+            return DrainResult(
+                node=name, actual_state="not drained: the reclaim already ended and lifted "
+                "its drain", drained=False, decision=decision,
+            )  # fmt: skip
         current = await self._node(node)
         if current.drained_by_keeper and current.reason == call.reason:
             return DrainResult(node=name, actual_state=current.state, decision=decision)
@@ -224,12 +231,27 @@ class ReclaimActivities:
                 decision=decision,
             )  # fmt: skip
         answer = await self.controller.drain_node(name, call.reason)
+        if await asyncio.to_thread(self.memory.drain_fenced, node, call.workflow_id, call.chain):
+            # A cancel does not wait for this call: the run's undrain may have come and gone
+            # before this drain landed. Lifted here, so no drain outlives its reclaim.
+            undone = await self.undrain(
+                UndrainCall(
+                    holding=call.holding, workflow_id=call.workflow_id, reason="",
+                    chain=call.chain,
+                )
+            )  # fmt: skip
+            return DrainResult(
+                node=name, actual_state=f"not drained: the reclaim ended first; {undone.why}",
+                drained=False, decision=decision,
+            )  # fmt: skip
         return DrainResult(node=name, actual_state=answer.actual_state, decision=decision)
 
     @activity.defn(name="reclaim_undrain")
     async def undrain(self, call: UndrainCall) -> UndrainResult:
         node = call.holding.node
-        await asyncio.to_thread(self.memory.clear_drain, node, call.workflow_id, datetime.now(UTC))
+        await asyncio.to_thread(
+            self.memory.clear_drain, node, call.workflow_id, datetime.now(UTC), call.chain
+        )
         others = await asyncio.to_thread(self.memory.node_drain_holders, node)
         if others:
             return UndrainResult(

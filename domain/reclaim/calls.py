@@ -80,6 +80,10 @@ class DrainCall(_Model):
     holding: Holding
     workflow_id: str
     reason: str
+    # The run chain (its first run's id): once that chain lifted its drain, a drain call of
+    # the same chain still on its way never leaves the node drained. Empty in calls recorded
+    # before it: then no fence.
+    chain: str = ""
 
 
 class DrainResult(_Model):
@@ -95,6 +99,8 @@ class UndrainCall(_Model):
     holding: Holding
     workflow_id: str
     reason: str
+    # As DrainCall.chain: the undrain fences that chain's drains off the node.
+    chain: str = ""
 
 
 class UndrainResult(_Model):

@@ -42,6 +42,7 @@ from keeper.store.database import (
 from keeper.store.reclaim.records import AgentNode, CancelSend, DrainRecord
 from keeper.store.reclaim.schema import (
     cancels,
+    drain_fences,
     drains,
     epochs,
     evidence,
@@ -830,16 +831,21 @@ class ReclaimMemory:
 
     # ---- drains ------------------------------------------------------------------------
 
-    def record_drain(self, node_id: str, workflow_id: str, reason: str, at: datetime) -> None:
+    def record_drain(
+        self, node_id: str, workflow_id: str, reason: str, at: datetime, chain: str = ""
+    ) -> bool:
         """keeper drained `node_id` for `workflow_id`. Again while open is harmless (the first
-        time and reason stay); after a clear it opens the drain again."""
+        time and reason stay); after a clear it opens the drain again, unless `chain` (the
+        run chain asking) already lifted its drain of the node: then False, nothing opened."""
         node_id = _node_id(node_id)
         if not workflow_id:
             raise ValueError("workflow_id must not be empty")
         at = _utc(at, "at")
         key = and_(drains.c.node_id == node_id, drains.c.workflow_id == workflow_id)
 
-        def work(conn: Connection) -> None:
+        def work(conn: Connection) -> bool:
+            if chain and self._fenced(conn, node_id, workflow_id, chain):
+                return False
             row = conn.execute(select(drains).where(key)).first()
             if row is None:
                 row = dict(node_id=node_id, workflow_id=workflow_id, reason=reason)
@@ -848,8 +854,25 @@ class ReclaimMemory:
                 conn.execute(
                     update(drains).where(key).values(reason=reason, drained_at=at, cleared_at=None)
                 )
+            return True
 
-        self._retry(work)
+        return self._retry(work)
+
+    @staticmethod
+    def _fenced(conn: Connection, node_id: str, workflow_id: str, chain: str) -> bool:
+        query = select(drain_fences.c.chain).where(
+            drain_fences.c.node_id == node_id,
+            drain_fences.c.workflow_id == workflow_id,
+            drain_fences.c.chain == chain,
+        )
+        return conn.execute(query).first() is not None
+
+    def drain_fenced(self, node_id: str, workflow_id: str, chain: str) -> bool:
+        """Whether run chain `chain` of `workflow_id` lifted its drain of `node_id`."""
+        if not chain:
+            return False
+        with self.engine.connect() as conn:
+            return self._fenced(conn, _node_id(node_id), workflow_id, chain)
 
     def drains(self, node_id: str | None = None) -> list[DrainRecord]:
         """The open drains keeper made (on `node_id`, or on every node)."""
@@ -869,18 +892,27 @@ class ReclaimMemory:
                 for r in rows
             ]
 
-    def clear_drain(self, node_id: str, workflow_id: str, at: datetime) -> list[str]:
-        """Closes `workflow_id`'s drain of `node_id` (again is harmless). Returns the workflows
-        still holding the node drained: keeper undrains the node only when none is left."""
+    def clear_drain(
+        self, node_id: str, workflow_id: str, at: datetime, chain: str = ""
+    ) -> list[str]:
+        """Closes `workflow_id`'s drain of `node_id` (again is harmless) and, with `chain`,
+        fences that run chain's later drain calls off the node. Returns the workflows still
+        holding the node drained: keeper undrains the node only when none is left."""
         at = _utc(at, "at")
-        with self.engine.begin() as conn:
+
+        def work(conn: Connection) -> list[str]:
             conn.execute(
                 update(drains)
                 .where(drains.c.node_id == node_id, drains.c.workflow_id == workflow_id)
                 .where(drains.c.cleared_at.is_(None))
                 .values(cleared_at=at)
             )
+            if chain and not self._fenced(conn, node_id, workflow_id, chain):
+                fence = dict(node_id=node_id, workflow_id=workflow_id, chain=chain)
+                conn.execute(insert(drain_fences).values(fenced_at=at, **fence))
             return self._holders(conn, node_id)
+
+        return self._retry(work)
 
     @staticmethod
     def _holders(conn: Connection, node_id: str) -> list[str]:

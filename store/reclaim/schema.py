@@ -93,6 +93,17 @@ drains = Table(
     Column("cleared_at", DateTime(timezone=True)),
 )
 
+# The run chains that lifted their drain of a node: a drain call of such a chain that was
+# still on its way (a cancel does not wait for it) opens nothing and lifts what it made.
+drain_fences = Table(
+    "reclaim_drain_fences",
+    metadata,
+    Column("node_id", String(128), primary_key=True),
+    Column("workflow_id", String(255), primary_key=True),
+    Column("chain", String(64), primary_key=True),
+    Column("fenced_at", DateTime(timezone=True), nullable=False),
+)
+
 # The release evidence the intake has seen for each watched holding (a ReleaseTally as JSON),
 # so an activity retried after a crash can see that the agent already let go.
 evidence = Table(

@@ -258,7 +258,12 @@ class JobReclaim:
         self._drain_requested = True
         result = await workflow.execute_activity_method(
             ReclaimActivities.drain,
-            DrainCall(holding=inp.holding, workflow_id=workflow.info().workflow_id, reason=reason),
+            DrainCall(
+                holding=inp.holding,
+                workflow_id=workflow.info().workflow_id,
+                reason=reason,
+                chain=workflow.info().first_execution_run_id,
+            ),
             start_to_close_timeout=opts.NODE_START_TO_CLOSE,
             retry_policy=opts.NODE_RETRY,
             summary=f"drain {inp.holding.node}: holds job {inp.holding.job_id}",
@@ -354,7 +359,12 @@ class JobReclaim:
             return False
         result = await workflow.execute_activity_method(
             ReclaimActivities.undrain,
-            UndrainCall(holding=inp.holding, workflow_id=workflow.info().workflow_id, reason=""),
+            UndrainCall(
+                holding=inp.holding,
+                workflow_id=workflow.info().workflow_id,
+                reason="",
+                chain=workflow.info().first_execution_run_id,
+            ),
             start_to_close_timeout=opts.NODE_START_TO_CLOSE,
             retry_policy=opts.NODE_RETRY,
             summary=f"lift keeper's drain of {inp.holding.node}",
