@@ -3,23 +3,73 @@ control API under /control/ on the emulator's one port (docs/iris-emulator.md)."
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import click
 import httpx
 
+from keeper.cli.context import KeeperContext
+from keeper.cli.devstack.layout import iris_emulator_serves
 from keeper.cli.output import CommandFailed, Output, json_options
+from keeper.runtime.dev_ports import PORT_BASE_ENV, PORT_OFFSETS, dial_host
 
 HTTP_TIMEOUT = 10.0
-DEFAULT_URL = "http://127.0.0.1:10000"
 URL_ENV = "KEEPER_IRIS_EMULATOR_URL"
+
+
+@dataclass(frozen=True)
+class IrisAddress:
+    """Where the commands find the emulator, and how the operator came to point there."""
+
+    url: str
+    # The settings or option that gave the URL, as an error names it.
+    origin: str
+    # What to do when nothing answers there.
+    hint: str
+
+
+def emulator_address(url: str | None, given_by: str = "--url") -> IrisAddress:
+    """The URL given (--url or KEEPER_IRIS_EMULATOR_URL), else the one the dev stack runs the
+    emulator on: emulator.host and emulator.iris_port, which the port base moves, as every
+    other emulator command's address follows the stack's settings."""
+    if url:
+        return IrisAddress(
+            url,
+            given_by,
+            f"Check {given_by}, or leave it out to use the dev stack's emulator "
+            "(emulator.iris_port; `keeper dev up` starts it).",
+        )
+    context = click.get_current_context(silent=True)
+    keeper = context.find_object(KeeperContext) if context is not None else None
+    settings = (keeper or KeeperContext()).settings
+    emu = settings.emulator
+    base = settings.dev.port_base
+    if base is not None:
+        origin = f"dev.port_base {base} + {PORT_OFFSETS['emulator.iris_port']}"
+    else:
+        origin = "emulator.host/emulator.iris_port"
+    elsewhere = (
+        f"a stack on another port base: set {PORT_BASE_ENV} (or dev.port_base) to its base; "
+        f"an emulator elsewhere: --url or {URL_ENV}."
+    )
+    if iris_emulator_serves(settings):
+        start = "Start the dev stack with `keeper dev up` (it runs the iris emulator there); "
+    else:
+        # The stack would not start one: the worker watches a real controller.
+        start = (
+            f"watch.controller_url is {settings.watch.controller_url}, not the emulator, so "
+            "`keeper dev up` runs none; "
+        )
+    return IrisAddress(f"http://{dial_host(emu.host)}:{emu.iris_port}", origin, start + elsewhere)
 
 
 class IrisControl:
     """The iris emulator's control API; every failure is a CommandFailed that says what to do."""
 
-    def __init__(self, base: str) -> None:
-        self.base = base.rstrip("/")
+    def __init__(self, address: IrisAddress) -> None:
+        self.address = address
+        self.base = address.url.rstrip("/")
 
     def call(self, method: str, path: str, body: Any = None) -> Any:
         url = f"{self.base}/control{path}"
@@ -27,8 +77,9 @@ class IrisControl:
             response = httpx.request(method, url, json=body, timeout=HTTP_TIMEOUT)
         except httpx.ConnectError as err:
             raise CommandFailed(
-                f"The iris emulator is not running at {self.base}: {err}",
-                hint=f"Start it with `python -m emulators.iris --port 10000`, or set {URL_ENV}.",
+                f"The iris emulator is not running at {self.base} ({self.address.origin}): {err}",
+                hint=self.address.hint,
+                url=self.base,
             ) from err
         except httpx.HTTPError as err:
             raise CommandFailed(f"{method} {url} failed: {err}") from err
@@ -41,13 +92,25 @@ class IrisControl:
         return response.json()
 
 
+def _control(url: str | None) -> IrisControl:
+    """The control API at --url (or KEEPER_IRIS_EMULATOR_URL), else the dev stack's."""
+    context = click.get_current_context(silent=True)
+    from_env = (
+        context is not None
+        and context.get_parameter_source("url") is click.core.ParameterSource.ENVIRONMENT
+    )
+    return IrisControl(emulator_address(url, URL_ENV if from_env else "--url"))
+
+
 def _url_option(func: Any) -> Any:
     return click.option(
         "--url",
         envvar=URL_ENV,
-        default=DEFAULT_URL,
-        show_default=True,
-        help=f"The emulator's address (or ${URL_ENV}).",
+        default=None,
+        metavar="URL",
+        help=f"The emulator's address (or ${URL_ENV}). Default: the dev stack's, "
+        "http://emulator.host:emulator.iris_port, which the port base moves "
+        f"(dev.port_base, {PORT_BASE_ENV}: base + 10).",
     )(func)
 
 
@@ -55,18 +118,20 @@ def _url_option(func: Any) -> Any:
 def iris() -> None:
     """Read and script the iris emulator job watch runs against.
 
-    `python -m emulators.iris --port 10000` serves iris's Connect-JSON controller API and,
-    on the same port, a control API under /control/ that these commands use.
+    `keeper dev up` runs it (`python -m emulators.iris`) on emulator.iris_port (10000, or
+    base + 10 with dev.port_base / KEEPER_DEV_PORT_BASE): iris's Connect-JSON controller
+    API and, on the same port, a control API under /control/ that these commands use.
+    They talk to that port unless --url (KEEPER_IRIS_EMULATOR_URL) names another.
     """
 
 
 @iris.command()
 @_url_option
 @json_options
-def state(url: str, out: Output) -> None:
+def state(url: str | None, out: Output) -> None:
     """Show every job (its scenario, children, task states, CPU rates), the faults and every
     LaunchJob/TerminateJob call received (the action log)."""
-    snapshot = IrisControl(url).call("GET", "/state")
+    snapshot = _control(url).call("GET", "/state")
     if out.json:
         out.data(snapshot)
         return
@@ -88,10 +153,12 @@ def state(url: str, out: Output) -> None:
 @click.option("--seed", type=int, default=None, help="Fixes names and culprits.")
 @_url_option
 @json_options
-def launch(name: str, scenario: str, user: str, seed: int | None, url: str, out: Output) -> None:
+def launch(
+    name: str, scenario: str, user: str, seed: int | None, url: str | None, out: Output
+) -> None:
     """Create job /USER/NAME playing SCENARIO (not recorded as a LaunchJob action)."""
     body = {"name": name, "user": user, "scenario": scenario, "seed": seed}
-    job = IrisControl(url).call("POST", "/jobs", body)
+    job = _control(url).call("POST", "/jobs", body)
     if out.json:
         out.data(job)
     else:
@@ -102,9 +169,9 @@ def launch(name: str, scenario: str, user: str, seed: int | None, url: str, out:
 @click.option("--next", "next_name", default=None, help="Make LaunchJob play this one.")
 @_url_option
 @json_options
-def scenario(next_name: str | None, url: str, out: Output) -> None:
+def scenario(next_name: str | None, url: str | None, out: Output) -> None:
     """List the scenarios (with --next, set the one the next LaunchJob plays)."""
-    control = IrisControl(url)
+    control = _control(url)
     if next_name:
         control.call("POST", "/next-scenario", {"scenario": next_name})
     listing = control.call("GET", "/scenarios")

@@ -3,6 +3,7 @@ emulator section are derived from it, and a contradiction is refused naming both
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 from pathlib import Path
@@ -247,3 +248,41 @@ def test_dev_up_refuses_a_port_base_the_config_contradicts_before_starting(
 
     low = _keeper(tmp_path, "--config", str(config), "dev", "up", "--port-base", "80")
     assert low.returncode == 2 and "--port-base" in low.stderr, low
+
+
+async def test_keeper_emulator_iris_finds_the_emulator_at_the_port_base(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from emulators.iris import IrisEmulatorConfig, start_emulator
+    from keeper.cli.main import cli
+
+    config = tmp_path / "keeper.yaml"
+    config.write_text(yaml.safe_dump({"temporal": {"db_file": str(tmp_path / "t.db")}}))
+    emu = await start_emulator(IrisEmulatorConfig(settle_interval=0))
+    # The base whose iris port (base + 10) is the one the emulator got.
+    base = int(emu.url.rsplit(":", 1)[1]) - 10
+    # Nothing from the shell that would point the command elsewhere.
+    env = {"KEEPER_DEV_PORT_BASE": str(base), "KEEPER_IRIS_EMULATOR_URL": None}
+    env |= {var: None for var in ("TEMPORAL_ADDRESS", "TEMPORAL_PROFILE", "KEEPER_CONFIG")}
+
+    def keeper(*args: str) -> Any:
+        # In a thread: the emulator answers on this test's event loop.
+        return CliRunner().invoke(cli, ["--config", str(config), *args], env=env)
+
+    try:
+        launched = await asyncio.to_thread(keeper, "emulator", "iris", "launch", "moved")
+        assert launched.exit_code == 0, launched.output
+        assert "/alice/moved playing healthy" in launched.output
+        assert "/alice/moved" in {job["job_id"] for job in emu.state()["jobs"]}
+    finally:
+        await emu.stop()
+
+    # Nothing answers there now: the error names the port's origin and what to do, never
+    # a second emulator started by hand.
+    gone = await asyncio.to_thread(keeper, "emulator", "iris", "state")
+    assert gone.exit_code == 1, gone.output
+    assert f"not running at http://127.0.0.1:{base + 10} (dev.port_base {base} + 10)" in (
+        gone.output
+    )
+    assert "keeper dev up" in gone.output and "KEEPER_DEV_PORT_BASE" in gone.output
+    assert "python -m emulators.iris" not in gone.output
