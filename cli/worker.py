@@ -10,6 +10,7 @@ from pydantic import ValidationError
 
 from keeper.cli.context import KeeperContext, pass_keeper
 from keeper.cli.output import CommandFailed, Output, UsageProblem, json_options
+from keeper.domain.common.durations import format_duration
 from keeper.runtime import logs
 from keeper.runtime.metrics import MetricsEndpointError
 from keeper.runtime.settings import FAMILY_NAMES, LogFormat, Settings, SettingsError, WorkerSettings
@@ -138,12 +139,14 @@ def worker_plan(settings: Settings) -> dict[str, Any]:
                 "workflows": [
                     workflow._Definition.must_from_class(cls).name for cls in family.workflows
                 ],
-                "schedules": [
-                    spec.schedule_id
-                    for spec in family.schedules(settings, family.task_queue(settings))
-                ],
+                "schedules": [spec.schedule_id for spec in schedules],
+                # The worker sets each schedule's interval at start, whatever it was.
+                "schedule_intervals": {
+                    spec.schedule_id: spec.schedule.spec.intervals[0].every for spec in schedules
+                },
             }
             for family in families
+            for schedules in [family.schedules(settings, family.task_queue(settings))]
         ],
         # Runs started before the families had queues of their own (docs/operations.md).
         "legacy_task_queue": settings.temporal.task_queue if every_family else None,
@@ -167,7 +170,10 @@ def _print_plan(plan: dict[str, Any], out: Output) -> None:
             f"  {family['name']:<8} queue {family['task_queue']}, "
             f"{family['activity_slots']} activity slots, "
             f"workflows {', '.join(family['workflows'])}"
-            + (f", schedules {', '.join(family['schedules'])}" if family["schedules"] else "")
+            + "".join(
+                f", schedule {schedule} every {format_duration(every)} (set at start)"
+                for schedule, every in family["schedule_intervals"].items()
+            )
         )
     if plan["legacy_task_queue"]:
         out.line(f"  also drains {plan['legacy_task_queue']} (runs from before family queues)")

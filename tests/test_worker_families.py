@@ -4,6 +4,7 @@ opens none of its clients and creates none of its schedules."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import subprocess
@@ -21,7 +22,12 @@ from temporalio.api.workflowservice.v1 import (
     DescribeTaskQueueRequest,
     RegisterNamespaceRequest,
 )
-from temporalio.client import Client
+from temporalio.client import (
+    Client,
+    ScheduleOverlapPolicy,
+    SchedulePolicy,
+    ScheduleState,
+)
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
@@ -178,24 +184,56 @@ async def test_a_worker_of_every_family_serves_each_queue_and_drains_the_stem(
         assert worker.wait(30) == 0, _tail(log)
 
 
-async def test_an_existing_schedule_is_moved_to_its_familys_queue(
+async def test_a_worker_applies_its_settings_to_an_existing_schedule(
     dev_env: WorkflowEnvironment, tmp_path: Path
 ) -> None:
+    """The worker owns its schedules: `sweeper.interval: 2m` reaches a schedule made every
+    10 m, and a hand-made change to its overlap policy is undone (one sweep at a time);
+    whether it is paused stays the operator's call."""
     from keeper.workers.families import FAMILIES
     from keeper.workers.main import ensure_schedules
 
     client = await _namespace(dev_env)
     stem = f"fam-{uuid.uuid4().hex[:6]}"
     settings = Settings.model_validate({"temporal": {"task_queue": stem}})
-    settings.sweeper.interval = timedelta(minutes=37)
-    # As an older worker made it: on the stem, at an interval an operator chose.
+    # As an older worker made it (on the stem, every 10 m), then changed by hand.
     old = FAMILIES["tpu"].schedules(settings, stem)[0]
+    old.schedule.policy = SchedulePolicy(overlap=ScheduleOverlapPolicy.ALLOW_ALL)
+    old.schedule.state = ScheduleState(paused=True, note="maintenance")
     await client.create_schedule(old.schedule_id, old.schedule)
-    settings.sweeper.interval = timedelta(minutes=10)
+    settings.sweeper.interval = timedelta(minutes=2)
     await ensure_schedules(client, settings, FAMILIES["tpu"])
     described = await client.get_schedule_handle(SWEEPER_SCHEDULE_ID).describe()
     assert described.schedule.action.task_queue == f"{stem}-tpu"
-    assert described.schedule.spec.intervals[0].every == timedelta(minutes=37)
+    assert [i.every for i in described.schedule.spec.intervals] == [timedelta(minutes=2)]
+    assert described.schedule.policy.overlap is ScheduleOverlapPolicy.SKIP
+    assert described.schedule.state.paused
+    assert described.schedule.state.note == "maintenance"
+
+
+def test_worker_check_names_the_interval_it_sets_on_each_schedule(tmp_path: Path) -> None:
+    config = tmp_path / "keeper.yaml"
+    config.write_text(
+        yaml.safe_dump({"sweeper": {"interval": "2m"}, "runners": {"reconcile_interval": "1h"}})
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TEMPORAL_", "KEEPER_"))}
+
+    def check(*args: str) -> str:
+        done = subprocess.run(
+            [sys.executable, "-m", "keeper.cli.main", "--config", str(config), "worker",
+             "--check", *args],
+            cwd=REPO, capture_output=True, text=True, timeout=60, env=env,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    text = check()
+    assert "schedule tpu-sweeper every 2m (set at start)" in text, text
+    assert "schedule runner-reconciler every 1h (set at start)" in text, text
+    families = {f["name"]: f for f in json.loads(check("--json"))["families"]}
+    assert families["tpu"]["schedules"] == [SWEEPER_SCHEDULE_ID]
+    assert families["tpu"]["schedule_intervals"] == {SWEEPER_SCHEDULE_ID: 120.0}
+    assert families["watch"]["schedule_intervals"] == {}
 
 
 def test_an_unknown_family_is_refused_by_name(tmp_path: Path) -> None:

@@ -15,12 +15,14 @@ from temporalio.client import (
     Client,
     ScheduleActionStartWorkflow,
     ScheduleAlreadyRunningError,
+    ScheduleSpec,
     ScheduleUpdate,
     ScheduleUpdateInput,
 )
 from temporalio.common import WorkerDeploymentVersion
 from temporalio.worker import Worker
 
+from keeper.domain.common.durations import format_duration
 from keeper.runtime.health import Readiness, serve_health
 from keeper.runtime.metrics import prometheus_runtime
 from keeper.runtime.runners.deps import RunnerDeps, open_runner_deps
@@ -28,7 +30,7 @@ from keeper.runtime.settings import Settings
 from keeper.runtime.temporal_client import connect
 from keeper.runtime.tracing import setup_tracing, shutdown_tracing
 from keeper.workers.alerts import distinct_activities
-from keeper.workers.families import FAMILIES, Family
+from keeper.workers.families import FAMILIES, Family, ScheduleSpecOf
 from keeper.workers.registry import (
     WORKFLOW_FAILURE_EXCEPTION_TYPES,
     WORKFLOW_INTERCEPTORS,
@@ -100,9 +102,14 @@ def served_families(settings: Settings) -> list[Family]:
 
 
 async def ensure_schedules(client: Client, settings: Settings, family: Family) -> None:
-    """Creates the family's schedules once. An existing one keeps the interval the operator
-    set; only its task queue follows the family's, so a schedule made before the family had
-    a queue of its own does not start runs on a queue nobody serves."""
+    """Creates the family's schedules, or brings an existing one back to the settings.
+
+    The worker owns its schedules: each start applies the configured interval (an operator's
+    `sweeper.interval: 2m` takes effect at the next worker start, not at the next schedule
+    delete), the overlap policy SKIP (one run at a time: `keeper tpu sweep` relies on it) and
+    the family's task queue (a schedule made before the family had a queue of its own must
+    not start runs on a queue nobody serves). A change made to these by hand is replaced and
+    logged; the schedule's paused state and note are left as they are."""
     queue = family.task_queue(settings)
     for spec in family.schedules(settings, queue):
         try:
@@ -111,19 +118,39 @@ async def ensure_schedules(client: Client, settings: Settings, family: Family) -
             continue
         except ScheduleAlreadyRunningError:
             pass
-        await client.get_schedule_handle(spec.schedule_id).update(_aim_at(spec.schedule_id, queue))
+        await client.get_schedule_handle(spec.schedule_id).update(_own(spec, queue))
 
 
-def _aim_at(schedule_id: str, queue: str) -> Callable[[ScheduleUpdateInput], ScheduleUpdate | None]:
-    def aim(update: ScheduleUpdateInput) -> ScheduleUpdate | None:
-        action = update.description.schedule.action
-        if not isinstance(action, ScheduleActionStartWorkflow) or action.task_queue == queue:
+def _own(
+    spec: ScheduleSpecOf, queue: str
+) -> Callable[[ScheduleUpdateInput], ScheduleUpdate | None]:
+    def own(update: ScheduleUpdateInput) -> ScheduleUpdate | None:
+        current = update.description.schedule
+        wanted = spec.schedule
+        changes: list[str] = []
+        action = current.action
+        if isinstance(action, ScheduleActionStartWorkflow) and action.task_queue != queue:
+            changes.append(f"task queue {action.task_queue} -> {queue}")
+            action.task_queue = queue
+        if current.spec != wanted.spec:
+            changes.append(f"{_every(current.spec)} -> {_every(wanted.spec)}")
+            current.spec = wanted.spec
+        if current.policy.overlap != wanted.policy.overlap:
+            changes.append(f"overlap {current.policy.overlap.name} -> {wanted.policy.overlap.name}")
+            current.policy.overlap = wanted.policy.overlap
+        if not changes:
             return None
-        log.info("schedule %s: task queue %s -> %s", schedule_id, action.task_queue, queue)
-        action.task_queue = queue
-        return ScheduleUpdate(schedule=update.description.schedule)
+        log.info("schedule %s: %s", spec.schedule_id, "; ".join(changes))
+        return ScheduleUpdate(schedule=current)
 
-    return aim
+    return own
+
+
+def _every(spec: ScheduleSpec) -> str:
+    """A schedule's timing as the log shows it; keeper's own schedules have one interval."""
+    shown = [f"every {format_duration(i.every)}" for i in spec.intervals]
+    shown += [f"{len(spec.calendars)} calendar spec(s)"] if spec.calendars else []
+    return ", ".join(shown) or "no interval"
 
 
 async def run_worker(settings: Settings) -> None:
