@@ -8,6 +8,7 @@ import sys
 import traceback
 
 import click
+from temporalio.service import RPCError, RPCStatusCode
 
 from keeper.cli.admin import admin
 from keeper.cli.context import KeeperContext
@@ -143,15 +144,36 @@ def run(args: list[str] | None = None) -> int:
         return INTERRUPTED
     except SystemExit as done:
         return _exit_code(done.code)
-    except Exception as err:  # a bug: show where, keep the exit code a documented one
-        traceback.print_exc()
+    except RPCError as err:
+        if err.status not in _LOST_SERVER:
+            return _internal_error(err)
+        # The server went away after the command connected: the SDK retried the call for
+        # about 10 s first. An operation that failed, not a bug.
         report_error(
             CommandFailed(
-                f"internal error: {type(err).__name__}: {err}",
-                hint="This is a bug in keeper; the traceback above shows where.",
+                f"Temporal stopped answering ({err.status.name}): {err.message}",
+                hint="Check the server (`keeper dev status` for the local stack) and run the "
+                "command again once it answers.",
             )
         )
         return FAILED
+    except Exception as err:  # a bug: show where, keep the exit code a documented one
+        return _internal_error(err)
+
+
+# What a server that is down or restarting answers once the SDK's retries ran out.
+_LOST_SERVER = {RPCStatusCode.UNAVAILABLE, RPCStatusCode.DEADLINE_EXCEEDED}
+
+
+def _internal_error(err: Exception) -> int:
+    traceback.print_exc()
+    report_error(
+        CommandFailed(
+            f"internal error: {type(err).__name__}: {err}",
+            hint="This is a bug in keeper; the traceback above shows where.",
+        )
+    )
+    return FAILED
 
 
 def _exit_code(code: object) -> int:

@@ -18,7 +18,9 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from temporalio.common import MetricMeter
-from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
+from temporalio.runtime import PrometheusConfig, Runtime
+
+from keeper.runtime.sdk_logs import sdk_telemetry
 
 
 class Kind(StrEnum):
@@ -261,7 +263,7 @@ def prometheus_runtime(address: str) -> Runtime:
         },
     )
     try:
-        return Runtime(telemetry=TelemetryConfig(metrics=config))
+        return Runtime(telemetry=sdk_telemetry(config))
     except Exception as err:  # the bridge raises a bare exception for a busy or bad address
         raise MetricsEndpointError(
             f"worker.metrics_address {address!r}: cannot serve metrics there ({err}); "

@@ -10,6 +10,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.envconfig import ClientConfigProfile
 from temporalio.runtime import Runtime
 
+from keeper.runtime.sdk_logs import default_runtime
 from keeper.runtime.settings import TemporalSettings
 
 
@@ -34,10 +35,10 @@ async def connect(
     interceptors: Sequence[Interceptor] = (),
     runtime: Runtime | None = None,
 ) -> Client:
-    """`runtime` is the worker's, serving its metrics; None is the SDK's default one."""
+    """`runtime` is the worker's, serving its metrics; None is `default_runtime()`."""
     return await Client.connect(
         **connect_options(settings),
         data_converter=pydantic_data_converter,
         interceptors=interceptors,
-        runtime=runtime,
+        runtime=runtime or default_runtime(),
     )

@@ -340,6 +340,50 @@ def test_system_exit_with_a_message_and_an_unexpected_error_exit_1(
         cli.commands.pop("raise-for-test")
 
 
+@contextlib.contextmanager
+def frontend_gone_after_connect() -> Iterator[str]:
+    """A Temporal frontend that answers the connect, then UNAVAILABLE to every call: what a
+    command sees of a server that goes down once it connected. The SDK retries each call
+    for about 10 s and logs every retry."""
+    import grpc
+    from temporalio.api.workflowservice.v1 import GetSystemInfoResponse
+
+    def unavailable(request: bytes, context: grpc.ServicerContext) -> None:
+        context.abort(grpc.StatusCode.UNAVAILABLE, "the server is down")
+
+    class Frontend(grpc.GenericRpcHandler):
+        def service(self, details: Any) -> Any:
+            if details.method.endswith("/GetSystemInfo"):
+                return grpc.unary_unary_rpc_method_handler(
+                    lambda request, context: GetSystemInfoResponse().SerializeToString()
+                )
+            return grpc.unary_unary_rpc_method_handler(unavailable)
+
+    server = grpc.server(ThreadPoolExecutor(4))
+    server.add_generic_rpc_handlers([Frontend()])
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        yield f"127.0.0.1:{port}"
+    finally:
+        server.stop(None)
+
+
+def test_the_sdks_own_log_lines_stay_off_stdout_when_the_server_goes_away(
+    config: Path,
+) -> None:
+    with frontend_gone_after_connect() as address:
+        result = keeper("--config", str(config), "--address", address, "tpu", "status", "s1",
+                        "--json")  # fmt: skip
+    # stdout holds the error document and nothing else: `keeper ... --json | jq` reads it.
+    error = error_of(result)
+    assert "Temporal stopped answering (UNAVAILABLE)" in error["message"], explain(result)
+    assert "keeper dev status" in error["hint"]
+    # The retries the SDK logged are diagnostics, in Python's logging on stderr.
+    assert "temporalio_client::retry" in result.stderr, explain(result)
+    assert "retried" in result.stderr and "Traceback" not in result.stderr, explain(result)
+
+
 # -- data on stdout, diagnostics on stderr -------------------------------------------------
 
 

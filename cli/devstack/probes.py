@@ -14,9 +14,10 @@ from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client
 from temporalio.common import WorkerDeploymentVersion
-from temporalio.runtime import Runtime, TelemetryConfig
+from temporalio.runtime import Runtime
 
 from keeper.runtime.dev_ports import dial_host, split_address
+from keeper.runtime.sdk_logs import sdk_telemetry
 from keeper.runtime.settings import Settings
 from keeper.runtime.temporal_client import connect_options
 from keeper.workers.versioning import current_build_id, make_current
@@ -59,7 +60,7 @@ class Probes:
     async def client(self) -> Client:
         if self._client is None:
             if self._runtime is None:
-                self._runtime = Runtime(telemetry=TelemetryConfig(), worker_heartbeat_interval=None)
+                self._runtime = Runtime(telemetry=sdk_telemetry(), worker_heartbeat_interval=None)
             self._client = await asyncio.wait_for(
                 Client.connect(**connect_options(self.settings.temporal), runtime=self._runtime),
                 timeout=CONNECT_TIMEOUT,
