@@ -7,6 +7,7 @@
 #   make status   show the local stack
 #   make lint     ruff check + ruff format --check
 #   make wheel    build dist/keeper_temporal-*.whl, the runtime install (no emulators, no tests)
+#   make constraints  rewrite constraints.txt, the pinned dependencies, from .venv
 #   make clean    remove .venv and .dev
 
 PYTHON ?= python3
@@ -19,27 +20,35 @@ KEEPER_ARGS ?=
 KEEPER := $(strip $(BIN)/keeper $(KEEPER_ARGS))
 
 .DEFAULT_GOAL := help
-.PHONY: help venv wheel postgres iris-venv test demo up down status lint fmt proto clean
+.PHONY: help venv constraints wheel postgres iris-venv test demo up down status lint fmt proto clean
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
 
-# Re-installs only when pyproject.toml changes; otherwise instant. The wheel leaves the
+# Re-installs only when pyproject.toml or constraints.txt changes; otherwise instant. Every
+# version comes from constraints.txt (pip's -c), so a fresh clone gets the tree the tests
+# passed with; a requirement it does not pin yet gets the newest release. The wheel leaves the
 # emulators, tests and bench/ out (they are not keeper's runtime); a checkout's venv sees them
 # through keeper-checkout.pth, the checkout's root on its path, as `keeper dev up` and the
 # tests need.
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml constraints.txt
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
 		{ echo "keeper needs Python 3.11+; $(PYTHON) is $$($(PYTHON) --version 2>&1). Use: make PYTHON=python3.11 ..." >&2; exit 1; }
 	@test -x $(BIN)/pip || { $(PYTHON) -m venv $(VENV) || { rm -rf $(VENV); \
 		echo "'$(PYTHON) -m venv' failed; on Debian/Ubuntu: apt-get install python3-venv" >&2; exit 1; }; }
-	@echo "Installing keeper and its dev dependencies into $(VENV) (only when pyproject.toml changes)"
+	@echo "Installing keeper and its dev dependencies into $(VENV) (only when pyproject.toml or constraints.txt changes)"
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check --upgrade pip
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[dev]'
 	@echo "$(CURDIR)" > "$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/keeper-checkout.pth"
 	@touch $@
 
 venv: $(STAMP) ## create .venv and install keeper with its dev dependencies
+
+# The lock's header (constraints.txt) says when to run this. .venv holds what the new file
+# pins, so its stamp is made newer than the file: no reinstall follows.
+constraints: $(STAMP) ## rewrite constraints.txt from the versions installed in .venv
+	$(BIN)/python tests/constraints.py constraints.txt
+	@touch $(STAMP)
 
 wheel: $(STAMP) ## build dist/keeper_temporal-*.whl: the runtime, without the emulators and tests
 	rm -rf build

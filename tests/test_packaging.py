@@ -27,6 +27,7 @@ from typing import IO, Any
 
 import httpx
 import pytest
+from packaging.utils import canonicalize_name
 from temporalio.testing import WorkflowEnvironment
 
 from emulators.iris import IrisEmulatorConfig, start_emulator
@@ -35,7 +36,7 @@ from keeper.domain.watch.models import WatchOutcome, watch_id
 from keeper.runtime.settings import CONFIG_ENV, ENV_OVERRIDES
 from keeper.runtime.watch import search_attributes as watch_sa
 from keeper.workflows.watch.job_watch import JobWatch
-from tests import lint_imports
+from tests import constraints, lint_imports
 from tests.harness import env_flag, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -362,24 +363,30 @@ async def test_keeper_worker_answers_its_probes_runs_a_workflow_and_stops_on_sig
     assert "health endpoint on 127.0.0.1" in text
 
 
+def wheel_install_command(python: Path, wheel: Path) -> list[str]:
+    """How the clean-venv test installs the wheel: pinned by the lock, like the image."""
+    return [
+        str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+        "-c", str(constraints.CONSTRAINTS), str(wheel),
+    ]  # fmt: skip
+
+
 @pytest.fixture
 def wheel_venv(wheel: Path, tmp_path: Path) -> Path:
-    """A clean virtualenv with the wheel and its dependencies from the package registry."""
+    """A clean virtualenv with the wheel and its dependencies from the package registry, at
+    the versions of constraints.txt, as the Dockerfile installs them."""
     venv = tmp_path / "venv"
     # Not this process's PYTHONPATH: pip would take the checkout on it for keeper installed.
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     started = time.monotonic()
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, env=env, timeout=120)
     subprocess.run(
-        [
-            str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet",
-            "--disable-pip-version-check", str(wheel),
-        ],
+        wheel_install_command(venv / "bin" / "python", wheel),
         check=True,
         capture_output=True,
         env=env,
         timeout=900,
-    )  # fmt: skip
+    )
     assert (venv / "bin" / "keeper").exists(), "pip installed no keeper command"
     print(f"clean venv and wheel install: {time.monotonic() - started:.1f}s")
     return venv
@@ -409,6 +416,19 @@ async def test_the_wheel_in_a_clean_venv_runs_the_worker_without_a_checkout(
         _run, [str(wheel_venv / "bin" / "python"), "-c", "import emulators"], run_dir, env
     )
     assert probe.returncode != 0, "the wheel's venv can import the emulators"
+    # Every dependency the wheel brought is the lock's version of it (pip and the setuptools
+    # that `python -m venv` seeds are the venv's own, not the wheel's).
+    listed = await asyncio.to_thread(
+        _run,
+        [str(wheel_venv / "bin" / "python"), "-m", "pip", "list", "--format", "json"],
+        run_dir,
+        env,
+    )
+    installed = {canonicalize_name(d["name"]): d["version"] for d in json.loads(listed.stdout)}
+    pins = constraints.read()
+    runtime = set(constraints.needed(constraints.DISTRIBUTION, extras=()))
+    unpinned = {n: installed.get(n) for n in runtime if installed.get(n) != pins.get(n)}
+    assert unpinned == {}, f"installed not at the lock's version: {unpinned}"
     # No settings file in the working directory: the defaults and the environment.
     for args in (["--help"], ["worker", "--check"], ["tpu", "--help"], ["runner", "--help"],
                  ["reclaim", "--help"], ["job", "--help"], ["admin", "--help"]):  # fmt: skip
