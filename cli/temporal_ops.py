@@ -8,6 +8,7 @@ import click
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 from temporalio.service import RPCError, RPCStatusCode
 
+from keeper.cli.output import CommandFailed
 from keeper.runtime.settings import Settings
 from keeper.runtime.temporal_client import connect
 from keeper.runtime.tracing import setup_tracing
@@ -33,18 +34,27 @@ async def describe_or_none(handle: WorkflowHandle[Any, Any]) -> Any:
         raise
 
 
-async def describe_as(handle: WorkflowHandle[Any, Any], workflow_type: str) -> Any:
+async def describe_as(
+    handle: WorkflowHandle[Any, Any], workflow_type: str, *, name_hint: str
+) -> Any:
     """The description of `handle` (None when there is none), refusing any other type.
 
     Another type can sit at a keeper id: a child from before the '.run' suffix, or anything
     started by hand. Acting on it (a cancel, a status) would touch the wrong workflow.
+    `name_hint` says which name the operator should check (the slice name, the runner).
     """
     description = await describe_or_none(handle)
     if description is not None and description.workflow_type != workflow_type:
-        raise click.ClickException(
+        status = description.status
+        raise CommandFailed(
             f"workflow {handle.id} is a {description.workflow_type}, not a {workflow_type}; "
-            "nothing was done. Check the slice name: keeper tpu commands act only on the "
-            "workflow type their id belongs to"
+            "nothing was done",
+            hint=f"{name_hint}: keeper acts only on the workflow type an id belongs to. "
+            f"`temporal workflow describe --workflow-id {handle.id}` shows what runs there.",
+            workflow_id=handle.id,
+            run_id=description.run_id,
+            workflow_type=description.workflow_type,
+            status=WorkflowExecutionStatus(status).name if status is not None else None,
         )
     return description
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import uuid
 from pathlib import Path
 
 import pytest
@@ -74,6 +75,29 @@ async def test_an_unknown_runner_fails_with_a_json_error_under_json(
         error = json.loads(done.stdout)["error"]
         assert "no runner named 'ghost'" in error["message"] and error["runner"] == "ghost"
         assert "no runner named 'ghost'" in done.stderr
+
+
+async def test_status_refuses_another_workflow_type_at_the_deletion_id_with_a_hint(
+    dev_env: WorkflowEnvironment, world: RunnerWorld, tmp_path: Path
+) -> None:
+    config = runner_config(tmp_path, dev_env, world)
+    name = f"r-squat-{uuid.uuid4().hex[:6]}"
+    world.add_runner(name)
+    squatter = await dev_env.client.start_workflow(
+        "TpuSweeper",
+        "never read",
+        id=deletion_workflow_id(name),
+        task_queue=f"nobody-polls-{uuid.uuid4().hex[:6]}",
+    )
+    try:
+        done = await keeper(config, "runner", "status", name, "--json")
+        assert done.returncode == 1, done
+        error = json.loads(done.stdout)["error"]
+        assert "is a TpuSweeper, not a RunnerDeletion; nothing was done" in error["message"]
+        assert error["workflow_id"] == squatter.id and error["workflow_type"] == "TpuSweeper"
+        assert f"Check the runner name '{name}'" in error["hint"]
+    finally:
+        await squatter.terminate(reason="test done")
 
 
 async def test_a_failed_deletion_that_was_waited_for_exits_1(

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
 import uuid
 from collections.abc import Callable
@@ -301,3 +302,32 @@ async def test_tpu_commands_refuse_an_id_that_holds_another_workflow_type(
         for stray in (legacy_child, squatter):
             await stray.terminate(reason="test done")
     assert emu.leaks(set()) == []
+
+
+@pytest.mark.e2e
+async def test_a_wrong_type_refusal_says_what_to_do_and_names_the_workflow_in_json(
+    dev_env, emu: TpuEmulator, tmp_path: Path
+):
+    config = write_config(tmp_path / "keeper.yaml", dev_env, emu, f"ids-{uuid.uuid4().hex[:6]}")
+    name = f"squat-{uuid.uuid4().hex[:6]}"
+    squatter = await dev_env.client.start_workflow(
+        "RunnerDeletion",
+        "never read",
+        id=naming.bootstrap_workflow_id(name),
+        task_queue=f"nobody-polls-{uuid.uuid4().hex[:6]}",
+    )
+    try:
+        for command in ("status", "cancel", "delete"):
+            code, out = await keeper(config, "--json", "tpu", command, name)
+            assert code == 1, (command, out)
+            # stdout and stderr share the pipe here: the document, and its text after it.
+            document, _ = json.JSONDecoder().raw_decode(out[out.index("{") :])
+            error = document["error"]
+            assert error["workflow_id"] == squatter.id, (command, error)
+            assert error["workflow_type"] == "RunnerDeletion" and error["status"] == "RUNNING"
+            assert "is a RunnerDeletion, not a TpuSliceBootstrap" in error["message"]
+            assert f"Check the slice name '{name}'" in error["hint"], (command, error)
+            assert f"temporal workflow describe --workflow-id {squatter.id}" in error["hint"]
+        assert (await squatter.describe()).status is WorkflowExecutionStatus.RUNNING
+    finally:
+        await squatter.terminate(reason="test done")

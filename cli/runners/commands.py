@@ -26,10 +26,11 @@ from keeper.cli.runners.render import (
     retrying_text,
     view_text,
 )
-from keeper.cli.temporal_ops import client_for, describe_or_none, is_running
+from keeper.cli.temporal_ops import client_for, describe_as, describe_or_none, is_running
 from keeper.domain.common.untrusted import terminal_text
 from keeper.domain.runners.deletion_view import DeletionView
 from keeper.domain.runners.models import (
+    DELETION_WORKFLOW_TYPE,
     RUNNER_NAME_RE,
     DeletionOutcome,
     DeletionRequest,
@@ -242,7 +243,7 @@ def delete(
 
     async def run() -> None:
         client = await client_for(settings)
-        before = await describe_or_none(client.get_workflow_handle(workflow_id))
+        before = await _describe(client.get_workflow_handle(workflow_id), name)
         joined = is_running(before)
         handle = await request_deletion(
             client,
@@ -359,9 +360,16 @@ class _Deletion:
     retrying: list[dict[str, Any]] = field(default_factory=list)
 
 
+async def _describe(handle: WorkflowHandle[Any, Any], name: str) -> Any:
+    """The runner's deletion workflow, refusing (exit 1) another type at its id."""
+    return await describe_as(
+        handle, DELETION_WORKFLOW_TYPE, name_hint=f"Check the runner name {name!r}"
+    )
+
+
 async def _deletion(client: Client, name: str) -> _Deletion:
     handle = client.get_workflow_handle(deletion_workflow_id(name), result_type=DeletionResult)
-    desc = await describe_or_none(handle)
+    desc = await _describe(handle, name)
     if desc is None:
         return _Deletion()
     found = _Deletion(
@@ -400,7 +408,7 @@ def status(keeper: KeeperContext, name: str, wait: bool, out: Output) -> None:
         client = await client_for(settings)
         if wait:
             handle = client.get_workflow_handle(workflow_id, result_type=DeletionResult)
-            if await describe_or_none(handle) is not None:
+            if await _describe(handle, name) is not None:
                 await follow(handle, out)
         return await _deletion(client, name)
 

@@ -68,8 +68,9 @@ async def slice_workflows(client: Client, slice_name: str) -> SliceWorkflows:
     teardown = client.get_workflow_handle(
         teardown_workflow_id(slice_name), result_type=DeletionReport
     )
-    described = await describe_as(bootstrap, BOOTSTRAP_WORKFLOW_TYPE)
-    teardown_described = await describe_as(teardown, TEARDOWN_WORKFLOW_TYPE)
+    check = f"Check the slice name {slice_name!r}"
+    described = await describe_as(bootstrap, BOOTSTRAP_WORKFLOW_TYPE, name_hint=check)
+    teardown_described = await describe_as(teardown, TEARDOWN_WORKFLOW_TYPE, name_hint=check)
     if described is None or not _after(teardown_described, described):
         teardown_described = None
     return SliceWorkflows(bootstrap, described, teardown, teardown_described)
