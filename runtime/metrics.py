@@ -212,6 +212,16 @@ def count(meter: MetricMeter, metric: Metric, value: int = 1, **labels: str) -> 
     ).add(value)
 
 
+def publish_zero(meter: MetricMeter, metric: Metric, **labels: str) -> None:
+    """The counter's series at 0, before anything counts into it. An alert rule's
+    `increase(...) > 0` needs a sample before the first count: a series whose first sample
+    is already 1 never increased as far as Prometheus can see."""
+    attributes = _attributes(metric, Kind.COUNTER, labels)
+    meter.create_counter(metric.sdk_name, metric.help, metric.unit).with_additional_attributes(
+        attributes
+    ).add(0)
+
+
 def observe(meter: MetricMeter, metric: Metric, value: float, **labels: str) -> None:
     attributes = _attributes(metric, Kind.HISTOGRAM, labels)
     meter.create_histogram_float(

@@ -14,12 +14,18 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import os
+import re
+import sys
+import uuid
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
+import yaml
 from temporalio.client import WorkflowHandle
 from temporalio.testing import ActivityEnvironment, WorkflowEnvironment
 
@@ -43,7 +49,7 @@ from keeper.runtime.alerts import (
 )
 from keeper.runtime.settings import Settings, SettingsError, load_settings
 from keeper.runtime.webhook import WebhookUrl
-from tests.harness import env_flag
+from tests.harness import env_flag, free_port
 from tests.metrics_support import metered_client, scrape_until, value
 from tests.test_reclaim_secrets import assert_absent
 from tests.test_replay import write_recording
@@ -253,6 +259,126 @@ def test_every_family_serves_keeper_alert_and_a_worker_of_all_of_them_registers_
 
 def test_an_alert_is_a_small_model_with_no_room_for_a_url():
     assert set(Alert.model_fields) == {"kind", "key", "summary", "evidence"}
+
+
+# ---- the counters the alert rules watch: at 0 from a worker's start -------------------------
+
+RULES = Path(__file__).resolve().parent.parent / "deploy" / "prometheus" / "keeper-alerts.yaml"
+_INCREASE = re.compile(r"increase\(\s*(\w+)\s*(?:\{([^}]*)\})?\s*\[")
+_MATCHER = re.compile(r'(\w+)\s*=\s*"([^"]*)"')
+
+# What a fresh worker serves at 0, spelled out: (metric, the labels a rule selects on, the
+# family whose queue runs the workflows that count it, those workflows).
+AT_ZERO = [
+    (
+        "keeper_compensations_total",
+        {"family": "tpu", "event": "stuck"},
+        "tpu",
+        ("TpuSliceBootstrap", "TpuSliceBootstrapRun"),
+    ),
+    ("keeper_runner_deletion_escalations_total", {}, "runners", ("RunnerDeletion",)),
+    ("keeper_reclaim_drained_nodes_total", {}, "reclaim", ("JobReclaim",)),
+    ("keeper_watch_verdicts_total", {"verdict": "stalled"}, "watch", ("JobWatch",)),
+]
+
+
+def _watched_by_rules() -> set[tuple[str, frozenset[tuple[str, str]]]]:
+    """Each `increase(name{selector}[...])` of the rules: (name, its equality matchers)."""
+    rules = yaml.safe_load(RULES.read_text())
+    found = set()
+    for group in rules["groups"]:
+        for rule in group["rules"]:
+            for name, selector in _INCREASE.findall(rule["expr"]):
+                found.add((name, frozenset(_MATCHER.findall(selector))))
+    return found
+
+
+def test_every_counter_a_rule_watches_for_an_increase_is_published_at_zero():
+    from keeper.runtime import metrics as m
+    from keeper.workers.families import FAMILIES
+
+    declared = {
+        (c.metric.name, frozenset(c.labels.items()))
+        for family in FAMILIES.values()
+        for c in family.alerted_counters
+    }
+    # The tap's counters are its own exposition, every one at 0 from its start
+    # (tests/test_reclaim_tap_metrics.py); the worker's need publishing.
+    tap = {metric.name for metric in m.TAP_METRICS}
+    watched = {(name, labels) for name, labels in _watched_by_rules() if name not in tap}
+    # A rule may select on fewer labels than a series has (event="stuck", any family); each
+    # series it selects needs publishing, and each one published is one a rule watches.
+    for name, matchers in watched:
+        assert any(n == name and matchers <= labels for n, labels in declared), (name, matchers)
+    for name, labels in declared:
+        assert any(n == name and matchers <= labels for n, matchers in watched), (name, labels)
+    assert {(name, frozenset(labels.items())) for name, labels, _, _ in AT_ZERO} == declared
+    assert {name for name, _ in _watched_by_rules()} & tap, "the tap rule no longer watches"
+
+
+@pytest.mark.e2e
+async def test_a_fresh_worker_serves_every_counter_an_alert_watches_at_zero(
+    dev_env: WorkflowEnvironment, tmp_path: Path
+):
+    """`keeper worker` as a process, scraped over HTTP before any workflow ran: each series a
+    rule's `increase(...) > 0` watches is there at 0, on each family's queue and on the stem
+    queue (whose worker runs every family), labelled as the workflows count into it."""
+    from tests.metrics_support import samples
+
+    metrics_port, health_port = free_port(), free_port()
+    base = f"keeper-zero-{uuid.uuid4().hex[:8]}"
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith(("TEMPORAL_", "KEEPER_", "OTEL_"))
+    }
+    env.update(
+        TEMPORAL_ADDRESS=dev_env.client.service_client.config.target_host,
+        KEEPER_TASK_QUEUE=base,
+        KEEPER_METRICS_ADDRESS=f"127.0.0.1:{metrics_port}",
+        KEEPER_HEALTH_ADDRESS=f"127.0.0.1:{health_port}",
+        KEEPER_WORKER_VERSIONED="false",
+        KEEPER_RUNNER_STORE_URL=f"sqlite:///{tmp_path / 'runners.db'}",
+        KEEPER_RECLAIM_STORE_URL=f"sqlite:///{tmp_path / 'reclaim.db'}",
+        KEEPER_WATCH_STORE_URL=f"sqlite:///{tmp_path / 'watch.db'}",
+    )
+    log = tmp_path / "worker.log"
+    with log.open("w") as stderr:
+        process = await asyncio.create_subprocess_exec(
+            *(sys.executable, "-m", "keeper.cli.main", "worker"),
+            cwd=tmp_path,
+            env=env,
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=stderr,
+        )
+    try:
+        async with httpx.AsyncClient(timeout=5) as http:
+            deadline = asyncio.get_running_loop().time() + 60
+            while True:
+                assert process.returncode is None, log.read_text()
+                assert asyncio.get_running_loop().time() < deadline, log.read_text()
+                try:
+                    if (await http.get(f"http://127.0.0.1:{health_port}/readyz")).is_success:
+                        break
+                except httpx.TransportError:
+                    pass
+                await asyncio.sleep(0.2)
+            # Ready: every queue's worker is polling, so each has published what it will.
+            text = (await http.get(f"http://127.0.0.1:{metrics_port}/metrics")).text
+    finally:
+        if process.returncode is None:
+            process.terminate()
+        await asyncio.wait_for(process.wait(), 30)
+    scraped = samples(text)
+    for name, labels, family, workflow_types in AT_ZERO:
+        for queue in (f"{base}-{family}", base):
+            for workflow_type in workflow_types:
+                want = {
+                    *labels.items(),
+                    ("namespace", "default"),
+                    ("task_queue", queue),
+                    ("workflow_type", workflow_type),
+                }
+                found = [v for (n, pairs), v in scraped.items() if n == name and want <= pairs]
+                assert found == [0.0], (name, want, found, text)
 
 
 # ---- end to end, one family at a time ------------------------------------------------------

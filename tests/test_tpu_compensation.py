@@ -336,6 +336,15 @@ async def test_a_stuck_cancel_path_compensation_continues_as_new_and_finishes(
     # once across its two runs, stuck included, though the second run starts stuck.
     for event in ("started", "stuck", "finished"):
         assert value(scraped, "keeper_compensations_total", family="tpu", event=event) == 1, event
+    # The child counted into the stuck series its worker published at 0 when it started (the
+    # supervisor's stays at 0): an alert's increase() saw 0 -> 1. A series born at 1, labelled
+    # otherwise, would be a third one here, and fire nothing.
+    stuck = sorted(
+        v
+        for (name, pairs), v in scraped.items()
+        if name == "keeper_compensations_total" and ("event", "stuck") in pairs
+    )
+    assert stuck == [0, 1], stuck
     # The run that finished the compensation says what it did; the first run was cancelled.
     cause = closed.value.cause
     assert isinstance(cause, ApplicationError) and cause.type == "BootstrapCancelled", cause

@@ -29,7 +29,7 @@ from keeper.runtime.runners.deps import RunnerDeps, open_runner_deps
 from keeper.runtime.settings import Settings
 from keeper.runtime.temporal_client import connect
 from keeper.runtime.tracing import setup_tracing, shutdown_tracing
-from keeper.workers.alerts import distinct_activities
+from keeper.workers.alerts import distinct_activities, publish_alerted_counters
 from keeper.workers.families import FAMILIES, Family, ScheduleSpecOf
 from keeper.workers.registry import (
     WORKFLOW_FAILURE_EXCEPTION_TYPES,
@@ -57,7 +57,7 @@ def _worker(
     version: WorkerDeploymentVersion | None,
     cached: int,
 ) -> Worker:
-    return Worker(
+    worker = Worker(
         client,
         task_queue=task_queue,
         workflows=workflows,
@@ -70,6 +70,11 @@ def _worker(
         max_concurrent_activities=slots,
         max_cached_workflows=cached,
     )
+    # Before any workflow counts: an alert rule's increase() misses a counter born at 1.
+    publish_alerted_counters(
+        client, task_queue, workflows, [c for f in FAMILIES.values() for c in f.alerted_counters]
+    )
+    return worker
 
 
 def build_worker(

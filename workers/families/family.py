@@ -10,6 +10,7 @@ from typing import Any
 from temporalio.client import Client, Schedule
 
 from keeper.runtime.settings import Settings
+from keeper.workers.alerts import AlertedCounter
 from keeper.workers.input_guard import InputHelp
 
 
@@ -38,6 +39,9 @@ class Family:
     activity_slots: Callable[[Settings], int]
     # Workflows its worker keeps in memory between tasks (max_cached_workflows).
     cached_workflows: Callable[[Settings], int]
+    # The counters its workflows count that an alert rule watches: published at 0 when a
+    # worker that runs those workflows starts.
+    alerted_counters: Sequence[AlertedCounter] = ()
 
     def task_queue(self, settings: Settings) -> str:
         return settings.temporal.family_queue(self.name)

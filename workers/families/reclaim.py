@@ -14,9 +14,10 @@ from typing import Any
 from temporalio.client import Client
 
 from keeper.activities.reclaim.reclaim import ReclaimActivities
+from keeper.runtime import metrics as m
 from keeper.runtime.reclaim.deps import ReclaimDeps, open_reclaim_deps
 from keeper.runtime.settings import Settings
-from keeper.workers.alerts import alert_activity
+from keeper.workers.alerts import AlertedCounter, alert_activity
 from keeper.workers.families.family import Family, ScheduleSpecOf
 from keeper.workers.input_guard import InputHelp
 from keeper.workflows.reclaim.job_reclaim import JobReclaim
@@ -78,4 +79,6 @@ RECLAIM = Family(
     schedules=reclaim_schedules,
     activity_slots=lambda settings: 100,
     cached_workflows=lambda settings: settings.worker.max_cached_workflows,
+    # KeeperReclaimDrainedNode
+    alerted_counters=[AlertedCounter(m.DRAINED_NODES, {}, [JobReclaim])],
 )

@@ -24,9 +24,10 @@ from keeper.activities.runners.deletion import (
 from keeper.activities.runners.reconciler import ReconcilerActivities
 from keeper.domain.runners.models import RECONCILER_SCHEDULE_ID, RECONCILER_WORKFLOW_ID
 from keeper.domain.runners.reconcile import ReconcileRequest
+from keeper.runtime import metrics as m
 from keeper.runtime.runners.deps import RunnerDeps, open_runner_deps
 from keeper.runtime.settings import Settings
-from keeper.workers.alerts import alert_activity
+from keeper.workers.alerts import AlertedCounter, alert_activity
 from keeper.workers.families.family import Family, ScheduleSpecOf
 from keeper.workers.input_guard import InputHelp
 from keeper.workflows.runners.deletion import RunnerDeletion
@@ -113,4 +114,6 @@ RUNNERS = Family(
     # Each in-flight runner deletion may hold a slot for its provider process.
     activity_slots=lambda settings: max(100, settings.runners.max_concurrent_deletions),
     cached_workflows=lambda settings: settings.worker.max_cached_workflows,
+    # KeeperRunnerDeletionEscalated
+    alerted_counters=[AlertedCounter(m.RUNNER_ESCALATIONS, {}, [RunnerDeletion])],
 )

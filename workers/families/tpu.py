@@ -23,9 +23,10 @@ from keeper.activities.tpu.health import HealthActivities, HealthProber
 from keeper.activities.tpu.sweeper import SweeperActivities
 from keeper.domain.tpu.models import SweepRequest
 from keeper.domain.tpu.naming import SWEEPER_SCHEDULE_ID, SWEEPER_WORKFLOW_ID
+from keeper.runtime import metrics as m
 from keeper.runtime.settings import Settings
 from keeper.runtime.tpu.client import make_tpu_client
-from keeper.workers.alerts import alert_activity
+from keeper.workers.alerts import AlertedCounter, alert_activity
 from keeper.workers.families.family import Family, ScheduleSpecOf
 from keeper.workers.input_guard import InputHelp
 from keeper.workflows.tpu.bootstrap import TpuSliceBootstrap
@@ -116,4 +117,12 @@ TPU = Family(
     schedules=tpu_schedules,
     activity_slots=lambda settings: settings.worker.tpu_activity_slots,
     cached_workflows=lambda settings: settings.worker.tpu_max_cached_workflows,
+    # KeeperCompensationStuck; both the supervisor and its phase child may count it.
+    alerted_counters=[
+        AlertedCounter(
+            m.COMPENSATIONS,
+            {"family": "tpu", "event": "stuck"},
+            [TpuSliceBootstrap, TpuSliceBootstrapRun],
+        )
+    ],
 )

@@ -16,10 +16,11 @@ from temporalio.client import Client
 from keeper.activities.watch.actions import WatchActions
 from keeper.activities.watch.notify import WatchNotifier
 from keeper.activities.watch.observe import WatchObserver
+from keeper.runtime import metrics as m
 from keeper.runtime.alerts import alert_channel
 from keeper.runtime.settings import Settings
 from keeper.runtime.watch.deps import WatchDeps, open_watch_deps
-from keeper.workers.alerts import alert_activity
+from keeper.workers.alerts import AlertedCounter, alert_activity
 from keeper.workers.families.family import Family, ScheduleSpecOf
 from keeper.workers.input_guard import InputHelp
 from keeper.workflows.watch.job_watch import JobWatch
@@ -85,4 +86,6 @@ WATCH = Family(
     # dozen at once its workflow tasks starve (bench/watch_scale.py). Scale out instead.
     activity_slots=lambda settings: 32,
     cached_workflows=lambda settings: settings.worker.max_cached_workflows,
+    # KeeperWatchStalled
+    alerted_counters=[AlertedCounter(m.WATCH_VERDICTS, {"verdict": "stalled"}, [JobWatch])],
 )
