@@ -20,7 +20,7 @@ KEEPER_ARGS ?=
 KEEPER := $(strip $(BIN)/keeper $(KEEPER_ARGS))
 
 .DEFAULT_GOAL := help
-.PHONY: help venv constraints wheel postgres iris-venv test demo up down status lint fmt proto clean
+.PHONY: help venv constraints wheel postgres promtool iris-venv test demo up down status lint fmt proto clean
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
@@ -63,6 +63,17 @@ postgres: ## install Debian's postgresql server if no server binaries are found
 		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq postgresql >/dev/null \
 		|| { echo "could not install postgresql; install it (apt-get install postgresql) and rerun" >&2; exit 1; }; fi
 
+# The alert rule tests (tests/test_alert_rules.py) run a real Prometheus' promtool on
+# deploy/prometheus: `promtool check rules` and `promtool test rules`.
+promtool: ## install Debian's prometheus package (it has promtool) if no promtool is found
+	@if command -v promtool >/dev/null 2>&1; then :; \
+	else echo "Installing Debian's prometheus (the alert rule tests run its promtool)"; \
+		SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); \
+		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq \
+			--no-install-recommends prometheus >/dev/null \
+		|| { echo "could not install prometheus; install it (apt-get install prometheus), or put \
+a promtool from prometheus.io on PATH, and rerun" >&2; exit 1; }; fi
+
 # The real_iris tests (tests/test_watch_real_iris.py) run the real iris controller, marin-iris's
 # LocalCluster, which needs Python 3.12 or 3.13: it gets a venv of its own inside keeper's
 # (.venv/iris, so `make clean` removes it), re-installed only when its pinned requirements
@@ -101,9 +112,10 @@ iris-venv: $(IRIS_STAMP) ## build .venv/iris, the real iris controller the real_
 # on 2 cores a third worker took the suite from 858 s to 728 s. TEST_WORKERS=0 runs
 # serially; PYTEST_ARGS comes last, so an `-n` there overrides it too.
 TEST_WORKERS ?= $(shell n=$$(( $$(nproc 2>/dev/null || echo 2) + 1 )); [ "$$n" -gt 4 ] && n=4; echo $$n)
-# KEEPER_REQUIRE_REAL_IRIS=1: the real_iris tests fail, not skip, without KEEPER_IRIS_PYTHON.
-test: $(STAMP) $(IRIS_STAMP) postgres ## run the tests (PYTEST_ARGS='-k dev_stack -x' to narrow)
-	KEEPER_REQUIRE_POSTGRES=1 KEEPER_TEST_WHEEL_INSTALL=1 KEEPER_REQUIRE_REAL_IRIS=1 \
+# KEEPER_REQUIRE_REAL_IRIS=1: the real_iris tests fail, not skip, without KEEPER_IRIS_PYTHON;
+# KEEPER_REQUIRE_PROMTOOL=1: the alert rule tests fail, not skip, without promtool.
+test: $(STAMP) $(IRIS_STAMP) postgres promtool ## run the tests (PYTEST_ARGS='-k dev_stack -x' to narrow)
+	KEEPER_REQUIRE_POSTGRES=1 KEEPER_REQUIRE_PROMTOOL=1 KEEPER_TEST_WHEEL_INSTALL=1 KEEPER_REQUIRE_REAL_IRIS=1 \
 	KEEPER_IRIS_PYTHON=$(abspath $(IRIS_VENV))/bin/python $(BIN)/pytest -q -n $(TEST_WORKERS) --dist worksteal --durations=25 $(PYTEST_ARGS)
 
 demo: $(STAMP) ## start the local stack, then a demo TPU bootstrap, runner deletion, job reclaim and job watch
