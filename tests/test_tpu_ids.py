@@ -159,6 +159,39 @@ def test_the_old_child_id_was_another_slices_supervisor_and_the_new_one_is_not()
     )
 
 
+# -- one slice name rule for every command -------------------------------------------------
+
+
+def test_every_tpu_command_refuses_a_bad_slice_name_alike_before_connecting(tmp_path: Path):
+    from tests.test_cli_conventions import explain, keepers
+
+    config = tmp_path / "keeper.yaml"
+    config.write_text("temporal: {address: '127.0.0.1:1'}\n")  # nothing is reached
+    # Each name was accepted by `status` and `cancel` and refused by `delete`.
+    by_name = [
+        (["tpu", "status", "x.run"], "SLICE_NAME"),
+        (["tpu", "cancel", "a" * 41], "SLICE_NAME"),
+        (["tpu", "delete", "Bad_Name"], "SLICE_NAME"),
+        (["tpu", "demo", "--name", "trailing-"], "--name"),
+    ]
+    bootstrap = ["tpu", "bootstrap", "Bad_Name", "-a", "v4-8", "-c", "spot"]
+    *results, requested = keepers(
+        [["--config", str(config), "--json", *args] for args in [a for a, _ in by_name]]
+        + [["--config", str(config), "--json", *bootstrap]]
+    )
+    for (args, param), result in zip(by_name, results, strict=True):
+        assert result.returncode == 2, explain(result)
+        error = json.loads(result.stdout)["error"]
+        assert error["param"] == param, error
+        problem = naming.slice_name_problem(args[-1])
+        assert problem is not None and error["message"].endswith(problem), error
+        assert naming.SLICE_NAME_RULE in problem
+    # A request lists every problem it has, the name's in the same words.
+    assert requested.returncode == 2, explain(requested)
+    message = json.loads(requested.stdout)["error"]["message"]
+    assert f"SLICE_NAME: {naming.SLICE_NAME_RULE}" in message, message
+
+
 # -- slice workflows refuse ids keeper could not find them by -------------------------------
 
 

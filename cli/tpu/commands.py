@@ -23,7 +23,7 @@ from keeper.cli.context import KeeperContext, pass_keeper
 from keeper.cli.output import FAILED, CommandFailed, Output, UsageProblem, json_options, rfc3339
 from keeper.cli.temporal_ops import client_for, is_running
 from keeper.cli.tpu.lookup import SliceWorkflows, slice_workflows, status_name
-from keeper.cli.tpu.params import DURATION, build_request, parse_labels
+from keeper.cli.tpu.params import DURATION, SLICE_NAME, build_request, parse_labels
 from keeper.cli.tpu.params import validation_message as validation_message
 from keeper.cli.tpu.progress import follow, query_status, render, result_of
 from keeper.domain.common.untrusted import terminal_text
@@ -319,7 +319,9 @@ async def _bootstrap(settings: Settings, request: SliceRequest, wait: bool, out:
 
 
 @tpu.command()
-@click.option("--name", "slice_name", default=None, help="Slice name (default: demo-HHMMSS).")
+@click.option(
+    "--name", "slice_name", default=None, type=SLICE_NAME, help="Slice name (default: demo-HHMMSS)."
+)
 @json_options
 @pass_keeper
 def demo(keeper: KeeperContext, out: Output, slice_name: str | None) -> None:
@@ -401,7 +403,7 @@ def _released_view(progress: BootstrapStatus, teardown: dict[str, Any] | None) -
 
 
 @tpu.command()
-@click.argument("slice_name")
+@click.argument("slice_name", type=SLICE_NAME)
 @click.option("--wait", is_flag=True, help="Follow it live until it ends.")
 @json_options
 @pass_keeper
@@ -552,7 +554,7 @@ def list_slices(keeper: KeeperContext, out: Output, limit: int) -> None:
 
 
 @tpu.command()
-@click.argument("slice_name")
+@click.argument("slice_name", type=SLICE_NAME)
 @click.option("--wait/--no-wait", default=True, show_default=True, help="Wait for compensation.")
 @json_options
 @pass_keeper
@@ -619,7 +621,7 @@ def cancel(keeper: KeeperContext, out: Output, slice_name: str, wait: bool) -> N
 
 
 @tpu.command()
-@click.argument("slice_name")
+@click.argument("slice_name", type=SLICE_NAME)
 @click.option("--project", help="GCP project (default: tpu.project in the settings).")
 @click.option("--zone", help="Zone (default: tpu.zone in the settings).")
 @click.option("--node-count", type=int, default=1, show_default=True, help="Nodes of a multislice.")

@@ -14,6 +14,7 @@ from pydantic import ValidationError
 
 from keeper.cli.output import UsageProblem
 from keeper.domain.common.durations import FORMS, documented_duration
+from keeper.domain.tpu.naming import SLICE_NAME_RULE, slice_name_problem
 from keeper.domain.tpu.phases import DEFAULT_DEADLINES, Phase
 from keeper.domain.tpu.slice_request import SliceRequest
 from keeper.domain.tpu.topology import topology_problem
@@ -66,6 +67,22 @@ class Duration(click.ParamType):
 DURATION = Duration()
 
 
+class SliceName(click.ParamType):
+    """A slice name by the one rule (domain/tpu/naming.py): every `keeper tpu` command that
+    takes one refuses a bad name alike (exit 2 naming the argument), before connecting."""
+
+    name = "slice_name"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        problem = slice_name_problem(str(value))
+        if problem is not None:
+            self.fail(problem, param, ctx)
+        return value
+
+
+SLICE_NAME = SliceName()
+
+
 def parse_labels(values: tuple[str, ...]) -> dict[str, str]:
     labels = {}
     for value in values:
@@ -86,8 +103,7 @@ def _where(loc: tuple[int | str, ...]) -> str | None:
 
 # Plain words for the fields whose rule is a pattern (pydantic would quote the regex).
 PATTERN_WORDS = {
-    "SLICE_NAME": "must be 1-40 characters of lowercase letters, digits and '-', starting "
-    "with a letter and not ending with '-'",
+    "SLICE_NAME": SLICE_NAME_RULE,
     FLAGS["project"]: "must be a GCP project id: 6-30 lowercase letters, digits and '-'",
     FLAGS["zone"]: "must be a zone such as us-central2-b",
     FLAGS["reservation_name"]: "must be a reservation id: lowercase letters, digits and '-'",

@@ -11,6 +11,7 @@ from datetime import datetime
 from pydantic import BaseModel, ConfigDict, Field
 
 from keeper.domain.common.durations import SecondsDuration
+from keeper.domain.tpu.naming import SLICE_NAME_PATTERN
 from keeper.domain.tpu.observation import VmEndpoint
 from keeper.domain.tpu.phases import Phase
 from keeper.domain.tpu.slice_request import SliceRequest
@@ -251,7 +252,7 @@ class TeardownResume(_Message):
 class TeardownRequest(_Message):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    slice_name: str = Field(pattern=r"^[a-z]([a-z0-9-]{0,38}[a-z0-9])?$")
+    slice_name: str = Field(pattern=SLICE_NAME_PATTERN)
     project: str = Field(pattern=r"^[a-z][a-z0-9-]{4,28}[a-z0-9]$")
     zone: str = Field(pattern=r"^[a-z]+-[a-z]+[0-9]+-[a-z]$")
     node_count: int = Field(default=1, ge=1, le=64, strict=True)

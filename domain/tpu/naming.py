@@ -20,6 +20,15 @@ SWEEPER_WORKFLOW_ID = "tpu-sweeper"
 SWEEPER_SCHEDULE_ID = "tpu-sweeper"
 MANUAL_SWEEP_PREFIX = "tpu-sweeper-manual-"
 
+# A slice name is also its QR and node id, and part of every workflow id of the slice: one
+# rule for every command and workflow that takes one. No '.' ever (see RUN_SUFFIX).
+SLICE_NAME_PATTERN = r"^[a-z]([a-z0-9-]{0,38}[a-z0-9])?$"
+SLICE_NAME_RULE = (
+    "must be 1-40 characters of lowercase letters, digits and '-', starting with a letter "
+    "and not ending with '-'"
+)
+_SLICE_NAME_RE = re.compile(SLICE_NAME_PATTERN)
+
 # GCP label keys/values: lowercase letters, digits, '-' and '_', at most 63 characters.
 LABEL_MANAGED = "keeper-managed"
 LABEL_OWNER = "keeper-owner"
@@ -27,6 +36,13 @@ LABEL_RUN = "keeper-run"
 RESERVED_LABEL_PREFIX = "keeper-"
 LABEL_RE = re.compile(r"^[a-z0-9_-]{0,63}$")
 LABEL_KEY_RE = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
+
+
+def slice_name_problem(name: str) -> str | None:
+    """What is wrong with `name` as a slice name, in words; None when it is one."""
+    if _SLICE_NAME_RE.fullmatch(name):
+        return None
+    return f"{name!r} is not a slice name: it {SLICE_NAME_RULE}"
 
 
 def bootstrap_workflow_id(slice_name: str) -> str:

@@ -9,10 +9,14 @@ from typing import Annotated, Self
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from keeper.domain.common.durations import HumanDuration
-from keeper.domain.tpu.naming import LABEL_KEY_RE, LABEL_RE, RESERVED_LABEL_PREFIX
+from keeper.domain.tpu.naming import (
+    LABEL_KEY_RE,
+    LABEL_RE,
+    RESERVED_LABEL_PREFIX,
+    SLICE_NAME_PATTERN,
+)
 from keeper.domain.tpu.topology import ACCELERATOR_RE, topology_problem, vms_per_node
 
-SLICE_NAME_PATTERN = r"^[a-z]([a-z0-9-]{0,38}[a-z0-9])?$"
 ZONE_PATTERN = r"^[a-z]+-[a-z]+[0-9]+-[a-z]$"
 PROJECT_PATTERN = r"^[a-z][a-z0-9-]{4,28}[a-z0-9]$"
 
