@@ -26,6 +26,7 @@ from keeper.cli.tpu.lookup import SliceWorkflows, slice_workflows, status_name
 from keeper.cli.tpu.params import DURATION, SLICE_NAME, build_request, parse_labels
 from keeper.cli.tpu.params import validation_message as validation_message
 from keeper.cli.tpu.progress import follow, query_status, render, result_of
+from keeper.cli.tpu.sweeping import orphan_name, scheduled_sweep, unfinished
 from keeper.domain.common.untrusted import terminal_text
 from keeper.domain.tpu.models import (
     BootstrapFailure,
@@ -716,48 +717,93 @@ def delete(
 
 
 @tpu.command()
-@click.option("--dry-run", is_flag=True, help="Report what would be deleted; delete nothing.")
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="Report what would be deleted; delete nothing (runs on its own, beside any sweep).",
+)
 @json_options
 @pass_keeper
 def sweep(keeper: KeeperContext, out: Output, dry_run: bool) -> None:
     """Run the sweeper now: delete labelled TPU resources whose owner closed unsuccessfully.
 
-    The worker also runs it on a schedule (sweeper.interval, schedule id tpu-sweeper).
+    Sweeps run one at a time: this runs the worker's schedule tpu-sweeper now (it also runs
+    every sweeper.interval), and when a sweep is already running it waits for that one and
+    reports it instead of starting another. Exits 1 when an orphan could not be deleted or a
+    location could not be listed, naming them.
     """
     settings = keeper.settings
 
     async def run() -> int:
         client = await client_for(settings)
-        workflow_id = manual_sweep_workflow_id(f"{datetime.now(UTC):%Y%m%dT%H%M%S}")
-        handle = await client.start_workflow(
-            TpuSweeper.run,
-            SweepRequest(project=settings.tpu.project, zone=settings.tpu.zone, dry_run=dry_run),
-            id=workflow_id,
-            task_queue=settings.temporal.family_queue("tpu"),
-            result_type=SweepReport,
-        )
-        report: SweepReport = await result_of(handle, _note)
-        if out.json:
-            # The report's fields at the top, as before, next to the shared ones.
-            out.data(
-                {
-                    **report.model_dump(mode="python"),
-                    **_handle_fields(settings, handle, handle.result_run_id),
-                    "status": "COMPLETED",
-                }
+        handle: WorkflowHandle[Any, SweepReport]
+        if dry_run:
+            # Deletes nothing, so it needs no turn: its own run, under its own id.
+            handle = await client.start_workflow(
+                TpuSweeper.run,
+                SweepRequest(project=settings.tpu.project, zone=settings.tpu.zone, dry_run=True),
+                id=manual_sweep_workflow_id(f"{datetime.now(UTC):%Y%m%dT%H%M%S}"),
+                task_queue=settings.temporal.family_queue("tpu"),
+                result_type=SweepReport,
             )
-            return 0
-        verb = "would delete" if dry_run else "deleted"
-        out.line(f"examined {report.examined}; {verb} {len(report.deleted)}")
-        # Items name cloud resources and owners read from their labels: outside text.
-        for item in report.deleted:
-            out.line(f"  {verb}: {_shown(item)}")
-        for item in report.unknown_owner:
-            out.line(f"  unknown owner, left alone: {_shown(item)}")
-        for item in report.failed:
-            out.line(f"  not deleted (the next sweep tries again): {_shown(item)}")
-        for item in report.errors:
-            out.line(f"  error: {_shown(item)}")
+            started = True
+        else:
+            found = await scheduled_sweep(client)
+            handle, started = found.handle, found.started
+            if not started:
+                _note(
+                    f"a sweep is already running: {handle.id}; sweeps run one at a time, so "
+                    "this waits for that one and reports it"
+                )
+        fields = {
+            **_handle_fields(settings, handle, handle.run_id or handle.result_run_id),
+            "started": started,
+        }
+        try:
+            report: SweepReport = await result_of(handle, _note)
+        except WorkflowFailureError as err:
+            raise CommandFailed(
+                f"the sweep {handle.id} failed: {err.cause or err}",
+                hint=f"See {fields['ui_url']}; the next scheduled sweep tries again.",
+                **fields,
+                status="FAILED",
+            ) from None
+        here = f"{settings.tpu.project}/{settings.tpu.zone}"
+        if report.locations and here not in report.locations:
+            # The schedule's request names the worker's location, not this shell's.
+            _note(
+                f"{here} (this shell's tpu.project/tpu.zone) was not swept: the schedule "
+                "sweeps the worker's location and every one keeper bootstrapped in; "
+                "`keeper tpu sweep --dry-run` lists what keeper labelled there"
+            )
+        undone = unfinished(report)
+        if out.json:
+            if undone is None:
+                # The report's fields at the top, as before, next to the shared ones.
+                out.data({**report.model_dump(mode="python"), **fields, "status": "COMPLETED"})
+        else:
+            verb = "would delete" if dry_run else "deleted"
+            out.line(f"examined {report.examined}; {verb} {len(report.deleted)}")
+            # Items name cloud resources and owners read from their labels: outside text.
+            for item in report.deleted:
+                out.line(f"  {verb}: {_shown(item)}")
+            for item in report.unknown_owner:
+                out.line(f"  unknown owner, left alone: {_shown(item)}")
+            for item in report.failed:
+                out.line(f"  not deleted (the next sweep tries again): {_shown(item)}")
+            for item in report.errors:
+                out.line(f"  error: {_shown(item)}")
+        if undone is not None:
+            raise CommandFailed(
+                f"the sweep {handle.id} did not finish its work: {undone}",
+                hint="Fix what each error says (the cloud's own words: a PermissionDenied "
+                "means the worker's account lacks a role), then run `keeper tpu sweep` "
+                f"again; the scheduled sweep also retries them. The sweep: {fields['ui_url']}",
+                **report.model_dump(mode="python"),
+                **fields,
+                status="COMPLETED",
+                not_deleted=[orphan_name(item) for item in report.failed],
+            )
         return 0
 
     raise SystemExit(asyncio.run(run()))
