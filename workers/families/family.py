@@ -16,7 +16,8 @@ from keeper.workers.input_guard import InputHelp
 
 @dataclass(frozen=True)
 class ScheduleSpecOf:
-    """A schedule a family keeps: created when absent, its task queue kept on the family's."""
+    """A schedule a family owns: created when absent; at each worker start its interval,
+    overlap policy and task queue are set back to these (workers/main.py, ensure_schedules)."""
 
     schedule_id: str
     schedule: Schedule
