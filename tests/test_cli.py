@@ -114,14 +114,18 @@ async def test_bootstrap_wait_json_status_and_delete(dev_env, emu: TpuEmulator, 
         assert f"teardown tpu-teardown-{name}: COMPLETED, deleted {name}" in out
         assert "ACTIVE" not in out
 
+        # Released, the slice is over: listed only with --all.
         code, out, err = await keeper(config, "tpu", "list", "--json")
+        assert code == 0, err
+        assert name not in {row["slice"] for row in json.loads(out)["slices"]}
+        code, out, err = await keeper(config, "tpu", "list", "--all", "--json")
         assert code == 0, err
         rows = {row["slice"]: row for row in json.loads(out)["slices"]}
         assert rows[name]["status"] == "COMPLETED"
         assert rows[name]["slice_state"] == "released"
         assert rows[name]["zone"] == "us-central2-b"
         assert rows[name]["started_at"].endswith("Z")
-        code, out, err = await keeper(config, "tpu", "list")
+        code, out, err = await keeper(config, "tpu", "list", "--all")
         assert code == 0, err
         assert out.splitlines()[0].split() == [
             "SLICE",

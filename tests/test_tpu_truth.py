@@ -83,6 +83,45 @@ async def test_delete_of_an_unknown_slice_is_refused_and_starts_nothing(
         assert code == 1 and f"no slice named {name}" in err, (command, err)
 
 
+async def test_list_hides_the_slices_that_are_over_unless_all(
+    dev_env: WorkflowEnvironment, emu: TpuEmulator, tmp_path: Path
+):
+    queue, running = _names()
+    ended = f"{running}-ended"
+    config = write_config(tmp_path / "keeper.yaml", dev_env, emu, queue)
+    # Bootstraps no worker runs: one still running, one terminated (over).
+    started = {
+        name: await dev_env.client.start_workflow(
+            "TpuSliceBootstrap", "never read", id=bootstrap_workflow_id(name),
+            task_queue=f"nobody-polls-{queue}",
+        )
+        for name in (running, ended)
+    }  # fmt: skip
+    await started[ended].terminate(reason="over")
+    try:
+        # Visibility catches up on its own time; the CLI reads it once it has.
+        wanted = {started[running].id: "Running", started[ended].id: "Terminated"}
+        query = f'WorkflowId="{started[running].id}" OR WorkflowId="{started[ended].id}"'
+        for _ in range(200):
+            listed = dev_env.client.list_workflows(query)
+            seen = {wf.id: wf.status.name.title() async for wf in listed if wf.status}
+            if seen == wanted:
+                break
+            await asyncio.sleep(0.1)
+        assert seen == wanted
+        (code, out, err), (all_code, all_out, all_err) = await asyncio.gather(
+            keeper(config, "tpu", "list", "--json"),
+            keeper(config, "tpu", "list", "--all", "--json"),
+        )
+        assert code == 0 and all_code == 0, err + all_err
+        shown = {row["slice"]: row["slice_state"] for row in json.loads(out)["slices"]}
+        assert running in shown and ended not in shown, shown
+        every = {row["slice"]: row["slice_state"] for row in json.loads(all_out)["slices"]}
+        assert every[ended] == "terminated" and running in every, every
+    finally:
+        await started[running].terminate(reason="test done")
+
+
 async def test_a_failed_phase_reads_failed_with_what_compensation_deleted(
     dev_env: WorkflowEnvironment, emu: TpuEmulator, tmp_path: Path
 ):

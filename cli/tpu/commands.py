@@ -44,7 +44,7 @@ from keeper.domain.tpu.naming import (
     manual_sweep_workflow_id,
     teardown_workflow_id,
 )
-from keeper.domain.tpu.outcome import cleanup_summary, left_running, slice_state
+from keeper.domain.tpu.outcome import cleanup_summary, left_running, slice_is_over, slice_state
 from keeper.domain.tpu.phases import DEFAULT_DEADLINES, Phase, default_budget_text, plan_text
 from keeper.domain.tpu.slice_request import Capacity, SliceRequest
 from keeper.domain.tpu.status_view import static_summary
@@ -475,6 +475,12 @@ def status(keeper: KeeperContext, out: Output, slice_name: str, wait: bool) -> N
 
 @tpu.command(name="list")
 @click.option(
+    "--all",
+    "show_all",
+    is_flag=True,
+    help="Include the slices that are over: failed, cancelled, terminated or released.",
+)
+@click.option(
     "--limit",
     type=click.IntRange(1, 1000),
     default=100,
@@ -483,16 +489,23 @@ def status(keeper: KeeperContext, out: Output, slice_name: str, wait: bool) -> N
 )
 @json_options
 @pass_keeper
-def list_slices(keeper: KeeperContext, out: Output, limit: int) -> None:
-    """List the slices keeper knows (their bootstraps), newest first."""
+def list_slices(keeper: KeeperContext, out: Output, limit: int, show_all: bool) -> None:
+    """List the slices keeper knows (their bootstraps), newest first.
+
+    Like the other lists, closed ones only with --all: without it, the slices that are not
+    over (a bootstrap running; a ready slice, one being released or whose release failed).
+    """
     settings = keeper.settings
 
     async def run() -> int:
         client = await client_for(settings)
+        query = f'WorkflowType="{BOOTSTRAP_WORKFLOW_TYPE}"'
+        if not show_all:
+            # A bootstrap that failed, was cancelled, terminated or timed out is over; a
+            # completed one handed its slice over, which is over only once released.
+            query += ' AND (ExecutionStatus="Running" OR ExecutionStatus="Completed")'
         bootstraps: dict[str, Any] = {}
-        async for wf in client.list_workflows(
-            f'WorkflowType="{BOOTSTRAP_WORKFLOW_TYPE}"', limit=limit * 4
-        ):
+        async for wf in client.list_workflows(query, limit=limit * 4):
             # One row per slice: its latest run (a continued run shares the workflow id).
             current = bootstraps.get(wf.id)
             if current is None or wf.start_time > current.start_time:
@@ -502,8 +515,10 @@ def list_slices(keeper: KeeperContext, out: Output, limit: int) -> None:
             current = teardowns.get(wf.id)
             if current is None or wf.start_time > current.start_time:
                 teardowns[wf.id] = wf
-        rows = []
-        for wf in sorted(bootstraps.values(), key=lambda w: w.start_time, reverse=True)[:limit]:
+        rows: list[dict[str, Any]] = []
+        for wf in sorted(bootstraps.values(), key=lambda w: w.start_time, reverse=True):
+            if len(rows) == limit:
+                break
             attrs = wf.typed_search_attributes
             name = attrs.get(sa.SLICE_NAME) or wf.id.removeprefix("tpu-bootstrap-")
             phase = attrs.get(sa.PHASE)
@@ -516,6 +531,8 @@ def list_slices(keeper: KeeperContext, out: Output, limit: int) -> None:
                 and teardown.start_time >= wf.close_time
                 else None
             )
+            if not show_all and slice_is_over(bootstrap_state, released_by):
+                continue
             rows.append(
                 {
                     "slice": name,
@@ -532,7 +549,13 @@ def list_slices(keeper: KeeperContext, out: Output, limit: int) -> None:
             out.data({"slices": rows})
             return 0
         if not rows:
-            out.note("no slices yet; start one with `keeper tpu bootstrap`")
+            if show_all:
+                out.note("no slices yet; start one with `keeper tpu bootstrap`")
+            else:
+                out.note(
+                    "no slice is running or live; `keeper tpu list --all` also shows the "
+                    "ones that are over"
+                )
             return 0
         header = ("SLICE", "ZONE", "PHASE", "STATUS", "STATE", "STARTED")
         table = [header] + [

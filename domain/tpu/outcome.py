@@ -116,6 +116,18 @@ def slice_state(bootstrap: str, phase: str | None, teardown: str | None) -> str:
     return phase or "starting"
 
 
+def slice_is_over(bootstrap: str, teardown: str | None) -> bool:
+    """A slice whose life ended: its bootstrap closed without handing it over, or a teardown
+    released what it handed over. `keeper tpu list` shows these only with --all.
+
+    A ready slice, one being released, and one whose release failed or was cut short (its
+    resources may still be there) are not over.
+    """
+    if bootstrap == "COMPLETED":
+        return teardown in ("COMPLETED", "CANCELED")
+    return bootstrap in _BOOTSTRAP_CLOSED
+
+
 def is_live(bootstrap: str, teardown: str | None) -> bool:
     """A slice handed over and not released: a new bootstrap of its name must be refused."""
     return bootstrap == "COMPLETED" and teardown is None
