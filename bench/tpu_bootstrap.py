@@ -209,7 +209,7 @@ class Attempt:
     number: int
     started: float  # server time the attempt started, seconds since the epoch
     calls: Counter[str]
-    failure: str | None  # the error type the attempt ended with, "NotYet" for a plain poll
+    failure: str | None  # the error type the attempt ended with, "Waiting" for a plain poll
     qr_state: str | None = None  # what a poll that returned saw
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
@@ -12,6 +13,12 @@ from temporalio.runtime import Runtime
 
 from keeper.runtime.sdk_logs import default_runtime
 from keeper.runtime.settings import TemporalSettings
+from keeper.runtime.waiting import WaitAwareFailureConverter
+
+# Pydantic models as payloads; an expected wait's failure without its stack trace.
+DATA_CONVERTER = dataclasses.replace(
+    pydantic_data_converter, failure_converter_class=WaitAwareFailureConverter
+)
 
 
 def connect_options(settings: TemporalSettings) -> dict[str, Any]:
@@ -38,7 +45,7 @@ async def connect(
     """`runtime` is the worker's, serving its metrics; None is `default_runtime()`."""
     return await Client.connect(
         **connect_options(settings),
-        data_converter=pydantic_data_converter,
+        data_converter=DATA_CONVERTER,
         interceptors=interceptors,
         runtime=runtime or default_runtime(),
     )

@@ -1,8 +1,9 @@
 """Thin adapters between the bootstrap workflows and the Cloud TPU API.
 
 Each method makes a bounded number of calls with an explicit timeout, and leaves waiting and
-deadlines to Temporal: a poll that sees no progress raises a benign "not yet" error that the
-RetryPolicy turns into the next poll, which keeps history flat however long the wait.
+deadlines to Temporal: a poll that sees no progress raises keeper's benign wait
+(runtime/waiting.py), which the RetryPolicy turns into the next poll; that keeps history flat
+however long the wait.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 from google.api_core import exceptions as gexc
 from google.cloud import tpu_v2
 from temporalio import activity
-from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
+from temporalio.exceptions import ApplicationError
 
 from keeper.activities.tpu.gcp_errors import RateLimitTracker, deletion_error, to_application_error
 from keeper.domain.tpu import naming
@@ -31,11 +32,12 @@ from keeper.domain.tpu.models import (
     SliceRef,
 )
 from keeper.domain.tpu.observation import NodeView, SliceObservation, progress_key
+from keeper.domain.tpu.phases import waiting_for
 from keeper.domain.tpu.qr_state import GONE
 from keeper.domain.tpu.slice_request import Capacity, SliceRequest
 from keeper.runtime.tracing import tracer
+from keeper.runtime.waiting import waiting
 
-NOT_YET = "NotYet"
 # A delete is confirmed by reading NotFound; we look quickly at first, then every few seconds.
 CONFIRM_FIRST_INTERVAL = 0.1
 CONFIRM_MAX_INTERVAL = 3.0
@@ -61,12 +63,6 @@ def _delete_request_id() -> str:
         uuid.uuid5(
             uuid.NAMESPACE_URL, f"keeper:{info.workflow_run_id}/{info.activity_id}/{info.attempt}"
         )
-    )
-
-
-def not_yet(message: str, *details: object) -> ApplicationError:
-    return ApplicationError(
-        message, *details, type=NOT_YET, category=ApplicationErrorCategory.BENIGN
     )
 
 
@@ -209,9 +205,9 @@ class TpuActivities:
             raise to_application_error(err, action, delay) from None
         self._rate_limits.clear(key)
         if progress_key(obs) == inp.last_key and not inp.final:
-            raise not_yet(
-                f"{inp.phase.value}: no progress yet (QR {obs.qr_state or '-'}, "
-                f"{obs.vms_with_ip}/{obs.expected_vms} VMs with IP)"
+            raise waiting(
+                waiting_for(inp.phase),
+                seen=f"QR {obs.qr_state or '-'}, {obs.vms_with_ip}/{obs.expected_vms} VMs with IP",
             )
         return obs
 

@@ -15,10 +15,10 @@ from datetime import timedelta
 import aiohttp
 from temporalio import activity
 
-from keeper.activities.tpu.cloud import not_yet
 from keeper.domain.tpu.models import HealthCheckInput, HealthReport, VmFailure
 from keeper.domain.tpu.observation import VmEndpoint, bucket
 from keeper.runtime.tracing import tracer
+from keeper.runtime.waiting import waiting
 
 
 class HealthProber:
@@ -87,9 +87,10 @@ class HealthActivities:
         # limit."), so it carries the counts and the first few failing VMs only; the
         # workflow's status query holds the full list of the last round it saw.
         shown = report.failing[:FAILING_IN_RETRY]
-        raise not_yet(
-            f"health: {report.healthy}/{report.total} VMs healthy, "
-            f"{report.total - report.healthy} failing; first: "
-            + ", ".join(f"{f.node}/{f.index} {f.ip} ({f.reason})" for f in shown),
+        failing = report.total - report.healthy
+        raise waiting(
+            f"{failing} more VM{'s' if failing != 1 else ''} to answer {inp.path} healthy",
             report.model_copy(update={"failing": shown}),
+            seen=f"{report.healthy}/{report.total} VMs healthy, {failing} failing; "
+            "first: " + ", ".join(f"{f.node}/{f.index} {f.ip} ({f.reason})" for f in shown),
         )

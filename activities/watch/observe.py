@@ -16,7 +16,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TypeVar
 
 from temporalio import activity
-from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
+from temporalio.exceptions import ApplicationError
 
 from keeper.activities.heartbeat import heartbeating
 from keeper.domain.watch.calls import (
@@ -32,6 +32,7 @@ from keeper.domain.watch.names import ChildRef, JobPhase, phase_of, pick_latest
 from keeper.domain.watch.policy import WatchPolicy
 from keeper.domain.watch.progress import LogDigest, LogLine, digest
 from keeper.domain.watch.threads import DumpReading, read_dump
+from keeper.runtime.waiting import waiting
 from keeper.runtime.watch.iris_client import ChildListing, IrisController
 from keeper.runtime.watch.iris_errors import IrisError, JobNotFound
 from keeper.wire.iris.exec_commands import (
@@ -57,20 +58,15 @@ _FAILED_TASK = frozenset(
 )
 
 
-# The first attempt of a check that waits (ObserveCall.wait_s): benign, retried once due.
-CHECK_NOT_DUE = "CheckNotDue"
-
-
 def raise_unless_due(call: ObserveCall) -> None:
     """The wait before a check, on Temporal's clock: the first attempt of a check that waits
     answers "not due", and Temporal retries it `wait_s` later (the retry is the timer, and
     it is written to no history). Every `watch.observe` implementation calls this first."""
     if call.wait_s > 0 and activity.info().attempt == 1:
-        raise ApplicationError(
-            f"the check of {call.job_id} is due in {call.wait_s:g} s",
-            type=CHECK_NOT_DUE,
-            category=ApplicationErrorCategory.BENIGN,
-            next_retry_delay=timedelta(seconds=call.wait_s),
+        raise waiting(
+            f"the check of {call.job_id} to be due",
+            seen=f"due in {call.wait_s:g} s",
+            next_look=timedelta(seconds=call.wait_s),
         )
 
 
@@ -103,7 +99,7 @@ class WatchObserver:
             raise ApplicationError(f"{job_id} is not known", type="JobNotFound") from None
         phase = phase_of(status.state)
         if phase in (JobPhase.PENDING, JobPhase.UNSPECIFIED):
-            raise ApplicationError(f"{job_id} is still {phase.value}", type="StillPending")
+            raise waiting(f"{job_id} to leave the queue", seen=f"still {phase.value}")
         return phase.value
 
     @activity.defn(name="watch.observe")

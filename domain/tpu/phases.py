@@ -96,6 +96,15 @@ QUEUED_WAITS = (
 NODE_WAITS = (WaitStep(Phase.READY, True, Goal.CLOUD_READY, _READY_WHAT),)
 
 
+def waiting_for(phase: Phase) -> str:
+    """What a waiting phase waits for, as a poll that saw no progress says it: "capacity to
+    be assigned"."""
+    for step in (*QUEUED_WAITS, *NODE_WAITS):
+        if step.phase is phase:
+            return step.what.removeprefix("wait for ")
+    return f"the {phase.value} phase to progress"
+
+
 def wait_plan(request: SliceRequest) -> tuple[WaitStep, ...]:
     # Non-queued capacity has no queue: one cloud-ready budget from node create, then health.
     return QUEUED_WAITS if request.capacity.queued else NODE_WAITS
