@@ -43,13 +43,15 @@ async def test_a_job_with_six_thousand_children_is_watched_through_the_caps(
     async with watch_world(dev_env.client) as w:
         job = w.launch("healthy", extra_children=6000)
         handle = await w.watch(job)
+        # Running, not merely steady: on a loaded machine a first check can come late and
+        # judge "unknown" (an observer gap), which is right, and the next one "running".
         seen = await w.until_view(
             handle,
-            lambda v: v.phase is WatchPhase.STEADY and v.attempt is not None,
+            lambda v: v.phase is WatchPhase.STEADY and v.attempt is not None
+            and v.verdict == "running",
             within=90,
-            what="a steady watch on the pipeline's attempt",
-        )
-        assert seen.verdict == "running", seen.verdict
+            what="a steady watch judging the pipeline's attempt running",
+        )  # fmt: skip
         assert seen.attempt is not None and seen.attempt.workers_running > 0
         assert not any("ListJobs" in e for e in seen.controller_errors), seen.controller_errors
         result = await w.result(handle, within=120)
