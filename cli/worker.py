@@ -9,11 +9,19 @@ import click
 from pydantic import ValidationError
 
 from keeper.cli.context import KeeperContext, pass_keeper
+from keeper.cli.dev_only import emulator_installed
 from keeper.cli.output import CommandFailed, Output, UsageProblem, json_options
 from keeper.domain.common.durations import format_duration
 from keeper.runtime import logs
 from keeper.runtime.metrics import MetricsEndpointError
-from keeper.runtime.settings import FAMILY_NAMES, LogFormat, Settings, SettingsError, WorkerSettings
+from keeper.runtime.settings import (
+    FAMILY_NAMES,
+    LogFormat,
+    Settings,
+    SettingsError,
+    TpuEndpoint,
+    WorkerSettings,
+)
 
 
 @click.command()
@@ -82,7 +90,8 @@ def worker(
     The worker logs to stderr and prints no data. `keeper worker --check [--json]` reads
     the settings and prints the plan (server, build, each family's task queue, workflows,
     activity slots and schedules) without connecting: exit 0 when the settings hold, 1
-    when they do not.
+    when they do not. A setting that holds but cannot work here (tpu.endpoint: emulator in
+    an install without the emulators) is a warning on stderr and in the JSON's `warnings`.
     """
     if out.json and not check:
         raise UsageProblem("only `keeper worker --check` prints JSON", "--json")
@@ -152,10 +161,33 @@ def worker_plan(settings: Settings) -> dict[str, Any]:
         "legacy_task_queue": settings.temporal.task_queue if every_family else None,
         "metrics_address": settings.worker.metrics_address or None,
         "log_format": settings.worker.log_format.value,
+        # The settings hold (exit 0), but the worker would not do what they seem to ask.
+        "warnings": _plan_warnings(settings, [family.name for family in families]),
     }
 
 
+def _plan_warnings(settings: Settings, families: list[str]) -> list[str]:
+    warnings = []
+    if (
+        "tpu" in families
+        and settings.tpu.endpoint is TpuEndpoint.EMULATOR
+        and not emulator_installed("emulators.tpu")
+    ):
+        # The default endpoint, in an installed wheel: nothing of keeper's serves that
+        # address, and the worker would find out only at a bootstrap's first call.
+        others = ",".join(name for name in FAMILY_NAMES if name != "tpu")
+        warnings.append(
+            "tpu.endpoint is emulator, but this installation has no TPU emulator "
+            "(emulators.tpu ships with keeper's checkout, not its wheel): the TPU family would "
+            f"call {settings.tpu.emulator_address} (tpu.emulator_address). For Cloud TPU set "
+            f"tpu.endpoint: gcp (KEEPER_TPU_ENDPOINT=gcp); without TPUs, --family {others}"
+        )
+    return warnings
+
+
 def _print_plan(plan: dict[str, Any], out: Output) -> None:
+    for warning in plan["warnings"]:
+        out.note(f"warning: {warning}")
     if out.json:
         out.data(plan)
         return

@@ -234,6 +234,39 @@ def test_without_the_emulators_keeper_runs_and_dev_only_commands_say_what_to_ins
     assert "KEEPER_PROVIDER_EXECUTABLE" in worker["err"] and "Traceback" not in worker["err"]
 
 
+def test_worker_check_warns_of_the_emulator_endpoint_where_no_emulator_is_installed(
+    tmp_path: Path,
+) -> None:
+    # A checkout has the emulators: there the same check warns of nothing
+    # (tests/test_cli_conventions.py, test_worker_check_prints_the_plan_without_a_server).
+    gcp = tmp_path / "gcp.yaml"
+    gcp.write_text("tpu:\n  endpoint: gcp\n")
+    text, as_json, without_tpu, on_gcp = _keepers_without_checkout(
+        [
+            ["worker", "--check"],  # tpu.endpoint: emulator, the default
+            ["worker", "--check", "--json"],
+            ["worker", "--check", "--json", "--family", "runners,reclaim,watch"],
+            ["--config", str(gcp), "worker", "--check", "--json"],
+        ],
+        tmp_path,
+        _clean_env(COLUMNS="200"),
+    )
+    assert text["code"] == 0 and as_json["code"] == 0, (text, as_json)
+    plan = json.loads(as_json["out"])
+    (warning,) = plan["warnings"]
+    assert warning.startswith("tpu.endpoint is emulator, but this installation has no TPU")
+    assert "KEEPER_TPU_ENDPOINT=gcp" in warning and "127.0.0.1:8470" in warning, warning
+    assert plan["status"] == "ok"
+    # On stderr in both forms; stdout stays the plan (one JSON document under --json).
+    for result in (text, as_json):
+        assert result["err"] == f"warning: {warning}\n", result
+    assert "worker settings ok" in text["out"] and "warning" not in text["out"]
+    # The TPU family not served, or on GCP: nothing to warn of.
+    for result in (without_tpu, on_gcp):
+        assert result["code"] == 0 and result["err"] == "", result
+        assert json.loads(result["out"])["warnings"] == [], result
+
+
 # -- `keeper worker` as a process: health, one workflow, SIGTERM -------------------------
 
 
@@ -434,6 +467,10 @@ async def test_the_wheel_in_a_clean_venv_runs_the_worker_without_a_checkout(
                  ["reclaim", "--help"], ["job", "--help"], ["admin", "--help"]):  # fmt: skip
         done = await asyncio.to_thread(_run, [keeper, *args], run_dir, env)
         assert done.returncode == 0, (args, done.stderr)
+    # The default tpu.endpoint, emulator, has no emulator behind it in the wheel.
+    checked = await asyncio.to_thread(_run, [keeper, "worker", "--check", "--json"], run_dir, env)
+    (warning,) = json.loads(checked.stdout)["warnings"]
+    assert "no TPU emulator" in warning and f"warning: {warning}" in checked.stderr, checked
     missing = await asyncio.to_thread(
         _run, [keeper, "--config", str(run_dir / "nope.yaml"), "worker"], run_dir, env
     )
