@@ -99,7 +99,12 @@ async def test_bootstrap_wait_json_status_and_delete(dev_env, emu: TpuEmulator, 
         qr = f"projects/keeper-test/locations/us-central2-b/queuedResources/{name}"
         node = f"projects/keeper-test/locations/us-central2-b/nodes/{name}"
         # The force delete of the QR takes its node with it.
-        assert report == {"deleted": [qr], "already_gone": [node], "not_ours": []}
+        assert report == {
+            "deleted": [qr],
+            "already_gone": [node],
+            "not_ours": [],
+            "deleted_earlier": [],
+        }
 
         # After the delete, the status tells the release, not the handed-over slice.
         code, out, err = await keeper(config, "tpu", "status", name, "--json")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -14,17 +15,23 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from google.api_core.exceptions import NotFound
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import ApplicationError
-from temporalio.testing import WorkflowEnvironment
+from temporalio.testing import ActivityEnvironment, WorkflowEnvironment
 
 from emulators.tpu import Scenario, TpuEmulator
+from keeper.activities.tpu.cloud import DELETES_SENT, TpuActivities
 from keeper.domain.tpu.models import (
     BootstrapFailure,
     BootstrapResult,
     BootstrapStatus,
+    CreateSliceInput,
+    DeleteSliceInput,
     DeletionReport,
+    Owner,
+    SliceRef,
     TeardownRequest,
 )
 from keeper.domain.tpu.naming import (
@@ -32,6 +39,7 @@ from keeper.domain.tpu.naming import (
     bootstrap_workflow_id,
     teardown_workflow_id,
 )
+from keeper.domain.tpu.outcome import cleanup_summary
 from keeper.domain.tpu.slice_request import SliceRequest
 from keeper.runtime.tpu.client import emulator_client
 from keeper.workers.main import build_worker
@@ -350,3 +358,71 @@ async def test_a_stuck_cancel_path_compensation_continues_as_new_and_finishes(
     assert isinstance(cause, ApplicationError) and cause.type == "BootstrapCancelled", cause
     assert "compensation" in cause.message and "finished" in cause.message
     assert_no_leaks(emu)
+
+
+async def test_a_retry_after_an_attempt_cut_short_says_the_compensation_deleted_it(
+    emu: TpuEmulator,
+):
+    name = f"cut-{uuid.uuid4().hex[:6]}"
+    # Waits for capacity, so it is the QR alone; its delete takes a moment to finish.
+    emu.set_scenario(name, Scenario(assign_after=None, delete_duration=1.0))
+    tpu = emulator_client(emu.grpc_target)
+    activities = TpuActivities(tpu, call_timeout=timedelta(seconds=5))
+    request = slice_request(name)
+    owner = Owner(workflow_id=bootstrap_workflow_id(name), run_id=str(uuid.uuid4()))
+    created = await ActivityEnvironment().run(
+        activities.create_slice,
+        CreateSliceInput(request=request, owner=owner, request_id=str(uuid.uuid4()),
+                         valid_until=timedelta(hours=1)),
+    )  # fmt: skip
+    qr = created.name
+    inp = DeleteSliceInput(
+        slice=SliceRef.of(request),
+        owner_workflow_id=owner.workflow_id,
+        owner_run_id=owner.run_id,
+        reason="test",
+    )
+
+    # The first attempt sends the force delete, heartbeats, and its worker is gone.
+    first = ActivityEnvironment()
+    beats: list[tuple[object, ...]] = []
+    sent = asyncio.Event()
+
+    def heard(*details: object) -> None:
+        beats.append(details)
+        if any(isinstance(d, dict) and d.get(DELETES_SENT) == [qr] for d in details):
+            sent.set()
+
+    first.on_heartbeat = heard
+    attempt = asyncio.ensure_future(first.run(activities.delete_slice, inp))
+    await asyncio.wait_for(sent.wait(), 30)
+    first.cancel()
+    with contextlib.suppress(BaseException):
+        await attempt
+    for _ in range(300):  # the delete it sent finishes without it
+        try:
+            await tpu.get_queued_resource(name=qr)
+        except NotFound:
+            break
+        await asyncio.sleep(0.1)
+    else:
+        pytest.fail(f"{qr} was never deleted")
+
+    # The next attempt gets the last heartbeat, as Temporal hands it to a retry.
+    second = ActivityEnvironment()
+    second.info = dataclasses.replace(second.info, attempt=2, heartbeat_details=list(beats[-1]))
+    report = await second.run(activities.delete_slice, inp)
+    assert report.deleted == [qr] and report.deleted_earlier == [qr], report
+    said = cleanup_summary(report, kind="error", slice_name=name)
+    assert said == (
+        f"deleted {name} (an earlier attempt of the compensation sent the delete and was cut "
+        "short; the next attempt found it gone)"
+    )
+
+    # Without that heartbeat, nothing says who deleted it: it was gone, named once.
+    unknown = await ActivityEnvironment().run(activities.delete_slice, inp)
+    assert unknown.deleted == [] and qr in unknown.already_gone, unknown
+    assert cleanup_summary(unknown, kind="error", slice_name=name) == (
+        f"nothing was left to delete: {name} was already gone when compensation looked "
+        "(never created, or deleted before it ran)"
+    )

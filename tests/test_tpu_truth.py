@@ -137,6 +137,7 @@ async def test_a_failed_phase_reads_failed_with_what_compensation_deleted(
         assert out == ""  # a failure is a diagnostic, not data
         assert "bootstrap failed: assign:" in err and "no more capacity in zone" in err
         assert f"Compensation: deleted {name}." in err
+        assert err.lower().count("compensation: deleted") == 1, err  # said once
         assert "Nothing of this bootstrap is left running." in err
 
         code, out, err = await keeper(config, "tpu", "status", name)
@@ -194,6 +195,26 @@ async def test_a_cancel_exits_0_and_says_who_deleted_what(
         code, out, err = await keeper(config, "tpu", "cancel", name, "--json")
         assert code == 1
         assert json.loads(out)["error"]["status"] == "CANCELED"
+    assert_no_leaks(emu)
+
+
+async def test_a_cancelled_demo_names_the_slice_as_every_other_message_does(
+    dev_env: WorkflowEnvironment, emu: TpuEmulator, tmp_path: Path
+):
+    queue, name = _names()
+    emu.set_scenario(name, Scenario(assign_after=None))
+    config = write_config(tmp_path / "keeper.yaml", dev_env, emu, queue)
+    async with running_worker(dev_env.client, emu, task_queue=f"{queue}-tpu"):
+        demo = asyncio.create_task(keeper(config, "tpu", "demo", "--name", name, "--json"))
+        handle = dev_env.client.get_workflow_handle(bootstrap_workflow_id(name))
+        await wait_for_phase(handle, Phase.ASSIGN)
+        await handle.cancel()
+        code, out, err = await demo
+    assert code == 1, err
+    error = json.loads(out)["error"]
+    assert error["message"].startswith(f"the bootstrap of slice {name} was cancelled; "), error
+    assert bootstrap_workflow_id(name) not in error["message"]
+    assert error["slice"] == name and error["workflow_id"] == bootstrap_workflow_id(name)
     assert_no_leaks(emu)
 
 

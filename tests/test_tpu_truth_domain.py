@@ -30,6 +30,7 @@ from keeper.domain.tpu.outcome import (
     is_live,
     left_running,
     merge_reports,
+    slice_is_over,
     slice_state,
 )
 from keeper.domain.tpu.phases import (
@@ -56,9 +57,17 @@ NODE = "projects/p/locations/z/nodes/train-a"
          "deleted train-a", False),
         (DeletionReport(deleted=[QR]), "cancelled", True,
          "the phase workflow deleted train-a when it was cancelled", False),
+        # The QR and its node share the slice's name: named once.
         (DeletionReport(already_gone=[QR, NODE]), "error", False,
-         "nothing was left to delete: nothing was created, or it was already gone "
-         "(train-a, train-a)", False),
+         "nothing was left to delete: train-a was already gone when compensation looked "
+         "(never created, or deleted before it ran)", False),
+        (DeletionReport(already_gone=[QR, f"{NODE}-0", f"{NODE}-1"]), "error", False,
+         "nothing was left to delete: train-a, train-a-0, train-a-1 were already gone when "
+         "compensation looked (never created, or deleted before it ran)", False),
+        # An attempt force-deleted the QR and was killed; the next one found it gone.
+        (DeletionReport(deleted=[QR], already_gone=[NODE], deleted_earlier=[QR]), "error",
+         False, "deleted train-a (an earlier attempt of the compensation sent the delete and "
+         "was cut short; the next attempt found it gone)", False),
         (DeletionReport(not_ours=[QR]), "error", False,
          "left train-a alone: another run owns them", True),
         (None, "taken", False,
@@ -78,6 +87,9 @@ def test_the_childs_deletions_survive_the_supervisors_confirmation():
     own = DeletionReport(already_gone=[QR, NODE])
     assert merge_reports(child, own) == DeletionReport(deleted=[QR], already_gone=[NODE])
     assert merge_reports(None, own) == own
+    # Who deleted what survives the merge too.
+    earlier = DeletionReport(deleted=[QR], already_gone=[NODE], deleted_earlier=[QR])
+    assert merge_reports(earlier, own) == earlier
 
 
 @pytest.mark.parametrize(
@@ -99,6 +111,10 @@ def test_the_childs_deletions_survive_the_supervisors_confirmation():
 def test_slice_state(bootstrap, phase, teardown, state, live):
     assert slice_state(bootstrap, phase, teardown) == state
     assert is_live(bootstrap, teardown) is live
+    # `keeper tpu list` without --all: what is over is closed; a slice that may still hold
+    # resources (ready, releasing, a release that failed or was cut short) is not.
+    over = state in ("released", "failed", "cancelled", "terminated", "timed out")
+    assert slice_is_over(bootstrap, teardown) is over
 
 
 @pytest.mark.parametrize(

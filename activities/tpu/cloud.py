@@ -46,6 +46,10 @@ CONFIRM_MAX_INTERVAL = 3.0
 # cloud side without the resource ever leaving DELETING).
 REDELETE_AFTER = 60.0
 STILL_EXISTS = "StillExists"
+# The heartbeat detail of delete_slice that names the resources it sent a delete for, so a
+# retry that finds them gone knows this compensation deleted them (an attempt killed after
+# its delete went out would otherwise be reported as "already gone").
+DELETES_SENT = "deletes_sent"
 HEALTH_PORT_METADATA = "keeper-health-port"
 HEALTH_PATH_METADATA = "keeper-health-path"
 
@@ -63,6 +67,30 @@ def _delete_request_id() -> str:
         uuid.uuid5(
             uuid.NAMESPACE_URL, f"keeper:{info.workflow_run_id}/{info.activity_id}/{info.attempt}"
         )
+    )
+
+
+def _deletes_sent_earlier() -> frozenset[str]:
+    """What earlier attempts of this delete_slice sent a delete for, from the last heartbeat
+    they got through (the first heartbeat after a delete goes out at once)."""
+    for detail in activity.info().heartbeat_details:
+        if isinstance(detail, dict) and isinstance(detail.get(DELETES_SENT), list):
+            return frozenset(str(name) for name in detail[DELETES_SENT])
+    return frozenset()
+
+
+def credit_earlier_attempts(report: DeletionReport, earlier: frozenset[str]) -> DeletionReport:
+    """A resource an earlier attempt sent the delete for and this one found gone was deleted
+    by this compensation: deleted (by an earlier attempt), not "already gone"."""
+    found_gone = [name for name in report.already_gone if name in earlier]
+    if not found_gone:
+        return report
+    return report.model_copy(
+        update={
+            "deleted": [*report.deleted, *found_gone],
+            "already_gone": [n for n in report.already_gone if n not in earlier],
+            "deleted_earlier": [*report.deleted_earlier, *found_gone],
+        }
     )
 
 
@@ -294,19 +322,21 @@ class TpuActivities:
         """
         ref = inp.slice
         report = DeletionReport()
+        earlier = _deletes_sent_earlier()
+        sent = sorted(earlier)  # carried on, so a third attempt still knows
         try:
             if ref.queued:
                 qr_name = naming.queued_resource_name(ref.project, ref.zone, ref.slice_name)
-                report = await self._delete_qr(qr_name, inp, report)
+                report = await self._delete_qr(qr_name, inp, report, sent)
             for node_id in ref.node_ids:
                 node_name = naming.node_name(ref.project, ref.zone, node_id)
-                report = await self._delete_node(node_name, inp, report)
+                report = await self._delete_node(node_name, inp, report, sent)
         except gexc.GoogleAPICallError as err:
             raise deletion_error(err, f"deleting {ref.slice_name}") from None
-        return report
+        return credit_earlier_attempts(report, earlier)
 
     async def _delete_qr(
-        self, name: str, inp: DeleteSliceInput, report: DeletionReport
+        self, name: str, inp: DeleteSliceInput, report: DeletionReport, sent: list[str]
     ) -> DeletionReport:
         qr = await self._get_qr(name)
         if qr is None:
@@ -318,11 +348,12 @@ class TpuActivities:
         activity.logger.info("deleting %s (force): %s", name, inp.reason)
         if not await self._send_qr_delete(name, _delete_request_id()):
             return report.model_copy(update={"already_gone": [*report.already_gone, name]})
-        await self._until_gone(name, self._get_qr, lambda qr: qr.state.state.name)
+        sent.append(name)
+        await self._until_gone(name, self._get_qr, lambda qr: qr.state.state.name, sent)
         return report.model_copy(update={"deleted": [*report.deleted, name]})
 
     async def _delete_node(
-        self, name: str, inp: DeleteSliceInput, report: DeletionReport
+        self, name: str, inp: DeleteSliceInput, report: DeletionReport, sent: list[str]
     ) -> DeletionReport:
         node = await self._get_node(name)
         if node is None:
@@ -335,7 +366,8 @@ class TpuActivities:
             activity.logger.info("deleting node %s: %s", name, inp.reason)
             if not await self._send_node_delete(name):
                 return report.model_copy(update={"already_gone": [*report.already_gone, name]})
-        await self._until_gone(name, self._get_node, lambda node: node.state.name)
+            sent.append(name)
+        await self._until_gone(name, self._get_node, lambda node: node.state.name, sent)
         return report.model_copy(update={"deleted": [*report.deleted, name]})
 
     async def _send_qr_delete(self, name: str, request_id: str) -> bool:
@@ -369,6 +401,7 @@ class TpuActivities:
         name: str,
         get: Callable[[str], Awaitable[Any | None]],
         state_of: Callable[[Any], str],
+        sent: list[str],
     ) -> None:
         # Reading NotFound is the only proof that matters: an operation marked done says
         # nothing about a second resource a retried create may have left behind.
@@ -376,7 +409,7 @@ class TpuActivities:
         loop = asyncio.get_running_loop()
         sent_at = loop.time()
         while True:
-            activity.heartbeat(f"waiting for {name} to disappear")
+            activity.heartbeat(f"waiting for {name} to disappear", {DELETES_SENT: sent})
             found = await get(name)
             if found is None:
                 return

@@ -145,12 +145,16 @@ async def start_bootstrap(
 
 
 def failure_of(err: WorkflowFailureError) -> tuple[str, BootstrapFailure | None]:
+    """What failed, and the failure. The message is the failure's own: the workflow's error
+    text ends with "; compensation: ...", which the CLI shows once, on a line of its own."""
     cause = err.cause
     if isinstance(cause, ApplicationError) and cause.details:
         try:
-            return cause.message, BootstrapFailure.model_validate(cause.details[0])
+            failure = BootstrapFailure.model_validate(cause.details[0])
         except ValidationError:
             pass
+        else:
+            return failure.message, failure
     return str(cause or err), None
 
 
@@ -170,6 +174,8 @@ async def wait_and_report(
     out: Output,
     show: bool,
     run_id: str | None = None,
+    *,
+    slice_name: str,
 ) -> int:
     """Waits for the bootstrap; 0 when the slice is ready, otherwise raises (exit 1)."""
     if show:
@@ -182,9 +188,11 @@ async def wait_and_report(
         if isinstance(err.cause, CancelledError):
             cleanup = final.compensation if final and final.compensation else "unknown"
             raise CommandFailed(
-                f"the bootstrap of {handle.id} was cancelled; compensation: {_shown(cleanup)}",
+                f"the bootstrap of slice {slice_name} was cancelled; compensation: "
+                f"{_shown(cleanup)}",
                 hint=f"History: {fields['ui_url']}",
                 **fields,
+                slice=slice_name,
                 status="CANCELED",
                 cleanup=cleanup,
                 progress=final,
@@ -316,7 +324,7 @@ async def _bootstrap(settings: Settings, request: SliceRequest, wait: bool, out:
             out.note(f"started; follow it with `keeper tpu status {request.slice_name} --wait`")
             out.note(f"History: {fields['ui_url']}")
         return 0
-    return await wait_and_report(handle, settings, out, show=True)
+    return await wait_and_report(handle, settings, out, show=True, slice_name=request.slice_name)
 
 
 @tpu.command()
@@ -351,7 +359,7 @@ def demo(keeper: KeeperContext, out: Output, slice_name: str | None) -> None:
         client = await client_for(settings)
         handle = await start_bootstrap(client, settings, request)
         out.note(f"bootstrapping {name}: {settings.temporal.workflow_url(handle.id)}")
-        return await wait_and_report(handle, settings, out, show=True)
+        return await wait_and_report(handle, settings, out, show=True, slice_name=name)
 
     raise SystemExit(asyncio.run(run()))
 
@@ -424,7 +432,7 @@ def status(keeper: KeeperContext, out: Output, slice_name: str, wait: bool) -> N
         handle, description = found.bootstrap, found.bootstrap_description
         if wait and is_running(description):
             return await wait_and_report(
-                handle, settings, out, show=True, run_id=description.run_id
+                handle, settings, out, show=True, run_id=description.run_id, slice_name=slice_name
             )
         progress = await query_status(handle)
         teardown = await _teardown_view(found)

@@ -129,6 +129,9 @@ class DeletionReport(_Message):
     deleted: list[str] = []
     already_gone: list[str] = []
     not_ours: list[str] = []
+    # Of `deleted`: those an earlier attempt sent the delete for, before it was cut short
+    # (a killed worker); the attempt that reported found them gone.
+    deleted_earlier: list[str] = []
 
     @property
     def touched_anything(self) -> bool:

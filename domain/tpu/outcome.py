@@ -14,7 +14,12 @@ def _short(name: str) -> str:
 
 
 def _names(names: list[str]) -> str:
-    return ", ".join(_short(n) for n in names)
+    """Each name once: a QR and its node share the slice's name."""
+    return ", ".join(dict.fromkeys(_short(n) for n in names))
+
+
+def _were(names: list[str]) -> str:
+    return "was" if len(dict.fromkeys(_short(n) for n in names)) == 1 else "were"
 
 
 def merge_reports(child: DeletionReport | None, own: DeletionReport) -> DeletionReport:
@@ -27,7 +32,10 @@ def merge_reports(child: DeletionReport | None, own: DeletionReport) -> Deletion
     deleted = list(dict.fromkeys([*child.deleted, *own.deleted]))
     gone = [n for n in dict.fromkeys([*child.already_gone, *own.already_gone]) if n not in deleted]
     not_ours = list(dict.fromkeys([*child.not_ours, *own.not_ours]))
-    return DeletionReport(deleted=deleted, already_gone=gone, not_ours=not_ours)
+    earlier = list(dict.fromkeys([*child.deleted_earlier, *own.deleted_earlier]))
+    return DeletionReport(
+        deleted=deleted, already_gone=gone, not_ours=not_ours, deleted_earlier=earlier
+    )
 
 
 def cleanup_summary(
@@ -45,8 +53,11 @@ def cleanup_summary(
     | no report (compensation did not run)    | compensation did not run                     |
     | something deleted by the phase workflow | the phase workflow deleted X when cancelled  |
     | something deleted                       | deleted X                                    |
-    | only resources already gone             | nothing was left to delete                   |
+    | deleted by an attempt that was cut short| deleted X (an earlier attempt sent ...)      |
+    | only resources already gone             | nothing was left to delete: X was gone ...   |
     | resources of another run                | left Y alone: another run owns them          |
+
+    A QR and its node share the slice's name, which is named once.
     """
     if kind == "taken":
         owned = f"{slice_name} belongs to another run" if slice_name else "the name is taken"
@@ -60,11 +71,20 @@ def cleanup_summary(
     if report.deleted:
         who = "the phase workflow deleted" if by_child else "deleted"
         when = " when it was cancelled" if by_child else ""
-        parts.append(f"{who} {_names(report.deleted)}{when}")
+        text = f"{who} {_names(report.deleted)}{when}"
+        earlier = [n for n in report.deleted if n in report.deleted_earlier]
+        if earlier:
+            which = "" if _names(earlier) == _names(report.deleted) else f" of {_names(earlier)}"
+            text += (
+                f" (an earlier attempt of the compensation sent the delete{which} and was cut "
+                "short; the next attempt found it gone)"
+            )
+        parts.append(text)
     elif report.already_gone:
+        gone = report.already_gone
         parts.append(
-            "nothing was left to delete: nothing was created, or it was already gone "
-            f"({_names(report.already_gone)})"
+            f"nothing was left to delete: {_names(gone)} {_were(gone)} already gone when "
+            "compensation looked (never created, or deleted before it ran)"
         )
     if report.not_ours:
         parts.append(f"left {_names(report.not_ours)} alone: another run owns them")
