@@ -103,7 +103,8 @@ def _report(keeper: KeeperContext) -> dict[str, Any]:
     help="Move every port of the stack, for a second stack on this host: N Temporal gRPC, "
     "N+1 its UI, N+2/N+3 the TPU emulator's gRPC/control, N+4 the GitHub emulator, N+5 "
     "the VMs' health port, N+6/N+7 the spur emulator's controller/control, N+8/N+9 the "
-    "reclaim tap and its HTTP intake (dev.port_base, KEEPER_DEV_PORT_BASE).",
+    "reclaim tap and its HTTP intake, N+10 the iris emulator, N+11 the worker's metrics "
+    "(dev.port_base, KEEPER_DEV_PORT_BASE).",
 )
 @json_options
 @pass_keeper
@@ -130,11 +131,18 @@ def up(
       tap       `keeper reclaim tap` on reclaim.tap_address, forwarding to
                 reclaim.controller_address, with its HTTP intake on
                 reclaim.intake_address; started once Temporal is healthy.
+      iris      `python -m emulators.iris` on emulator.iris_port, only when
+                watch.controller_url points at it.
       worker    `keeper worker`, healthy once it polls each served family's queue and, as a
                 Worker Deployment version (worker.versioned), once its build is the
                 current version of worker.deployment_name: `up` makes it current, so
                 new workflows, AUTO_UPGRADE ones and ones that an unversioned worker
-                started run on it.
+                started run on it. It serves Prometheus metrics on
+                dev.metrics_address (127.0.0.1:9464, or base + 11 with a port base;
+                worker.metrics_address, set, wins).
+
+    Once up, it prints the Temporal UI, the metrics URL and, for a Temporal server not on
+    localhost:7233, the `export TEMPORAL_ADDRESS=...` the `temporal` CLI needs to reach it.
 
     Idempotent: components that an earlier `up` started and that are still running are
     left alone and reported as already running; stale pid files are removed. Before
@@ -229,6 +237,12 @@ def _print_status(report: dict[str, Any]) -> None:
         if row[6]:
             click.echo(f"  {'':<{widths[0]}}  {row[6]}")
     click.echo(f"\nTemporal UI: {report['ui_url']}")
+    if report["temporal_env"] and report["components"]["temporal"]["mode"] == "managed":
+        # The `temporal` CLI dials localhost:7233 otherwise.
+        exports = " ".join(f"{key}={value}" for key, value in report["temporal_env"].items())
+        click.echo(f"temporal CLI: export {exports}")
+    if report["metrics_url"]:
+        click.echo(f"Metrics: {report['metrics_url']}")
     if not report["healthy"]:
         click.echo("Not everything is healthy: `keeper dev up` starts what is missing.", err=True)
 
@@ -250,13 +264,22 @@ def status(keeper: KeeperContext, out: Output) -> None:
     started with (`up` records its config file and port base in the run dir).
 
     \b
+    Also prints the worker's Prometheus metrics URL and, for a stack whose Temporal is not
+    on localhost:7233 (a port base, say), the TEMPORAL_ADDRESS to export for the `temporal`
+    CLI.
+
+    \b
     --json prints one object:
-      {"healthy": bool, "ui_url": str, "config_file": str, "port_base": int|null,
+      {"healthy": bool, "ui_url": str, "temporal_address": str,
+       "temporal_env": {"TEMPORAL_ADDRESS"?: str, "TEMPORAL_NAMESPACE"?: str},
+       "metrics_url": str|null, "config_file": str, "port_base": int|null,
        "recorded": bool, "run_dir": str,
-       "components": {"temporal"|"emulator"|"github"|"spur"|"tap"|"worker": {"mode",
+       "components": {"temporal"|"emulator"|"github"|"spur"|"tap"|"iris"|"worker": {"mode",
          "state", "pid", "address", "ports", "healthy", "detail", "log_file", "started_at"}}}
-    state is running, stopped, external (a remote Temporal) or disabled; started_at is
-    RFC 3339 UTC.
+    temporal_env holds what the `temporal` CLI needs exported to reach the server ({} when
+    its defaults do); metrics_url is null when the worker serves no metrics
+    (dev.metrics_address ""). state is running, stopped, external (a remote Temporal) or
+    disabled; started_at is RFC 3339 UTC.
     """
     report = _report(keeper)
     if out.json:

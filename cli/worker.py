@@ -49,6 +49,14 @@ from keeper.runtime.settings import (
     "(default worker.families, KEEPER_WORKER_FAMILIES; all of them).",
 )
 @click.option(
+    "--metrics-address",
+    metavar="HOST:PORT",
+    default=None,
+    help="Serve Prometheus metrics at http://HOST:PORT/metrics (default "
+    'worker.metrics_address, KEEPER_METRICS_ADDRESS; none). "" serves none. `keeper dev up` '
+    "gives its worker dev.metrics_address.",
+)
+@click.option(
     "--check",
     is_flag=True,
     help="Check the settings and print what the worker would serve, then exit; connects "
@@ -61,6 +69,7 @@ def worker(
     log_level: str,
     log_format: str | None,
     families: str | None,
+    metrics_address: str | None,
     check: bool,
     out: Output,
 ) -> None:
@@ -97,7 +106,9 @@ def worker(
         raise UsageProblem("only `keeper worker --check` prints JSON", "--json")
 
     settings = keeper.settings
-    if families is not None:
+    given = {"families": families, "metrics_address": metrics_address}
+    overrides = {key: value for key, value in given.items() if value is not None}
+    if overrides:
         try:
             settings = settings.model_copy(
                 update={
@@ -107,8 +118,10 @@ def worker(
                 }
             )
         except ValidationError as err:
-            problem = err.errors()[0]["msg"].removeprefix("Value error, ")
-            raise UsageProblem(problem, "--family") from None
+            error = err.errors()[0]
+            problem = error["msg"].removeprefix("Value error, ")
+            option = "--metrics-address" if "metrics_address" in error["loc"] else "--family"
+            raise UsageProblem(problem, option) from None
     if check:
         _print_plan(worker_plan(settings), out)
         return
@@ -118,7 +131,11 @@ def worker(
     try:
         asyncio.run(run_worker(settings))
     except MetricsEndpointError as err:
-        raise CommandFailed(str(err)) from None
+        problem = str(err)
+        if metrics_address is not None:
+            # The address came from the option, not from the setting the error names.
+            problem = problem.replace("worker.metrics_address", "--metrics-address")
+        raise CommandFailed(problem) from None
     except SettingsError as err:
         # Found while opening a family's clients (a provider this install lacks, say).
         raise CommandFailed(str(err), hint="Fix the settings and restart the worker.") from None

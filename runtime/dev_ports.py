@@ -17,9 +17,11 @@ With `dev.port_base` N (or KEEPER_DEV_PORT_BASE, or `keeper dev up --port-base N
 | N+8 | job reclaim's heartbeat tap, the port of `reclaim.tap_address` |
 | N+9 | job reclaim's HTTP intake, the port of `reclaim.intake_address` |
 | N+10 | iris emulator's Connect endpoint and control API, `emulator.iris_port` |
+| N+11 | the dev stack worker's Prometheus metrics, the port of `dev.metrics_address` |
 
 Without a base: 7233, 8233, 8470, 8471, 8472, 8080, then spur's own controller port 6817,
-6821, 6819 and 6820, then iris's own 10000. `reclaim.controller_address` follows the spur
+6821, 6819 and 6820, then iris's own 10000, then 9464 (the metrics port of a deployed
+worker, too). `reclaim.controller_address` follows the spur
 emulator's controller when it is unset, and `watch.controller_url` the iris emulator.
 
 A port set explicitly must equal the one the base gives; a contradiction is refused.
@@ -46,9 +48,12 @@ PORT_OFFSETS = {
     "reclaim.tap_address": 8,
     "reclaim.intake_address": 9,
     "emulator.iris_port": 10,
+    "dev.metrics_address": 11,
 }
 # HOST:PORT settings among them: the base moves only their port.
-_ADDRESS_KEYS = frozenset({"temporal.address", "reclaim.tap_address", "reclaim.intake_address"})
+_ADDRESS_KEYS = frozenset(
+    {"temporal.address", "reclaim.tap_address", "reclaim.intake_address", "dev.metrics_address"}
+)
 PORT_SPAN = max(PORT_OFFSETS.values()) + 1
 # Below 1024 needs root; the top leaves room for every offset.
 PORT_BASE_MIN = 1024
@@ -189,9 +194,12 @@ def _apply_base(settings: Settings, base: int, sources: dict[str, str]) -> None:
         section_name, key = dotted.split(".")
         section = getattr(settings, section_name)
         if dotted in _ADDRESS_KEYS:
+            if not getattr(section, key):
+                continue  # set to "": nothing served, so no port to move
             host, have = split_address(getattr(section, key), dotted)
             if not _explicit(settings, dotted):
-                # Temporal's address is dialled; the tap and the intake listen on theirs.
+                # Temporal's address is dialled; the tap, the intake and the metrics
+                # endpoint listen on theirs.
                 shown = dial_host(host) if dotted == "temporal.address" else _bracketed(host)
                 setattr(section, key, f"{shown}:{want}")
                 continue

@@ -146,11 +146,20 @@ class BootstrapSettings(_Section):
 
 class DevSettings(_Section):
     # Moves every port of the local stack at once, for a second stack on one host:
-    # base+0 Temporal gRPC ... base+5 VM health, base+6..9 spur emulator and reclaim tap
-    # (runtime/dev_ports.py).
+    # base+0 Temporal gRPC ... base+5 VM health, base+6..9 spur emulator and reclaim tap,
+    # base+10 iris emulator, base+11 the worker's metrics (runtime/dev_ports.py).
     port_base: int | None = Field(
         default=None, ge=dev_ports.PORT_BASE_MIN, le=dev_ports.PORT_BASE_MAX
     )
+    # Where the dev stack's worker serves Prometheus metrics (/metrics), the port base's
+    # base+11; "" serves none. Only `keeper dev up` reads it: a worker run on its own serves
+    # metrics at worker.metrics_address, which, set, wins here too.
+    metrics_address: str = "127.0.0.1:9464"
+
+    @field_validator("metrics_address")
+    @classmethod
+    def _metrics_host_port(cls, value: str) -> str:
+        return value and checked_host_port(value, "dev.metrics_address")
 
 
 class EmulatorSettings(_Section):

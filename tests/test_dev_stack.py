@@ -11,6 +11,7 @@ import contextlib
 import importlib.util
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -22,6 +23,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import httpx
 import pytest
 import yaml
 from click.testing import CliRunner
@@ -54,9 +56,13 @@ def free_ports(count: int) -> list[int]:
 
 
 def free_port_base() -> int:
-    """A base whose PORT_SPAN consecutive ports nothing listens on right now."""
+    """A base whose PORT_SPAN consecutive ports nothing listens on right now, below the
+    kernel's ephemeral range: a block inside it can be taken by any process's outgoing or
+    port-0 socket (a Temporal dev server's own ports) between this check and the stack's start."""
+    ephemeral = Path("/proc/sys/net/ipv4/ip_local_port_range")
+    low = int(ephemeral.read_text().split()[0]) if ephemeral.exists() else 32768
     for _ in range(200):
-        base = free_ports(1)[0]
+        base = random.randrange(10_000, low - PORT_SPAN) if low > 12_000 else free_ports(1)[0]
         if base + PORT_SPAN > 65535:
             continue
         with contextlib.ExitStack() as stack:
@@ -134,9 +140,11 @@ def _write_config(
     """`relative=True` names every path relative to the config file, as the shipped
     temporal-dev.yaml does (`.dev/temporal.db`)."""
     dev = Path(".dev") if relative else root / ".dev"
+    found = free_ports(12)
     grpc, ui, emu_grpc, emu_control, vm_health, github, spur, spur_control, tap, intake, iris = (
-        free_ports(11)
+        found[:11]
     )
+    metrics = found[11]
     ports = {
         "grpc": grpc,
         "ui": ui,
@@ -149,6 +157,7 @@ def _write_config(
         "tap": tap,
         "intake": intake,
         "iris": iris,
+        "metrics": metrics,
     }
     config = {
         "temporal": {
@@ -192,6 +201,8 @@ def _write_config(
             "provider": {"config_file": str(dev / "provider" / "config.json")},
         },
         "worker": {"log_dir": str(dev / "logs")},
+        # Not the default 9464: a developer's own stack may serve there.
+        "dev": {"metrics_address": f"127.0.0.1:{metrics}"},
     }
     path = root / "keeper-test.yaml"
     path.write_text(yaml.safe_dump(config))
@@ -364,6 +375,10 @@ def test_a_second_stack_on_another_port_base_runs_beside_the_first_and_is_found_
     base = second.ports["temporal.address"]
     up = second.ok("dev", "up", "--port-base", str(base), "--timeout", "90")
     assert f"port base {base}" in up.stderr, up.stderr
+    # The `temporal` CLI dials localhost:7233 unless told: `up` says what to export.
+    assert f"export TEMPORAL_ADDRESS=127.0.0.1:{base}" in up.stdout, up.stdout
+    metrics = f"http://127.0.0.1:{second.ports['dev.metrics_address']}/metrics"
+    assert f"metrics      {metrics}" in up.stdout, up.stdout
 
     # The first stack is untouched and still healthy on its own ports.
     code, first = keeper.status()
@@ -397,7 +412,17 @@ def test_a_second_stack_on_another_port_base_runs_beside_the_first_and_is_found_
         "gRPC": second.ports["reclaim.tap_address"],
         "intake": second.ports["reclaim.intake_address"],
     }
+    assert components["worker"]["ports"] == {"metrics": second.ports["dev.metrics_address"]}
     assert all(c["healthy"] for c in components.values()), components
+    assert report["temporal_address"] == f"127.0.0.1:{base}"
+    assert report["temporal_env"] == {"TEMPORAL_ADDRESS": f"127.0.0.1:{base}"}
+    # The worker serves Prometheus metrics there (the SDK's temporal_* among them).
+    assert report["metrics_url"] == metrics
+    scraped = httpx.get(metrics, timeout=10)
+    assert scraped.status_code == 200 and "temporal_" in scraped.text, scraped.text[:500]
+    text = second.run("dev", "status", bare=True)
+    assert f"temporal CLI: export TEMPORAL_ADDRESS=127.0.0.1:{base}" in text.stdout, text.stdout
+    assert f"Metrics: {metrics}" in text.stdout, text.stdout
     emulator_argv = PidRecord.load(second.run_dir / "emulator.pid").argv  # type: ignore[union-attr]
     health_flag = emulator_argv.index("--vm-health-port")
     assert emulator_argv[health_flag + 1] == str(second.ports["emulator.vm_health_port"])
@@ -585,7 +610,13 @@ def test_command_lines_follow_the_settings(tmp_path: Path) -> None:
     assert spur[spur.index("--controller-address") + 1] == f"127.0.0.1:{ports['tap']}"
     assert spur[spur.index("--heartbeat-interval") + 1] == "1"
     assert components["tap"].argv[-4:] == ("--config", str(config.resolve()), "reclaim", "tap")
-    assert components["worker"].argv[-3:] == ("--config", str(config.resolve()), "worker")
+    assert components["worker"].argv[-5:] == (
+        "--config",
+        str(config.resolve()),
+        "worker",
+        "--metrics-address",
+        f"127.0.0.1:{ports['metrics']}",
+    )
     assert run_dir(load_settings(config, env={})) == tmp_path / ".dev" / "run"
 
 

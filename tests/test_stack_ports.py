@@ -4,6 +4,7 @@ emulator section are derived from it, and a contradiction is refused naming both
 from __future__ import annotations
 
 import asyncio
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -12,7 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
-from keeper.cli.devstack.layout import plan
+from keeper.cli.devstack.layout import metrics_url, plan, temporal_cli_env
 from keeper.cli.tpu.commands import build_request
 from keeper.runtime.settings import Settings, SettingsConflict, SettingsError, load_settings
 
@@ -73,9 +74,15 @@ def test_a_port_base_moves_every_port_and_what_dials_them(tmp_path: Path) -> Non
     assert settings.watch.controller_url == f"http://127.0.0.1:{BASE + 10}"
     iris = components["iris"]
     assert iris.mode == "managed" and _flag(iris.argv, "--port") == str(BASE + 10)
+    # The worker's Prometheus metrics, and what the `temporal` CLI needs to reach the server.
+    assert settings.dev.metrics_address == f"127.0.0.1:{BASE + 11}"
+    worker = components["worker"]
+    assert _flag(worker.argv, "--metrics-address") == f"127.0.0.1:{BASE + 11}"
+    assert metrics_url(settings) == f"http://127.0.0.1:{BASE + 11}/metrics"
+    assert temporal_cli_env(settings) == {"TEMPORAL_ADDRESS": f"127.0.0.1:{BASE}"}
     numbers = [p.number for c in components.values() for p in c.ports]
     # Every port but the VMs' (N+5) is one a component listens on.
-    assert sorted(numbers) == [n for n in range(BASE, BASE + 11) if n != BASE + 5]
+    assert sorted(numbers) == [n for n in range(BASE, BASE + 12) if n != BASE + 5]
 
     # The environment variable and the file agree; explicit values equal to the base's pass.
     by_env = _load(tmp_path, {}, KEEPER_DEV_PORT_BASE=str(BASE))
@@ -105,6 +112,10 @@ def test_without_a_base_the_dialled_addresses_follow_the_emulator_section(tmp_pa
         "127.0.0.1:6820",
     )
     assert defaults.emulator.spur_control_port == 6821
+    # The dev stack's worker serves metrics; the `temporal` CLI's defaults reach the server.
+    assert defaults.dev.metrics_address == "127.0.0.1:9464"
+    assert metrics_url(defaults) == "http://127.0.0.1:9464/metrics"
+    assert temporal_cli_env(defaults) == {}
     moved = _load(tmp_path, {"emulator": {"spur_controller_port": 9200}})
     assert moved.reclaim.controller_address == "127.0.0.1:9200"
     spur = plan(moved, None)["spur"]
@@ -161,6 +172,11 @@ def test_without_a_base_the_dialled_addresses_follow_the_emulator_section(tmp_pa
             {"dev": {"port_base": BASE}, "reclaim": {"intake_address": "127.0.0.1:6820"}},
             {},
             [f"reclaim.intake_address gives port 6820 (the config file) but dev.port_base {BASE}"],
+        ),
+        (
+            {"dev": {"port_base": BASE, "metrics_address": "127.0.0.1:9464"}},
+            {},
+            [f"dev.metrics_address gives port 9464 (the config file) but dev.port_base {BASE}"],
         ),
     ],
 )
@@ -286,3 +302,36 @@ async def test_keeper_emulator_iris_finds_the_emulator_at_the_port_base(tmp_path
     )
     assert "keeper dev up" in gone.output and "KEEPER_DEV_PORT_BASE" in gone.output
     assert "python -m emulators.iris" not in gone.output
+
+
+def test_the_dev_stacks_worker_serves_metrics_and_worker_metrics_address_wins(
+    tmp_path: Path,
+) -> None:
+    from click.testing import CliRunner
+
+    from keeper.cli.context import KeeperContext
+    from keeper.cli.worker import worker
+
+    settings = _load(tmp_path, {"dev": {"port_base": BASE}})
+    argv = plan(settings, None)["worker"].argv
+    # What that worker would serve, as `keeper worker --check` reads its command line.
+    checked = CliRunner().invoke(
+        worker, [*argv[argv.index("worker") + 1 :], "--check", "--json"], obj=KeeperContext()
+    )
+    assert checked.exit_code == 0, checked.output
+    assert json.loads(checked.output)["metrics_address"] == f"127.0.0.1:{BASE + 11}"
+
+    # worker.metrics_address, set, is the worker's own: the stack adds no flag and lists it.
+    own = _load(tmp_path, {"dev": {"port_base": BASE}}, KEEPER_METRICS_ADDRESS="127.0.0.1:9999")
+    component = plan(own, None)["worker"]
+    assert "--metrics-address" not in component.argv
+    assert [(p.number, p.setting, p.env) for p in component.ports] == [
+        (9999, "worker.metrics_address", "KEEPER_METRICS_ADDRESS")
+    ]
+    assert metrics_url(own) == "http://127.0.0.1:9999/metrics"
+    # "" turns the stack's metrics off; a port base has nothing to move then.
+    off = _load(tmp_path, {"dev": {"port_base": BASE, "metrics_address": ""}})
+    assert plan(off, None)["worker"].ports == () and metrics_url(off) is None
+    # A namespace of the stack's own is exported too.
+    named = _load(tmp_path, {"temporal": {"namespace": "keeper-dev"}})
+    assert temporal_cli_env(named) == {"TEMPORAL_NAMESPACE": "keeper-dev"}

@@ -140,7 +140,16 @@ def plan(settings: Settings, config_file: str | None) -> dict[str, Component]:
     keeper_argv: tuple[str, ...] = (sys.executable, "-m", "keeper.cli.main")
     if config_file:
         keeper_argv += ("--config", str(Path(config_file).resolve()))
-    worker_argv = (*keeper_argv, "worker")
+    worker_argv: tuple[str, ...] = (*keeper_argv, "worker")
+    metrics, metrics_setting = worker_metrics(settings)
+    worker_ports: tuple[Port, ...] = ()
+    if metrics:
+        if metrics_setting == DEV_METRICS:
+            # worker.metrics_address, set, is read by the worker itself.
+            worker_argv += ("--metrics-address", metrics)
+        metrics_host, metrics_port = split_address(metrics, metrics_setting)
+        metrics_env = "KEEPER_METRICS_ADDRESS" if metrics_setting == WORKER_METRICS else None
+        worker_ports = (Port(metrics_host, metrics_port, "metrics", metrics_setting, metrics_env),)
     tap_argv = (*keeper_argv, "reclaim", "tap")
 
     reclaim = settings.reclaim
@@ -260,13 +269,52 @@ def plan(settings: Settings, config_file: str | None) -> dict[str, Component]:
             name=WORKER,
             mode="managed",
             argv=worker_argv,
-            ports=(),
+            ports=worker_ports,
             address="task queues "
             + ", ".join(temporal.family_queue(f) for f in settings.worker.families),
             log_file=logs / "worker.log",
             pid_file=pids / "worker.pid",
         ),
     }
+
+
+DEV_METRICS = "dev.metrics_address"
+WORKER_METRICS = "worker.metrics_address"
+
+
+def worker_metrics(settings: Settings) -> tuple[str, str]:
+    """Where the dev stack's worker serves Prometheus metrics ("": nowhere) and the setting
+    that says so: worker.metrics_address when set (the worker reads it itself), else
+    dev.metrics_address, which the port base moves."""
+    if "metrics_address" in settings.worker.model_fields_set:
+        return settings.worker.metrics_address, WORKER_METRICS
+    return settings.dev.metrics_address, DEV_METRICS
+
+
+def metrics_url(settings: Settings) -> str | None:
+    """The dev stack worker's /metrics URL, or None when it serves none."""
+    address, setting = worker_metrics(settings)
+    if not address:
+        return None
+    host, port = split_address(address, setting)
+    return f"http://{dial_host(host)}:{port}/metrics"
+
+
+# Where the `temporal` CLI connects unless told otherwise (`temporal options`).
+TEMPORAL_CLI_PORT = 7233
+TEMPORAL_CLI_NAMESPACE = "default"
+
+
+def temporal_cli_env(settings: Settings) -> dict[str, str]:
+    """What to export so that the `temporal` CLI reaches this stack's server: nothing when its
+    own defaults (localhost:7233, namespace default) do, TEMPORAL_ADDRESS for a moved stack."""
+    host, port = split_address(settings.temporal.address)
+    env: dict[str, str] = {}
+    if not is_local(host) or port != TEMPORAL_CLI_PORT:
+        env["TEMPORAL_ADDRESS"] = f"{dial_host(host)}:{port}"
+    if settings.temporal.namespace != TEMPORAL_CLI_NAMESPACE:
+        env["TEMPORAL_NAMESPACE"] = settings.temporal.namespace
+    return env
 
 
 def github_token_file(settings: Settings) -> Path:

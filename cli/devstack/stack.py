@@ -29,11 +29,13 @@ from keeper.cli.devstack.layout import (
     Component,
     Port,
     emulator_address_mismatch,
+    metrics_url,
     plan,
     run_dir,
     split_address,
     stack_record_file,
     temporal_binary,
+    temporal_cli_env,
 )
 from keeper.cli.devstack.probes import Health, Poller, Probes, own_pollers, worker_health
 from keeper.cli.devstack.procs import (
@@ -279,6 +281,17 @@ class Stack:
     def temporal_host(self) -> str:
         return split_address(self.settings.temporal.address)[0]
 
+    def temporal_cli_lines(self) -> list[str]:
+        """How the `temporal` CLI reaches this stack's own server: it dials localhost:7233
+        unless told otherwise, so a moved stack needs its address exported. A remote server
+        is the operator's own setup (a profile, TLS, an API key): nothing to add."""
+        if not self.components[TEMPORAL].managed:
+            return []
+        env = temporal_cli_env(self.settings)
+        if not env:
+            return ["reaches it as it is (localhost:7233)"]
+        return [" ".join(["export", *(f"{key}={value}" for key, value in env.items())])]
+
     # -- health ---------------------------------------------------------------------------
 
     async def check(
@@ -428,7 +441,11 @@ class Stack:
         if with_worker:
             await self._wait(running[WORKER], probes, deadline, budget)
         else:
-            say(WORKER, "not started (--no-worker): run `keeper worker` yourself")
+            argv = self.components[WORKER].argv
+            # The worker `up` would start serves the stack's metrics: the same flag does.
+            flag = argv.index("--metrics-address") if "--metrics-address" in argv else None
+            metrics = f" --metrics-address {argv[flag + 1]}" if flag is not None else ""
+            say(WORKER, f"not started (--no-worker): run `keeper worker{metrics}` yourself")
             worker = self.settings.worker
             if worker.versioned:
                 say(
@@ -442,6 +459,11 @@ class Stack:
         elapsed = time.monotonic() - began
         click.echo(f"\nThe dev stack is up ({elapsed:.1f}s).")
         click.echo(f"  Temporal UI  {self.settings.temporal.ui_base}")
+        for line in self.temporal_cli_lines():
+            click.echo(f"  temporal CLI {line}")
+        metrics = metrics_url(self.settings)
+        if metrics:
+            click.echo(f"  metrics      {metrics}")
         click.echo(f"  logs         {_rel(self.settings.worker.log_dir)}/")
         click.echo("  status       keeper dev status")
         click.echo("  stop         keeper dev down")
@@ -695,6 +717,12 @@ class Stack:
         return {
             "healthy": all(c["healthy"] for c in required),
             "ui_url": self.settings.temporal.ui_base,
+            # Where the `temporal` CLI reaches the server, and what to export for it to
+            # ({} when its defaults do).
+            "temporal_address": self.settings.temporal.address,
+            "temporal_env": temporal_cli_env(self.settings),
+            # The worker's Prometheus endpoint (null: it serves none).
+            "metrics_url": metrics_url(self.settings),
             "config_file": self.shown_config,
             "port_base": self.settings.dev.port_base,
             # Whether the settings are the ones `up` recorded for the running stack.
