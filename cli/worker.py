@@ -113,7 +113,7 @@ def worker(
             settings = settings.model_copy(
                 update={
                     "worker": WorkerSettings.model_validate(
-                        {**settings.worker.model_dump(), "families": families}
+                        {**settings.worker.model_dump(), **overrides}
                     )
                 }
             )
