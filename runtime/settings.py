@@ -20,6 +20,7 @@ from enum import StrEnum
 from importlib import metadata
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import yaml
 from pydantic import (
@@ -108,8 +109,18 @@ class TemporalSettings(_Section):
             )
         return f"{self.task_queue}-{family}"
 
-    def workflow_url(self, workflow_id: str) -> str:
-        return f"{self.ui_base}/namespaces/{self.namespace}/workflows/{workflow_id}"
+    def workflow_url(self, workflow_id: str, run_id: str | None = None) -> str:
+        """The workflow in the Temporal UI. With its run: that run's User Metadata tab, where
+        keeper's workflows keep what an operator needs (the phase, the deadline, the failing
+        VMs, the command to run next: workflow.set_current_details). The UI (2.x; the
+        temporal CLI's dev server serves 2.54) names that route
+        /namespaces/NS/workflows/ID/RUN/user-metadata and has no route to it without the
+        run: a bare workflow link opens the latest run's timeline, which is what this gives
+        when the run is not known. The id is one path segment: a watch id's slashes are
+        escaped, or the UI would read what follows the first one as the run."""
+        url = f"{self.ui_base}/namespaces/{quote(self.namespace, safe='')}/workflows/"
+        url += quote(workflow_id, safe="")
+        return f"{url}/{quote(run_id, safe='')}/user-metadata" if run_id else url
 
 
 class TpuEndpoint(StrEnum):

@@ -180,7 +180,8 @@ async def test_report_list_status_and_release_of_an_observed_reclaim(
         )  # fmt: skip
         assert row["cancels_sent"] == 0 and row["drained"] is False and row["run_id"]
         assert "would send signal 0" in row["last_action"], row
-        assert re.fullmatch(RFC3339, row["started_at"]) and row["ui_url"].endswith(f"/{wf}")
+        assert re.fullmatch(RFC3339, row["started_at"])
+        assert row["ui_url"].endswith(f"/{wf}/{row['run_id']}/user-metadata"), row["ui_url"]
         assert w.cancels() == [] and w.emu.cluster.drains == []
 
         text = await keeper(config, "reclaim", "list", "--node", node)

@@ -354,7 +354,7 @@ async def test_watch_starts_one_watch_and_a_second_call_shows_it_without_startin
     assert body["started"] is True and body["status"] == "RUNNING" and body["view"] is None
     assert (body["job_id"], body["workflow_id"]) == (job_id, watch_id(job_id))
     assert body["run_id"] and body["ui_url"].endswith(
-        "/workflows/" + watch_id(job_id).replace("/", "%2F")
+        "/workflows/" + watch_id(job_id).replace("/", "%2F") + f"/{body['run_id']}/user-metadata"
     )
 
     description = await world.handle(job_id).describe()
@@ -507,8 +507,9 @@ async def test_status_shows_verdict_evidence_progress_and_the_commands_that_answ
     assert f"keeper job approve {job_id} stop-1" not in text.out  # decided: nothing to answer
     assert "timeline (last 3 of 3):" in lines
     assert "  2026-12-01T12:45:00Z  escalated  stalled [p0-a1]  no shard progress for 40m" in lines
+    run_id = (await world.handle(job_id).describe()).run_id
     assert lines[-1].startswith("ui: http") and lines[-1].endswith(
-        watch_id(job_id).replace("/", "%2F")
+        watch_id(job_id).replace("/", "%2F") + f"/{run_id}/user-metadata"
     )
 
     body = (await world.keeper("status", job_id, "-o", "json")).json()

@@ -164,7 +164,7 @@ def list_reclaims(
         views = await asyncio.gather(*(_view(client, wf.id, wf.run_id) for wf in found))
         rows = [_row(wf, v) for wf, v in zip(found, views, strict=True)]
         for r in rows:
-            r["ui_url"] = settings.temporal.workflow_url(r["workflow_id"])
+            r["ui_url"] = settings.temporal.workflow_url(r["workflow_id"], r["run_id"])
         if out.json:
             out.data({"mode": settings.reclaim.mode.value, "reclaims": rows})
             return 0
@@ -217,7 +217,7 @@ def status(keeper: KeeperContext, out: Output, node_name: str, job: int) -> None
         wf, others = found[0], found[1:]
         view = await _view(client, wf.id, wf.run_id)
         row = _row(wf, view)
-        row["ui_url"] = settings.temporal.workflow_url(wf.id)
+        row["ui_url"] = settings.temporal.workflow_url(wf.id, wf.run_id)
         if out.json:
             out.data(
                 {

@@ -224,7 +224,7 @@ async def _follow(
             if seen.workflow_id != wf.id:
                 seen.workflow_id, seen.run_id = wf.id, wf.run_id
                 progress.line(f"reclaim started: {wf.id}")
-                progress.line(f"  {settings.temporal.workflow_url(wf.id)}")
+                progress.line(f"  {settings.temporal.workflow_url(wf.id, wf.run_id)}")
             step = wf.typed_search_attributes.get(sa.RECLAIM_STEP)
             if step and step != seen.step:
                 seen.step = step
@@ -312,7 +312,9 @@ def demo(keeper: KeeperContext, node: str | None, timeout: float, out: Output) -
 
     outcome = result.outcome.value if result else None
     ok = result is not None and result.outcome is Outcome.RELEASED and not live_cancels
-    ui_url = settings.temporal.workflow_url(seen.workflow_id) if seen.workflow_id else None
+    ui_url = (
+        settings.temporal.workflow_url(seen.workflow_id, seen.run_id) if seen.workflow_id else None
+    )
     if out.json:
         out.data(
             {

@@ -256,14 +256,14 @@ def delete(
             "runner": name,
             "workflow_id": workflow_id,
             "run_id": handle.result_run_id,
-            "ui_url": url,
+            "ui_url": settings.temporal.workflow_url(workflow_id, handle.result_run_id),
             "joined": joined,
             "forced": force,
         }
         if not out.json:
             verb = "joined the deletion already running" if joined else "started"
             out.line(f"runner {name}: {verb} ({workflow_id}{', force' if force else ''})")
-            out.line(f"History: {url}")
+            out.line(f"ui: {header['ui_url']}")
         if not wait:
             if out.json:
                 out.data({**header, "status": "RUNNING"})
@@ -420,7 +420,7 @@ def status(keeper: KeeperContext, name: str, wait: bool, out: Output) -> None:
         leaks = [leak for leak in store.leaks(unresolved_only=False) if leak.runner == name]
     finally:
         store.close()
-    url = settings.temporal.workflow_url(workflow_id)
+    url = settings.temporal.workflow_url(workflow_id, found.run_id)
     if out.json:
         out.data(
             {
@@ -469,7 +469,7 @@ def status(keeper: KeeperContext, name: str, wait: bool, out: Output) -> None:
         out.line("    " + view_text(found.view).replace("\n", "\n    "))
     if found.retrying:
         out.line("    retrying " + retrying_text(found.retrying).replace("\n", "\n    retrying "))
-    out.line(f"  History: {url}")
+    out.line(f"  ui: {url}")
 
 
 @runner.command()

@@ -133,7 +133,8 @@ def demo(keeper: KeeperContext, count: int, out: Output) -> None:
             task_queue=settings.temporal.family_queue("runners"),
             policy=settings.runners.deletion,
         )
-        out.note(f"Deleting {target}: {settings.temporal.workflow_url(handle.id)}")
+        url = settings.temporal.workflow_url(handle.id, handle.result_run_id)
+        out.note(f"Deleting {target}: {url}")
         return await follow(handle, out)
 
     followed = asyncio.run(run())

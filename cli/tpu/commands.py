@@ -86,7 +86,7 @@ def print_failure(message: str, url: str, cleanup: str | None = None, left: bool
     lines.append(
         "Fix the cause (capacity, quota, the VMs' health endpoint) and run the bootstrap again."
     )
-    lines.append(f"History: {url}")
+    lines.append(f"Its details in the Temporal UI: {url}")
     for text in lines:
         console.print(text, soft_wrap=True)
 
@@ -101,7 +101,7 @@ def _handle_fields(
     return {
         "workflow_id": handle.id,
         "run_id": run_id,
-        "ui_url": settings.temporal.workflow_url(handle.id),
+        "ui_url": settings.temporal.workflow_url(handle.id, run_id),
     }
 
 
@@ -190,7 +190,7 @@ async def wait_and_report(
             raise CommandFailed(
                 f"the bootstrap of slice {slice_name} was cancelled; compensation: "
                 f"{_shown(cleanup)}",
-                hint=f"History: {fields['ui_url']}",
+                hint=f"Its details in the Temporal UI: {fields['ui_url']}",
                 **fields,
                 slice=slice_name,
                 status="CANCELED",
@@ -358,7 +358,8 @@ def demo(keeper: KeeperContext, out: Output, slice_name: str | None) -> None:
     async def run() -> int:
         client = await client_for(settings)
         handle = await start_bootstrap(client, settings, request)
-        out.note(f"bootstrapping {name}: {settings.temporal.workflow_url(handle.id)}")
+        url = settings.temporal.workflow_url(handle.id, handle.result_run_id)
+        out.note(f"bootstrapping {name}: {url}")
         return await wait_and_report(handle, settings, out, show=True, slice_name=name)
 
     raise SystemExit(asyncio.run(run()))

@@ -139,7 +139,7 @@ async def _show_status(watch: Watch, settings: Settings, out: Output) -> None:
         result, error = await ending(watch)
     for text in status_lines(watch.job_id, watch.status, view, result, error):
         out.line(text)
-    out.line(f"ui: {ui_url(settings, watch.handle.id)}")
+    out.line(f"ui: {ui_url(settings, watch.handle.id, watch.description.run_id)}")
 
 
 async def _follow_to_close(watch: Watch, settings: Settings, out: Output) -> int:
@@ -367,7 +367,7 @@ def list_watches(
                     "closed_at": wf.close_time,
                     "workflow_id": wf.id,
                     "run_id": wf.run_id,
-                    "ui_url": ui_url(settings, wf.id),
+                    "ui_url": ui_url(settings, wf.id, wf.run_id),
                 }
             )
         if out.json:

@@ -6,7 +6,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
-from urllib.parse import quote
 
 from temporalio.client import (
     Client,
@@ -47,9 +46,8 @@ def is_running(description: WorkflowExecutionDescription) -> bool:
     return description.status is WorkflowExecutionStatus.RUNNING
 
 
-def ui_url(settings: Settings, workflow_id: str) -> str:
-    # A watch id holds the job id's slashes; the UI reads a bare one as the run id.
-    return settings.temporal.workflow_url(quote(workflow_id, safe=""))
+def ui_url(settings: Settings, workflow_id: str, run_id: str | None) -> str:
+    return settings.temporal.workflow_url(workflow_id, run_id)
 
 
 def no_watch(job_id: str) -> CommandFailed:
@@ -91,7 +89,7 @@ class Watch:
             "job_id": self.job_id,
             "workflow_id": self.handle.id,
             "run_id": self.description.run_id,
-            "ui_url": ui_url(settings, self.handle.id),
+            "ui_url": ui_url(settings, self.handle.id, self.description.run_id),
             "status": self.status,
         }
 
