@@ -6,12 +6,14 @@ import asyncio
 import shlex
 
 import click
-from temporalio.service import RPCError
+from temporalio.common import WorkerDeploymentVersion
+from temporalio.service import RPCError, RPCStatusCode
 
 from keeper.cli.context import KeeperContext, pass_keeper
 from keeper.cli.output import CommandFailed, Output, json_options
 from keeper.cli.temporal_ops import client_for
 from keeper.runtime.search_attributes import register_missing, registrations
+from keeper.workers.versioning import make_current
 
 
 @click.group()
@@ -85,4 +87,78 @@ async def _register(keeper: KeeperContext) -> list[str]:
             hint="The caller needs the operator API of the namespace (an admin); on Temporal "
             "Cloud use `tcld namespace search-attributes add`, or run with --print for the "
             "commands.",
+        ) from None
+
+
+SET_CURRENT_IDENTITY = "keeper admin set-current-version"
+
+
+@admin.command("set-current-version")
+@click.option(
+    "--build-id",
+    metavar="BUILD",
+    default=None,
+    help="The build to make current (default worker.build_id, KEEPER_BUILD_ID: the build "
+    "this install's workers poll as).",
+)
+@json_options
+@pass_keeper
+def set_current_version(keeper: KeeperContext, build_id: str | None, out: Output) -> None:
+    """Make a build of the worker deployment current: Temporal sends it the tasks.
+
+    The deployment is worker.deployment_name (default keeper), in temporal.namespace. A
+    version is refused until one of its workers has polled, so start them first; running it
+    again is harmless. This is the first deploy's last step, and a release's step 3
+    (docs/operations.md#rollouts; deploy/k8s/set-current-version-job.yaml runs it as a
+    Kubernetes Job, which retries until the new workers poll). Exit 1 when Temporal refuses.
+
+    \b
+    Like: temporal worker deployment set-current-version --deployment-name D --build-id B
+    JSON: {"deployment_name", "build_id", "previous_build_id"} (null: none was current)
+    """
+    worker = keeper.settings.worker
+    if not worker.versioned:
+        raise CommandFailed(
+            "worker.versioned is false: the workers poll unversioned, so no build of theirs "
+            "can be made current",
+            hint="Set worker.versioned: true (KEEPER_WORKER_VERSIONED) on the workers first "
+            "(docs/operations.md#the-first-versioned-release).",
+        )
+    version = WorkerDeploymentVersion(worker.deployment_name, build_id or worker.build_id)
+    previous = asyncio.run(_make_current(keeper, version))
+    if out.json:
+        out.data(
+            {
+                "deployment_name": version.deployment_name,
+                "build_id": version.build_id,
+                "previous_build_id": previous,
+            }
+        )
+        return
+    was = f"build {previous}" if previous else "no build (unversioned workers)"
+    out.line(
+        f"worker deployment {version.deployment_name}: build {version.build_id} is current "
+        f"(was {was})"
+    )
+
+
+async def _make_current(keeper: KeeperContext, version: WorkerDeploymentVersion) -> str | None:
+    client = await client_for(keeper.settings)
+    try:
+        return await make_current(client, version, SET_CURRENT_IDENTITY)
+    except RPCError as err:
+        where = f"build {version.build_id} of worker deployment {version.deployment_name}"
+        fields = {"deployment_name": version.deployment_name, "build_id": version.build_id}
+        if err.status is RPCStatusCode.NOT_FOUND:
+            # What the server says until a worker of that version has polled.
+            raise CommandFailed(
+                f"{where} cannot be made current: no worker of it has polled yet ({err.message})",
+                hint=f"Start the workers with KEEPER_BUILD_ID={version.build_id} and rerun "
+                "once they are ready (`keeper worker --check` shows the build they poll as).",
+                **fields,
+            ) from None
+        raise CommandFailed(
+            f"Temporal refused to make {where} current: {err.status.name}: {err.message}",
+            hint="The caller needs write access to the namespace's worker deployments.",
+            **fields,
         ) from None

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 from google.cloud import tpu_v2
 from temporalio.api.enums.v1 import EventType
+from temporalio.api.workflowservice.v1 import DescribeWorkerDeploymentRequest
 from temporalio.client import Client, WorkflowHandle, WorkflowQueryFailedError
 from temporalio.common import VersioningBehavior, WorkerDeploymentVersion
 from temporalio.service import RPCError
@@ -46,6 +47,7 @@ from tests import harness
 from tests.diagnostics import where_it_is
 from tests.harness import assert_no_leaks, slice_request
 from tests.runner_world import RunnerWorld
+from tests.test_cli_conventions import clean_env, keeper_async
 from tests.test_dev_stack import NEEDS_EMULATOR, Keeper, keeper  # noqa: F401 (the fixture)
 
 REPO = Path(__file__).resolve().parent.parent
@@ -383,3 +385,58 @@ def test_dev_up_makes_the_worker_build_current_so_workflows_reach_it(keeper: Kee
     assert "build dev-stack-test (current)" in report["components"]["worker"]["detail"]
     again = keeper.ok("dev", "up")
     assert "build dev-stack-test (current)" in again.stdout, again.stdout
+
+
+@pytest.mark.e2e
+async def test_admin_set_current_version_refuses_a_build_nobody_polls_then_makes_it_current(
+    dev_env: WorkflowEnvironment, world: RunnerWorld, tmp_path: Path
+) -> None:
+    """The first deploy's last step as deploy/k8s's Job runs it: the build from
+    KEEPER_BUILD_ID, the deployment from the settings."""
+    client = dev_env.client
+    version = WorkerDeploymentVersion(new_deployment(), "img-1")
+    config = tmp_path / "keeper.yaml"
+    config.write_text(json.dumps({"worker": {"deployment_name": version.deployment_name}}))
+    env = clean_env(
+        TEMPORAL_ADDRESS=client.service_client.config.target_host,
+        TEMPORAL_NAMESPACE=client.namespace,
+        KEEPER_BUILD_ID=version.build_id,
+    )
+    command = ["--config", str(config), "admin", "set-current-version"]
+
+    refused = await keeper_async(*command, "--json", env=env)
+    assert refused.returncode == 1, refused
+    error = json.loads(refused.stdout)["error"]
+    assert (error["deployment_name"], error["build_id"]) == (version.deployment_name, "img-1")
+    assert "no worker of it has polled yet" in error["message"], error
+    assert "KEEPER_BUILD_ID=img-1" in error["hint"], error
+
+    async def known() -> bool:
+        try:
+            response = await client.workflow_service.describe_worker_deployment(
+                DescribeWorkerDeploymentRequest(
+                    namespace=client.namespace, deployment_name=version.deployment_name
+                )
+            )
+        except RPCError:
+            return False  # the deployment exists once a worker of it has polled
+        summaries = response.worker_deployment_info.version_summaries
+        return any(s.deployment_version.build_id == version.build_id for s in summaries)
+
+    async with runner_build(client, world, version):
+        await until(known, "the server to know the build once its worker polls")
+        made = await keeper_async(*command, "--json", env=env)
+        assert made.returncode == 0, made
+        assert json.loads(made.stdout) == {
+            "deployment_name": version.deployment_name,
+            "build_id": "img-1",
+            "previous_build_id": None,
+        }
+        assert await current_build_id(client, version.deployment_name) == "img-1"
+        # Again, naming the build: nothing changes, and the text says what is current.
+        again = await keeper_async(*command, "--build-id", "img-1", env=env)
+        assert again.returncode == 0, again
+        assert again.stdout == (
+            f"worker deployment {version.deployment_name}: build img-1 is current "
+            "(was build img-1)\n"
+        )
