@@ -6,11 +6,17 @@ import asyncio
 import os
 import subprocess
 import sys
+import uuid
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import yaml
-from temporalio.client import WorkflowHandle
+from google.protobuf.duration_pb2 import Duration
+from temporalio.api.workflowservice.v1 import RegisterNamespaceRequest
+from temporalio.client import Client, WorkflowHandle
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 
 from emulators.tpu import TpuEmulator
@@ -32,6 +38,30 @@ def process_gone(pid: int) -> bool:
 
 def dev_address(env: WorkflowEnvironment) -> str:
     return env.client.service_client.config.target_host
+
+
+async def own_namespace(
+    env: WorkflowEnvironment, prefix: str, ready: Callable[[Client], Awaitable[object]]
+) -> Client:
+    """A client of a new namespace of the test's own (schedule ids such as tpu-sweeper are
+    one per namespace), once `ready(client)` succeeds there: a new namespace takes a moment
+    to answer."""
+    name = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    await env.client.workflow_service.register_namespace(
+        RegisterNamespaceRequest(
+            namespace=name, workflow_execution_retention_period=Duration(seconds=86400)
+        )
+    )
+    for _ in range(100):
+        try:
+            client = await Client.connect(
+                dev_address(env), namespace=name, data_converter=pydantic_data_converter
+            )
+            await ready(client)
+            return client
+        except RPCError:
+            await asyncio.sleep(0.1)
+    raise AssertionError(f"namespace {name} never became usable")
 
 
 async def wait_for_phase(

@@ -161,6 +161,19 @@ async def test_an_agent_nobody_can_reach_is_escalated_to_a_drain(
         await w.handle(wf).cancel()
 
 
+async def _stale_holding(w: ReclaimWorld) -> tuple[str, Any, str, Any]:
+    """A job the controller moved to another node, still held on the first: its node, the
+    job, its reclaim's workflow id and the holding."""
+    node, other = names(w)[:2]
+    live(w, node)
+    (moved,) = w.emu.submit(nodes=[node])
+    w.emu.wrong_eviction(moved.job_id, [other])  # active elsewhere: stale on `node`
+    await w.beat(node)
+    wf = only_workflow(w, node, moved.job_id)
+    ((holding, _),) = [p for p in w.workflows(node) if p[0].job_id == moved.job_id]
+    return node, moved, wf, holding
+
+
 async def test_a_drain_retried_after_the_verdict_changed_lifts_the_drain_it_made(
     client: Any, tmp_path: Path
 ) -> None:
@@ -168,13 +181,7 @@ async def test_a_drain_retried_after_the_verdict_changed_lifts_the_drain_it_made
     is requeued; the retry's fresh read spares the holding, and it lifts keeper's drain in the
     same call rather than leave it on a node nobody will undrain."""
     async with reclaim_world(client, tmp_path, agents=nodes(), worker=False) as w:
-        node, other = names(w)[:2]
-        live(w, node)
-        (moved,) = w.emu.submit(nodes=[node])
-        w.emu.wrong_eviction(moved.job_id, [other])  # active elsewhere: stale on `node`
-        await w.beat(node)
-        wf = only_workflow(w, node, moved.job_id)
-        ((holding, _),) = [p for p in w.workflows(node) if p[0].job_id == moved.job_id]
+        node, moved, wf, holding = await _stale_holding(w)
         deps = open_reclaim_deps(w.settings.reclaim)
         try:
             acts = ReclaimActivities(deps.settings, deps.controller, deps.agents, deps.memory)
@@ -215,13 +222,7 @@ async def test_a_drain_still_on_its_way_when_its_reclaim_was_cancelled_leaves_no
     that call's DrainNode, landing after the lift, must not leave the node drained with no
     reclaim open (the controller-wipe campaign's leak)."""
     async with reclaim_world(client, tmp_path, agents=nodes(), worker=False) as w:
-        node, other = names(w)[:2]
-        live(w, node)
-        (moved,) = w.emu.submit(nodes=[node])
-        w.emu.wrong_eviction(moved.job_id, [other])  # active elsewhere: stale on `node`
-        await w.beat(node)
-        wf = only_workflow(w, node, moved.job_id)
-        ((holding, _),) = [p for p in w.workflows(node) if p[0].job_id == moved.job_id]
+        node, _, wf, holding = await _stale_holding(w)
         deps = open_reclaim_deps(w.settings.reclaim)
         try:
             acts = ReclaimActivities(deps.settings, deps.controller, deps.agents, deps.memory)

@@ -17,11 +17,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from google.protobuf.duration_pb2 import Duration
-from temporalio.api.workflowservice.v1 import RegisterNamespaceRequest
 from temporalio.client import Client, ScheduleHandle
-from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 
 from emulators.tpu import Scenario, TpuEmulator
@@ -30,7 +26,7 @@ from keeper.runtime.tpu.client import emulator_client
 from keeper.workers.families import FAMILIES
 from keeper.workers.main import build_worker, ensure_schedules
 from tests import harness
-from tests.e2e_support import REPO, dev_address, write_config
+from tests.e2e_support import REPO, own_namespace, write_config
 from tests.harness import assert_no_leaks, slice_request
 from tests.test_tpu_sweeper import dead_owner_qr
 
@@ -47,22 +43,7 @@ class Stack:
 async def _namespace(env: WorkflowEnvironment) -> Client:
     """A namespace of the test's own: the schedule id tpu-sweeper is one per namespace, and
     a sweep covers everything keeper labelled there."""
-    name = f"sweep-{uuid.uuid4().hex[:8]}"
-    await env.client.workflow_service.register_namespace(
-        RegisterNamespaceRequest(
-            namespace=name, workflow_execution_retention_period=Duration(seconds=86400)
-        )
-    )
-    for _ in range(100):
-        try:
-            client = await Client.connect(
-                dev_address(env), namespace=name, data_converter=pydantic_data_converter
-            )
-            await harness.register_search_attributes(client)
-            return client
-        except RPCError:
-            await asyncio.sleep(0.1)
-    raise AssertionError(f"namespace {name} never became usable")
+    return await own_namespace(env, "sweep", harness.register_search_attributes)
 
 
 @contextlib.asynccontextmanager

@@ -15,12 +15,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-from google.protobuf.duration_pb2 import Duration
 from temporalio.api.enums.v1 import TaskQueueType
 from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import (
     DescribeTaskQueueRequest,
-    RegisterNamespaceRequest,
 )
 from temporalio.client import (
     Client,
@@ -28,36 +26,19 @@ from temporalio.client import (
     SchedulePolicy,
     ScheduleState,
 )
-from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 
 from keeper.domain.runners.models import RECONCILER_SCHEDULE_ID
 from keeper.domain.tpu.naming import SWEEPER_SCHEDULE_ID
 from keeper.runtime.settings import Settings, SettingsError, load_settings
-from tests.e2e_support import REPO, dev_address
+from tests.e2e_support import REPO, own_namespace
 
 pytestmark = pytest.mark.e2e
 
 
 async def _namespace(env: WorkflowEnvironment) -> Client:
     """A namespace of the test's own: schedule ids are per namespace."""
-    name = f"families-{uuid.uuid4().hex[:8]}"
-    await env.client.workflow_service.register_namespace(
-        RegisterNamespaceRequest(
-            namespace=name, workflow_execution_retention_period=Duration(seconds=86400)
-        )
-    )
-    for _ in range(100):
-        try:
-            client = await Client.connect(
-                dev_address(env), namespace=name, data_converter=pydantic_data_converter
-            )
-            await _schedules(client)
-            return client
-        except RPCError:
-            await asyncio.sleep(0.1)
-    raise AssertionError(f"namespace {name} never became usable")
+    return await own_namespace(env, "families", _schedules)
 
 
 async def _pollers(client: Client, queue: str) -> int:
