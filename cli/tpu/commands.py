@@ -219,7 +219,7 @@ async def wait_and_report(
         out.line(f"  {_shown(vm.node)}/{vm.index} {_shown(vm.ip)}")
     if len(result.vms) > 8:
         out.line(f"  ... {len(result.vms) - 8} more (keeper tpu status --json)")
-    out.note(f"History: {fields['ui_url']}")
+    out.note(f"UI: {fields['ui_url']}")
     return 0
 
 
@@ -322,7 +322,7 @@ async def _bootstrap(settings: Settings, request: SliceRequest, wait: bool, out:
         else:
             out.line(handle.id)
             out.note(f"started; follow it with `keeper tpu status {request.slice_name} --wait`")
-            out.note(f"History: {fields['ui_url']}")
+            out.note(f"UI: {fields['ui_url']}")
         return 0
     return await wait_and_report(handle, settings, out, show=True, slice_name=request.slice_name)
 
@@ -476,7 +476,7 @@ def status(keeper: KeeperContext, out: Output, slice_name: str, wait: bool) -> N
                     markup=False,
                     highlight=False,
                 )
-        out.note(f"History: {fields['ui_url']}")
+        out.note(f"UI: {fields['ui_url']}")
         return 0
 
     raise SystemExit(asyncio.run(run()))
@@ -647,7 +647,7 @@ def cancel(keeper: KeeperContext, out: Output, slice_name: str, wait: bool) -> N
             out.data({**fields, "status": "CANCELED", "cleanup": cleanup, "progress": final})
         else:
             out.line(f"{slice_name}: cancelled; compensation: {_shown(cleanup)}")
-            out.note(f"History: {fields['ui_url']}")
+            out.note(f"UI: {fields['ui_url']}")
         return 0
 
     raise SystemExit(asyncio.run(run()))
