@@ -94,13 +94,22 @@ def _worker_container() -> dict[str, Any]:
     return dict(container)
 
 
-def _config_generator() -> tuple[str, str, Path]:
-    """The ConfigMap kustomize generates from the settings file: its name, its one key and
-    the file that key holds."""
-    (generator,) = KUSTOMIZATION["configMapGenerator"]
+def _config_generator(name: str = "keeper-config") -> tuple[str, str, Path]:
+    """A ConfigMap kustomize generates from the settings file (keeper-config for the workers,
+    keeper-config-jobs for the Jobs): its name, its one key and the file that key holds."""
+    (generator,) = [g for g in KUSTOMIZATION["configMapGenerator"] if g["name"] == name]
     (entry,) = generator["files"]
     key, _, file = entry.partition("=")
     return generator["name"], key, K8S / file
+
+
+def test_the_workers_and_the_jobs_read_one_settings_file() -> None:
+    workers, jobs = _config_generator(), _config_generator("keeper-config-jobs")
+    assert {g["name"] for g in KUSTOMIZATION["configMapGenerator"]} == {workers[0], jobs[0]}
+    assert workers[1:] == jobs[1:], "one settings file, one key"
+    (jobs_generator,) = [g for g in KUSTOMIZATION["configMapGenerator"] if g["name"] == jobs[0]]
+    # A Job's pod template cannot change: the Jobs' ConfigMap keeps its name.
+    assert jobs_generator["options"]["disableNameSuffixHash"] is True
 
 
 def _settings() -> Settings:
@@ -162,13 +171,17 @@ def test_the_configmap_is_a_settings_file_keeper_loads_and_keeper_config_names_i
     settings = _settings()
     assert settings.worker.health_address
     name, key, _ = _config_generator()
+    jobs_name, _, _ = _config_generator("keeper-config-jobs")
     for doc in (_one("Deployment"), *_jobs()):
+        if doc["kind"] == "Job":
+            name = jobs_name
         (container,) = _pod_spec(doc)["containers"]
         env = {e["name"]: e for e in container["env"]}
         (mount,) = [m for m in container["volumeMounts"] if m["name"] == "config"]
         assert env[CONFIG_ENV]["value"] == f"{mount['mountPath']}/{key}"
         (volume,) = [v for v in _pod_spec(doc)["volumes"] if v["name"] == "config"]
-        # kustomize renames the generated ConfigMap (name-<hash>) and every reference to it.
+        # kustomize renames the workers' generated ConfigMap (name-<hash>) and every
+        # reference to it; the Jobs' keeps its name.
         assert volume["configMap"]["name"] == name
 
 
@@ -412,7 +425,7 @@ def test_kubectl_kustomize_renders_a_release_from_its_tag_and_rolls_on_a_setting
     _validate(rendered)
     kinds = sorted(doc["kind"] for _, doc in rendered)
     assert kinds == sorted(
-        [*(d["kind"] for n, d in DOCUMENTS if n not in NOT_APPLIED), "ConfigMap"]
+        [*(d["kind"] for n, d in DOCUMENTS if n not in NOT_APPLIED), "ConfigMap", "ConfigMap"]
     )
 
     def of(kind: str) -> list[dict[str, Any]]:
@@ -430,24 +443,34 @@ def test_kubectl_kustomize_renders_a_release_from_its_tag_and_rolls_on_a_setting
         assert container["image"] == "registry.example.com/ml/keeper:2026.12.1-rc1"
         env = {e["name"]: e.get("value") for e in container["env"]}
         assert env.get("KEEPER_BUILD_ID", "2026.12.1-rc1") == "2026.12.1-rc1", doc["metadata"]
-    # The settings: a ConfigMap named by a hash of the file, which the pods mount.
-    (configmap,) = of("ConfigMap")
+    # The settings: for the workers, a ConfigMap named by a hash of the file; for the Jobs,
+    # the same file under a fixed name.
     name, key, file = _config_generator()
-    assert configmap["metadata"]["name"].startswith(f"{name}-")
-    assert configmap["data"] == {key: file.read_text()}
-    for doc in (deployment, *of("Job")):
+    jobs_name, _, _ = _config_generator("keeper-config-jobs")
+    maps = {doc["metadata"]["name"]: doc for doc in of("ConfigMap")}
+    (configmap,) = [m for n, m in maps.items() if n.startswith(f"{name}-") and n != jobs_name]
+    assert set(maps) == {configmap["metadata"]["name"], jobs_name}
+    for doc in maps.values():
+        assert doc["data"] == {key: file.read_text()}
+    for doc, mounted in (
+        (deployment, configmap["metadata"]["name"]),
+        *((j, jobs_name) for j in of("Job")),
+    ):
         (volume,) = [v for v in _pod_spec(doc)["volumes"] if v["name"] == "config"]
-        assert volume["configMap"]["name"] == configmap["metadata"]["name"]
+        assert volume["configMap"]["name"] == mounted, doc["metadata"]["name"]
 
     # A changed setting is a new ConfigMap name in the pod template: the workers roll.
     changed = release / file.relative_to(K8S)
     changed.write_text(
         changed.read_text().replace("graceful_shutdown: 30s", "graceful_shutdown: 20s")
     )
-    (after,) = [d for _, d in _kustomize(release) if d["kind"] == "Deployment"]
+    again = _kustomize(release)
+    (after,) = [d for _, d in again if d["kind"] == "Deployment"]
     (volume,) = [v for v in _pod_spec(after)["volumes"] if v["name"] == "config"]
     assert volume["configMap"]["name"] != configmap["metadata"]["name"]
     assert volume["configMap"]["name"].startswith(f"{name}-")
+    # ... and the Jobs stay as they were: `kubectl apply` may not change a Job's template.
+    assert [d for _, d in again if d["kind"] == "Job"] == of("Job")
 
 
 def _dockerfile() -> list[tuple[str, str]]:
