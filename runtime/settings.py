@@ -196,8 +196,13 @@ class EmulatorSettings(_Section):
     iris_port: int = 10000
 
 
+# A schedule's interval: Temporal refuses one under a second ("interval is too small"), which
+# a worker would only learn when it starts.
+SCHEDULE_MIN_INTERVAL = timedelta(seconds=1)
+
+
 class SweeperSettings(_Section):
-    interval: HumanDuration = timedelta(minutes=10)
+    interval: HumanDuration = Field(default=timedelta(minutes=10), ge=SCHEDULE_MIN_INTERVAL)
     # Each orphan's deletion in a pass; one that does not finish is reported and retried
     # by the next pass, so it cannot hold up the others.
     delete_timeout: HumanDuration = Field(default=timedelta(minutes=10), gt=timedelta(0))
@@ -355,7 +360,9 @@ class RunnerSettings(_Section):
     github: GitHubSettings = Field(default_factory=GitHubSettings)
     provider: ProviderSettings = Field(default_factory=ProviderSettings)
     deletion: DeletionPolicy = Field(default_factory=DeletionPolicy)
-    reconcile_interval: HumanDuration = timedelta(minutes=5)
+    reconcile_interval: HumanDuration = Field(
+        default=timedelta(minutes=5), ge=SCHEDULE_MIN_INTERVAL
+    )
     tombstone_retention: HumanDuration = timedelta(days=7)
     # Deletion workflows in flight at once per worker; each provider call is a process.
     max_concurrent_deletions: int = Field(default=200, ge=1, le=5000)

@@ -217,6 +217,21 @@ def test_worker_check_names_the_interval_it_sets_on_each_schedule(tmp_path: Path
     assert families["watch"]["schedule_intervals"] == {}
 
 
+@pytest.mark.parametrize(
+    ("setting", "value"), [("sweeper.interval", "0s"), ("runners.reconcile_interval", "500ms")]
+)
+def test_a_schedule_interval_temporal_would_refuse_is_refused_by_the_settings(
+    tmp_path: Path, setting: str, value: str
+) -> None:
+    # Temporal refuses a schedule interval under a second, but only when a worker starts and
+    # creates or updates the schedule: `worker --check` must catch it first.
+    empty = tmp_path / "keeper.yaml"
+    section, key = setting.split(".")
+    empty.write_text(yaml.safe_dump({section: {key: value}}))
+    with pytest.raises(SettingsError, match=rf"{setting}: .*greater than or equal to 1 second"):
+        load_settings(empty, env={})
+
+
 def test_an_unknown_family_is_refused_by_name(tmp_path: Path) -> None:
     empty = tmp_path / "keeper.yaml"
     empty.write_text("{}\n")

@@ -22,6 +22,7 @@ from keeper.activities.runners.deletion import (
     RunnerStoreActivities,
 )
 from keeper.activities.runners.reconciler import ReconcilerActivities
+from keeper.domain.common.durations import format_duration
 from keeper.domain.runners.models import RECONCILER_SCHEDULE_ID, RECONCILER_WORKFLOW_ID
 from keeper.domain.runners.reconcile import ReconcileRequest
 from keeper.runtime import metrics as m
@@ -99,7 +100,9 @@ def runner_schedules(settings: Settings, task_queue: str) -> list[ScheduleSpecOf
     )
     return [
         ScheduleSpecOf(
-            RECONCILER_SCHEDULE_ID, schedule, f"every {settings.runners.reconcile_interval}"
+            RECONCILER_SCHEDULE_ID,
+            schedule,
+            f"every {format_duration(settings.runners.reconcile_interval)}",
         )
     ]
 

@@ -21,6 +21,7 @@ from temporalio.client import (
 from keeper.activities.tpu.cloud import TpuActivities
 from keeper.activities.tpu.health import HealthActivities, HealthProber
 from keeper.activities.tpu.sweeper import SweeperActivities
+from keeper.domain.common.durations import format_duration
 from keeper.domain.tpu.models import SweepRequest
 from keeper.domain.tpu.naming import SWEEPER_SCHEDULE_ID, SWEEPER_WORKFLOW_ID
 from keeper.runtime import metrics as m
@@ -105,7 +106,8 @@ def tpu_schedules(settings: Settings, task_queue: str) -> list[ScheduleSpecOf]:
         spec=ScheduleSpec(intervals=[ScheduleIntervalSpec(every=settings.sweeper.interval)]),
         policy=SchedulePolicy(overlap=ScheduleOverlapPolicy.SKIP),
     )
-    return [ScheduleSpecOf(SWEEPER_SCHEDULE_ID, schedule, f"every {settings.sweeper.interval}")]
+    every = f"every {format_duration(settings.sweeper.interval)}"
+    return [ScheduleSpecOf(SWEEPER_SCHEDULE_ID, schedule, every)]
 
 
 TPU = Family(
