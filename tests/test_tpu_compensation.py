@@ -18,7 +18,7 @@ import pytest
 from google.api_core.exceptions import NotFound
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ApplicationError, CancelledError
 from temporalio.testing import ActivityEnvironment, WorkflowEnvironment
 
 from emulators.tpu import Scenario, TpuEmulator
@@ -204,6 +204,99 @@ async def wait_for_status(
             return seen
         await asyncio.sleep(0.05)
     raise AssertionError(f"{handle.id}: condition not met; last seen {seen}")
+
+
+async def test_a_cancelled_bootstraps_stuck_compensation_shows_in_its_status_and_counts_once(
+    time_env, clocked_emu: TpuEmulator, tmp_path: Path
+):
+    """A cancel reaches the phase child first, which compensates while its supervisor waits
+    for it. The supervisor is what `keeper tpu status` reads and what counts a cancel's
+    compensation, so that compensation turning stuck shows there, with its last error, and is
+    counted stuck once, in the series the failure path counts into."""
+    request = slice_request()
+    clocked_emu.set_scenario(request.slice_name, Scenario(assign_after=None))
+    clocked_emu.inject_fault(
+        "DeleteQueuedResource", "PERMISSION_DENIED", count=1_000_000, slice=request.slice_name
+    )
+    metered, metrics_url = await metered_client(time_env)
+    queue = f"keeper-test-{uuid.uuid4().hex[:8]}"
+    tpu = emulator_client(clocked_emu.grpc_target)
+    # The worker publishes both stuck series at 0 (supervisor's and child's) as it starts.
+    async with build_worker(metered, harness.test_settings(), tpu, queue):
+        handle = await start(time_env, queue, request)
+        await wait_for_status(handle, lambda s: s.phase.value == "assign")
+        await handle.cancel()
+        # Awaiting the result is what lets the test server skip time.
+        result = asyncio.create_task(cancellation_of(handle))
+        stuck = await wait_for_status(handle, lambda s: s.compensation_stuck)
+        assert stuck.phase.value == "compensate", stuck
+        assert "PermissionDenied" in (stuck.compensation_last_error or ""), stuck
+        assert stuck.compensation_stuck_since is not None
+        assert stuck.compensation is not None and "grant roles/tpu.admin" in stuck.compensation
+        # Time stands still (skipping off) while the CLI reads the stuck status.
+        result.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await result
+        config = write_config(tmp_path / "keeper.yaml", time_env, clocked_emu, queue)
+        code, out, err = await keeper(config, "tpu", "status", request.slice_name, "--json")
+        assert code == 0, err
+        shown = json.loads(out)["progress"]
+        assert shown["compensation_stuck"] is True, shown
+        assert "PermissionDenied" in shown["compensation_last_error"], shown
+        scraped = await scrape_until(
+            metrics_url,
+            {
+                "keeper_compensations_total": {
+                    "event": "stuck",
+                    "workflow_type": "TpuSliceBootstrap",
+                }
+            },
+        )
+        assert stuck_series(scraped, queue) == [
+            ("TpuSliceBootstrap", 1),
+            ("TpuSliceBootstrapRun", 0),
+        ]
+
+        # More windows run out while it stays stuck (they double up to an hour); none is
+        # counted again.
+        result = asyncio.create_task(cancellation_of(handle))
+        two_hours_on = stuck.compensation_stuck_since + timedelta(hours=2)
+        while await time_env.get_current_time() < two_hours_on:
+            assert not result.done(), "compensation gave up while deletes were refused"
+            await asyncio.sleep(0.05)
+        clocked_emu.clear_faults()
+        cause = await asyncio.wait_for(result, 120)
+        final = await handle.query("status", result_type=BootstrapStatus)
+        scraped = await scrape_until(
+            metrics_url, {"keeper_compensations_total": {"event": "finished"}}
+        )
+    assert isinstance(cause, CancelledError), cause
+    # The child finished its compensation once the deletes went through; nothing is stuck.
+    qr = f"projects/keeper-test/locations/us-central2-b/queuedResources/{request.slice_name}"
+    assert final.phase.value == "cancelled" and not final.compensation_stuck, final
+    assert final.child_compensation is not None and final.child_compensation.deleted == [qr]
+    assert stuck_series(scraped, queue) == [("TpuSliceBootstrap", 1), ("TpuSliceBootstrapRun", 0)]
+    for event in ("started", "finished"):
+        assert value(scraped, "keeper_compensations_total", family="tpu", event=event) == 1, event
+    assert_no_leaks(clocked_emu)
+
+
+async def cancellation_of(handle: WorkflowHandle[TpuSliceBootstrap, BootstrapResult]) -> object:
+    with pytest.raises(WorkflowFailureError) as caught:
+        await handle.result()
+    return caught.value.cause
+
+
+def stuck_series(scraped: dict, queue: str) -> list[tuple[str, float]]:
+    """Every series of the stuck counter on `queue`, by workflow type: the two the worker
+    published at 0, unless something counted into a series of its own."""
+    return sorted(
+        (labels.get("workflow_type", ""), v)
+        for (name, pairs), v in scraped.items()
+        if name == "keeper_compensations_total"
+        for labels in [dict(pairs)]
+        if labels.get("event") == "stuck" and labels.get("task_queue") == queue
+    )
 
 
 async def test_a_long_stuck_compensation_continues_as_new_and_keeps_its_owner(

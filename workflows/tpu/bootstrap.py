@@ -95,6 +95,11 @@ class TpuSliceBootstrap:
         ):
             return
         previous = self._status.phase if self._status else None
+        if status.compensation_stuck and not (self._status and self._status.compensation_stuck):
+            # The phase child's own compensation (a cancel's) turned stuck. This supervisor
+            # counts a cancel's compensation whoever deletes, into the series its own
+            # compensation counts into, the one the worker publishes at 0 for the alert.
+            metrics.compensation("stuck")
         self._status = status
         workflow.set_current_details(render_details(status))
         if status.phase != previous:

@@ -2,8 +2,10 @@
 
 It runs as the child of `TpuSliceBootstrap`, which compensates whenever this workflow does
 not complete, including when it is terminated or times out and no code of its own can run.
-It compensates by itself only when cancelled, because that is how it learns that its
-supervisor was terminated (parent close policy REQUEST_CANCEL).
+It compensates by itself only when cancelled: by a cancel of the bootstrap, which reaches it
+through its supervisor (which waits for it, showing and counting its compensation from the
+progress signals), or because its supervisor was terminated (parent close policy
+REQUEST_CANCEL), when nobody else shows or counts it.
 """
 
 from __future__ import annotations
@@ -75,6 +77,10 @@ CANCELLED_TYPE = "BootstrapCancelled"
 # A cancelled child tells its supervisor what its own compensation deleted (one more
 # progress signal), so the supervisor's failure says who deleted what.
 CANCEL_REPORT_PATCH = "child-cancel-report"
+# A cancelled child's compensation tells its supervisor of every window that ran out (the
+# stuck flag, the last error): the supervisor is what `keeper tpu status` reads and what
+# counts a cancel's compensation, stuck included, while it waits for this child to close.
+COMPENSATION_PROGRESS_PATCH = "child-compensation-progress"
 # The create's ALREADY_EXISTS for another run's resource (activities/tpu/cloud.py).
 NAME_TAKEN_TYPE = "SliceNameTaken"
 LAST_LOOK = RetryPolicy(maximum_attempts=1)
@@ -121,7 +127,10 @@ class TpuSliceBootstrapRun:
             counted = workflow.memo_value(COUNTED_MEMO, {}, type_hint=dict[str, bool])
             self._counted.update(counted)
             # It is as stuck as the run before: seen as such, and not counted stuck again.
-            self._status = self._status_copy(**compensation_fields(resume, workflow.now()))
+            self._status = self._status_copy(
+                **compensation_fields(resume, workflow.now()),
+                compensation_started_at=resume.started_at,
+            )
             await self._compensate_on_cancel(resume)
             raise ApplicationError(
                 f"bootstrap of {req.slice_name} cancelled (its supervisor was lost); the "
@@ -400,6 +409,9 @@ class TpuSliceBootstrapRun:
             compensation=cleanup_summary(report),
             child_compensation=report,
             phase_deadline_at=None,
+            # Finished: no longer stuck, here or in the supervisor this status reaches, whose
+            # own compensation that follows is another one and turns stuck on its own.
+            compensation_stuck=False,
         )
         if workflow.patched(CANCEL_REPORT_PATCH):
             # The supervisor compensates after this child too, and would otherwise only
@@ -415,6 +427,8 @@ class TpuSliceBootstrapRun:
         assert self._status is not None
         if resume is None and self._status.failed_phase is None:
             self._status = self._status_copy(failed_phase=self._status.phase)
+        if resume is None:
+            self._status = self._status_copy(compensation_started_at=workflow.now())
         self._compensating = True
         self._count_orphaned()
         await self._enter(Phase.COMPENSATE, None)
@@ -428,12 +442,16 @@ class TpuSliceBootstrapRun:
         )
 
     def _compensation_progress(self, progress: CompensationProgress) -> None:
-        # Its supervisor is gone, so this child's own status and details are what show.
         now = workflow.now()
         self._status = self._status_copy(**compensation_fields(progress, now))
         self._count_orphaned()
         assert self._status is not None
-        workflow.set_current_details(render_details(self._status))
+        if not self._orphaned and workflow.patched(COMPENSATION_PROGRESS_PATCH):
+            # A cancel: the supervisor waits for this child and shows and counts its
+            # progress. Once a signal found it gone, this child's own details are what show.
+            self._send_progress()
+        else:
+            workflow.set_current_details(render_details(self._status))
         if workflow.info().is_continue_as_new_suggested() and workflow.patched(
             CONTINUE_AS_NEW_PATCH
         ):
@@ -486,6 +504,9 @@ class TpuSliceBootstrapRun:
         await self._publish()
 
     async def _publish(self) -> None:
+        self._send_progress()
+
+    def _send_progress(self) -> None:
         assert self._status is not None
         self._status = self._status.model_copy(update={"revision": self._status.revision + 1})
         workflow.set_current_details(render_details(self._status))
@@ -506,6 +527,11 @@ class TpuSliceBootstrapRun:
             if isinstance(err, ApplicationError) and err.type == SUPERVISOR_GONE:
                 self._orphaned = True
                 self._count_orphaned()
+        else:
+            if status.compensation_stuck:
+                # The supervisor took it and counted the compensation stuck: should it be
+                # terminated later, this child's own count (_count_orphaned) skips stuck.
+                self._counted["stuck"] = True
 
     def _count_orphaned(self) -> None:
         """A compensation nobody else counts: the supervisor, which counts a cancel's
