@@ -128,6 +128,45 @@ async def test_record(time_env, clocked_emu: TpuEmulator, label: str):
         write_recording(f"{label}.{suffix}.json", history.to_json())
 
 
+async def _phase_of(handle: Any) -> str | None:
+    try:
+        return ((await handle.query("status")) or {}).get("phase")
+    except Exception:  # the first workflow task may not have run yet
+        return None
+
+
+@pytest.mark.skipif(not env_flag("KEEPER_RECORD_HISTORIES"), reason="recording is on demand")
+async def test_record_cancel_compensation_stuck(time_env, clocked_emu: TpuEmulator):
+    """Since `child-compensation-progress`: a bootstrap cancelled in assign, whose phase
+    child's compensation is refused for 20 minutes, turns stuck (the child tells its
+    supervisor each window), then finishes."""
+    request = slice_request("replay-cancel-stuck")
+    clocked_emu.set_scenario(request.slice_name, Scenario(assign_after=None))
+    clocked_emu.inject_fault(
+        "DeleteQueuedResource", "PERMISSION_DENIED", count=30, slice=request.slice_name
+    )
+    async with running_worker(time_env.client, clocked_emu) as worker:
+        handle = await time_env.client.start_workflow(
+            TpuSliceBootstrap.run,
+            request,
+            id=bootstrap_workflow_id(request.slice_name),
+            task_queue=worker.task_queue,
+        )
+        deadline = asyncio.get_running_loop().time() + 30
+        while await _phase_of(handle) != "assign":
+            assert asyncio.get_running_loop().time() < deadline, "never reached assign"
+            await asyncio.sleep(0.05)
+        await handle.cancel()
+        with contextlib.suppress(Exception):
+            await handle.result()
+    for suffix, workflow_id in (
+        ("supervisor", handle.id),
+        ("child", bootstrap_run_workflow_id(request.slice_name)),
+    ):
+        history = await time_env.client.get_workflow_handle(workflow_id).fetch_history()
+        write_recording(f"cancel-compensation-stuck.{suffix}.json", history.to_json())
+
+
 @pytest.mark.skipif(not env_flag("KEEPER_RECORD_HISTORIES"), reason="recording is on demand")
 async def test_record_teardown_cancelled_mid_delete(dev_env, emu: TpuEmulator):
     """Since `teardown-shielded-delete`: a cancel waits for the delete it interrupted."""
