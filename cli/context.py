@@ -53,6 +53,10 @@ class KeeperContext:
             except SettingsError as err:
                 # pydantic's "Value error, " prefix says nothing to an operator.
                 problem = str(err).replace("Value error, ", "")
+                for flag, var in FLAG_VARIABLES.items():
+                    if var in self.overrides():
+                        # The flag put the value there; the variable is how keeper passes it on.
+                        problem = problem.replace(f"({var})", f"({flag})")
                 raise CommandFailed(
                     f"invalid settings: {problem}",
                     hint=self._settings_hint(problem, env),
@@ -66,8 +70,25 @@ class KeeperContext:
         if "no such config file" in problem:
             return "Give an existing file with --config or KEEPER_CONFIG, or neither."
         flags = {var: flag for flag, var in FLAG_VARIABLES.items()}
+
+        def label(var: str) -> str:
+            return flags[var] if var in self.overrides() else var
+
+        def source(var: str) -> str:
+            return flags[var] if var in self.overrides() else f"the variable {var}"
+
+        # A value whose source the problem names ("temporal.address gives port 1 (--address)
+        # but dev.port_base ...") is the one at fault: the port base it contradicts was set
+        # for the whole stack, the flag or variable for this value alone.
+        named = [
+            source(var)
+            for var in (*FLAG_VARIABLES.values(), *ENV_OVERRIDES)
+            if env.get(var) and f"({label(var)})" in problem
+        ]
+        if named:
+            return f"Fix {' and '.join(dict.fromkeys(named))} and retry."
         overriding = [
-            flags[var] if var in self.overrides() else f"the variable {var}"
+            source(var)
             for var, dotted in ENV_OVERRIDES.items()
             if env.get(var) and dotted in problem
         ]

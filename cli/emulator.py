@@ -19,11 +19,13 @@ from pydantic import ValidationError
 
 from keeper.cli.context import KeeperContext, pass_keeper
 from keeper.cli.dev_only import require_emulator
+from keeper.cli.devstack.other_base import other_base_advice
 from keeper.cli.emulator_iris import iris
 from keeper.cli.emulator_spur import spur
 from keeper.cli.output import CommandFailed, OneOf, Output, UsageProblem, json_options, rfc3339
 from keeper.domain.common.durations import documented_duration
 from keeper.domain.tpu.slice_request import SLICE_NAME_PATTERN
+from keeper.runtime.dev_ports import PORT_OFFSETS
 from keeper.runtime.settings import EmulatorSettings
 
 try:
@@ -82,10 +84,17 @@ def _call(keeper: KeeperContext, method: str, path: str, body: Any = None) -> An
     try:
         response = httpx.request(method, url, json=body, timeout=HTTP_TIMEOUT)
     except httpx.ConnectError as err:
+        base = keeper.settings.dev.port_base
+        if base is not None:
+            origin = f"dev.port_base {base} + {PORT_OFFSETS['emulator.control_port']}"
+        else:
+            origin = "emulator.host/emulator.control_port"
+        served = url.rsplit(path, 1)[0]
         raise CommandFailed(
-            f"The TPU emulator is not running at {url.rsplit(path, 1)[0]} "
-            f"(emulator.host/emulator.control_port): {err}",
-            hint="Start it with `keeper dev up` (or `keeper emulator serve`).",
+            f"The TPU emulator is not running at {served} ({origin}): {err}",
+            hint="Start it with `keeper dev up` (or `keeper emulator serve`); "
+            f"{other_base_advice(keeper.settings, keeper.config_file)}.",
+            url=served,
         ) from err
     except httpx.HTTPError as err:
         raise CommandFailed(f"{method} {url} failed: {err}") from err

@@ -11,6 +11,7 @@ import httpx
 
 from keeper.cli.context import KeeperContext
 from keeper.cli.devstack.layout import iris_emulator_serves
+from keeper.cli.devstack.other_base import other_base_advice
 from keeper.cli.output import CommandFailed, Output, json_options
 from keeper.runtime.dev_ports import PORT_BASE_ENV, PORT_OFFSETS, dial_host
 
@@ -49,10 +50,7 @@ def emulator_address(url: str | None, given_by: str = "--url") -> IrisAddress:
         origin = f"dev.port_base {base} + {PORT_OFFSETS['emulator.iris_port']}"
     else:
         origin = "emulator.host/emulator.iris_port"
-    elsewhere = (
-        f"a stack on another port base: set {PORT_BASE_ENV} (or dev.port_base) to its base; "
-        f"an emulator elsewhere: --url or {URL_ENV}."
-    )
+    elsewhere = f"{other_base_advice(settings)}; an emulator elsewhere: --url or {URL_ENV}."
     if iris_emulator_serves(settings):
         start = "Start the dev stack with `keeper dev up` (it runs the iris emulator there); "
     else:
@@ -71,7 +69,10 @@ class IrisControl:
         self.address = address
         self.base = address.url.rstrip("/")
 
-    def call(self, method: str, path: str, body: Any = None) -> Any:
+    def call(
+        self, method: str, path: str, body: Any = None, refused: dict[int, str] | None = None
+    ) -> Any:
+        """`refused`: what to do next when the emulator answers with that HTTP status."""
         url = f"{self.base}/control{path}"
         try:
             response = httpx.request(method, url, json=body, timeout=HTTP_TIMEOUT)
@@ -88,7 +89,14 @@ class IrisControl:
                 text = str(response.json().get("error", response.text))
             except ValueError:
                 text = response.text
-            raise CommandFailed(f"the iris emulator refused {method} {path}: {text}")
+            raise CommandFailed(
+                f"the iris emulator refused {method} {path}: {text}",
+                hint=(refused or {}).get(response.status_code)
+                or "`keeper emulator iris scenario` lists the scenarios it plays, "
+                "`keeper emulator iris state` its jobs.",
+                url=self.base,
+                http_status=response.status_code,
+            )
         return response.json()
 
 
@@ -158,7 +166,12 @@ def launch(
 ) -> None:
     """Create job /USER/NAME playing SCENARIO (not recorded as a LaunchJob action)."""
     body = {"name": name, "user": user, "scenario": scenario, "seed": seed}
-    job = _control(url).call("POST", "/jobs", body)
+    job_id = name if name.startswith("/") else f"/{user}/{name}"
+    taken = (
+        f"Job {job_id} is still running: launch under another NAME (or --user), or again once "
+        "it has finished; `keeper emulator iris state` lists the jobs."
+    )
+    job = _control(url).call("POST", "/jobs", body, refused={409: taken})
     if out.json:
         out.data(job)
     else:

@@ -20,8 +20,10 @@ from keeper.cli.output import (
     INTERRUPTED,
     OK,
     CommandFailed,
+    forget_running,
     format_options,
     report_error,
+    report_interrupt,
     use_json,
 )
 from keeper.cli.reclaim.commands import reclaim
@@ -127,6 +129,7 @@ cli.add_command(worker)
 
 def run(args: list[str] | None = None) -> int:
     """Runs one command line and returns its exit code (docs/cli.md#exit-codes)."""
+    forget_running()
     try:
         returned = cli.main(
             args, prog_name=PROG_NAME, complete_var=COMPLETE_VAR, standalone_mode=False
@@ -140,7 +143,8 @@ def run(args: list[str] | None = None) -> int:
         report_error(err)
         return err.exit_code
     except (click.exceptions.Abort, KeyboardInterrupt):
-        click.echo("interrupted", err=True)
+        # A workflow the command started or followed goes on: say so, and how to reach it.
+        report_interrupt()
         return INTERRUPTED
     except SystemExit as done:
         return _exit_code(done.code)

@@ -168,13 +168,15 @@ def error_document(err: click.ClickException) -> dict[str, Any]:
         param = _param_named(err)
         if param:
             error["param"] = param
+        if isinstance(err, UsageProblem) and err.params:
+            error["params"] = err.params
     return {"error": error}
 
 
 def _param_named(err: click.UsageError) -> str | None:
     """The option or argument a usage error is about, as the command line spells it."""
     if isinstance(err, UsageProblem):
-        return err.param_hint
+        return err.param_hint or (err.params[0] if err.params else None)
     if isinstance(err, click.NoSuchOption):
         return err.option_name
     if isinstance(err, click.BadParameter):
@@ -225,11 +227,63 @@ class CommandFailed(click.ClickException):
 
 
 class UsageProblem(click.UsageError):
-    """A bad argument or option (exit 2), naming it in the CLI's own terms."""
+    """A bad argument or option (exit 2), naming it in the CLI's own terms.
 
-    def __init__(self, message: str, param_hint: str | None = None) -> None:
+    A request checked as a whole reports every problem at once: `params` lists each argument
+    and option at fault, in the order the message names them; the first is its `param`.
+    """
+
+    def __init__(
+        self, message: str, param_hint: str | None = None, *, params: Iterable[str] = ()
+    ) -> None:
         super().__init__(f"{param_hint}: {message}" if param_hint else message)
         self.param_hint = param_hint
+        self.params = list(params)
+
+
+class Interrupted(CommandFailed):
+    """Ctrl-C (exit 130) while a workflow the command started or followed still runs."""
+
+    exit_code = INTERRUPTED
+
+
+# What a Ctrl-C leaves running, as the command that started or followed it said (one command
+# per process). Not a context variable: the commands set it inside asyncio.run, whose task
+# runs in a copy of the context, and main reads it after that returned.
+_left_running: Interrupted | None = None
+
+
+def workflow_keeps_running(
+    what: str, workflow_id: str, *, follow: str, cancel: str | None = None, **fields: Any
+) -> None:
+    """Declares the workflow a Ctrl-C from now on leaves running (`what` says how, naming
+    it): it is durable, so stopping the command stops only the watching, and the operator is
+    told how to go on from there."""
+    global _left_running
+    ways = f"Follow it with `{follow}`" + (f", or cancel it with `{cancel}`" if cancel else "")
+    _left_running = Interrupted(
+        f"interrupted; {what} (a workflow is durable: it goes on without this command)",
+        hint=f"{ways}.",
+        workflow_id=workflow_id,
+        status="RUNNING",
+        **fields,
+    )
+
+
+def forget_running() -> None:
+    global _left_running
+    _left_running = None
+
+
+def report_interrupt() -> None:
+    """Ctrl-C: what is left running and how to follow it, or a bare `interrupted`. Under
+    --json the document is on stdout either way, so a reader still gets one."""
+    if _left_running is not None:
+        report_error(_left_running)
+        return
+    if json_requested():
+        click.echo(dumps({"error": {"message": "interrupted", "exit_code": INTERRUPTED}}))
+    click.echo("interrupted", err=True)
 
 
 def report_error(err: click.ClickException) -> None:

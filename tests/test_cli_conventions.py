@@ -283,6 +283,93 @@ def test_a_failed_operation_exits_1_with_a_hint_and_its_error_document(config: P
     assert "usage" not in error
 
 
+def test_a_bad_request_is_one_usage_error_naming_every_parameter_at_fault(config: Path) -> None:
+    several, across = keepers(
+        [
+            ["--config", str(config), "tpu", "bootstrap", "Upper", "-a", "v4-7", "-c", "spot",
+             "--node-count", "0", "--json"],
+            ["--config", str(config), "tpu", "bootstrap", "ok", "-a", "v4-8", "-c", "reserved",
+             "--json"],
+        ]
+    )  # fmt: skip
+    # Every problem at once, in the shape of every usage error: `param` the first, `params`
+    # them all, the message one line naming each.
+    assert several.returncode == 2, explain(several)
+    error = error_of(several)
+    assert error["usage"] is True and error["command"] == "keeper tpu bootstrap", error
+    assert error["param"] == "SLICE_NAME", error
+    assert error["params"] == ["SLICE_NAME", "--accelerator-type", "--node-count"], error
+    assert "\n" not in error["message"], error
+    assert all(f"{param}: " in error["message"] for param in error["params"]), error
+    assert "Usage: keeper tpu bootstrap" in several.stderr, explain(several)
+    # A check across options names them as flags, not as the request's fields.
+    error = error_of(across)
+    assert (error["param"], error["params"]) == ("--reservation", ["--reservation"]), error
+    assert "--reservation is required when --capacity is 'reserved'" in error["message"]
+    assert "reservation_name" not in error["message"], error
+
+
+def test_an_unreachable_temporal_is_a_failure_with_a_hint_and_its_address(config: Path) -> None:
+    closed = f"127.0.0.1:{free_port()}"
+    flagged, configured, text = keepers(
+        [
+            ["--config", str(config), "--address", closed, "tpu", "status", "train-a", "--json"],
+            ["--config", str(config), "tpu", "list", "--json"],
+            ["--config", str(config), "tpu", "list"],
+        ]
+    )
+    error = error_of(flagged)
+    assert error["exit_code"] == 1 and error["address"] == closed, error
+    assert error["namespace"] == "from-file", error
+    # The hint is a field of its own, not the message's last line.
+    assert "\n" not in error["message"] and f"cannot reach Temporal at {closed}" in error["message"]
+    # The address given is what to check, not the local stack's port base.
+    assert error["hint"].startswith("Check --address"), error
+    assert "KEEPER_DEV_PORT_BASE" not in error["hint"], error
+    error = error_of(configured)
+    assert "keeper dev up" in error["hint"] and "KEEPER_DEV_PORT_BASE" in error["hint"], error
+    assert text.returncode == 1 and text.stdout == "", explain(text)
+    assert error["hint"] in text.stderr, explain(text)
+
+
+def test_nothing_answering_names_the_port_base_the_stack_here_was_started_on(
+    config: Path, tmp_path: Path
+) -> None:
+    # What `keeper dev up --port-base 23000` records in the run dir beside the database.
+    run_dir = tmp_path / ".dev" / "run"
+    run_dir.mkdir(parents=True)
+    (run_dir / "stack.json").write_text(
+        json.dumps({"config_file": None, "port_base": 23000, "cwd": str(tmp_path)})
+    )
+    temporal, emulator = keepers(
+        [
+            ["--config", str(config), "tpu", "list", "--json"],
+            ["--config", str(config), "emulator", "state", "--json"],
+        ]
+    )
+    for result in (temporal, emulator):
+        hint = error_of(result)["hint"]
+        assert "keeper dev up" in hint, explain(result)
+        assert "port base 23000" in hint and "KEEPER_DEV_PORT_BASE=23000" in hint, explain(result)
+
+
+def test_an_address_that_contradicts_the_port_base_is_the_one_to_fix(tmp_path: Path) -> None:
+    config = tmp_path / "keeper.yaml"
+    config.write_text(yaml.safe_dump({"temporal": {"db_file": str(tmp_path / "t.db")}}))
+    base = {"KEEPER_DEV_PORT_BASE": "23000"}
+    args = ["--config", str(config), "tpu", "status", "train-a", "--json"]
+    by_flag, by_variable = (
+        keeper("--address", "127.0.0.1:1", *args, env=clean_env(**base)),
+        keeper(*args, env=clean_env(**base, TEMPORAL_ADDRESS="127.0.0.1:1")),
+    )
+    error = error_of(by_flag)
+    assert "temporal.address gives port 1 (--address)" in error["message"], error
+    assert error["hint"] == "Fix --address and retry.", error
+    error = error_of(by_variable)
+    assert "temporal.address gives port 1 (TEMPORAL_ADDRESS)" in error["message"], error
+    assert error["hint"] == "Fix the variable TEMPORAL_ADDRESS and retry.", error
+
+
 def test_bad_settings_exit_1_naming_the_field_and_where_to_fix_it(
     config: Path, tmp_path: Path
 ) -> None:

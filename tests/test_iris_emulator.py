@@ -959,6 +959,28 @@ async def test_keeper_emulator_iris_cli_launches_and_shows_state(iris: Iris) -> 
     assert "* dead-worker" in listing
 
 
+async def test_launching_a_running_job_again_is_refused_with_what_to_do(iris: Iris) -> None:
+    async def keeper(*args: str) -> tuple[int, str, str]:
+        # The real command, whose error document under --json is its own code's.
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "keeper.cli.main", "emulator", "iris", *args,
+            "--url", iris.emu.url, "--json",
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        out, err = await asyncio.wait_for(process.communicate(), 60)
+        return process.returncode or 0, out.decode(), err.decode()
+
+    first = await keeper("launch", "twice", "--scenario", "healthy")
+    assert first[0] == 0, first
+    code, out, err = await keeper("launch", "twice", "--scenario", "healthy")
+    assert code == 1, err
+    error = json.loads(out)["error"]
+    assert "/alice/twice already exists and is running" in error["message"], error
+    assert "another NAME" in error["hint"] and "keeper emulator iris state" in error["hint"]
+    assert error["http_status"] == 409 and error["url"] == iris.emu.url.rstrip("/"), error
+    assert error["hint"] in err
+
+
 def test_the_demo_scenario_file_loads() -> None:
     emu = IrisEmulator(
         IrisEmulatorConfig(scenario_file="emulators/scenarios/iris-demo.yaml"), ManualWallClock()

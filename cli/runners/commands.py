@@ -18,7 +18,14 @@ from rich.table import Table
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
 
 from keeper.cli.context import KeeperContext, pass_keeper
-from keeper.cli.output import CommandFailed, Output, UsageProblem, json_options, rfc3339
+from keeper.cli.output import (
+    CommandFailed,
+    Output,
+    UsageProblem,
+    json_options,
+    rfc3339,
+    workflow_keeps_running,
+)
 from keeper.cli.runners.render import (
     result_from_view,
     result_text,
@@ -30,6 +37,7 @@ from keeper.cli.temporal_ops import client_for, describe_as, describe_or_none, i
 from keeper.domain.common.untrusted import terminal_text
 from keeper.domain.runners.deletion_view import DeletionView
 from keeper.domain.runners.models import (
+    DELETE_PREFIX,
     DELETION_WORKFLOW_TYPE,
     RUNNER_NAME_RE,
     DeletionOutcome,
@@ -121,6 +129,12 @@ async def follow(handle: WorkflowHandle[Any, DeletionResult], out: Output) -> Fo
     """Follows the deletion until it ends, or until the record is tombstoned (what is left
     then runs in the background and changes nothing about the runner). Progress goes to
     stderr. Raises CommandFailed when the deletion fails."""
+    runner = handle.id.removeprefix(DELETE_PREFIX)
+    workflow_keeps_running(
+        f"the deletion {handle.id} keeps running",
+        handle.id,
+        follow=f"keeper runner status {runner} --wait",
+    )
     result = asyncio.ensure_future(handle.result())
     last = ""
     view: DeletionView | None = None

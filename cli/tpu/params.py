@@ -6,6 +6,7 @@ starts; the request model's field names never reach the operator.
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 from typing import Any
 
@@ -117,17 +118,52 @@ def _plain(message: str, where: str | None, kind: str) -> str:
     return message.removeprefix("Value error, ")
 
 
-def validation_message(err: ValidationError, accelerator_type: str | None = None) -> str:
-    """Every problem of a request, each naming the flag that sets the field."""
-    lines = []
+def _flag_words(message: str) -> str:
+    """A check across fields names them as the model does; say the flags instead."""
+    for field, flag in FLAGS.items():
+        if "_" in field:
+            message = re.sub(rf"(?<![-\w]){field}\b", flag.split(" ")[0], message)
+    # "capacity 'reserved'", not the "queued capacity" of a sentence.
+    return re.sub(r"(?<![-\w])capacity(?= (is )?')", "--capacity", message)
+
+
+def request_problems(
+    err: ValidationError, accelerator_type: str | None = None
+) -> list[tuple[str | None, str]]:
+    """Every problem of a request as (the parameter at fault, the line that says what is
+    wrong, naming it)."""
+    problems: list[tuple[str | None, str]] = []
     for problem in err.errors():
         where = _where(tuple(problem["loc"]))
         message = _plain(problem["msg"], where, problem["type"])
         if where == FLAGS["accelerator_type"] and accelerator_type is not None:
             # The pattern's own message is a regular expression; say it in words.
             message = topology_problem(accelerator_type) or message
-        lines.append(f"  {where}: {message}" if where else f"  {message}")
-    return "invalid slice request; nothing was started:\n" + "\n".join(lines)
+        if where is not None:
+            problems.append((where.split(" ")[0], f"{where}: {message}"))
+            continue
+        # A check across fields names its flags itself; the first is the one it is about.
+        message = _flag_words(message)
+        named = re.search(r"(?<![-\w])(--[a-z-]+)", message)
+        problems.append((named.group(1) if named else None, message))
+    return problems
+
+
+def request_problem(
+    err: ValidationError, accelerator_type: str | None = None, what: str = "slice request"
+) -> UsageProblem:
+    """The usage error of a request, listing every problem at once: `param` in JSON is the
+    first parameter at fault, `params` lists them all (docs/cli.md#errors)."""
+    problems = request_problems(err, accelerator_type)
+    params = list(dict.fromkeys(param for param, _ in problems if param))
+    text = "; ".join(line for _, line in problems)
+    # Each line names its parameter itself, so none leads the message.
+    return UsageProblem(f"{text} (invalid {what}; nothing was started)", params=params)
+
+
+def validation_message(err: ValidationError, accelerator_type: str | None = None) -> str:
+    """Every problem of a request in one line, each naming the flag that sets the field."""
+    return request_problem(err, accelerator_type).format_message()
 
 
 def build_request(settings: Settings, fields: dict[str, Any]) -> SliceRequest:
@@ -158,6 +194,4 @@ def build_request(settings: Settings, fields: dict[str, Any]) -> SliceRequest:
         return SliceRequest.model_validate(merged)
     except ValidationError as err:
         accelerator = merged.get("accelerator_type")
-        raise UsageProblem(
-            validation_message(err, accelerator if isinstance(accelerator, str) else None)
-        ) from None
+        raise request_problem(err, accelerator if isinstance(accelerator, str) else None) from None
