@@ -20,10 +20,23 @@ from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.exceptions import ApplicationError, CancelledError, WorkflowAlreadyStartedError
 
 from keeper.cli.context import KeeperContext, pass_keeper
-from keeper.cli.output import FAILED, CommandFailed, Output, UsageProblem, json_options, rfc3339
+from keeper.cli.output import (
+    FAILED,
+    CommandFailed,
+    Output,
+    json_options,
+    rfc3339,
+    workflow_keeps_running,
+)
 from keeper.cli.temporal_ops import client_for, is_running
 from keeper.cli.tpu.lookup import SliceWorkflows, slice_workflows, status_name
-from keeper.cli.tpu.params import DURATION, SLICE_NAME, build_request, parse_labels
+from keeper.cli.tpu.params import (
+    DURATION,
+    SLICE_NAME,
+    build_request,
+    parse_labels,
+    request_problem,
+)
 from keeper.cli.tpu.params import validation_message as validation_message
 from keeper.cli.tpu.progress import follow, query_status, render, result_of
 from keeper.cli.tpu.sweeping import orphan_name, scheduled_sweep, unfinished
@@ -168,6 +181,19 @@ def _cleanup(failure: BootstrapFailure | None) -> tuple[str, bool]:
     return text, left_running(failure.compensation, failure.kind)
 
 
+def _bootstrap_keeps_running(
+    handle: WorkflowHandle[Any, Any], slice_name: str, run_id: str | None
+) -> None:
+    """A Ctrl-C from now on says the bootstrap goes on, and how to follow or cancel it."""
+    workflow_keeps_running(
+        f"the bootstrap {handle.id} keeps running",
+        handle.id,
+        follow=f"keeper tpu status {slice_name} --wait",
+        cancel=f"keeper tpu cancel {slice_name}",
+        run_id=run_id,
+    )
+
+
 async def wait_and_report(
     handle: WorkflowHandle[Any, BootstrapResult],
     settings: Settings,
@@ -178,6 +204,7 @@ async def wait_and_report(
     slice_name: str,
 ) -> int:
     """Waits for the bootstrap; 0 when the slice is ready, otherwise raises (exit 1)."""
+    _bootstrap_keeps_running(handle, slice_name, run_id or handle.result_run_id)
     if show:
         await follow(handle, console, _note)
     fields = _handle_fields(settings, handle, run_id or handle.result_run_id)
@@ -621,6 +648,15 @@ def cancel(keeper: KeeperContext, out: Output, slice_name: str, wait: bool) -> N
                 out.line(f"cancel requested for {handle.id}")
                 out.note("compensation runs in the workflow; watch it with `keeper tpu status`")
             return 0
+        workflow_keeps_running(
+            f"the cancel was requested; the bootstrap {handle.id} keeps compensating",
+            handle.id,
+            follow=f"keeper tpu status {slice_name} --wait",
+            run_id=description.run_id,
+        )
+        # The phases and the compensation as they go (a stuck one with its last error), as
+        # `status --wait` shows them: a compensation can take long, and never silently.
+        await follow(handle, console, _note)
         try:
             await result_of(handle, _note)
         except WorkflowFailureError as err:
@@ -698,7 +734,7 @@ def delete(
             reason=reason,
         )
     except ValidationError as err:
-        raise UsageProblem(validation_message(err).replace("slice request", "delete")) from None
+        raise request_problem(err, what="teardown request") from None
 
     async def run() -> int:
         client = await client_for(settings)
@@ -730,6 +766,12 @@ def delete(
                 out.line(handle.id)
                 out.note(f"started: {fields['ui_url']}")
             return 0
+        workflow_keeps_running(
+            f"the teardown {handle.id} keeps running",
+            handle.id,
+            follow=f"keeper tpu status {slice_name}",
+            run_id=fields["run_id"],
+        )
         try:
             report: DeletionReport = await result_of(handle, _note)
         except WorkflowFailureError as err:
