@@ -4,12 +4,14 @@ small a health attempt's failure stays."""
 
 from __future__ import annotations
 
+import io
 import json
 import socket
 from datetime import UTC, datetime, timedelta
 
 import pytest
 from click.testing import CliRunner
+from rich.console import Console
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
@@ -27,9 +29,11 @@ from keeper.domain.tpu.models import (
 from keeper.domain.tpu.observation import SliceObservation, VmEndpoint
 from keeper.domain.tpu.outcome import (
     cleanup_summary,
+    closed_view,
     is_live,
     left_running,
     merge_reports,
+    next_step,
     slice_is_over,
     slice_state,
 )
@@ -215,6 +219,85 @@ def test_a_phase_the_bootstrap_stopped_in_is_not_done(phase, failed_phase, word)
     assert progress.phase_state(status, Phase.ASSIGN)[0] == word
     assert progress.phase_state(status, Phase.SUBMIT)[0] == "done"
     assert progress.phase_state(status, Phase.READY)[0] == "-"
+
+
+CLOSED = datetime(2026, 12, 1, 12, 5, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    ("recorded", "bootstrap", "child", "child_report", "phase", "compensation", "advice"),
+    [
+        # Both lost: nobody deleted anything, the sweeper will.
+        (
+            Phase.ASSIGN,
+            "TERMINATED",
+            "TERMINATED",
+            None,
+            Phase.TERMINATED,
+            "none ran: the bootstrap was terminated",
+            "`keeper tpu sweep`",
+        ),
+        # The phase child, cancelled with its supervisor, deleted the slice itself.
+        (
+            Phase.ASSIGN,
+            "TIMED_OUT",
+            "CANCELED",
+            DeletionReport(deleted=[QR]),
+            Phase.TIMED_OUT,
+            "the phase workflow deleted train-a when it was cancelled",
+            "nothing to do",
+        ),
+        (
+            Phase.ASSIGN,
+            "TERMINATED",
+            "RUNNING",
+            None,
+            Phase.TERMINATED,
+            "the phase workflow is deleting",
+            "wait for its phase workflow",
+        ),
+        # The supervisor's own compensation was cut short.
+        (
+            Phase.COMPENSATE,
+            "TERMINATED",
+            None,
+            None,
+            Phase.TERMINATED,
+            "cut short: the bootstrap was terminated",
+            "`keeper tpu sweep`",
+        ),
+    ],
+)
+def test_a_bootstrap_closed_by_temporal_reads_cut_short(
+    recorded, bootstrap, child, child_report, phase, compensation, advice
+):
+    stopped = Phase.ASSIGN if recorded is Phase.COMPENSATE else None
+    status = _status(phase=recorded, failed_phase=stopped)
+    child_status = _status(phase=Phase.CANCELLED, child_compensation=child_report)
+    view = closed_view(status, bootstrap, CLOSED, child, child_status)
+    assert view.phase is phase and view.failed_phase is Phase.ASSIGN
+    assert view.phase_deadline_at is None
+    assert [t.ended_at for t in view.timings] == [status.timings[0].ended_at, CLOSED]
+    assert view.compensation is not None and view.compensation.startswith(compensation)
+    assert view.qr_state == ("deleted" if child_report else "WAITING_FOR_RESOURCES")
+    assert advice in (next_step(view, bootstrap, child) or "")
+    words = {Phase.TERMINATED: "terminated", Phase.TIMED_OUT: "timed out"}
+    assert progress.phase_state(view, Phase.ASSIGN)[0] == words[phase]
+    shown = Console(width=200, record=True, file=io.StringIO())
+    shown.print(progress.render(view, seen_at=view.updated_at or CLOSED))
+    text = shown.export_text()
+    assert "running" not in text and "left" not in text, text
+    if view.qr_state != "deleted":
+        assert "QR WAITING_FOR_RESOURCES (last seen at 2026-12-01T12:" in text, text
+
+
+@pytest.mark.parametrize("bootstrap", ["RUNNING", "COMPLETED"])
+def test_a_bootstrap_that_recorded_its_own_end_or_runs_reads_as_recorded(bootstrap):
+    running = _status()
+    assert closed_view(running, bootstrap, CLOSED) == running
+    failed = _status(phase=Phase.FAILED, failed_phase=Phase.ASSIGN)
+    assert closed_view(failed, "FAILED", CLOSED) == failed
+    assert next_step(failed, "FAILED") is None
 
 
 def test_failing_vms_are_listed_with_their_reasons_and_a_count():

@@ -8,11 +8,12 @@ from typing import Any
 
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 
-from keeper.cli.temporal_ops import describe_as
-from keeper.domain.tpu.models import BootstrapResult, DeletionReport
+from keeper.cli.temporal_ops import describe_as, describe_or_none
+from keeper.domain.tpu.models import BootstrapResult, BootstrapStatus, DeletionReport
 from keeper.domain.tpu.naming import (
     BOOTSTRAP_WORKFLOW_TYPE,
     TEARDOWN_WORKFLOW_TYPE,
+    bootstrap_run_workflow_ids,
     bootstrap_workflow_id,
     teardown_workflow_id,
 )
@@ -74,3 +75,27 @@ async def slice_workflows(client: Client, slice_name: str) -> SliceWorkflows:
     if described is None or not _after(teardown_described, described):
         teardown_described = None
     return SliceWorkflows(bootstrap, described, teardown, teardown_described)
+
+
+async def phase_child(
+    client: Client, slice_name: str, bootstrap_id: str, bootstrap_run_id: str
+) -> tuple[str | None, BootstrapStatus | None]:
+    """The phase child of that bootstrap run: its status name and its status query answer
+    ((None, None): none found). A terminated supervisor records nothing more, while its
+    child, cancelled with it, compensates and records what it deleted."""
+    for child_id in bootstrap_run_workflow_ids(slice_name):
+        handle = client.get_workflow_handle(child_id)
+        description = await describe_or_none(handle)
+        # Only this run's own child: the legacy id can be another slice's supervisor, and a
+        # child id outlives its parent run.
+        if description is None or (description.parent_id, description.parent_run_id) != (
+            bootstrap_id,
+            bootstrap_run_id,
+        ):
+            continue
+        try:
+            view = await handle.query("status", result_type=BootstrapStatus)
+        except Exception:  # no worker serves its queue: the status says less, nothing more
+            view = None
+        return status_name(description), view
+    return None, None

@@ -20,15 +20,19 @@ from rich.text import Text
 from temporalio.client import WorkflowHandle
 from temporalio.service import RPCError
 
+from keeper.cli.output import rfc3339
 from keeper.cli.reconnect import RECONNECT_FIRST, RECONNECT_MAX, is_transient
 from keeper.domain.common.durations import format_duration
 from keeper.domain.common.untrusted import terminal_text
 from keeper.domain.tpu.models import BootstrapStatus
+from keeper.domain.tpu.outcome import FINAL_PHASES
 from keeper.domain.tpu.phases import Phase
 from keeper.domain.tpu.status_view import failing_vm_list, format_duration_seconds
 
 PHASE_ORDER = [Phase.SUBMIT, Phase.ASSIGN, Phase.PROVISION, Phase.READY, Phase.HEALTH]
-STOPPED = (Phase.FAILED, Phase.CANCELLED, Phase.COMPENSATE)
+STOPPED = (Phase.FAILED, Phase.CANCELLED, Phase.COMPENSATE, Phase.TERMINATED, Phase.TIMED_OUT)
+# A phase cut short by a close Temporal imposed (domain/tpu/outcome.py, closed_view).
+CUT_SHORT = {Phase.TERMINATED: "terminated", Phase.TIMED_OUT: "timed out"}
 # Failing VMs named in the live view and in a status line; `status --json` has them all.
 FAILING_SHOWN = 5
 # Reconnecting to a restarted server: the first wait, doubling up to the last.
@@ -67,13 +71,23 @@ def phase_state(status: BootstrapStatus, phase: Phase) -> tuple[str, str]:
             return "cancelled", "yellow"
         if status.phase is Phase.COMPENSATE:
             return "stopped, compensating", "magenta"
-        return "failed", "red"
+        return CUT_SHORT.get(status.phase, "failed"), "red"
     if timing.ended_at is not None:
         return "done", "green"
+    if status.phase in FINAL_PHASES:
+        # Nothing runs after the end, whatever the last record says.
+        return "stopped", "red"
     return "running", "yellow"
 
 
-def render(status: BootstrapStatus, now: datetime | None = None, note: str | None = None) -> Group:
+def render(
+    status: BootstrapStatus,
+    now: datetime | None = None,
+    note: str | None = None,
+    seen_at: datetime | None = None,
+) -> Group:
+    """The phase table and the counts. `seen_at`: the bootstrap closed, so the counts are
+    its last look at the cloud, recorded then, not the cloud's state now."""
     now = now or datetime.now(UTC)
     # The status is a query answer: any of its strings may have come from outside keeper.
     where = ", ".join(terminal_text(v, markup=True) for v in (status.capacity, status.zone))
@@ -88,10 +102,14 @@ def render(status: BootstrapStatus, now: datetime | None = None, note: str | Non
             when = ""
         elif timing.ended_at is not None:
             when = format_duration_seconds(timing.seconds or 0.0)
+        elif status.phase in FINAL_PHASES:
+            when = ""
         else:
             when = _countdown(timing.deadline_at, now)
         table.add_row(phase.value, Text(word, style=style), when)
     qr = terminal_text(status.qr_state or "-")
+    if seen_at is not None and status.qr_state not in (None, "deleted"):
+        qr += f" (last seen at {rfc3339(seen_at)}, before the bootstrap closed; not read since)"
     counts = Text(
         f"QR {qr} | nodes ready {status.nodes_ready}/{status.nodes_expected}"
         f" | VMs with IP {status.vms_with_ip}/{status.vms_expected}"

@@ -6,7 +6,10 @@ message say the same thing and never claim a deletion that did not happen.
 
 from __future__ import annotations
 
-from keeper.domain.tpu.models import DeletionReport
+from datetime import datetime
+
+from keeper.domain.tpu.models import BootstrapStatus, DeletionReport
+from keeper.domain.tpu.phases import Phase
 
 
 def _short(name: str) -> str:
@@ -151,3 +154,106 @@ def slice_is_over(bootstrap: str, teardown: str | None) -> bool:
 def is_live(bootstrap: str, teardown: str | None) -> bool:
     """A slice handed over and not released: a new bootstrap of its name must be refused."""
     return bootstrap == "COMPLETED" and teardown is None
+
+
+# The phases a bootstrap's status ends in: nothing after them runs.
+FINAL_PHASES = frozenset(
+    {Phase.DONE, Phase.FAILED, Phase.CANCELLED, Phase.TERMINATED, Phase.TIMED_OUT}
+)
+# A completed bootstrap recorded its end (done) before it returned; its result says the rest.
+_CLOSED_AS = {
+    "FAILED": Phase.FAILED,
+    "CANCELED": Phase.CANCELLED,
+    "TERMINATED": Phase.TERMINATED,
+    "TIMED_OUT": Phase.TIMED_OUT,
+}
+_CLOSED_WORD = {
+    Phase.FAILED: "failed",
+    Phase.CANCELLED: "cancelled",
+    Phase.TERMINATED: "terminated",
+    Phase.TIMED_OUT: "timed out",
+}
+
+
+def closed_view(
+    status: BootstrapStatus,
+    bootstrap: str,
+    closed_at: datetime | None,
+    child: str | None = None,
+    child_status: BootstrapStatus | None = None,
+) -> BootstrapStatus:
+    """A closed bootstrap's status as it stands, not as its run last recorded it.
+
+    A terminated or timed-out run records nothing more: its status query answers what it
+    held at that moment (a phase with a deadline ahead, the QR state of its last look). Here
+    that phase reads as cut short at `closed_at` (`failed_phase`, the phase `terminated` or
+    `timed-out`), no deadline is ahead, and `compensation` says who deleted what: the phase
+    child (`child` its status name, `child_status` its query answer), which compensates on
+    its own when its supervisor is terminated, or nobody yet. A status that ended on its own
+    (done, failed, cancelled) and a running bootstrap are returned as they are.
+    """
+    ended = _CLOSED_AS.get(bootstrap)
+    if ended is None or status.phase in FINAL_PHASES:
+        return status
+    word = _CLOSED_WORD[ended]
+    was_compensating = status.phase is Phase.COMPENSATE
+    stopped = status.failed_phase if was_compensating else status.phase
+    if stopped is None:
+        stopped = status.timings[-1].phase if status.timings else status.phase
+    end = closed_at or status.updated_at
+    timings = [
+        t
+        if t.ended_at is not None or end is None
+        else t.model_copy(update={"ended_at": max(end, t.started_at)})
+        for t in status.timings
+    ]
+    # The phase child's own report, once it closed; the supervisor may hold one too (a
+    # cancelled child signals it before the supervisor's confirmation starts).
+    closed_child = child_status is not None and child not in (None, "RUNNING")
+    report = (child_status.child_compensation if closed_child else None) or (
+        status.child_compensation
+    )
+    if child == "RUNNING":
+        compensation = (
+            "the phase workflow is deleting what the bootstrap created (it was cancelled "
+            f"when the bootstrap was {word})"
+        )
+        report = None
+    elif report is not None:
+        compensation = cleanup_summary(report, by_child=True)
+    elif was_compensating:
+        compensation = f"cut short: the bootstrap was {word} before it confirmed the slice deleted"
+    else:
+        compensation = f"none ran: the bootstrap was {word} before it could delete anything"
+    gone = report is not None and not report.not_ours
+    return status.model_copy(
+        update={
+            "phase": ended,
+            "failed_phase": stopped,
+            "phase_deadline_at": None,
+            "timings": timings,
+            "error": status.error or f"bootstrap {word} during {stopped.value}",
+            "compensation": compensation,
+            "compensation_stuck": False,
+            "child_compensation": report or status.child_compensation,
+            "qr_state": "deleted" if gone and status.qr_state else status.qr_state,
+            "nodes_ready": 0 if gone else status.nodes_ready,
+        }
+    )
+
+
+def next_step(view: BootstrapStatus | None, bootstrap: str, child: str | None = None) -> str | None:
+    """What the operator does about a bootstrap that was terminated or timed out (its view
+    from closed_view): wait for the sweeper, or run it now. None for any other bootstrap."""
+    if bootstrap not in ("TERMINATED", "TIMED_OUT"):
+        return None
+    report = view.child_compensation if view is not None else None
+    if child != "RUNNING" and report is not None and not left_running(report):
+        return "nothing to do: what the bootstrap created is deleted"
+    sweep = (
+        "the sweeper deletes what the bootstrap left (keeper-labelled resources whose owner "
+        "closed) on its next pass; `keeper tpu sweep` runs one now"
+    )
+    if child == "RUNNING":
+        return f"wait for its phase workflow to finish deleting; if it is cut short too, {sweep}"
+    return sweep

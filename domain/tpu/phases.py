@@ -27,6 +27,10 @@ class Phase(StrEnum):
     COMPENSATE = "compensate"
     FAILED = "failed"
     CANCELLED = "cancelled"
+    # Never set by a workflow: Temporal runs no code of a terminated or timed-out run. The
+    # CLI shows a bootstrap that closed so in these (domain/tpu/outcome.py, closed_view).
+    TERMINATED = "terminated"
+    TIMED_OUT = "timed-out"
 
 
 DEFAULT_DEADLINES: dict[Phase, timedelta] = {
