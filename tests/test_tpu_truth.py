@@ -9,7 +9,9 @@ import contextlib
 import json
 import sys
 import uuid
+from collections.abc import Coroutine
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -20,7 +22,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from temporalio.testing import WorkflowEnvironment
 
 from emulators.tpu import Scenario, TpuEmulator
-from keeper.domain.tpu.models import BootstrapFailure, BootstrapResult
+from keeper.domain.tpu.models import BootstrapFailure, BootstrapResult, BootstrapStatus
 from keeper.domain.tpu.naming import (
     bootstrap_run_workflow_id,
     bootstrap_workflow_id,
@@ -54,6 +56,29 @@ async def keeper(config: Path, *args: str) -> tuple[int, str, str]:
     )  # fmt: skip
     out, err = await asyncio.wait_for(process.communicate(), 120)
     return process.returncode or 0, out.decode(), err.decode()
+
+
+async def following(
+    config: Path, marker: str, *args: str
+) -> Coroutine[Any, Any, tuple[int, str, str]]:
+    """Starts the CLI and returns once its stderr has a line with `marker` (a live view
+    following a workflow); then await the result for (exit code, stdout, stderr)."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "keeper.cli.main", "--config", str(config), *args,
+        cwd=REPO, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    assert process.stderr is not None
+    seen: list[bytes] = []
+    while not seen or marker.encode() not in seen[-1]:
+        line = await asyncio.wait_for(process.stderr.readline(), 60)
+        assert line, f"exited before {marker!r}: {b''.join(seen).decode()}"
+        seen.append(line)
+
+    async def rest() -> tuple[int, str, str]:
+        out, err = await asyncio.wait_for(process.communicate(), 120)
+        return process.returncode or 0, out.decode(), (b"".join(seen) + err).decode()
+
+    return rest()
 
 
 def _names() -> tuple[str, str]:
@@ -314,6 +339,153 @@ async def test_the_log_view_writes_a_line_per_change_not_per_second(
     assert 1 <= len(assign) <= 4, "\n".join(assign)
     assert len(lines) == len(set(lines)), "a line repeats although nothing changed"
     assert all("left)" not in line for line in lines)
+    assert_no_leaks(emu)
+
+
+async def _recorded(handle, qr_state: str, within: float = 30.0) -> None:
+    """Until the bootstrap's status holds `qr_state` from a look at the cloud."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + within
+    while loop.time() < end:
+        with contextlib.suppress(Exception):  # the first workflow task may not have run yet
+            if (await handle.query("status", result_type=BootstrapStatus)).qr_state == qr_state:
+                return
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"{handle.id} never recorded QR {qr_state}")
+
+
+def _phase_rows(text: str) -> dict[str, str]:
+    return {line.split("│")[1].strip(): line for line in text.splitlines() if "│" in line}
+
+
+def _assert_not_running(text: str, shown: dict) -> None:
+    """Neither the text nor the JSON claims a phase runs or has a deadline ahead."""
+    rows = _phase_rows(text)
+    assert "terminated" in rows["assign"], text
+    assert all("running" not in row and "left" not in row for row in rows.values()), text
+    progress = shown["progress"]
+    assert progress["phase"] == "terminated" and progress["failed_phase"] == "assign", progress
+    assert progress["phase_deadline_at"] is None
+    assert all(t["ended_at"] for t in progress["timings"]), progress["timings"]
+    assert shown["status"] == "TERMINATED" and shown["slice_state"] == "terminated"
+    assert shown["closed_at"] and f"closed {shown['closed_at']}" in text, text
+
+
+async def test_a_bootstrap_terminated_with_its_phase_workflow_reads_cut_short(
+    dev_env: WorkflowEnvironment, emu: TpuEmulator, tmp_path: Path
+):
+    """Both workflows lost (as `orph-b` was): no phase runs any more, the QR state is the
+    one last seen, and the sweeper is what deletes what they left."""
+    queue, name = _names()
+    emu.set_scenario(name, Scenario(assign_after=None))
+    config = write_config(tmp_path / "keeper.yaml", dev_env, emu, queue)
+    request = slice_request(name, accelerator_type="v4-8", poll_interval="1s")
+    async with running_worker(dev_env.client, emu, task_queue=f"{queue}-tpu"):
+        handle = await dev_env.client.start_workflow(
+            TpuSliceBootstrap.run, request, id=bootstrap_workflow_id(name),
+            task_queue=f"{queue}-tpu",
+        )  # fmt: skip
+        await _recorded(handle, "WAITING_FOR_RESOURCES")
+    # No worker runs: terminating both leaves the QR with nobody to delete it.
+    await handle.terminate(reason="test: lost with its worker")
+    await dev_env.client.get_workflow_handle(bootstrap_run_workflow_id(name)).terminate()
+    # A worker answers the status queries of the closed runs (it replays them).
+    async with running_worker(dev_env.client, emu, task_queue=f"{queue}-tpu"):
+        (code, out, err), (json_code, json_out, json_err) = await asyncio.gather(
+            keeper(config, "tpu", "status", name),
+            keeper(config, "tpu", "status", name, "--json"),
+        )
+        assert code == 0 and json_code == 0, err + json_err
+        shown = json.loads(json_out)
+        _assert_not_running(out, shown)
+        assert "QR WAITING_FOR_RESOURCES (last seen at " in out, out
+        assert shown["progress"]["qr_state"] == "WAITING_FOR_RESOURCES"
+        assert shown["qr_state_seen_at"] and shown["qr_state_seen_at"] <= shown["closed_at"]
+        assert "none ran: the bootstrap was terminated" in shown["progress"]["compensation"]
+        assert "`keeper tpu sweep`" in shown["next_step"]
+        assert "next: the sweeper deletes what the bootstrap left" in out, out
+        assert "keeper tpu sweep" in out
+        await dev_env.client.execute_workflow(
+            "TpuSliceTeardown",
+            {"slice_name": name, "project": request.project, "zone": request.zone},
+            id=teardown_workflow_id(name),
+            task_queue=f"{queue}-tpu",
+        )
+    assert_no_leaks(emu)
+
+
+async def test_a_terminated_bootstrap_reads_terminated_and_status_wait_json_says_so(
+    dev_env: WorkflowEnvironment, emu: TpuEmulator, tmp_path: Path
+):
+    """`handle.terminate()` in assign: the phase workflow, cancelled with it, deletes the QR;
+    status shows the phase cut short and who deleted what, and `status --wait --json` ends
+    with the document `status --json` prints."""
+    queue, name = _names()
+    emu.set_scenario(name, Scenario(assign_after=None))
+    config = write_config(tmp_path / "keeper.yaml", dev_env, emu, queue)
+    request = slice_request(name, accelerator_type="v4-8", poll_interval="1s")
+    async with running_worker(dev_env.client, emu, task_queue=f"{queue}-tpu"):
+        handle = await dev_env.client.start_workflow(
+            TpuSliceBootstrap.run, request, id=bootstrap_workflow_id(name),
+            task_queue=f"{queue}-tpu",
+        )  # fmt: skip
+        await _recorded(handle, "WAITING_FOR_RESOURCES")
+        # Terminated once the command follows it (its live view wrote a line).
+        waiting = await following(config, f"{name}: assign", "tpu", "status", name, "--wait",
+                                  "--json")  # fmt: skip
+        await handle.terminate(reason="test: an operator terminated it")
+        wait_code, wait_out, wait_err = await waiting
+        child = dev_env.client.get_workflow_handle(bootstrap_run_workflow_id(name))
+        with pytest.raises(WorkflowFailureError):
+            await asyncio.wait_for(child.result(), 60)
+        (code, out, err), (json_code, json_out, json_err) = await asyncio.gather(
+            keeper(config, "tpu", "status", name),
+            keeper(config, "tpu", "status", name, "--json"),
+        )
+    assert code == 0 and json_code == 0, err + json_err
+    shown = json.loads(json_out)
+    _assert_not_running(out, shown)
+    deleted = f"the phase workflow deleted {name} when it was cancelled"
+    assert shown["progress"]["compensation"] == deleted
+    assert shown["progress"]["qr_state"] == "deleted" and "WAITING_FOR_RESOURCES" not in out
+    assert shown["next_step"].startswith("nothing"), shown["next_step"]
+    assert deleted in out and "next: nothing" in out, out
+
+    assert wait_code == 1, wait_err
+    waited = json.loads(wait_out)
+    assert set(shown) <= set(waited), set(shown) - set(waited)
+    assert waited["status"] == "TERMINATED" and waited["result"] is None
+    assert waited["progress"]["phase"] == "terminated"
+    assert waited["error"]["status"] == "TERMINATED" and waited["error"]["exit_code"] == 1
+    assert "keeper tpu sweep" in waited["error"]["hint"]
+    assert_no_leaks(emu)
+
+
+async def test_status_wait_json_ends_with_the_status_document_and_the_result(
+    dev_env: WorkflowEnvironment, emu: TpuEmulator, tmp_path: Path
+):
+    queue, name = _names()
+    # Capacity arrives once the command follows the bootstrap.
+    emu.set_scenario(name, Scenario(assign_after=None))
+    config = write_config(tmp_path / "keeper.yaml", dev_env, emu, queue)
+    request = slice_request(name, accelerator_type="v4-8", poll_interval="1s")
+    async with running_worker(dev_env.client, emu, task_queue=f"{queue}-tpu"):
+        handle = await dev_env.client.start_workflow(
+            TpuSliceBootstrap.run, request, id=bootstrap_workflow_id(name),
+            task_queue=f"{queue}-tpu",
+        )  # fmt: skip
+        await wait_for_phase(handle, Phase.ASSIGN)
+        waiting = await following(config, f"{name}: assign", "tpu", "status", name, "--wait",
+                                  "--json")  # fmt: skip
+        emu.set_scenario(name, Scenario(assign_after=0, active_after=0.2, ips_after=0.1))
+        wait_code, wait_out, wait_err = await waiting
+        code, out, err = await keeper(config, "tpu", "status", name, "--json")
+        assert (wait_code, code) == (0, 0), wait_err + err
+        waited, shown = json.loads(wait_out), json.loads(out)
+        assert {key: waited[key] for key in shown} == shown
+        assert waited["slice_state"] == "ready" and waited["result"]["vms"]
+        code, _, err = await keeper(config, "tpu", "delete", name)
+        assert code == 0, err
     assert_no_leaks(emu)
 
 

@@ -17,19 +17,26 @@ from pydantic import ValidationError
 from rich.console import Console
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.common import WorkflowIDConflictPolicy
-from temporalio.exceptions import ApplicationError, CancelledError, WorkflowAlreadyStartedError
+from temporalio.exceptions import (
+    ApplicationError,
+    CancelledError,
+    TerminatedError,
+    WorkflowAlreadyStartedError,
+)
+from temporalio.exceptions import TimeoutError as WorkflowTimedOut
 
 from keeper.cli.context import KeeperContext, pass_keeper
 from keeper.cli.output import (
     FAILED,
     CommandFailed,
     Output,
+    error_document,
     json_options,
     rfc3339,
     workflow_keeps_running,
 )
 from keeper.cli.temporal_ops import client_for, is_running
-from keeper.cli.tpu.lookup import SliceWorkflows, slice_workflows, status_name
+from keeper.cli.tpu.lookup import SliceWorkflows, phase_child, slice_workflows, status_name
 from keeper.cli.tpu.params import (
     DURATION,
     SLICE_NAME,
@@ -57,7 +64,15 @@ from keeper.domain.tpu.naming import (
     manual_sweep_workflow_id,
     teardown_workflow_id,
 )
-from keeper.domain.tpu.outcome import cleanup_summary, left_running, slice_is_over, slice_state
+from keeper.domain.tpu.outcome import (
+    FINAL_PHASES,
+    cleanup_summary,
+    closed_view,
+    left_running,
+    next_step,
+    slice_is_over,
+    slice_state,
+)
 from keeper.domain.tpu.phases import DEFAULT_DEADLINES, Phase, default_budget_text, plan_text
 from keeper.domain.tpu.slice_request import Capacity, SliceRequest
 from keeper.domain.tpu.status_view import static_summary
@@ -181,6 +196,54 @@ def _cleanup(failure: BootstrapFailure | None) -> tuple[str, bool]:
     return text, left_running(failure.compensation, failure.kind)
 
 
+# A close Temporal imposed: the bootstrap ran none of its code, its compensation included.
+# (WorkflowTimedOut is temporalio's TimeoutError, not the builtin one asyncio raises.)
+_IMPOSED_CLOSE = {TerminatedError: "TERMINATED", WorkflowTimedOut: "TIMED_OUT"}
+
+
+async def bootstrap_error(
+    err: WorkflowFailureError,
+    handle: WorkflowHandle[Any, BootstrapResult],
+    fields: dict[str, Any],
+    slice_name: str,
+) -> CommandFailed:
+    """How a command that waited for a bootstrap reports one that did not complete."""
+    if isinstance(err.cause, CancelledError):
+        final = await query_status(handle)
+        cleanup = final.compensation if final and final.compensation else "unknown"
+        return CommandFailed(
+            f"the bootstrap of slice {slice_name} was cancelled; compensation: {_shown(cleanup)}",
+            hint=f"Its details in the Temporal UI: {fields['ui_url']}",
+            **fields,
+            slice=slice_name,
+            status="CANCELED",
+            cleanup=cleanup,
+            progress=final,
+        )
+    closed = next((s for t, s in _IMPOSED_CLOSE.items() if isinstance(err.cause, t)), None)
+    if closed is not None:
+        how = "terminated" if closed == "TERMINATED" else "timed out"
+        return CommandFailed(
+            f"the bootstrap of slice {slice_name} was {how} before it ended; it deleted "
+            "nothing itself (its phase workflow, cancelled with it, may have)",
+            hint=f"`keeper tpu status {slice_name}` shows what it left and who deleted what; "
+            f"the sweeper deletes what is left on its next pass, `keeper tpu sweep` now.",
+            **fields,
+            slice=slice_name,
+            status=closed,
+        )
+    message, failure = failure_of(err)
+    cleanup, _ = _cleanup(failure)
+    return CommandFailed(
+        f"bootstrap failed: {_shown(message)}",
+        hint=f"Compensation: {_shown(cleanup)}.",
+        **fields,
+        status="FAILED",
+        cleanup=cleanup,
+        failure=failure,
+    )
+
+
 def _bootstrap_keeps_running(
     handle: WorkflowHandle[Any, Any], slice_name: str, run_id: str | None
 ) -> None:
@@ -211,32 +274,12 @@ async def wait_and_report(
     try:
         result: BootstrapResult = await result_of(handle, _note)
     except WorkflowFailureError as err:
-        final = await query_status(handle)
-        if isinstance(err.cause, CancelledError):
-            cleanup = final.compensation if final and final.compensation else "unknown"
-            raise CommandFailed(
-                f"the bootstrap of slice {slice_name} was cancelled; compensation: "
-                f"{_shown(cleanup)}",
-                hint=f"Its details in the Temporal UI: {fields['ui_url']}",
-                **fields,
-                slice=slice_name,
-                status="CANCELED",
-                cleanup=cleanup,
-                progress=final,
-            ) from None
+        if out.json or isinstance(err.cause, (CancelledError, *_IMPOSED_CLOSE)):
+            raise await bootstrap_error(err, handle, fields, slice_name) from None
         message, failure = failure_of(err)
         cleanup, left = _cleanup(failure)
-        if not out.json:
-            print_failure(message, fields["ui_url"], cleanup, left)
-            return FAILED
-        raise CommandFailed(
-            f"bootstrap failed: {_shown(message)}",
-            hint=f"Compensation: {_shown(cleanup)}.",
-            **fields,
-            status="FAILED",
-            cleanup=cleanup,
-            failure=failure,
-        ) from None
+        print_failure(message, fields["ui_url"], cleanup, left)
+        return FAILED
     if out.json:
         out.data({**fields, "status": "COMPLETED", "result": result})
         return 0
@@ -439,6 +482,65 @@ def _released_view(progress: BootstrapStatus, teardown: dict[str, Any] | None) -
     )
 
 
+async def slice_status(
+    client: Client, settings: Settings, slice_name: str, found: SliceWorkflows
+) -> dict[str, Any]:
+    """The document of `keeper tpu status --json`; the text view shows the same."""
+    handle, description = found.bootstrap, found.bootstrap_description
+    progress = await query_status(handle)
+    closed_at = description.close_time
+    child: str | None = None
+    if progress is not None and closed_at is not None and progress.phase not in FINAL_PHASES:
+        # Terminated or timed out: the run's last record still reads as a phase running.
+        # Its phase child, cancelled with it, records what it deleted itself.
+        child, child_view = await phase_child(client, slice_name, handle.id, description.run_id)
+        progress = closed_view(progress, found.bootstrap_status, closed_at, child, child_view)
+    seen_at = None
+    if progress is not None and closed_at is not None and progress.qr_state != "deleted":
+        # Nothing reads the cloud once the bootstrap closed.
+        seen_at = progress.updated_at or closed_at
+    payload: dict[str, Any] = {
+        **_handle_fields(settings, handle, description.run_id),
+        "slice": slice_name,
+        "status": found.bootstrap_status,
+        "slice_state": found.state(progress.phase.value if progress else None),
+        "started_at": description.start_time,
+        "closed_at": closed_at,
+        "progress": progress,
+        "teardown": await _teardown_view(found),
+        "qr_state_seen_at": seen_at if progress is not None and progress.qr_state else None,
+        "next_step": next_step(progress, found.bootstrap_status, child),
+    }
+    if found.bootstrap_status == "COMPLETED":
+        payload["result"] = await handle.result()
+    return payload
+
+
+async def _wait_for_status(
+    client: Client, settings: Settings, out: Output, slice_name: str, found: SliceWorkflows
+) -> int:
+    """`status --wait --json`: the live view on stderr, then the document `status --json`
+    prints once the bootstrap closed, with `result` (null unless it completed) and, for a
+    bootstrap that did not complete, the `error` a failed `--wait` reports (exit 1)."""
+    handle = found.bootstrap
+    _bootstrap_keeps_running(handle, slice_name, found.bootstrap_description.run_id)
+    await follow(handle, console, _note)
+    problem: CommandFailed | None = None
+    try:
+        await result_of(handle, _note)
+    except WorkflowFailureError as err:
+        fields = _handle_fields(settings, handle, found.bootstrap_description.run_id)
+        problem = await bootstrap_error(err, handle, fields, slice_name)
+    closed = await slice_workflows(client, slice_name)
+    payload = {"result": None, **await slice_status(client, settings, slice_name, closed)}
+    if problem is None:
+        out.data(payload)
+        return 0
+    out.data({**payload, "error": error_document(problem)["error"]})
+    problem.show()  # its text on stderr, as every failure's
+    return FAILED
+
+
 @tpu.command()
 @click.argument("slice_name", type=SLICE_NAME)
 @click.option("--wait", is_flag=True, help="Follow it live until it ends.")
@@ -448,7 +550,9 @@ def status(keeper: KeeperContext, out: Output, slice_name: str, wait: bool) -> N
     """Show where SLICE_NAME is: phase, deadline, QR state, VM counts, and its release.
 
     The slice's state reads the bootstrap and, once it handed the slice over, its teardown
-    tpu-teardown-<slice>.
+    tpu-teardown-<slice>. A closed bootstrap shows when it closed and the QR state it last
+    saw; one terminated or timed out shows the phase it cut short and what to do next.
+    With --wait --json, the same document once it closed, with its result or error.
     """
     settings = keeper.settings
 
@@ -459,31 +563,21 @@ def status(keeper: KeeperContext, out: Output, slice_name: str, wait: bool) -> N
             raise _unknown_slice(slice_name, settings)
         handle, description = found.bootstrap, found.bootstrap_description
         if wait and is_running(description):
+            if out.json:
+                return await _wait_for_status(client, settings, out, slice_name, found)
             return await wait_and_report(
                 handle, settings, out, show=True, run_id=description.run_id, slice_name=slice_name
             )
-        progress = await query_status(handle)
-        teardown = await _teardown_view(found)
-        state = found.state(progress.phase.value if progress else None)
-        fields = _handle_fields(settings, handle, description.run_id)
+        shown = await slice_status(client, settings, slice_name, found)
         if out.json:
-            payload: dict[str, Any] = {
-                **fields,
-                "slice": slice_name,
-                "status": found.bootstrap_status,
-                "slice_state": state,
-                "started_at": description.start_time,
-                "closed_at": description.close_time,
-                "progress": progress,
-                "teardown": teardown,
-            }
-            if found.bootstrap_status == "COMPLETED":
-                payload["result"] = await handle.result()
-            out.data(payload)
+            out.data(shown)
             return 0
+        progress: BootstrapStatus | None = shown["progress"]
+        teardown = shown["teardown"]
         console = _data_console()
+        closed = f", closed {rfc3339(shown['closed_at'])}" if shown["closed_at"] else ""
         console.print(
-            f"{handle.id}: {state} (bootstrap {found.bootstrap_status})",
+            f"{handle.id}: {shown['slice_state']} (bootstrap {shown['status']}){closed}",
             markup=False,
             highlight=False,
         )
@@ -495,7 +589,9 @@ def status(keeper: KeeperContext, out: Output, slice_name: str, wait: bool) -> N
                 highlight=False,
             )
         if progress:
-            console.print(render(_released_view(progress, teardown)))
+            console.print(
+                render(_released_view(progress, teardown), seen_at=shown["qr_state_seen_at"])
+            )
             if progress.compensation_stuck:
                 console.print(
                     f"compensation stuck since {rfc3339(progress.compensation_stuck_since)}: "
@@ -503,7 +599,9 @@ def status(keeper: KeeperContext, out: Output, slice_name: str, wait: bool) -> N
                     markup=False,
                     highlight=False,
                 )
-        out.note(f"UI: {fields['ui_url']}")
+        if shown["next_step"]:
+            console.print(f"next: {shown['next_step']}", markup=False, highlight=False)
+        out.note(f"UI: {shown['ui_url']}")
         return 0
 
     raise SystemExit(asyncio.run(run()))
