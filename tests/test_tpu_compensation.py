@@ -453,6 +453,86 @@ async def test_a_stuck_cancel_path_compensation_continues_as_new_and_finishes(
     assert_no_leaks(emu)
 
 
+@pytest.mark.e2e
+async def test_a_cancelled_bootstraps_child_continued_as_new_keeps_its_supervisor_informed(
+    dev_env, emu: TpuEmulator, monkeypatch: pytest.MonkeyPatch
+):
+    """A cancel's compensation stuck long enough continues the phase child as new while its
+    supervisor, alive, waits for it. The supervisor takes only a progress signal of a higher
+    revision than the last: the continued run goes on from the status the run before sent, so
+    `keeper tpu status` keeps following it, and its last report reaches the supervisor, which
+    closes the bootstrap as cancelled saying the phase workflow deleted the slice. On the dev
+    server: the time-skipping server cannot continue a child workflow as new."""
+    from temporalio import workflow
+
+    settings = harness.test_settings()
+    # The first window is then the shortest there is (a minute, which the server ends early
+    # at about 30 s, when its next retry would not fit), not five.
+    settings.bootstrap.compensation_stuck_after = timedelta(seconds=1)
+    request = slice_request(poll_interval=timedelta(seconds=1))
+    emu.set_scenario(request.slice_name, Scenario(assign_after=None))
+    emu.inject_fault(
+        "DeleteQueuedResource", "PERMISSION_DENIED", count=1_000_000, slice=request.slice_name
+    )
+    queue = f"keeper-test-{uuid.uuid4().hex[:8]}"
+    metered, metrics_url = await metered_client(dev_env)
+    worker = build_worker(metered, settings, emulator_client(emu.grpc_target), queue)
+    async with worker:
+        handle = await start(dev_env, queue, request)
+        await wait_for_status(handle, lambda s: s.phase.value == "assign")
+        # The server suggests continue-as-new only past thousands of events; here, at once.
+        monkeypatch.setattr(workflow.Info, "is_continue_as_new_suggested", lambda self: True)
+        await handle.cancel()
+        result = asyncio.create_task(cancellation_of(handle))
+        child = dev_env.client.get_workflow_handle(bootstrap_run_workflow_id(request.slice_name))
+        loop = asyncio.get_running_loop()
+        end = loop.time() + 150
+        while await runs_of(dev_env.client, child.id) < 2:
+            assert loop.time() < end, "the child never continued as new"
+            assert not result.done(), "the supervisor closed before its child"
+            await asyncio.sleep(0.2)
+        monkeypatch.undo()
+        continued_at = (await child.describe()).start_time
+        # What the supervisor shows comes from the continued run: the run before could not
+        # have sent a status made after this run started.
+        heard = await wait_for_status(
+            handle, lambda s: s.updated_at is not None and s.updated_at >= continued_at, 30
+        )
+        assert heard.phase.value == "compensate" and heard.compensation_stuck, heard
+        assert "PermissionDenied" in (heard.compensation_last_error or ""), heard
+        # The bootstrap's view carries on across the runs: where it stopped, its timings.
+        assert heard.failed_phase is not None and heard.failed_phase.value == "assign", heard
+        assert [t.phase.value for t in heard.timings][:2] == ["submit", "assign"], heard
+        emu.clear_faults()
+        cause = await asyncio.wait_for(result, 120)
+        final = await handle.query("status", result_type=BootstrapStatus)
+        with pytest.raises(WorkflowFailureError) as closed:
+            await child.result()
+        scraped = await scrape_until(
+            metrics_url, {"keeper_compensations_total": {"family": "tpu", "event": "finished"}}
+        )
+    qr = f"projects/keeper-test/locations/us-central2-b/queuedResources/{request.slice_name}"
+    # The continued run's last report reached the supervisor, which closed as cancelled.
+    assert isinstance(cause, CancelledError), cause
+    assert final.phase.value == "cancelled" and not final.compensation_stuck, final
+    assert final.revision > heard.revision, (final, heard)
+    assert final.child_compensation is not None and final.child_compensation.deleted == [qr]
+    assert final.compensation == (
+        f"the phase workflow deleted {request.slice_name} when it was cancelled"
+    ), final
+    # The continued run closes as the cancel it carried on, for its supervisor to take.
+    child_cause = closed.value.cause
+    assert isinstance(child_cause, CancelledError), child_cause
+    assert f"has finished: deleted {request.slice_name}" in child_cause.message, child_cause
+    assert handle.id in child_cause.message and "lost" not in child_cause.message, child_cause
+    # The supervisor counted the compensation stuck once across the child's two runs; the
+    # child, whose supervisor never went, counted nothing of its own.
+    assert stuck_series(scraped, queue) == [("TpuSliceBootstrap", 1), ("TpuSliceBootstrapRun", 0)]
+    for event in ("started", "finished"):
+        assert value(scraped, "keeper_compensations_total", family="tpu", event=event) == 1, event
+    assert_no_leaks(emu)
+
+
 async def test_a_retry_after_an_attempt_cut_short_says_the_compensation_deleted_it(
     emu: TpuEmulator,
 ):

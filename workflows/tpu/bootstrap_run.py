@@ -5,7 +5,8 @@ not complete, including when it is terminated or times out and no code of its ow
 It compensates by itself only when cancelled: by a cancel of the bootstrap, which reaches it
 through its supervisor (which waits for it, showing and counting its compensation from the
 progress signals), or because its supervisor was terminated (parent close policy
-REQUEST_CANCEL), when nobody else shows or counts it.
+REQUEST_CANCEL), when nobody else shows or counts it. A compensation stuck long enough
+continues as new, and the continued run goes on from the status its supervisor last took.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from datetime import datetime, timedelta
+from typing import NoReturn
 
 from pydantic import ValidationError
 from temporalio import workflow
@@ -71,6 +73,13 @@ RESUME_MEMO = "keeper-compensation"
 # Which of its own compensation's metrics an orphaned child has counted ("started", "stuck"),
 # carried with RESUME_MEMO so a continued run counts neither again.
 COUNTED_MEMO = "keeper-compensation-counted"
+# The continued run goes on from the status the run before last sent (STATUS_MEMO), whose
+# revision the supervisor compares (a run starting over at revision 0 would never be heard
+# again), and from whether a signal found the supervisor gone (ORPHANED_MEMO); with its
+# supervisor still waiting, it closes as the cancel it carries on, not as an orphan.
+CONTINUED_STATUS_PATCH = "child-compensation-continued-status"
+STATUS_MEMO = "keeper-compensation-status"
+ORPHANED_MEMO = "keeper-compensation-orphaned"
 # What a signal to a closed or missing workflow fails with (sdk-core's failure type).
 SUPERVISOR_GONE = "ExternalWorkflowExecutionNotFound"
 CANCELLED_TYPE = "BootstrapCancelled"
@@ -101,8 +110,9 @@ class TpuSliceBootstrapRun:
     def __init__(self) -> None:
         self._status: BootstrapStatus | None = None
         self._signals: set[asyncio.Task[None]] = set()
-        # Set when a progress signal finds the supervisor gone (terminated): this child's own
-        # compensation is then the only one, and it counts it (see _count_orphaned).
+        # Set when a progress signal finds the supervisor gone (terminated), in this run or
+        # the one it continued: this child's own compensation is then the only one, and it
+        # counts it (see _count_orphaned).
         self._orphaned = False
         self._compensating = False
         self._counted: dict[str, bool] = {"started": False, "stuck": False}
@@ -122,22 +132,7 @@ class TpuSliceBootstrapRun:
         self._status = BootstrapStatus.initial(req)
         resume = workflow.memo_value(RESUME_MEMO, None, type_hint=CompensationProgress)
         if resume is not None:
-            # A continued run of a stuck compensation: its supervisor is gone, and the cancel
-            # was the previous run's, so this run cannot close as cancelled; it fails saying so.
-            counted = workflow.memo_value(COUNTED_MEMO, {}, type_hint=dict[str, bool])
-            self._counted.update(counted)
-            # It is as stuck as the run before: seen as such, and not counted stuck again.
-            self._status = self._status_copy(
-                **compensation_fields(resume, workflow.now()),
-                compensation_started_at=resume.started_at,
-            )
-            await self._compensate_on_cancel(resume)
-            raise ApplicationError(
-                f"bootstrap of {req.slice_name} cancelled (its supervisor was lost); the "
-                "compensation an earlier run of this workflow started has finished",
-                type=CANCELLED_TYPE,
-                non_retryable=True,
-            )
+            await self._finish_continued_compensation(resume)
         try:
             obs = await self._submit()
             submitted_at = self._phase_started_at
@@ -402,6 +397,51 @@ class TpuSliceBootstrapRun:
         message = str(cause) if cause is not None else str(err)
         return BootstrapFailure(phase=phase, kind=kind, message=f"{phase.value}: {message}")
 
+    async def _finish_continued_compensation(self, resume: CompensationProgress) -> NoReturn:
+        """A continued run of a stuck cancel-path compensation: it compensates, then fails,
+        as the cancel was the previous run's and this run cannot close as cancelled."""
+        req = self._inp.request
+        counted = workflow.memo_value(COUNTED_MEMO, {}, type_hint=dict[str, bool])
+        self._counted.update(counted)
+        carried = workflow.memo_value(STATUS_MEMO, None, type_hint=BootstrapStatus)
+        if carried is not None:
+            # Where the supervisor's view stands: its revision, the phase the bootstrap
+            # stopped in, its timings. Runs continued before the patch start afresh.
+            self._status = carried
+            self._orphaned = workflow.memo_value(ORPHANED_MEMO, False, type_hint=bool)
+        # It is as stuck as the run before: seen as such, and not counted stuck again.
+        self._status = self._status_copy(
+            **compensation_fields(resume, workflow.now()),
+            compensation_started_at=resume.started_at,
+        )
+        await self._compensate_on_cancel(resume)
+        assert self._status is not None
+        done = "the compensation an earlier run of this workflow started has finished: " + (
+            self._status.compensation or "nothing to report"
+        )
+        if not workflow.patched(CONTINUED_STATUS_PATCH):
+            raise ApplicationError(
+                f"bootstrap of {req.slice_name} cancelled (its supervisor was lost); the "
+                "compensation an earlier run of this workflow started has finished",
+                type=CANCELLED_TYPE,
+                non_retryable=True,
+            )
+        if self._orphaned:
+            # Nobody waits for this run: its failure is the last word on the bootstrap.
+            raise ApplicationError(
+                f"bootstrap of {req.slice_name} cancelled (its supervisor "
+                f"{self._inp.parent_workflow_id} was lost); {done}",
+                type=CANCELLED_TYPE,
+                non_retryable=True,
+            )
+        # Its supervisor waits for it (the last signal, with the report, reached it) and
+        # closes the bootstrap as cancelled on a cancelled failure, as for a first run that
+        # closed as cancelled; an ApplicationError would read to it as the phases failing.
+        raise CancelledError(
+            f"bootstrap of {req.slice_name} cancelled; {done}; its supervisor "
+            f"{self._inp.parent_workflow_id} closes the bootstrap"
+        )
+
     async def _compensate_on_cancel(self, resume: CompensationProgress | None = None) -> None:
         report, _ = await run_to_completion(self._compensate(resume))
         self._status = self._status_copy(
@@ -462,9 +502,11 @@ class TpuSliceBootstrapRun:
                 self._ref.slice_name,
                 progress.windows_ended,
             )
-            workflow.continue_as_new(
-                self._inp, memo={RESUME_MEMO: progress, COUNTED_MEMO: self._counted}
-            )
+            memo: dict[str, object] = {RESUME_MEMO: progress, COUNTED_MEMO: self._counted}
+            if workflow.patched(CONTINUED_STATUS_PATCH):
+                memo[STATUS_MEMO] = self._status
+                memo[ORPHANED_MEMO] = self._orphaned
+            workflow.continue_as_new(self._inp, memo=memo)
 
     # -- status --------------------------------------------------------------------------
 
