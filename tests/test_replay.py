@@ -168,6 +168,77 @@ async def test_record_cancel_compensation_stuck(time_env, clocked_emu: TpuEmulat
 
 
 @pytest.mark.skipif(not env_flag("KEEPER_RECORD_HISTORIES"), reason="recording is on demand")
+async def test_record_cancel_compensation_continued(emu: TpuEmulator):
+    """Since `child-compensation-continued-status`: a bootstrap cancelled in assign whose
+    phase child's compensation is refused until the child continued as new (its supervisor
+    waits, alive), then finishes. Both runs of the child are recorded.
+
+    On a dev server of its own that suggests continue-as-new past 40 events: a replay
+    reads the suggestion from the history, so it must be the server's (the time-skipping
+    server cannot continue a child workflow as new)."""
+    from temporalio.testing import WorkflowEnvironment
+
+    from keeper.runtime import search_attributes as sa
+    from keeper.runtime.tpu.client import emulator_client
+    from keeper.workers.main import build_worker
+    from tests import harness
+
+    settings = harness.test_settings()
+    # The first window is then a minute (the server ends it at about 30 s), not five.
+    settings.bootstrap.compensation_stuck_after = timedelta(seconds=1)
+    request = slice_request("replay-cancel-continued", poll_interval=timedelta(seconds=1))
+    emu.set_scenario(request.slice_name, Scenario(assign_after=None))
+    emu.inject_fault(
+        "DeleteQueuedResource", "PERMISSION_DENIED", count=1_000_000, slice=request.slice_name
+    )
+    queue = f"keeper-replay-{request.slice_name}"
+    loop = asyncio.get_running_loop()
+    env = await WorkflowEnvironment.start_local(
+        dev_server_existing_path=harness.tool_path("temporal"),
+        data_converter=pydantic_data_converter,
+        search_attributes=list(sa.ALL),
+        ui=False,
+        dev_server_log_level="error",
+        dev_server_extra_args=[
+            "--dynamic-config-value",
+            "limit.historyCount.suggestContinueAsNew=40",
+        ],
+    )
+    tpu = emulator_client(emu.grpc_target)
+    async with env, build_worker(env.client, settings, tpu, queue):
+        handle = await env.client.start_workflow(
+            TpuSliceBootstrap.run,
+            request,
+            id=bootstrap_workflow_id(request.slice_name),
+            task_queue=queue,
+        )
+        deadline = loop.time() + 30
+        while await _phase_of(handle) != "assign":
+            assert loop.time() < deadline, "never reached assign"
+            await asyncio.sleep(0.05)
+        await handle.cancel()
+        child = env.client.get_workflow_handle(bootstrap_run_workflow_id(request.slice_name))
+        first_run = (await child.describe()).run_id
+        await _until_rolled_over(child, first_run, within=150)
+        # The continued run has started compensating before the deletes go through.
+        deadline = loop.time() + 30
+        while await _phase_of(child) != "compensate":
+            assert loop.time() < deadline, "the continued run never compensated"
+            await asyncio.sleep(0.05)
+        emu.clear_faults()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(handle.result(), 120)
+        runs = (
+            ("supervisor", handle),
+            ("child.first", env.client.get_workflow_handle(child.id, run_id=first_run)),
+            ("child.last", child),
+        )
+        for suffix, run in runs:
+            history = await run.fetch_history()
+            write_recording(f"cancel-compensation-continued.{suffix}.json", history.to_json())
+
+
+@pytest.mark.skipif(not env_flag("KEEPER_RECORD_HISTORIES"), reason="recording is on demand")
 async def test_record_teardown_cancelled_mid_delete(dev_env, emu: TpuEmulator):
     """Since `teardown-shielded-delete`: a cancel waits for the delete it interrupted."""
     from tests.test_tpu_teardown import handed_over, start_teardown, until_delete_attempt
