@@ -75,11 +75,14 @@ def test_settings() -> Settings:
 
 @contextlib.asynccontextmanager
 async def running_worker(
-    client: Client, emulator: TpuEmulator, task_queue: str | None = None
+    client: Client,
+    emulator: TpuEmulator,
+    task_queue: str | None = None,
+    settings: Settings | None = None,
 ) -> AsyncIterator[Worker]:
     tpu = emulator_client(emulator.grpc_target)
     queue = task_queue or f"keeper-test-{uuid.uuid4().hex[:8]}"
-    worker = build_worker(client, test_settings(), tpu, queue)
+    worker = build_worker(client, settings or test_settings(), tpu, queue)
     async with worker:
         yield worker
 

@@ -331,7 +331,9 @@ def test_temporal_unreachable_exits_1_saying_what_to_do(tmp_path: Path, args: li
     assert f"cannot reach Temporal at {address}" in text.err, text
     assert "keeper dev up" in text.err and "Traceback" not in text.err
     error = keeper_now(config, "reclaim", *args, "--json").error()
-    assert "keeper dev up" in error["message"] and "usage" not in error
+    assert f"cannot reach Temporal at {address}" in error["message"], error
+    assert "keeper dev up" in error["hint"] and "usage" not in error, error
+    assert error["address"] == address, error
 
 
 async def test_a_report_the_controller_cannot_answer_exits_1_naming_the_setting(
