@@ -250,6 +250,31 @@ async def test_a_drain_still_on_its_way_when_its_reclaim_was_cancelled_leaves_no
             await deps.aclose()
 
 
+async def test_a_late_drain_whose_call_died_before_its_fence_check_is_lifted_by_the_intake(
+    client: Any, tmp_path: Path
+) -> None:
+    """The one order the drain call cannot catch itself: its DrainNode lands after the run's
+    lift, and the call dies (its worker killed) before it checks the fence. The record is
+    closed; the intake's housekeeping finds the node still carrying that reclaim's reason
+    and lifts it."""
+    async with reclaim_world(client, tmp_path, agents=nodes(), worker=False) as w:
+        node, _, wf, _ = await _stale_holding(w)
+        reason = f"keeper-reclaim: job held after release; {wf}"
+        now = datetime.now(UTC)
+        assert w.memory.record_drain(node, wf, reason, now, chain="run-1")
+        assert w.memory.clear_drain(node, wf, now, chain="run-1") == []  # the run's lift
+        await w.intake.assessor.controller.drain_node(node, reason)  # then the late DrainNode
+        assert w.emu.cluster.node(node).state in (slurm_pb2.NODE_DRAIN, slurm_pb2.NODE_DRAINING)
+        assert w.memory.drains(node) == []  # nothing open: the orphan lift alone misses it
+        w.intake._last_housekeeping = None  # the next batch does the housekeeping
+        await w.beat(node)
+        assert w.emu.cluster.node(node).state not in (
+            slurm_pb2.NODE_DRAIN,
+            slurm_pb2.NODE_DRAINING,
+        )
+        assert w.emu.cluster.node(node).state_reason == ""
+
+
 async def test_a_job_started_moments_before_a_wipe_is_never_cancelled_by_its_reissued_id(
     client: Any, tmp_path: Path
 ) -> None:

@@ -321,9 +321,15 @@ def test_a_run_chain_that_lifted_its_drain_cannot_open_it_again(memory: ReclaimM
     assert memory.clear_drain("n1", "wf-a", at(3), chain="run-2") == []
     assert memory.clear_drain("n1", "wf-a", at(4), chain="run-2") == []  # again: harmless
     assert memory.drain_fenced("n1", "wf-a", "run-2")
+    # The lifted drains with a fence, for the intake's late-drain lift: cleared since `since`.
+    assert [(d.node_id, d.workflow_id, d.reason) for d in memory.fenced_drains(at(3))] == [
+        ("n1", "wf-a", "new chain")
+    ]
+    assert memory.fenced_drains(at(5)) == []
     # A call recorded before chains existed is never fenced.
     assert memory.record_drain("n1", "wf-a", "old call", at(5)) is True
     assert not memory.drain_fenced("n1", "wf-a", "")
+    assert memory.fenced_drains(at(0)) == []  # open again: not a lifted drain
 
 
 def test_the_memory_is_durable_across_opens(store_url: str) -> None:

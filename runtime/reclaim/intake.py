@@ -32,7 +32,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from functools import partial
 
 from temporalio.client import Client, WorkflowExecutionStatus
@@ -58,6 +58,9 @@ RECONNECT_S = 10.0
 # Reports waiting for the next batch; beyond it, the oldest are dropped (and counted): the
 # next heartbeat of the same node says the same again.
 MAX_PENDING = 50_000
+# How long after its lift a drain call's DrainNode may still land: far past the call's
+# start-to-close timeout (30 s), so a worker killed mid-call is covered too.
+LATE_DRAIN_WINDOW = timedelta(hours=1)
 
 
 @dataclass(frozen=True)
@@ -304,6 +307,7 @@ class Intake:
         lifted here, with each full read: keeper's drain reason names its workflow, and only
         a node still carrying exactly that reason, which no running reclaim holds, is
         resumed."""
+        await self._lift_late_drains()
         drains = await asyncio.to_thread(self.memory.drains)
         if not drains or await self._temporal() is None:
             return
@@ -328,8 +332,35 @@ class Intake:
                 log.warning("could not lift %s's drain on %s: %s", record.workflow_id,
                             record.node_id, err)  # fmt: skip
 
+    async def _lift_late_drains(self) -> None:
+        """A drain that landed after its reclaim had lifted it, from a drain call killed
+        before it could notice (it checks the fence after DrainNode answers): its record is
+        closed, so only the node still carrying exactly that reclaim's reason shows it. Lifted
+        when no drain of keeper's holds the node; one node listing for all of them."""
+        since = datetime.now(UTC) - LATE_DRAIN_WINDOW
+        late = [
+            record
+            for record in await asyncio.to_thread(self.memory.fenced_drains, since)
+            if not await asyncio.to_thread(self.memory.node_drain_holders, record.node_id)
+        ]
+        if not late:
+            return
+        try:
+            listed = await self.assessor.controller.get_nodes()
+            for record in late:
+                await self._resume_listed(listed, record.node_id, record.reason, record.workflow_id)
+        except Exception as err:
+            self.counters.errors += 1
+            log.warning("could not lift keeper's late drains: %s", err)
+
     async def _resume_if_ours(self, node: str, reason: str, workflow_id: str) -> None:
-        for info in await self.assessor.controller.get_nodes():
+        listed = await self.assessor.controller.get_nodes()
+        await self._resume_listed(listed, node, reason, workflow_id)
+
+    async def _resume_listed(
+        self, listed: Sequence[slurm_pb2.NodeInfo], node: str, reason: str, workflow_id: str
+    ) -> None:
+        for info in listed:
             with contextlib.suppress(NodeNameError):
                 if self.assessor.canonical(info.name) != node:
                     continue

@@ -892,6 +892,33 @@ class ReclaimMemory:
                 for r in rows
             ]
 
+    def fenced_drains(self, since: datetime) -> list[DrainRecord]:
+        """keeper's drains lifted (and fenced) at or after `since`: a drain call killed
+        between its late DrainNode and its own fence check leaves such a node drained with
+        its record closed, which the intake then lifts."""
+        since = _utc(since, "since")
+        fenced = and_(
+            drain_fences.c.node_id == drains.c.node_id,
+            drain_fences.c.workflow_id == drains.c.workflow_id,
+        )
+        query = (
+            select(drains)
+            .where(drains.c.cleared_at.is_not(None), drains.c.cleared_at >= since)
+            .where(select(drain_fences.c.chain).where(fenced).exists())
+            .order_by(drains.c.node_id, drains.c.workflow_id)
+        )
+        with self.engine.connect() as conn:
+            return [
+                DrainRecord(
+                    node_id=r.node_id,
+                    workflow_id=r.workflow_id,
+                    reason=r.reason,
+                    drained_at=_at(r.drained_at),
+                    cleared_at=_at(r.cleared_at),
+                )
+                for r in conn.execute(query)
+            ]
+
     def clear_drain(
         self, node_id: str, workflow_id: str, at: datetime, chain: str = ""
     ) -> list[str]:
