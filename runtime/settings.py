@@ -134,12 +134,12 @@ class TpuSettings(_Section):
     emulator_address: str = "127.0.0.1:8470"
     project: str = "keeper-dev"
     zone: str = "us-central2-b"
-    call_timeout: HumanDuration = timedelta(seconds=30)
+    call_timeout: HumanDuration = Field(default=timedelta(seconds=30), gt=timedelta(0))
 
 
 class HealthSettings(_Section):
     concurrency: int = Field(default=64, ge=1, le=1024)
-    timeout: HumanDuration = timedelta(seconds=2)
+    timeout: HumanDuration = Field(default=timedelta(seconds=2), gt=timedelta(0))
 
 
 class BootstrapSettings(_Section):
@@ -149,8 +149,11 @@ class BootstrapSettings(_Section):
     provision: HumanDuration = DEFAULT_DEADLINES[Phase.PROVISION]
     ready: HumanDuration = DEFAULT_DEADLINES[Phase.READY]
     health: HumanDuration = DEFAULT_DEADLINES[Phase.HEALTH]
-    poll_interval: HumanDuration = timedelta(seconds=30)
-    max_backoff: HumanDuration = timedelta(minutes=5)
+    # The same bounds as a request's poll_interval (SliceRequest), so --check catches it.
+    poll_interval: HumanDuration = Field(
+        default=timedelta(seconds=30), ge=timedelta(seconds=1), le=timedelta(minutes=10)
+    )
+    max_backoff: HumanDuration = Field(default=timedelta(minutes=5), gt=timedelta(0))
     # A compensation still deleting after this long is reported as stuck (it goes on).
     compensation_stuck_after: HumanDuration = Field(default=timedelta(minutes=15), gt=timedelta(0))
 

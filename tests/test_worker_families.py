@@ -218,17 +218,25 @@ def test_worker_check_names_the_interval_it_sets_on_each_schedule(tmp_path: Path
 
 
 @pytest.mark.parametrize(
-    ("setting", "value"), [("sweeper.interval", "0s"), ("runners.reconcile_interval", "500ms")]
+    ("setting", "value", "bound"),
+    [
+        ("sweeper.interval", "0s", "greater than or equal to 1 second"),
+        ("runners.reconcile_interval", "500ms", "greater than or equal to 1 second"),
+        ("bootstrap.poll_interval", "0s", "greater than or equal to 1 second"),
+        ("tpu.call_timeout", "0s", "greater than 0"),
+        ("health.timeout", "0s", "greater than 0"),
+    ],
 )
-def test_a_schedule_interval_temporal_would_refuse_is_refused_by_the_settings(
-    tmp_path: Path, setting: str, value: str
+def test_an_interval_or_timeout_the_worker_cannot_run_with_is_refused_by_the_settings(
+    tmp_path: Path, setting: str, value: str, bound: str
 ) -> None:
-    # Temporal refuses a schedule interval under a second, but only when a worker starts and
-    # creates or updates the schedule: `worker --check` must catch it first.
+    # Temporal refuses a schedule interval under a second only when a worker starts and
+    # creates or updates the schedule; a zero poll or timeout breaks the first bootstrap:
+    # `worker --check` must catch them first.
     empty = tmp_path / "keeper.yaml"
     section, key = setting.split(".")
     empty.write_text(yaml.safe_dump({section: {key: value}}))
-    with pytest.raises(SettingsError, match=rf"{setting}: .*greater than or equal to 1 second"):
+    with pytest.raises(SettingsError, match=rf"{setting}: .*{bound}"):
         load_settings(empty, env={})
 
 
