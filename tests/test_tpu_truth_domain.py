@@ -291,6 +291,31 @@ def test_a_bootstrap_closed_by_temporal_reads_cut_short(
         assert "QR WAITING_FOR_RESOURCES (last seen at 2026-12-01T12:" in text, text
 
 
+@pytest.mark.parametrize("fresh_from", ["the phase child", "the supervisor's last signal"])
+def test_a_terminated_bootstraps_stuck_compensation_still_reads_stuck(fresh_from):
+    """Cancelled, stuck, then the supervisor terminated: the phase child still deletes, and
+    is still stuck; the view says so, with since when and the last error."""
+    since = CLOSED - timedelta(minutes=5)
+    stuck = {
+        "compensation_started_at": since - timedelta(minutes=15),
+        "compensation_stuck": True,
+        "compensation_stuck_since": since,
+        "compensation_last_error": "PermissionDenied: grant roles/tpu.admin",
+    }
+    status = _status(phase=Phase.COMPENSATE, failed_phase=Phase.ASSIGN, **stuck)
+    child_status = _status(phase=Phase.COMPENSATE, failed_phase=Phase.ASSIGN, **stuck)
+    if fresh_from != "the phase child":
+        child_status = None  # its query did not answer
+    view = closed_view(status, "TERMINATED", CLOSED, "RUNNING", child_status)
+    assert view.compensation_stuck and view.compensation_stuck_since == since
+    assert view.compensation_last_error == "PermissionDenied: grant roles/tpu.admin"
+    assert view.compensation is not None
+    assert "stuck since" in view.compensation and "PermissionDenied" in view.compensation
+    # Once the child finished, nothing reads stuck.
+    done = closed_view(status, "TERMINATED", CLOSED, "CANCELED", child_status)
+    assert not done.compensation_stuck and done.compensation_stuck_since is None
+
+
 @pytest.mark.parametrize("bootstrap", ["RUNNING", "COMPLETED"])
 def test_a_bootstrap_that_recorded_its_own_end_or_runs_reads_as_recorded(bootstrap):
     running = _status()

@@ -175,6 +175,10 @@ _CLOSED_WORD = {
 }
 
 
+def _at(when: datetime | None) -> str:
+    return when.strftime("%Y-%m-%d %H:%M:%S UTC") if when is not None else "an unknown time"
+
+
 def closed_view(
     status: BootstrapStatus,
     bootstrap: str,
@@ -213,12 +217,22 @@ def closed_view(
     report = (child_status.child_compensation if closed_child else None) or (
         status.child_compensation
     )
+    # Still deleting: the phase child's own view of its compensation (stuck, and why) is the
+    # freshest, then what it last signalled the supervisor.
+    stuck_view = status
     if child == "RUNNING":
         compensation = (
             "the phase workflow is deleting what the bootstrap created (it was cancelled "
             f"when the bootstrap was {word})"
         )
         report = None
+        if child_status is not None and child_status.compensation_started_at is not None:
+            stuck_view = child_status
+        if stuck_view.compensation_stuck:
+            compensation += (
+                f"; stuck since {_at(stuck_view.compensation_stuck_since)}: "
+                f"{stuck_view.compensation_last_error or 'no error recorded'}"
+            )
     elif report is not None:
         compensation = cleanup_summary(report, by_child=True)
     elif was_compensating:
@@ -234,7 +248,11 @@ def closed_view(
             "timings": timings,
             "error": status.error or f"bootstrap {word} during {stopped.value}",
             "compensation": compensation,
-            "compensation_stuck": False,
+            "compensation_stuck": child == "RUNNING" and stuck_view.compensation_stuck,
+            "compensation_stuck_since": (
+                stuck_view.compensation_stuck_since if child == "RUNNING" else None
+            ),
+            "compensation_last_error": stuck_view.compensation_last_error,
             "child_compensation": report or status.child_compensation,
             "qr_state": "deleted" if gone and status.qr_state else status.qr_state,
             "nodes_ready": 0 if gone else status.nodes_ready,
