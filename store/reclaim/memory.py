@@ -881,16 +881,7 @@ class ReclaimMemory:
             query = query.where(drains.c.node_id == node_id)
         with self.engine.connect() as conn:
             rows = conn.execute(query.order_by(drains.c.node_id, drains.c.drained_at))
-            return [
-                DrainRecord(
-                    node_id=r.node_id,
-                    workflow_id=r.workflow_id,
-                    reason=r.reason,
-                    drained_at=_at(r.drained_at),
-                    cleared_at=None,
-                )
-                for r in rows
-            ]
+            return [_drain_record(r) for r in rows]
 
     def fenced_drains(self, since: datetime) -> list[DrainRecord]:
         """keeper's drains lifted (and fenced) at or after `since`: a drain call killed
@@ -908,16 +899,7 @@ class ReclaimMemory:
             .order_by(drains.c.node_id, drains.c.workflow_id)
         )
         with self.engine.connect() as conn:
-            return [
-                DrainRecord(
-                    node_id=r.node_id,
-                    workflow_id=r.workflow_id,
-                    reason=r.reason,
-                    drained_at=_at(r.drained_at),
-                    cleared_at=_at(r.cleared_at),
-                )
-                for r in conn.execute(query)
-            ]
+            return [_drain_record(r) for r in conn.execute(query)]
 
     def clear_drain(
         self, node_id: str, workflow_id: str, at: datetime, chain: str = ""
@@ -954,3 +936,13 @@ class ReclaimMemory:
         """The workflows whose keeper drain of `node_id` is open (empty: keeper holds none)."""
         with self.engine.connect() as conn:
             return self._holders(conn, node_id)
+
+
+def _drain_record(row: Any) -> DrainRecord:
+    return DrainRecord(
+        node_id=row.node_id,
+        workflow_id=row.workflow_id,
+        reason=row.reason,
+        drained_at=_at(row.drained_at),
+        cleared_at=_at(row.cleared_at) if row.cleared_at is not None else None,
+    )
