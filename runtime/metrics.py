@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
-from temporalio.common import MetricMeter
+from temporalio.common import MetricCounter, MetricMeter
 from temporalio.runtime import PrometheusConfig, Runtime
 
 from keeper.runtime.sdk_logs import sdk_telemetry
@@ -203,23 +203,24 @@ def _attributes(metric: Metric, kind: Kind, labels: dict[str, str]) -> dict[str,
     return dict(labels)
 
 
+def _counter(meter: MetricMeter, metric: Metric, labels: dict[str, str]) -> MetricCounter:
+    attributes = _attributes(metric, Kind.COUNTER, labels)
+    return meter.create_counter(
+        metric.sdk_name, metric.help, metric.unit
+    ).with_additional_attributes(attributes)
+
+
 def count(meter: MetricMeter, metric: Metric, value: int = 1, **labels: str) -> None:
     if value <= 0:
         return
-    attributes = _attributes(metric, Kind.COUNTER, labels)
-    meter.create_counter(metric.sdk_name, metric.help, metric.unit).with_additional_attributes(
-        attributes
-    ).add(value)
+    _counter(meter, metric, labels).add(value)
 
 
 def publish_zero(meter: MetricMeter, metric: Metric, **labels: str) -> None:
     """The counter's series at 0, before anything counts into it. An alert rule's
     `increase(...) > 0` needs a sample before the first count: a series whose first sample
     is already 1 never increased as far as Prometheus can see."""
-    attributes = _attributes(metric, Kind.COUNTER, labels)
-    meter.create_counter(metric.sdk_name, metric.help, metric.unit).with_additional_attributes(
-        attributes
-    ).add(0)
+    _counter(meter, metric, labels).add(0)
 
 
 def observe(meter: MetricMeter, metric: Metric, value: float, **labels: str) -> None:
