@@ -336,13 +336,9 @@ class Intake:
         """A drain that landed after its reclaim had lifted it, from a drain call killed
         before it could notice (it checks the fence after DrainNode answers): its record is
         closed, so only the node still carrying exactly that reclaim's reason shows it. Lifted
-        when no drain of keeper's holds the node; one node listing for all of them."""
+        when no drain of keeper's holds the node; one read and one node listing for all."""
         since = datetime.now(UTC) - LATE_DRAIN_WINDOW
-        late = [
-            record
-            for record in await asyncio.to_thread(self.memory.fenced_drains, since)
-            if not await asyncio.to_thread(self.memory.node_drain_holders, record.node_id)
-        ]
+        late = await asyncio.to_thread(self.memory.fenced_drains, since)
         if not late:
             return
         try:

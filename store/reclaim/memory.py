@@ -884,18 +884,21 @@ class ReclaimMemory:
             return [_drain_record(r) for r in rows]
 
     def fenced_drains(self, since: datetime) -> list[DrainRecord]:
-        """keeper's drains lifted (and fenced) at or after `since`: a drain call killed
-        between its late DrainNode and its own fence check leaves such a node drained with
-        its record closed, which the intake then lifts."""
+        """keeper's drains lifted (and fenced) at or after `since`, on nodes no drain of
+        keeper's holds now: a drain call killed between its late DrainNode and its own fence
+        check leaves such a node drained with its record closed, which the intake then lifts."""
         since = _utc(since, "since")
         fenced = and_(
             drain_fences.c.node_id == drains.c.node_id,
             drain_fences.c.workflow_id == drains.c.workflow_id,
         )
+        held = drains.alias("held")
+        still_held = and_(held.c.node_id == drains.c.node_id, held.c.cleared_at.is_(None))
         query = (
             select(drains)
             .where(drains.c.cleared_at.is_not(None), drains.c.cleared_at >= since)
             .where(select(drain_fences.c.chain).where(fenced).exists())
+            .where(~select(held.c.workflow_id).where(still_held).exists())
             .order_by(drains.c.node_id, drains.c.workflow_id)
         )
         with self.engine.connect() as conn:
@@ -944,5 +947,5 @@ def _drain_record(row: Any) -> DrainRecord:
         workflow_id=row.workflow_id,
         reason=row.reason,
         drained_at=_at(row.drained_at),
-        cleared_at=_at(row.cleared_at) if row.cleared_at is not None else None,
+        cleared_at=_aware(row.cleared_at),
     )
