@@ -8,14 +8,27 @@ run it: python tests/lint_imports.py [ROOT]."""
 
 from __future__ import annotations
 
+import ast
 import os
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-# The folders the wheel installs under keeper/ (setup.py's RUNTIME).
-RUNTIME = ("activities", "cli", "domain", "runtime", "store", "wire", "workers", "workflows")
+
+def _setup_runtime() -> tuple[str, ...]:
+    """setup.py's RUNTIME, the folders the wheel installs under keeper/ (read, not run:
+    running setup.py builds)."""
+    tree = ast.parse((Path(__file__).resolve().parent.parent / "setup.py").read_text())
+    (value,) = [
+        node.value
+        for node in tree.body
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "RUNTIME"
+    ]
+    return tuple(ast.literal_eval(value))
+
+
+RUNTIME = _setup_runtime()
 LINT = Path(sys.executable).parent / "lint-imports"
 
 
