@@ -40,6 +40,7 @@ from keeper.domain.tpu.naming import (
     bootstrap_workflow_id,
     teardown_workflow_id,
 )
+from keeper.domain.tpu.phases import Phase
 from keeper.domain.tpu.slice_request import Capacity
 from keeper.domain.watch.models import watch_id
 from keeper.workers.registry import (
@@ -48,6 +49,7 @@ from keeper.workers.registry import (
     WORKFLOWS,
 )
 from keeper.workflows.tpu.bootstrap import TpuSliceBootstrap
+from tests.e2e_support import wait_for_phase
 from tests.harness import env_flag, running_worker, slice_request
 
 HISTORIES = Path(__file__).parent / "histories"
@@ -120,19 +122,17 @@ async def test_record(time_env, clocked_emu: TpuEmulator, label: str):
         # Failed bootstraps are histories worth keeping too.
         with contextlib.suppress(Exception):
             await handle.result()
+    await _record_bootstrap(time_env.client, label, request.slice_name)
+
+
+async def _record_bootstrap(client: Any, label: str, slice_name: str) -> None:
+    """A bootstrap's two histories, supervisor and phase child, as LABEL.{supervisor,child}."""
     for suffix, workflow_id in (
-        ("supervisor", handle.id),
-        ("child", bootstrap_run_workflow_id(request.slice_name)),
+        ("supervisor", bootstrap_workflow_id(slice_name)),
+        ("child", bootstrap_run_workflow_id(slice_name)),
     ):
-        history = await time_env.client.get_workflow_handle(workflow_id).fetch_history()
+        history = await client.get_workflow_handle(workflow_id).fetch_history()
         write_recording(f"{label}.{suffix}.json", history.to_json())
-
-
-async def _phase_of(handle: Any) -> str | None:
-    try:
-        return ((await handle.query("status")) or {}).get("phase")
-    except Exception:  # the first workflow task may not have run yet
-        return None
 
 
 @pytest.mark.skipif(not env_flag("KEEPER_RECORD_HISTORIES"), reason="recording is on demand")
@@ -152,19 +152,11 @@ async def test_record_cancel_compensation_stuck(time_env, clocked_emu: TpuEmulat
             id=bootstrap_workflow_id(request.slice_name),
             task_queue=worker.task_queue,
         )
-        deadline = asyncio.get_running_loop().time() + 30
-        while await _phase_of(handle) != "assign":
-            assert asyncio.get_running_loop().time() < deadline, "never reached assign"
-            await asyncio.sleep(0.05)
+        await wait_for_phase(handle, Phase.ASSIGN)
         await handle.cancel()
         with contextlib.suppress(Exception):
             await handle.result()
-    for suffix, workflow_id in (
-        ("supervisor", handle.id),
-        ("child", bootstrap_run_workflow_id(request.slice_name)),
-    ):
-        history = await time_env.client.get_workflow_handle(workflow_id).fetch_history()
-        write_recording(f"cancel-compensation-stuck.{suffix}.json", history.to_json())
+    await _record_bootstrap(time_env.client, "cancel-compensation-stuck", request.slice_name)
 
 
 @pytest.mark.skipif(not env_flag("KEEPER_RECORD_HISTORIES"), reason="recording is on demand")
@@ -192,7 +184,6 @@ async def test_record_cancel_compensation_continued(emu: TpuEmulator):
         "DeleteQueuedResource", "PERMISSION_DENIED", count=1_000_000, slice=request.slice_name
     )
     queue = f"keeper-replay-{request.slice_name}"
-    loop = asyncio.get_running_loop()
     env = await WorkflowEnvironment.start_local(
         dev_server_existing_path=harness.tool_path("temporal"),
         data_converter=pydantic_data_converter,
@@ -212,19 +203,13 @@ async def test_record_cancel_compensation_continued(emu: TpuEmulator):
             id=bootstrap_workflow_id(request.slice_name),
             task_queue=queue,
         )
-        deadline = loop.time() + 30
-        while await _phase_of(handle) != "assign":
-            assert loop.time() < deadline, "never reached assign"
-            await asyncio.sleep(0.05)
+        await wait_for_phase(handle, Phase.ASSIGN)
         await handle.cancel()
         child = env.client.get_workflow_handle(bootstrap_run_workflow_id(request.slice_name))
         first_run = (await child.describe()).run_id
         await _until_rolled_over(child, first_run, within=150)
         # The continued run has started compensating before the deletes go through.
-        deadline = loop.time() + 30
-        while await _phase_of(child) != "compensate":
-            assert loop.time() < deadline, "the continued run never compensated"
-            await asyncio.sleep(0.05)
+        await wait_for_phase(child, Phase.COMPENSATE)
         emu.clear_faults()
         with contextlib.suppress(Exception):
             await asyncio.wait_for(handle.result(), 120)
