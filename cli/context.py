@@ -98,3 +98,10 @@ class KeeperContext:
 
 
 pass_keeper = click.make_pass_decorator(KeeperContext)
+
+
+def current_keeper() -> KeeperContext | None:
+    """The KeeperContext of the command running now (None outside one), for the helpers
+    that need the global flags without being handed them."""
+    context = click.get_current_context(silent=True)
+    return context.find_object(KeeperContext) if context is not None else None

@@ -9,7 +9,7 @@ from typing import Any
 import click
 import httpx
 
-from keeper.cli.context import KeeperContext
+from keeper.cli.context import KeeperContext, current_keeper
 from keeper.cli.devstack.layout import iris_emulator_serves
 from keeper.cli.devstack.other_base import other_base_advice
 from keeper.cli.output import CommandFailed, Output, json_options
@@ -41,9 +41,7 @@ def emulator_address(url: str | None, given_by: str = "--url") -> IrisAddress:
             f"Check {given_by}, or leave it out to use the dev stack's emulator "
             "(emulator.iris_port; `keeper dev up` starts it).",
         )
-    context = click.get_current_context(silent=True)
-    keeper = context.find_object(KeeperContext) if context is not None else None
-    settings = (keeper or KeeperContext()).settings
+    settings = (current_keeper() or KeeperContext()).settings
     emu = settings.emulator
     base = settings.dev.port_base
     if base is not None:

@@ -5,11 +5,10 @@ from __future__ import annotations
 import os
 from typing import Any
 
-import click
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 from temporalio.service import RPCError, RPCStatusCode
 
-from keeper.cli.context import KeeperContext
+from keeper.cli.context import current_keeper
 from keeper.cli.devstack.other_base import other_base_advice
 from keeper.cli.output import CommandFailed
 from keeper.runtime.dev_ports import PORT_OFFSETS, is_local, split_address
@@ -34,14 +33,9 @@ async def client_for(settings: Settings) -> Client:
         ) from err
 
 
-def _keeper() -> KeeperContext | None:
-    context = click.get_current_context(silent=True)
-    return context.find_object(KeeperContext) if context is not None else None
-
-
 def _address_origin(settings: Settings) -> str:
     """Where temporal.address came from, as the operator would change it."""
-    keeper = _keeper()
+    keeper = current_keeper()
     if keeper is not None and keeper.address:
         return "--address"
     if os.environ.get(ADDRESS_ENV):

@@ -6,9 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import click
-
-from keeper.cli.context import KeeperContext
+from keeper.cli.context import current_keeper
 from keeper.cli.devstack.layout import stack_record_file
 from keeper.cli.devstack.procs import StackRecord
 from keeper.runtime.dev_ports import PORT_BASE_ENV
@@ -33,8 +31,7 @@ def other_base_advice(settings: Settings, config_file: str | None = None) -> str
     """One sentence on reaching a stack on another port base, naming the base when the
     stack recorded here has one other than these settings'."""
     if config_file is None:
-        context = click.get_current_context(silent=True)
-        keeper = context.find_object(KeeperContext) if context is not None else None
+        keeper = current_keeper()
         config_file = keeper.config_file if keeper is not None else None
     record = recorded_stack(settings, config_file)
     ours = settings.dev.port_base
