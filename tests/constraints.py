@@ -15,9 +15,10 @@ from pathlib import Path
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
+from keeper.runtime.settings import DISTRIBUTION
+
 ROOT = Path(__file__).resolve().parent.parent
 CONSTRAINTS = ROOT / "constraints.txt"
-DISTRIBUTION = "keeper-temporal"
 
 HEADER = """\
 # keeper's pinned dependencies: every distribution keeper-temporal and its dev extra need,
