@@ -44,7 +44,7 @@ from keeper.domain.runners.github import DEFAULT_MAX_RETRY_AFTER_S
 from keeper.domain.runners.models import DeletionPolicy
 from keeper.domain.runners.provider import DEFAULT_LEASE_MARGIN
 from keeper.domain.tpu.phases import DEFAULT_DEADLINES, Phase
-from keeper.domain.tpu.slice_request import SliceRequest
+from keeper.domain.tpu.slice_request import MAX_POLL_INTERVAL, MIN_POLL_INTERVAL, SliceRequest
 from keeper.domain.watch.cadence import CadencePolicy
 from keeper.domain.watch.escalation import EscalationPolicy
 from keeper.domain.watch.liveness_models import LivenessPolicy
@@ -149,9 +149,9 @@ class BootstrapSettings(_Section):
     provision: HumanDuration = DEFAULT_DEADLINES[Phase.PROVISION]
     ready: HumanDuration = DEFAULT_DEADLINES[Phase.READY]
     health: HumanDuration = DEFAULT_DEADLINES[Phase.HEALTH]
-    # The same bounds as a request's poll_interval (SliceRequest), so --check catches it.
+    # A request's bounds, so --check catches what the first bootstrap would refuse.
     poll_interval: HumanDuration = Field(
-        default=timedelta(seconds=30), ge=timedelta(seconds=1), le=timedelta(minutes=10)
+        default=timedelta(seconds=30), ge=MIN_POLL_INTERVAL, le=MAX_POLL_INTERVAL
     )
     max_backoff: HumanDuration = Field(default=timedelta(minutes=5), gt=timedelta(0))
     # A compensation still deleting after this long is reported as stuck (it goes on).

@@ -48,6 +48,11 @@ class DeadlineOverrides(BaseModel):
     health: Duration | None = None
 
 
+# A request's poll_interval, and bootstrap.poll_interval's, the default for it.
+MIN_POLL_INTERVAL = timedelta(seconds=1)
+MAX_POLL_INTERVAL = timedelta(minutes=10)
+
+
 class SliceRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -76,8 +81,8 @@ class SliceRequest(BaseModel):
     deadlines: DeadlineOverrides = Field(default_factory=DeadlineOverrides)
     poll_interval: HumanDuration = Field(
         default=timedelta(seconds=30),
-        ge=timedelta(seconds=1),
-        le=timedelta(minutes=10),
+        ge=MIN_POLL_INTERVAL,
+        le=MAX_POLL_INTERVAL,
         description="Time between cloud reads while waiting; bounds API calls per hour.",
     )
 
