@@ -44,7 +44,6 @@ from keeper.cli.tpu.params import (
     parse_labels,
     request_problem,
 )
-from keeper.cli.tpu.params import validation_message as validation_message
 from keeper.cli.tpu.progress import follow, query_status, render, result_of
 from keeper.cli.tpu.sweeping import orphan_name, scheduled_sweep, unfinished
 from keeper.domain.common.untrusted import terminal_text

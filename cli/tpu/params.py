@@ -161,11 +161,6 @@ def request_problem(
     return UsageProblem(f"{text} (invalid {what}; nothing was started)", params=params)
 
 
-def validation_message(err: ValidationError, accelerator_type: str | None = None) -> str:
-    """Every problem of a request in one line, each naming the flag that sets the field."""
-    return request_problem(err, accelerator_type).format_message()
-
-
 def build_request(settings: Settings, fields: dict[str, Any]) -> SliceRequest:
     """Validates the whole request before anything is started (exit 2 naming the flags)."""
     configured = {
