@@ -322,7 +322,7 @@ class TpuSliceBootstrapRun:
                 failing_vms=report.failing,
                 vms_failing=report.total - report.healthy,
             )
-            await self._publish()
+            self._publish()
         return report
 
     async def _health_at_deadline(
@@ -456,7 +456,7 @@ class TpuSliceBootstrapRun:
         if workflow.patched(CANCEL_REPORT_PATCH):
             # The supervisor compensates after this child too, and would otherwise only
             # find everything already gone.
-            await self._publish()
+            self._publish()
             await self._flush_signals()
         else:
             workflow.set_current_details(render_details(self._status))
@@ -489,7 +489,7 @@ class TpuSliceBootstrapRun:
         if not self._orphaned and workflow.patched(COMPENSATION_PROGRESS_PATCH):
             # A cancel: the supervisor waits for this child and shows and counts its
             # progress. Once a signal found it gone, this child's own details are what show.
-            self._send_progress()
+            self._publish()
         else:
             workflow.set_current_details(render_details(self._status))
         if workflow.info().is_continue_as_new_suggested() and workflow.patched(
@@ -535,7 +535,7 @@ class TpuSliceBootstrapRun:
         self._status = self._status_copy(
             phase=phase, phase_deadline_at=deadline_at, timings=timings, error=error
         )
-        await self._publish()
+        self._publish()
 
     async def _observed(self, obs: SliceObservation) -> None:
         self._status = self._status_copy(
@@ -543,12 +543,9 @@ class TpuSliceBootstrapRun:
             nodes_ready=obs.nodes_ready,
             vms_with_ip=obs.vms_with_ip,
         )
-        await self._publish()
+        self._publish()
 
-    async def _publish(self) -> None:
-        self._send_progress()
-
-    def _send_progress(self) -> None:
+    def _publish(self) -> None:
         assert self._status is not None
         self._status = self._status.model_copy(update={"revision": self._status.revision + 1})
         workflow.set_current_details(render_details(self._status))
