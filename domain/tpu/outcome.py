@@ -16,13 +16,17 @@ def _short(name: str) -> str:
     return name.rsplit("/", 1)[-1]
 
 
-def _names(names: list[str]) -> str:
+def _distinct(names: list[str]) -> list[str]:
     """Each name once: a QR and its node share the slice's name."""
-    return ", ".join(dict.fromkeys(_short(n) for n in names))
+    return list(dict.fromkeys(_short(n) for n in names))
+
+
+def _names(names: list[str]) -> str:
+    return ", ".join(_distinct(names))
 
 
 def _were(names: list[str]) -> str:
-    return "was" if len(dict.fromkeys(_short(n) for n in names)) == 1 else "were"
+    return "was" if len(_distinct(names)) == 1 else "were"
 
 
 def merge_reports(child: DeletionReport | None, own: DeletionReport) -> DeletionReport:
