@@ -171,12 +171,6 @@ _CLOSED_AS = {
     "TERMINATED": Phase.TERMINATED,
     "TIMED_OUT": Phase.TIMED_OUT,
 }
-_CLOSED_WORD = {
-    Phase.FAILED: "failed",
-    Phase.CANCELLED: "cancelled",
-    Phase.TERMINATED: "terminated",
-    Phase.TIMED_OUT: "timed out",
-}
 
 
 def _at(when: datetime | None) -> str:
@@ -203,7 +197,7 @@ def closed_view(
     ended = _CLOSED_AS.get(bootstrap)
     if ended is None or status.phase in FINAL_PHASES:
         return status
-    word = _CLOSED_WORD[ended]
+    word = _BOOTSTRAP_CLOSED[bootstrap]
     was_compensating = status.phase is Phase.COMPENSATE
     stopped = status.failed_phase if was_compensating else status.phase
     if stopped is None:
