@@ -51,8 +51,8 @@ from keeper.runtime.settings import Settings, SettingsError, load_settings
 from keeper.runtime.webhook import WebhookUrl
 from tests.harness import env_flag, free_port
 from tests.metrics_support import metered_client, scrape_until, value
+from tests.recording import write_recording
 from tests.test_reclaim_secrets import assert_absent
-from tests.test_replay import write_recording
 from tests.webhook_receiver import Receiver, webhook_receiver
 
 # The path of a Slack webhook URL is what authorises a post: the secret.

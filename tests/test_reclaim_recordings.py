@@ -20,8 +20,8 @@ from temporalio.client import WorkflowExecutionStatus
 from keeper.domain.reclaim.steps import Mode
 from tests.harness import env_flag
 from tests.reclaim_world import FAST, reclaim_world, until
+from tests.recording import write_recording
 from tests.test_reclaim_e2e import live, names, nodes, only_workflow, stale
-from tests.test_replay import write_recording
 
 SCENARIOS = [
     "reclaim-released",

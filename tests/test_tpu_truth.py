@@ -38,7 +38,7 @@ from tests.harness import (
     running_worker,
     slice_request,
 )
-from tests.test_replay import write_recording
+from tests.recording import write_recording
 
 pytestmark = pytest.mark.e2e
 

@@ -18,7 +18,7 @@ import pytest
 
 from keeper.domain.watch.models import APPROVE_UPDATE, DENY_UPDATE, Decision, Proposal, ProposalKind
 from tests.harness import env_flag
-from tests.test_replay import write_recording
+from tests.recording import write_recording
 from tests.watch_world import watch_world
 
 SCENARIOS = {
