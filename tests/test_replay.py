@@ -45,7 +45,7 @@ RETIRED_DIR = HISTORIES / "retired"
 RETIRED = HISTORIES / "RETIRED.md"
 # The commit that cut the 1.0 baseline (it moved every earlier recording under retired/).
 # From here on recordings are only ever added.
-FROZEN_SINCE = "FROZEN_SINCE_PLACEHOLDER"
+FROZEN_SINCE = "c218aa18c62c20b3e745a61c9e48d14892837e7d"
 
 
 def recorded() -> list[Path]:
