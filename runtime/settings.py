@@ -228,7 +228,7 @@ _WORKFLOW_CODE = ("keeper.workflows", "keeper.domain")
 def package_build_id() -> str:
     """The build id when neither KEEPER_BUILD_ID nor the settings file sets one: the package
     version and a fingerprint of the workflow code, so a build id never names two codes
-    (0.1.0+3f2a9c0d1e4b), even when the version was not bumped."""
+    (1.0.0+3f2a9c0d1e4b), even when the version was not bumped."""
     digest = hashlib.sha256()
     for package in _WORKFLOW_CODE:
         root = Path(importlib.import_module(package).__file__ or "").parent

@@ -415,9 +415,9 @@ def test_kubectl_kustomize_renders_a_release_from_its_tag_and_rolls_on_a_setting
     shutil.copytree(K8S, release)
     kustomization = release / "kustomization.yaml"
     text = kustomization.read_text()
-    assert text.count('newTag: "0.1.0"') == 1
+    assert text.count('newTag: "1.0.0"') == 1
     kustomization.write_text(
-        text.replace('newTag: "0.1.0"', 'newTag: "2026.12.1-rc1"').replace(
+        text.replace('newTag: "1.0.0"', 'newTag: "2026.12.1-rc1"').replace(
             "newName: ghcr.io/example/keeper", "newName: registry.example.com/ml/keeper"
         )
     )

@@ -125,7 +125,6 @@ async def test_a_worker_serves_only_the_families_it_is_given(
         )
         await _until(lambda: _has_schedule(client, schedule), f"no schedule {schedule}", log)
         assert await _pollers(client, f"{stem}-{idle}") == 0
-        # Only a worker of every family drains the stem.
         assert await _pollers(client, stem) == 0
         assert absent_schedule not in await _schedules(client)
         # The runner store is the runner family's: a TPU-only worker never opens it.
@@ -143,18 +142,19 @@ async def _has_schedule(client: Client, schedule: str) -> bool:
     return schedule in await _schedules(client)
 
 
-async def test_a_worker_of_every_family_serves_each_queue_and_drains_the_stem(
+async def test_a_worker_of_every_family_serves_each_queue_and_none_polls_the_stem(
     dev_env: WorkflowEnvironment, tmp_path: Path
 ) -> None:
     client = await _namespace(dev_env)
     stem = f"fam-{uuid.uuid4().hex[:6]}"
     config, _ = _config(tmp_path, client, stem)
-    # A schedule made before the families had queues of their own points at the stem.
     log = tmp_path / "worker.log"
     worker = _start(config, log)
     try:
-        for queue in (f"{stem}-tpu", f"{stem}-runners", stem):
+        for queue in (f"{stem}-tpu", f"{stem}-runners", f"{stem}-reclaim", f"{stem}-watch"):
             await _until(lambda q=queue: _pollers(client, q), f"no poller on {queue}", log)
+        # 1.0 serves only the families' queues: no run of keeper ever lived on the stem.
+        assert await _pollers(client, stem) == 0
         await _until(
             lambda: _has_schedule(client, RECONCILER_SCHEDULE_ID), "no reconciler schedule", log
         )

@@ -29,7 +29,7 @@ from keeper.runtime.runners.deps import RunnerDeps, open_runner_deps
 from keeper.runtime.settings import Settings
 from keeper.runtime.temporal_client import connect
 from keeper.runtime.tracing import setup_tracing, shutdown_tracing
-from keeper.workers.alerts import distinct_activities, publish_alerted_counters
+from keeper.workers.alerts import publish_alerted_counters
 from keeper.workers.families import FAMILIES, Family, ScheduleSpecOf
 from keeper.workers.registry import (
     WORKFLOW_FAILURE_EXCEPTION_TYPES,
@@ -181,11 +181,9 @@ async def _serve(settings: Settings, readiness: Readiness) -> None:
     version = worker_version(settings.worker)
     async with AsyncExitStack() as stack:
         workers: list[Worker] = []
-        every_activity: list[Callable[..., Any]] = []
         for family in families:
             deps = await stack.enter_async_context(family.open_deps(settings))
             activities = family.activities(settings, client, deps)
-            every_activity.extend(activities)
             await ensure_schedules(client, settings, family)
             queue = family.task_queue(settings)
             slots = family.activity_slots(settings)
@@ -201,21 +199,6 @@ async def _serve(settings: Settings, readiness: Readiness) -> None:
                 queue,
                 slots,
                 cached,
-            )
-        if len(families) == len(FAMILIES):
-            # Runs started before each family had its own queue live on the stem; only a
-            # worker with every family can serve them all.
-            workers.append(
-                _worker(
-                    client,
-                    settings,
-                    settings.temporal.task_queue,
-                    WORKFLOWS,
-                    distinct_activities(every_activity),
-                    activity_slots(settings),
-                    version,
-                    settings.worker.max_cached_workflows,
-                )
             )
         log.info(
             "worker on %s (namespace %s, TPU endpoint %s) as %s",
