@@ -1,4 +1,4 @@
-"""The alert activity every family's worker serves (`keeper.alert`) on its own queue.
+"""The alert activity every family's worker serves (`common.alert`) on its own queue.
 
 Workflows start it and never wait on it. It posts each alert once per worker (a retry after
 a lost answer does not post twice), gives up after a few attempts with a log line, and never
@@ -24,7 +24,7 @@ class AlertActivities:
         self._channel = channel
         self._sent: OrderedDict[str, None] = OrderedDict()
 
-    @activity.defn(name="keeper.alert")
+    @activity.defn(name="common.alert")
     async def alert(self, alert: Alert) -> bool:
         """True when posted (now or by an earlier attempt); False when no webhook is
         configured or the webhook would not take it (both logged)."""

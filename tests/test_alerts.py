@@ -1,5 +1,5 @@
 """keeper's one alert channel: the table of alerts, the webhook URL's sources, the
-`keeper.alert` activity against a real HTTP receiver, and each family's alert end to end on
+`common.alert` activity against a real HTTP receiver, and each family's alert end to end on
 the dev server: exactly one post per event, Slack's JSON, untrusted text escaped, and the
 secret URL in no history.
 
@@ -248,9 +248,9 @@ def test_every_family_serves_keeper_alert_and_a_worker_of_all_of_them_registers_
 
     settings = Settings()
     tpu = tpu_activities(settings, None, TpuDeps(emulator_client("127.0.0.1:9")))  # type: ignore[arg-type]
-    assert "keeper.alert" in names(tpu)
+    assert "common.alert" in names(tpu)
     every = distinct_activities([*tpu, *(alert_activity(settings) for _ in range(3))])
-    assert names(every).count("keeper.alert") == 1
+    assert names(every).count("common.alert") == 1
     assert len(every) == len(tpu)
     for family in ("runners", "reclaim", "watch"):
         source = Path(__file__).parent.parent / "workers" / "families" / f"{family}.py"

@@ -130,7 +130,7 @@ async def notify(notice: Notice) -> bool:
     return True
 
 
-@activity.defn(name="keeper.alert")
+@activity.defn(name="common.alert")
 async def alert(raised: Alert) -> bool:
     return True
 

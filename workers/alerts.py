@@ -19,7 +19,7 @@ from keeper.runtime.settings import Settings
 
 
 def alert_activity(settings: Settings) -> Callable[..., Any]:
-    """`keeper.alert` on the shared channel (runtime/alerts.py)."""
+    """`common.alert` on the shared channel (runtime/alerts.py)."""
     return AlertActivities(alert_channel(settings)).alert
 
 
@@ -29,7 +29,7 @@ def _name(fn: Callable[..., Any]) -> str:
 
 
 def distinct_activities(activities: Iterable[Callable[..., Any]]) -> list[Callable[..., Any]]:
-    """The first of each activity name: every family serves `keeper.alert`, and a Worker
+    """The first of each activity name: every family serves `common.alert`, and a Worker
     refuses a name registered twice."""
     seen: dict[str, Callable[..., Any]] = {}
     for fn in activities:

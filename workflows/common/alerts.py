@@ -30,7 +30,7 @@ ALERT_RETRY = RetryPolicy(
 
 def raise_alert(alert: Alert) -> ActivityHandle[bool]:
     """Starts the alert on the workflow's own task queue, where its family's worker serves
-    `keeper.alert`."""
+    `common.alert`."""
     return workflow.start_activity_method(
         AlertActivities.alert,
         alert,
