@@ -79,7 +79,9 @@ async def _register(keeper: KeeperContext) -> list[str]:
         return await register_missing(client)
     except ValueError as err:
         raise CommandFailed(
-            str(err), hint="Remove or rename the attribute in the namespace, then rerun."
+            str(err),
+            hint="Remove or rename the attribute in the namespace, then rerun "
+            "(docs/operations.md#search-attributes).",
         ) from None
     except RPCError as err:
         raise CommandFailed(

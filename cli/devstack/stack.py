@@ -56,7 +56,7 @@ from keeper.cli.devstack.procs import (
 from keeper.cli.devstack.runner_files import prepare_runner_files
 from keeper.cli.output import UsageProblem
 from keeper.runtime.dev_ports import PORT_BASE_ENV
-from keeper.runtime.search_attributes import register_missing
+from keeper.runtime.search_attributes import drop_retired, register_missing
 from keeper.runtime.settings import (
     CONFIG_ENV,
     DEFAULT_CONFIG_FILE,
@@ -545,12 +545,18 @@ class Stack:
             )
 
     async def _register_search_attributes(self, probes: Probes) -> None:
-        """A database an older keeper made lacks the newer attributes; `--search-attribute`
-        only applies to a new one."""
+        """A database an older keeper made lacks the newer attributes (`--search-attribute`
+        only applies to a new one) and may hold the ones keeper retired at 1.0, which the
+        local stack's namespace, keeper's alone, can drop."""
+        client = await probes.client()
         try:
-            added = await register_missing(await probes.client())
+            dropped = await drop_retired(client)
+            added = await register_missing(client)
         except ValueError as err:
             raise StackError(f"{err}; or start afresh with `keeper dev down --purge`") from None
+        if dropped:
+            retired = ", ".join(dropped)
+            say(TEMPORAL, f"removed the search attributes keeper retired at 1.0: {retired}")
         if added:
             say(TEMPORAL, f"registered the search attributes {', '.join(added)}")
 
