@@ -24,8 +24,10 @@ from temporalio.worker import Worker
 from emulators.spur import SpurEmulator, SpurEmulatorConfig
 from emulators.spur.agent import AgentDown
 from emulators.spur.config import AgentSpec, numbered_agents
-from keeper.domain.reclaim.calls import JobReclaimResult
+from keeper.domain.reclaim.calls import OperatorRelease
+from keeper.domain.reclaim.models import RELEASE_UPDATE
 from keeper.domain.reclaim.policy import ReclaimPolicy
+from keeper.domain.reclaim.state import JobReclaimResult
 from keeper.domain.reclaim.steps import Mode
 from keeper.runtime.reclaim.deps import open_reclaim_deps
 from keeper.runtime.reclaim.intake import Intake
@@ -168,6 +170,16 @@ class ReclaimWorld:
     async def result(self, workflow_id: str, within: float = 30.0) -> JobReclaimResult:
         return await asyncio.wait_for(self.handle(workflow_id).result(), within)
 
+    async def release(
+        self, workflow_id: str, by: str = "test", reason: str = "", within: float = 30.0
+    ) -> JobReclaimResult:
+        """An operator's `release` Update (`keeper reclaim release`): its answer, how the
+        reclaim ended, once it closed."""
+        update = self.handle(workflow_id).execute_update(
+            RELEASE_UPDATE, OperatorRelease(by=by, reason=reason), result_type=JobReclaimResult
+        )
+        return await asyncio.wait_for(update, within)
+
     def cancels(self, job_id: int | None = None) -> list[Any]:
         return [c for c in self.emu.cancels() if job_id is None or c.job_id == job_id]
 
@@ -184,8 +196,11 @@ async def reclaim_world(
     token: str | None = None,
     token_file: Path | None = None,
 ) -> AsyncIterator[ReclaimWorld]:
-    """`token`: the controller and agents require it on every call; keeper reads it from
-    `token_file` (reclaim.token_file) or from KEEPER_SPUR_TOKEN, as the caller arranged."""
+    """`policy`: the settings' `reclaim.timing`, which the intake decides with and each
+    reclaim run reads from the worker (the `reclaim.policy` activity); a test changes it for
+    later runs through `world.settings.reclaim.timing`. `token`: the controller and agents
+    require it on every call; keeper reads it from `token_file` (reclaim.token_file) or from
+    KEEPER_SPUR_TOKEN, as the caller arranged."""
     controller_port = free_port()
     settings = Settings()
     settings.temporal.task_queue = f"reclaim-test-{uuid.uuid4().hex[:8]}"

@@ -224,19 +224,24 @@ async def test_report_list_status_and_release_of_an_observed_reclaim(
         assert (error["node"], error["job_id"]) == (node, keep)
         assert "keeper reclaim list --all" in error["hint"] and "usage" not in error
 
-        # release: the operator vouches, the reclaim ends; then there is nothing to signal.
+        # release: the operator vouches, the reclaim ends and answers how; then there is
+        # nothing to release.
         released = await keeper(
             config, "reclaim", "release", node, str(job), "--reason", "freed by hand", "--json"
         )
         assert released.code == 0 and released.err == "", released
-        assert released.json() == {"released": [wf], "node": node, "job_id": job}
         result = await w.result(wf)
         assert result.outcome is Outcome.OPERATOR_RELEASED and w.cancels() == []
         assert "freed by hand" in result.detail
+        assert released.json() == {
+            "released": [{"workflow_id": wf, "outcome": "operator-released", "drained": False,
+                          "undrained": False, "detail": result.detail}],
+            "node": node, "job_id": job,
+        }  # fmt: skip
 
         gone = await keeper(config, "reclaim", "release", node, str(job))
         assert gone.code == 1 and gone.out == "", gone
-        assert f"no reclaim of job {job} on {node} is running; nothing was signalled" in gone.err
+        assert f"no reclaim of job {job} on {node} is running; nothing was released" in gone.err
         error = (await keeper(config, "reclaim", "release", node, str(job), "-o", "json")).error()
         assert (error["node"], error["job_id"]) == (node, job) and error["hint"]
 

@@ -23,6 +23,7 @@ import grpc
 import httpx
 import pytest
 from google.protobuf import empty_pb2
+from temporalio.api.sdk.v1 import WorkflowMetadata
 from temporalio.client import WorkflowExecutionStatus
 from temporalio.testing import WorkflowEnvironment
 
@@ -244,8 +245,8 @@ async def test_a_wiped_controller_reissuing_ids_cancels_nothing_and_quarantines(
         # holding kept its fence, so it is quarantined again, never cancelled as the new job.
         w.emu.complete(pre_wipe.job_id, leak=True)
         ended_long_ago(w, pre_wipe.job_id)  # the new job 5 is long over: "terminal" by number
-        await w.handle(wf).signal("release", {"by": "test"})
-        assert (await w.result(wf)).outcome is Outcome.OPERATOR_RELEASED
+        answer = await w.release(wf)
+        assert answer.outcome is Outcome.OPERATOR_RELEASED and answer == await w.result(wf)
         await w.beat(node)
         assert only_workflow(w, node, pre_wipe.job_id) == wf
         view = await until(lambda: _reason_in(w, wf, FENCED), what="the fence, again")
@@ -419,8 +420,8 @@ async def test_a_report_for_an_unknown_node_is_quarantined_without_a_drain(
         await until(lambda: view_of(w, wf), what="the reclaim to start")
         view = await until(lambda: _attention(w, wf), what="the attention")
         assert "not a node the controller lists" in view.attention
-        await w.handle(wf).signal("release", {"by": "test", "reason": "freed by hand"})
-        result = await w.result(wf)
+        result = await w.release(wf, reason="freed by hand")
+        assert result == await w.result(wf) and "freed by hand" in result.detail
         assert result.outcome is Outcome.OPERATOR_RELEASED and not result.drained
         assert w.emu.cluster.drains == [] and w.cancels() == []
 
@@ -543,8 +544,8 @@ async def test_keeper_never_lifts_a_drain_it_did_not_make(client: Any, tmp_path:
         await w.beat(node)
         wf = only_workflow(w, node, parent)
         await until(lambda: _drained(w, wf), what="the quarantine step")
-        await w.handle(wf).signal("release", {"by": "test"})
-        result = await w.result(wf)
+        result = await w.release(wf)
+        assert result == await w.result(wf)
         assert result.outcome is Outcome.OPERATOR_RELEASED and not result.undrained
         assert w.emu.cluster.node(node).state_reason == "maintenance: PSU swap"
         assert w.emu.cluster.updates == []
@@ -591,7 +592,7 @@ async def test_observe_mode_decides_and_shows_but_sends_nothing_until_act(
         assert any("would send signal 0" in a for a in view.actions)
         assert w.cancels() == [] and w.emu.cluster.drains == []
         desc = await w.handle(wf).describe()
-        assert desc.typed_search_attributes.get(sa.RECLAIM_STEP) == "observing"
+        assert desc.typed_search_attributes.get(sa.KEEPER_STEP) == "observing"
         w.settings.reclaim.mode = Mode.ACT  # the deployment switches; the run follows
         await until(lambda: w.cancels(job), within=30, what="the first cancel after the switch")
 
@@ -652,8 +653,45 @@ async def test_a_long_drain_continues_as_new_and_its_history_stays_bounded(
         assert len(w.emu.cluster.drains) == 1  # the next run knew the node was drained
         view = await view_of(w, wf)
         assert view.drained and view.step.value == "drained"
-        await w.handle(wf).signal("release", {"by": "test"})
-        result = await w.result(wf)
+        # A run that keeps rolling over takes the release and carries it out itself (it never
+        # rolls over past a release it has not answered), answering once the drain is lifted.
+        result = await w.release(wf)
+        assert result == await w.result(wf)
+        assert result.outcome is Outcome.OPERATOR_RELEASED and result.undrained
+
+
+async def _details(w: ReclaimWorld, wf: str, run_id: str | None = None) -> str:
+    """The current details of a run (the latest by default), as the Temporal UI shows them."""
+    handle = w.client.get_workflow_handle(wf, run_id=run_id)
+    meta = await handle.query("__temporal_workflow_metadata", result_type=WorkflowMetadata)
+    return meta.current_details
+
+
+async def test_a_settings_change_reaches_a_running_reclaim_at_its_next_continue_as_new(
+    client: Any, tmp_path: Path
+) -> None:
+    # Each run reads the worker's reclaim.timing once (the reclaim.policy activity): the run
+    # that read it keeps its rules, the next run takes the new ones.
+    brisk = FAST.model_copy(
+        update={"drained_recheck": timedelta(milliseconds=50), "history_events_limit": 200}
+    )
+    async with reclaim_world(client, tmp_path, agents=nodes(), policy=brisk) as w:
+        node = names(w)[0]
+        parent = w.emu.submit(array_size=1)[0].job_id - 1
+        w.emu.hold(node, parent)  # quarantined: drained until someone frees it
+        await w.beat(node)
+        wf = only_workflow(w, node, parent)
+        await until(lambda: w.emu.cluster.drains, what="the drain")
+        read_before = (await w.handle(wf).describe()).run_id
+        w.settings.reclaim.timing = brisk.model_copy(update={"release_beats": 5})
+
+        async def read_after() -> bool:
+            return "0/5 heartbeats listing other jobs" in await _details(w, wf)
+
+        await until(read_after, within=60, what="a run that read the new settings")
+        assert "0/2 heartbeats listing other jobs" in await _details(w, wf, read_before)
+        assert len(w.emu.cluster.drains) == 1
+        result = await w.release(wf)
         assert result.outcome is Outcome.OPERATOR_RELEASED and result.undrained
 
 

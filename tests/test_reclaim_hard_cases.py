@@ -185,7 +185,9 @@ async def test_a_drain_retried_after_the_verdict_changed_lifts_the_drain_it_made
         deps = open_reclaim_deps(w.settings.reclaim)
         try:
             acts = ReclaimActivities(deps.settings, deps.controller, deps.agents, deps.memory)
-            call = DrainCall(holding=holding, workflow_id=wf, reason=f"keeper-reclaim: x; {wf}")
+            call = DrainCall(
+                holding=holding, workflow_id=wf, reason=f"keeper-reclaim: x; {wf}", chain="run-1"
+            )
             assert (await acts.drain(call)).drained
             w.emu.requeue(moved.job_id)  # pending again: spared
             retry = await acts.drain(call)
@@ -226,7 +228,7 @@ async def test_a_drain_still_on_its_way_when_its_reclaim_was_cancelled_leaves_no
         deps = open_reclaim_deps(w.settings.reclaim)
         try:
             acts = ReclaimActivities(deps.settings, deps.controller, deps.agents, deps.memory)
-            undrain = UndrainCall(holding=holding, workflow_id=wf, reason="", chain="run-1")
+            undrain = UndrainCall(holding=holding, workflow_id=wf, chain="run-1")
             if undrain_lands == "before the drain call":
                 await acts.undrain(undrain)
             else:

@@ -1,4 +1,5 @@
-"""Activities of a job reclaim: the controller's view, the agent's cancel, the drain.
+"""Activities of a job reclaim: the policy, the controller's view, the agent's cancel, the
+drain, and closing the holding in keeper's memory (each named `reclaim.<verb>`).
 
 Thin adapters over injected clients. Each destructive activity is idempotent: a cancel for a
 job the agent no longer holds does nothing on spur's side, a drain keeper already made is
@@ -28,6 +29,7 @@ from keeper.domain.reclaim.calls import (
 )
 from keeper.domain.reclaim.evidence import BeatEvidence
 from keeper.domain.reclaim.models import Holding, Verdict
+from keeper.domain.reclaim.policy import ReclaimPolicy
 from keeper.domain.reclaim.steps import Mode, Outcome
 from keeper.runtime.reclaim.agent_client import AgentCancelError, AgentCancelTimedOut, SpurAgents
 from keeper.runtime.reclaim.assess import Assessor
@@ -74,7 +76,14 @@ class ReclaimActivities:
                 )
         return NodeView(name=name, state="not listed")
 
-    @activity.defn(name="reclaim_assess")
+    @activity.defn(name="reclaim.policy")
+    async def policy(self) -> ReclaimPolicy:
+        """The timing rules in this worker's settings (`reclaim.timing`): a local activity each
+        run reads once, so a settings change reaches a running reclaim at its next
+        continue-as-new, and a run started by hand gets the deployment's rules."""
+        return self.settings.timing
+
+    @activity.defn(name="reclaim.assess")
     async def assess(self, call: AssessCall) -> Assessment:
         """Reads the controller now and decides the holding afresh (never from history), with
         what keeper's memory holds of the agent's word on it."""
@@ -91,7 +100,7 @@ class ReclaimActivities:
             released=tally.release(self.settings.timing),
         )
 
-    @activity.defn(name="reclaim_cancel")
+    @activity.defn(name="reclaim.cancel")
     async def cancel(self, call: CancelCall) -> CancelResult:
         """One cancel on the holding's agent, at the address it registered last, decided
         afresh in this same call: the controller is read and the holding decided right
@@ -191,7 +200,7 @@ class ReclaimActivities:
     async def _answer(self, key: str, answer: str) -> None:
         await asyncio.to_thread(self.memory.answer_send, key, answer, datetime.now(UTC))
 
-    @activity.defn(name="reclaim_drain")
+    @activity.defn(name="reclaim.drain")
     async def drain(self, call: DrainCall) -> DrainResult:
         """Drains the holding's node, after deciding afresh in the same call: a holding the
         controller now runs on that node (or anything but stale) is never drained, and no
@@ -206,7 +215,7 @@ class ReclaimActivities:
             mine = await asyncio.to_thread(self.memory.drains, node)
             if any(d.workflow_id == call.workflow_id for d in mine):
                 undone = await self.undrain(
-                    UndrainCall(holding=call.holding, workflow_id=call.workflow_id, reason="")
+                    UndrainCall(holding=call.holding, workflow_id=call.workflow_id)
                 )
                 state = f"not drained: {undone.why}"
             return DrainResult(node=name, actual_state=state, drained=False, decision=decision)
@@ -235,18 +244,15 @@ class ReclaimActivities:
             # A cancel does not wait for this call: the run's undrain may have come and gone
             # before this drain landed. Lifted here, so no drain outlives its reclaim.
             undone = await self.undrain(
-                UndrainCall(
-                    holding=call.holding, workflow_id=call.workflow_id, reason="",
-                    chain=call.chain,
-                )
-            )  # fmt: skip
+                UndrainCall(holding=call.holding, workflow_id=call.workflow_id, chain=call.chain)
+            )
             return DrainResult(
                 node=name, actual_state=f"not drained: the reclaim ended first; {undone.why}",
                 drained=False, decision=decision,
             )  # fmt: skip
         return DrainResult(node=name, actual_state=answer.actual_state, decision=decision)
 
-    @activity.defn(name="reclaim_undrain")
+    @activity.defn(name="reclaim.undrain")
     async def undrain(self, call: UndrainCall) -> UndrainResult:
         node = call.holding.node
         await asyncio.to_thread(
@@ -268,7 +274,7 @@ class ReclaimActivities:
         await self.controller.update_node(current.name, state=slurm_pb2.NODE_IDLE, reason="")
         return UndrainResult(resumed=True, why=f"{node} resumed: keeper's drain lifted")
 
-    @activity.defn(name="reclaim_close")
+    @activity.defn(name="reclaim.close")
     async def close(self, call: CloseCall) -> None:
         """A released holding is closed (the agent let go: a later listing is a new sighting,
         or, after weak evidence or a report on a quarantined holding, the same holding

@@ -15,7 +15,14 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import click
-from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.client import (
+    Client,
+    WorkflowExecutionStatus,
+    WorkflowUpdateFailedError,
+    WorkflowUpdateStage,
+)
+from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError, RPCStatusCode
 
 from keeper.cli.context import KeeperContext, pass_keeper
 from keeper.cli.output import CommandFailed, Output, UsageProblem, json_options, rfc3339
@@ -25,7 +32,8 @@ from keeper.cli.temporal_ops import client_for, list_query
 from keeper.domain.common.untrusted import terminal_text
 from keeper.domain.reclaim.calls import OperatorRelease
 from keeper.domain.reclaim.identity import NodeNameError, canonical_node
-from keeper.domain.reclaim.models import RECLAIM_WORKFLOW_TYPE, RELEASE_SIGNAL
+from keeper.domain.reclaim.models import RECLAIM_WORKFLOW_TYPE, RELEASE_UPDATE, STATUS_QUERY
+from keeper.domain.reclaim.state import JobReclaimResult
 from keeper.domain.reclaim.view import ReclaimView, render_details
 from keeper.runtime.metrics import MetricsEndpointError
 from keeper.runtime.reclaim import search_attributes as sa
@@ -40,6 +48,9 @@ JOB_ID = click.IntRange(0, 2**32 - 1)
 REASON_LIMIT = OperatorRelease.model_fields["reason"].metadata[0].max_length
 BY_LIMIT = OperatorRelease.model_fields["by"].metadata[0].max_length
 QUERY_TIMEOUT = timedelta(seconds=3)
+# How long `release` waits for a worker to take the Update, then for the reclaim to close
+# (lift keeper's drain, remember the outcome).
+UPDATE_TIMEOUT = 60.0
 
 
 @click.group()
@@ -108,7 +119,7 @@ async def _view(client: Client, workflow_id: str, run_id: str | None = None) -> 
     # RPC deadline: bounded here, so a list of old reclaims answers in seconds.
     try:
         return await client.get_workflow_handle(workflow_id, run_id=run_id).query(
-            "status", result_type=ReclaimView, rpc_timeout=QUERY_TIMEOUT
+            STATUS_QUERY, result_type=ReclaimView, rpc_timeout=QUERY_TIMEOUT
         )
     except Exception:  # a closed run without a worker, or a worker restarting
         return None
@@ -122,7 +133,7 @@ def _row(wf: Any, view: ReclaimView | None) -> dict[str, Any]:
         "run_id": wf.run_id,
         "node": attrs.get(sa.NODE),
         "job_id": _job_id(attrs.get(sa.JOB_ID)),
-        "step": attrs.get(sa.RECLAIM_STEP),
+        "step": attrs.get(sa.KEEPER_STEP),
         "status": WorkflowExecutionStatus(wf.status).name if wf.status else None,
         "mode": view.mode.value if view else None,
         "verdict": last.verdict.value if last else None,
@@ -300,6 +311,68 @@ def report(keeper: KeeperContext, out: Output, node_name: str, jobs: tuple[int, 
     raise SystemExit(asyncio.run(run()))
 
 
+class _Refused(Exception):
+    """A reclaim refused the release, or could not answer it: nothing was released there."""
+
+
+def _refusal(workflow_id: str, err: WorkflowUpdateFailedError) -> _Refused:
+    """The validator's reason (a ValueError), or the failure of a release it had taken."""
+    cause = err.cause
+    why = terminal_text(cause.message if isinstance(cause, ApplicationError) else str(cause or err))
+    if isinstance(cause, ApplicationError) and cause.type == "ValueError":
+        return _Refused(f"{workflow_id} refused: {why}")
+    return _Refused(f"{workflow_id} took the release, then failed: {why}")
+
+
+async def _release_one(
+    client: Client, settings: Settings, workflow_id: str, release: OperatorRelease
+) -> dict[str, Any]:
+    """The release Update to one reclaim: its answer (how the reclaim ended), or _Refused
+    saying why not."""
+    handle = client.get_workflow_handle(workflow_id)
+    try:
+        update = await asyncio.wait_for(
+            handle.start_update(
+                RELEASE_UPDATE,
+                release,
+                wait_for_stage=WorkflowUpdateStage.ACCEPTED,
+                result_type=JobReclaimResult,
+            ),
+            UPDATE_TIMEOUT,
+        )
+    except WorkflowUpdateFailedError as err:
+        raise _refusal(workflow_id, err) from None
+    except RPCError as err:
+        if err.status is not RPCStatusCode.NOT_FOUND:
+            raise
+        raise _Refused(f"{workflow_id} closed before the release reached it") from None
+    except TimeoutError:
+        raise _Refused(
+            f"no worker took the release of {workflow_id} within {UPDATE_TIMEOUT:g}s; it may "
+            f"still be taken when one does (check that a worker serves "
+            f"{settings.temporal.family_queue('reclaim')})"
+        ) from None
+    row: dict[str, Any] = {"workflow_id": workflow_id}
+    try:
+        # A refusal is known at once; a release taken answers once the reclaim closed.
+        result = await asyncio.wait_for(update.result(), UPDATE_TIMEOUT)
+    except WorkflowUpdateFailedError as err:
+        raise _refusal(workflow_id, err) from None
+    except TimeoutError:
+        # Taken, and durable: the reclaim ends released; lifting the drain takes longer.
+        return {**row, "outcome": None, "drained": None, "undrained": None, "detail": (
+            f"release taken; the reclaim is still ending after {UPDATE_TIMEOUT:g}s "
+            "(lifting keeper's drain): `keeper reclaim status` shows how far it is"
+        )}  # fmt: skip
+    return {
+        **row,
+        "outcome": result.outcome.value,
+        "drained": result.drained,
+        "undrained": result.undrained,
+        "detail": result.detail,
+    }
+
+
 @reclaim.command()
 @click.argument("node_name", metavar="NODE")
 @click.argument("job", type=JOB_ID)
@@ -313,8 +386,10 @@ def report(keeper: KeeperContext, out: Output, node_name: str, jobs: tuple[int, 
 def release(
     keeper: KeeperContext, out: Output, node_name: str, job: int, reason: str, by: str
 ) -> None:
-    """Vouch that NODE's agent no longer holds JOB: its reclaim ends and lifts keeper's
-    drain. Use it after freeing the job on the node by hand."""
+    """Vouch that NODE's agent no longer holds JOB: its reclaim ends, lifts keeper's drain,
+    and answers how it ended. Use it after freeing the job on the node by hand. A reclaim that
+    no longer waits for an operator (it is ending) or that an operator already released
+    refuses, saying why (exit 1)."""
     settings = keeper.settings
     node = _node(settings, node_name)
     if len(reason) > REASON_LIMIT:
@@ -327,20 +402,30 @@ def release(
         found = [wf async for wf in client.list_workflows(_query_for(node, job, True), limit=20)]
         if not found:
             raise CommandFailed(
-                f"no reclaim of job {job} on {node} is running; nothing was signalled",
+                f"no reclaim of job {job} on {node} is running; nothing was released",
                 hint="`keeper reclaim list` shows the reclaims in flight.",
                 node=node, job_id=job,
             )  # fmt: skip
+        vouched = OperatorRelease(by=by, reason=reason)
+        released: list[dict[str, Any]] = []
+        refused: list[str] = []
         for wf in found:
-            await client.get_workflow_handle(wf.id).signal(
-                RELEASE_SIGNAL, OperatorRelease(by=by, reason=reason)
-            )
-        ids = [wf.id for wf in found]
+            try:
+                released.append(await _release_one(client, settings, wf.id, vouched))
+            except _Refused as err:
+                refused.append(str(err))
+        if not out.json:
+            for row in released:
+                out.line(f"{row['workflow_id']}: {row['outcome'] or 'released, still ending'}")
+                out.line(f"  {terminal_text(row['detail'])}")
+        if refused:
+            raise CommandFailed(
+                "; ".join(refused) + ("" if released else "; nothing was released"),
+                hint=f"`keeper reclaim status {node} {job}` shows where the reclaim is.",
+                node=node, job_id=job, released=released,
+            )  # fmt: skip
         if out.json:
-            out.data({"released": ids, "node": node, "job_id": job})
-        else:
-            for wf_id in ids:
-                out.line(f"released {wf_id}")
+            out.data({"released": released, "node": node, "job_id": job})
         return 0
 
     raise SystemExit(asyncio.run(run()))

@@ -26,8 +26,8 @@ from keeper.cli.output import CommandFailed, Output, json_options
 from keeper.cli.reclaim.runs import reclaims_of
 from keeper.cli.temporal_ops import client_for
 from keeper.domain.common.durations import format_duration
-from keeper.domain.reclaim.calls import JobReclaimResult
 from keeper.domain.reclaim.identity import NodeNameError, canonical_node
+from keeper.domain.reclaim.state import JobReclaimResult
 from keeper.domain.reclaim.steps import Mode, Outcome
 from keeper.runtime.dev_ports import dial_host, split_address
 from keeper.runtime.reclaim import search_attributes as sa
@@ -225,7 +225,7 @@ async def _follow(
                 seen.workflow_id, seen.run_id = wf.id, wf.run_id
                 progress.line(f"reclaim started: {wf.id}")
                 progress.line(f"  {settings.temporal.workflow_url(wf.id, wf.run_id)}")
-            step = wf.typed_search_attributes.get(sa.RECLAIM_STEP)
+            step = wf.typed_search_attributes.get(sa.KEEPER_STEP)
             if step and step != seen.step:
                 seen.step = step
                 progress.line(f"step {step}")

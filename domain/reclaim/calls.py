@@ -1,4 +1,5 @@
-"""What the JobReclaim workflow and its activities pass each other, and its input and result.
+"""What the JobReclaim workflow and its activities pass each other, and what an operator's
+release Update carries (the run's input, state and result: domain/reclaim/state.py).
 
 Nothing here carries a secret: the agents' and controller's token stays in the worker.
 """
@@ -9,10 +10,9 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from keeper.domain.reclaim.evidence import Release, ReleaseTally
+from keeper.domain.reclaim.evidence import Release
 from keeper.domain.reclaim.models import Decision, Holding
-from keeper.domain.reclaim.policy import ReclaimPolicy
-from keeper.domain.reclaim.steps import Mode, Outcome, Step
+from keeper.domain.reclaim.steps import Mode, Outcome
 
 
 class _Model(BaseModel):
@@ -63,17 +63,16 @@ class CancelResult(_Model):
     agent: str = ""
     # The call went out (delivered, or timed out and so perhaps acted on).
     sent: bool = False
-    # The fresh decision the call acted on (None in results recorded before it had one).
-    decision: Decision | None = None
+    # The fresh decision the call acted on.
+    decision: Decision
     # Every cancel claimed for this holding so far, this one included: what may have reached
-    # the agent, answers lost to a crash counted (None in results recorded before).
-    cancels_sent: int | None = None
+    # the agent, answers lost to a crash counted.
+    cancels_sent: int
     # Not sent because keeper's memory shows the agent already let go.
     released: Release | None = None
     # Not tried, by decision (a fresh read not `reclaim`, observe mode, the agent's word
     # pending): no try of the escalation is spent. An unreachable or unknown agent is a try.
-    # None in results recorded before: then a result with a decision and nothing sent.
-    skipped: bool | None = None
+    skipped: bool
 
 
 class DrainCall(_Model):
@@ -81,9 +80,8 @@ class DrainCall(_Model):
     workflow_id: str
     reason: str
     # The run chain (its first run's id): once that chain lifted its drain, a drain call of
-    # the same chain still on its way never leaves the node drained. Empty in calls recorded
-    # before it: then no fence.
-    chain: str = ""
+    # the same chain still on its way never leaves the node drained.
+    chain: str
 
 
 class DrainResult(_Model):
@@ -92,14 +90,14 @@ class DrainResult(_Model):
     # False: a fresh read in the same call no longer found the holding stale (`decision`
     # says why), so nothing was drained and no operator is told to free anything.
     drained: bool = True
-    decision: Decision | None = None
+    decision: Decision
 
 
 class UndrainCall(_Model):
     holding: Holding
     workflow_id: str
-    reason: str
-    # As DrainCall.chain: the undrain fences that chain's drains off the node.
+    # As DrainCall.chain: the undrain fences that chain's drains off the node. Empty for the
+    # lift a drain call makes of its own earlier try: the run goes on, so no fence.
     chain: str = ""
 
 
@@ -125,38 +123,3 @@ class OperatorRelease(_Model):
 
     by: str = Field(default="operator", max_length=200)
     reason: str = Field(default="", max_length=500)
-
-
-class ReclaimCarry(_Model):
-    """What a run hands to the next when it continues as new."""
-
-    step: Step
-    attempts: int = 0
-    drained: bool = False
-    tally: ReleaseTally = Field(default_factory=ReleaseTally)
-    last: Assessment | None = None
-    # An operator's release that arrived before the roll-over, and what needs attention.
-    operator: OperatorRelease | None = None
-    attention: str = ""
-    actions: list[str] = Field(default_factory=list)
-    cancels_sent: int | None = None
-
-
-class JobReclaimInput(_Model):
-    holding: Holding
-    # The intake's verdict that started it; the workflow re-reads before acting on it.
-    first: Decision
-    policy: ReclaimPolicy = Field(default_factory=ReclaimPolicy)
-    carry: ReclaimCarry | None = None
-
-
-class JobReclaimResult(_Model):
-    outcome: Outcome
-    holding: Holding
-    attempts: int
-    # Whether keeper drained the node on the way, and whether it lifted that drain.
-    drained: bool
-    undrained: bool
-    mode: Mode
-    last: Assessment | None = None
-    detail: str = ""

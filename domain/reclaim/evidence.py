@@ -100,10 +100,6 @@ class ReleaseTally(BaseModel):
     def released(self, policy: ReclaimPolicy) -> bool:
         return self.release(policy) is not None
 
-    def why_released(self, policy: ReclaimPolicy) -> str:
-        release = self.release(policy)
-        return "" if release is None else release.why
-
     def release(self, policy: ReclaimPolicy) -> Release | None:
         """The evidence that releases the holding, strongest first (None: not released)."""
         if self.done_at is not None:

@@ -15,7 +15,10 @@ from keeper.domain.reclaim.jobs import JobState
 
 RECLAIM_WORKFLOW_TYPE = "JobReclaim"
 EVIDENCE_SIGNAL = "evidence"
-RELEASE_SIGNAL = "release"
+RELEASE_UPDATE = "release"
+STATUS_QUERY = "status"
+# The prefix of every drain reason keeper writes: how it tells its own drains from others'.
+DRAIN_REASON_PREFIX = "keeper-reclaim:"
 # Canonical node ids (domain/reclaim/identity.py) fit a workflow id as they are.
 NODE_ID_RE = re.compile(r"^[a-z0-9_:][a-z0-9_.:-]{0,62}$")
 

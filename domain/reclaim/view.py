@@ -1,38 +1,61 @@
-"""What a reclaim shows in the Temporal UI (current details) and in `keeper reclaim status`."""
+"""What a reclaim shows: the `status` query's view, the current details in the Temporal UI
+(and `keeper reclaim status`), and the alert of a drain, each rendered from the run's state by
+a pure function."""
 
 from __future__ import annotations
 
 from datetime import datetime
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict
 
+from keeper.domain.common.alerts import Alert, AlertKind, make_alert
 from keeper.domain.common.untrusted import md_text
-from keeper.domain.reclaim.calls import Assessment
+from keeper.domain.reclaim.calls import Assessment, DrainResult, OperatorRelease
 from keeper.domain.reclaim.evidence import ReleaseTally
 from keeper.domain.reclaim.models import Holding
 from keeper.domain.reclaim.policy import ReclaimPolicy
-from keeper.domain.reclaim.steps import Mode, Step
+from keeper.domain.reclaim.state import MAX_ACTIONS, Drain, ReclaimState
+from keeper.domain.reclaim.steps import Mode, Outcome, Step
 
 
 class ReclaimView(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    """The `status` query's answer."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
     holding: Holding
     step: Step = Step.ASSESS
     mode: Mode = Mode.OBSERVE
     attempts: int = 0
     # What keeper did (act) or would have done (observe), newest last, bounded.
-    actions: list[str] = Field(default_factory=list)
-    tally: ReleaseTally = Field(default_factory=ReleaseTally)
+    actions: tuple[str, ...] = ()
+    tally: ReleaseTally = ReleaseTally()
     drained: bool = False
     attention: str = ""
     last: Assessment | None = None
     # Cancels that may have reached the agent (keeper's send ledger, answers lost to a crash
     # included); None until the first cancel call answered.
     cancels_sent: int | None = None
+    # The operator who released it, and how it ends, once decided.
+    operator: OperatorRelease | None = None
+    outcome: Outcome | None = None
 
 
-MAX_ACTIONS = 8
+def render_view(state: ReclaimState) -> ReclaimView:
+    return ReclaimView(
+        holding=state.holding,
+        step=state.step,
+        mode=state.mode,
+        attempts=state.attempts,
+        actions=state.actions,
+        tally=state.tally,
+        drained=state.drain is Drain.MADE,
+        attention=state.attention,
+        last=state.last,
+        cancels_sent=state.cancels_sent,
+        operator=state.operator,
+        outcome=state.outcome,
+    )
 
 
 def _at(value: datetime) -> str:
@@ -81,3 +104,15 @@ def render_details(view: ReclaimView, policy: ReclaimPolicy) -> str:
         lines.append("node drained by keeper until the agent releases the job")
     lines.extend(f"- {md_text(a)}" for a in view.actions[-MAX_ACTIONS:])
     return "\n".join(lines)
+
+
+def drained_alert(state: ReclaimState, result: DrainResult, reason: str, workflow_id: str) -> Alert:
+    """The operator's alert of a drain keeper made. A drain is made once per run chain (a
+    carried drain skips the step), so the fence key alone names the event."""
+    return make_alert(
+        AlertKind.NODE_DRAINED,
+        workflow_id,
+        "drain",
+        f"{result.node} drained: its agent still holds job {state.holding.job_id}",
+        [state.attention, f"why: {reason}"],
+    )

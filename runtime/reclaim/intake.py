@@ -39,10 +39,11 @@ from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.service import RPCError, RPCStatusCode
 
-from keeper.domain.reclaim.calls import JobReclaimInput
 from keeper.domain.reclaim.evidence import BeatEvidence, BeatReport, evidence_of
 from keeper.domain.reclaim.identity import NodeNameError
 from keeper.domain.reclaim.models import EVIDENCE_SIGNAL, RECLAIM_WORKFLOW_TYPE, Decision, Holding
+from keeper.domain.reclaim.state import JobReclaimInput
+from keeper.domain.reclaim.steps import Step
 from keeper.runtime.reclaim import search_attributes as sa
 from keeper.runtime.reclaim.assess import Assessor
 from keeper.runtime.reclaim.views import drained_by_keeper
@@ -417,16 +418,15 @@ class Intake:
         try:
             await self.client.start_workflow(
                 RECLAIM_WORKFLOW_TYPE,
-                JobReclaimInput(
-                    holding=holding, first=decision, policy=self.settings.reclaim.timing
-                ),
+                # No policy: the worker's settings give it (the `reclaim.policy` activity).
+                JobReclaimInput(holding=holding, first=decision),
                 id=workflow_id,
                 task_queue=self.task_queue,
                 id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
                 id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
                 start_signal=EVIDENCE_SIGNAL,
                 start_signal_args=[first],
-                search_attributes=sa.for_holding(holding.node, holding.job_id, "assess"),
+                search_attributes=sa.for_holding(holding.node, holding.job_id, Step.ASSESS.value),
                 static_summary=f"reclaim job {holding.job_id} held by {holding.node}: "
                 f"{decision.verdict.value} ({decision.reason.value})",
             )

@@ -1,13 +1,16 @@
-"""The search attributes of the job-reclaim family's workflows: the one place their names live."""
+"""The search attributes of the job-reclaim family's workflows: the one place their names live.
+
+`KeeperStep` (shared by every family) holds the reclaim's step: assess, graceful-cancel,
+forced-kill, drained, observing, done.
+"""
 
 from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
 
-from keeper.runtime.shared_search_attributes import JOB_ID
+from keeper.runtime.shared_search_attributes import JOB_ID, KEEPER_STEP
 
 NODE = SearchAttributeKey.for_keyword("Node")
-RECLAIM_STEP = SearchAttributeKey.for_keyword("ReclaimStep")
 
-RECLAIM_ATTRIBUTES = (NODE, JOB_ID, RECLAIM_STEP)
+RECLAIM_ATTRIBUTES = (NODE, JOB_ID, KEEPER_STEP)
 
 
 def for_holding(node: str, job_id: int, step: str) -> TypedSearchAttributes:
@@ -16,6 +19,6 @@ def for_holding(node: str, job_id: int, step: str) -> TypedSearchAttributes:
         [
             SearchAttributePair(NODE, node),
             SearchAttributePair(JOB_ID, str(job_id)),
-            SearchAttributePair(RECLAIM_STEP, step),
+            SearchAttributePair(KEEPER_STEP, step),
         ]
     )

@@ -9,11 +9,8 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from keeper.domain.reclaim.identity import NodeNameError, canonical_node, expand_nodelist
 from keeper.domain.reclaim.jobs import JobState
-from keeper.domain.reclaim.models import ControllerView, JobView
+from keeper.domain.reclaim.models import DRAIN_REASON_PREFIX, ControllerView, JobView
 from keeper.wire.spur import slurm_pb2
-
-# The prefix of every drain reason keeper writes: how it tells its own drains from others'.
-DRAIN_REASON_PREFIX = "keeper-reclaim:"
 
 
 def _time(ts: Timestamp, present: bool) -> datetime | None:

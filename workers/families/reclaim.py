@@ -57,6 +57,7 @@ def reclaim_activities(
 ) -> list[Callable[..., Any]]:
     acts = ReclaimActivities(deps.settings, deps.controller, deps.agents, deps.memory)
     return [
+        acts.policy,
         acts.assess,
         acts.cancel,
         acts.drain,

@@ -6,6 +6,8 @@ from datetime import timedelta
 
 from temporalio.common import RetryPolicy
 
+# The policy, a local activity that reads the worker's settings: nothing to wait for.
+POLICY_START_TO_CLOSE = timedelta(seconds=10)
 # Reads of the controller and keeper's memory: short calls, retried until they answer,
 # because every destructive step waits for a fresh read.
 READ_START_TO_CLOSE = timedelta(seconds=30)
