@@ -112,7 +112,7 @@ class StandInWatch:
     def show(self, view: WatchView) -> None:
         self.view = view
         workflow.upsert_search_attributes(
-            [sa.JOB_STATE.value_set(view.job_state), sa.VERDICT.value_set(verdict_value(view))]
+            [sa.KEEPER_STEP.value_set(view.job_state), sa.VERDICT.value_set(verdict_value(view))]
         )
 
     @workflow.signal

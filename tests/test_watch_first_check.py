@@ -10,10 +10,11 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from keeper.domain.watch import assess as A
-from keeper.domain.watch.calls import CpuSeen, JobWatchInput, Observation, ReadingState, TaskSeen
+from keeper.domain.watch.calls import CpuSeen, JobWatchInput, Observation, TaskSeen
 from keeper.domain.watch.names import AttemptRef, JobPhase
 from keeper.domain.watch.policy import WatchPolicy
 from keeper.domain.watch.progress import LogLine, digest
+from keeper.domain.watch.state import ReadingState
 from keeper.domain.watch.threads import DumpReading, ThreadState
 
 POLICY = WatchPolicy()  # smoke interval 30 s, observer gap 1 min: a window of 90 s

@@ -23,7 +23,6 @@ from keeper.domain.watch.models import APPROVE_UPDATE, Decision, Proposal, Propo
 from keeper.domain.watch.policy import WatchPolicy
 from tests.test_watch_races import (
     alert,
-    notify,
     prepare_relaunch,
     relaunch,
     stop,
@@ -92,7 +91,7 @@ async def zombie_check(call: ObserveCall) -> Observation:
 async def test_an_approval_ends_the_wait_for_the_next_check_at_once(
     dev_env: WorkflowEnvironment,
 ) -> None:
-    activities = [slow_policy, zombie_check, notify, alert, stop, prepare_relaunch, relaunch]
+    activities = [slow_policy, zombie_check, alert, stop, prepare_relaunch, relaunch]
     async with watching(dev_env.client, activities) as handle:
         # The zombie is proposed for a restart in the smoke checks; then the watch waits
         # five minutes for its next check, and the approval lands in that wait.

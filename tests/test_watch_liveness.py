@@ -364,9 +364,9 @@ def test_the_fallback_names_no_process_it_never_saw_working() -> None:
 
 def test_a_probe_nobody_asked_for_changes_nothing_unless_it_shows_life() -> None:
     state = judge(POLICY, LivenessState(), tick(0, proc(BUSY_3H))).state
-    j = confirm(POLICY, state, probe(0), at=None)
+    j = confirm(POLICY, state, probe(0), at=2.0)
     assert (j.verdict, j.reason, j.state) == (V.UNKNOWN, R.NO_PROBE_ASKED, state)
-    alive = confirm(POLICY, state, probe(5), at=None)
+    alive = confirm(POLICY, state, probe(5), at=2.0)
     assert (alive.verdict, alive.reason) == (V.RUNNING, R.PROBE_VETOED)
 
 

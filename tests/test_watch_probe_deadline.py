@@ -22,24 +22,23 @@ from keeper.domain.common.alerts import Alert
 from keeper.domain.watch.calls import (
     CpuSeen,
     JobWatchInput,
-    Notice,
     Observation,
     ObserveCall,
     ProbeCall,
     ProbeSeen,
-    ReadingState,
     TaskSeen,
 )
 from keeper.domain.watch.liveness_models import LivenessPolicy
 from keeper.domain.watch.models import WatchView
 from keeper.domain.watch.names import AttemptRef, JobPhase
 from keeper.domain.watch.policy import WatchPolicy
+from keeper.domain.watch.state import ReadingState
 from keeper.domain.watch.threads import DumpReading, ThreadState
 from keeper.runtime.watch import search_attributes as sa
 from keeper.workers.registry import WORKFLOW_FAILURE_EXCEPTION_TYPES, WORKFLOW_INTERCEPTORS
 from keeper.workers.versioning import workflow_runner
 from keeper.workflows.watch.activity_options import PROBE_SCHEDULE_TO_CLOSE
-from keeper.workflows.watch.job_watch import PROBE_DEADLINE, JobWatch
+from keeper.workflows.watch.job_watch import JobWatch
 from tests.reclaim_world import until
 from tests.watch_world import FAST_CADENCE
 
@@ -125,11 +124,6 @@ async def probe(call: ProbeCall) -> ProbeSeen:
     return ProbeSeen(first=flat, second=flat, seconds_apart=call.gap_s)
 
 
-@activity.defn(name="watch.notify")
-async def notify(notice: Notice) -> bool:
-    return True
-
-
 @activity.defn(name="common.alert")
 async def alert(raised: Alert) -> bool:
     return True
@@ -142,7 +136,7 @@ async def watching(client: Client) -> AsyncIterator[WorkflowHandle[Any, Any]]:
         client,
         task_queue=queue,
         workflows=[JobWatch],
-        activities=[policy, observe, probe, notify, alert],
+        activities=[policy, observe, probe, alert],
         interceptors=WORKFLOW_INTERCEPTORS,
         workflow_failure_exception_types=WORKFLOW_FAILURE_EXCEPTION_TYPES,
         workflow_runner=workflow_runner(None),
@@ -204,10 +198,3 @@ async def test_a_probe_held_up_past_the_observer_gap_confirms_no_stall(
         for scheduled in probes:
             bound = scheduled.schedule_to_close_timeout.ToTimedelta()
             assert bound == PROBE_SCHEDULE_TO_CLOSE, bound
-        # Behind its patch: a run recorded before it replays without the deadline and clock.
-        markers = [
-            e.marker_recorded_event_attributes.SerializeToString()
-            for e in history.events
-            if e.HasField("marker_recorded_event_attributes")
-        ]
-        assert any(PROBE_DEADLINE.encode() in m for m in markers), markers

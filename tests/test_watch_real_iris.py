@@ -31,7 +31,7 @@ from temporalio.testing import ActivityEnvironment, WorkflowEnvironment
 
 from keeper.activities.watch.observe import WatchObserver
 from keeper.domain.watch.cadence import WatchPhase
-from keeper.domain.watch.calls import JobWatchResult, Observation, ObserveCall, ReadingState
+from keeper.domain.watch.calls import JobWatchResult, Observation, ObserveCall
 from keeper.domain.watch.models import (
     APPROVE_UPDATE,
     Decision,
@@ -43,8 +43,9 @@ from keeper.domain.watch.models import (
     watch_id,
 )
 from keeper.domain.watch.names import JobPhase
+from keeper.domain.watch.state import ReadingState
 from keeper.domain.watch.threads import ThreadState
-from keeper.runtime.settings import Settings, WatchSettings
+from keeper.runtime.settings import WatchSettings
 from keeper.runtime.watch.iris_client import IrisController, LogRoute
 from tests.e2e_support import dev_address
 from tests.real_iris.world import (
@@ -98,12 +99,9 @@ async def log_text(iris: IrisController, task: str) -> str:
 async def test_one_check_reads_the_children_logs_thread_dump_and_proc_counters(
     controller: RealIris,
 ) -> None:
-    settings = Settings().watch
     async with IrisController(controller.url, timeout=10) as iris:
         job = await launch_zephyr(iris, "observe", *ENDLESS)
-        observer = WatchObserver(
-            iris, settings.policy(), call_timeout_s=10, cpu_sample_workers=4, log_lines=5000
-        )
+        observer = WatchObserver(iris, call_timeout_s=10, cpu_sample_workers=4, log_lines=5000)
         env = ActivityEnvironment()
 
         async def check(reading: ReadingState) -> Observation:

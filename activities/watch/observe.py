@@ -25,12 +25,11 @@ from keeper.domain.watch.calls import (
     ObserveCall,
     ProbeCall,
     ProbeSeen,
-    ReadingState,
     TaskSeen,
 )
 from keeper.domain.watch.names import ChildRef, JobPhase, phase_of, pick_latest
-from keeper.domain.watch.policy import WatchPolicy
 from keeper.domain.watch.progress import LogDigest, LogLine, digest
+from keeper.domain.watch.state import ReadingState
 from keeper.domain.watch.threads import DumpReading, read_dump
 from keeper.runtime.waiting import waiting
 from keeper.runtime.watch.iris_client import ChildListing, IrisController
@@ -74,21 +73,15 @@ class WatchObserver:
     def __init__(
         self,
         iris: IrisController,
-        policy: WatchPolicy,
         *,
         call_timeout_s: float,
         cpu_sample_workers: int,
         log_lines: int,
     ) -> None:
         self._iris = iris
-        self._policy = policy
         self._deadline = call_timeout_s
         self._sample_workers = cpu_sample_workers
         self._log_lines = log_lines
-
-    @activity.defn(name="watch.policy")
-    async def policy(self) -> WatchPolicy:
-        return self._policy
 
     @activity.defn(name="watch.await_scheduled")
     async def await_scheduled(self, job_id: str) -> str:

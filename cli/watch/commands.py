@@ -76,8 +76,8 @@ BY_LIMIT = JobWatchInput.model_fields["requested_by"].metadata[0].max_length
 NOTE_LIMIT = Decision.model_fields["note"].metadata[0].max_length
 PROPOSAL_LIMIT = Decision.model_fields["proposal"].metadata[0].max_length
 VERDICTS = ("running", "stalled", "unknown", "finished")
-# The iris job states as the JobState search attribute holds them (lower case), and
-# `unknown` before a watch's first check.
+# The iris job states as a watch's KeeperStep search attribute holds them (lower case),
+# `unknown` before its first check.
 JOB_STATES = (*(phase.value for phase in JobPhase), "unknown")
 # An update waits for a worker to run the watch and, for an approval, for the step to be
 # carried out (a stop, or a stop and a relaunch, each retried): bounded, so a stopped worker
@@ -308,7 +308,7 @@ def _one(value: str | list[str] | None) -> str | None:
 
 def _list_query(verdict: str | None, state: str | None, running: bool) -> str:
     return list_query(
-        WATCH_WORKFLOW_TYPE, running, **{sa.VERDICT.name: verdict, sa.JOB_STATE.name: state}
+        WATCH_WORKFLOW_TYPE, running, **{sa.VERDICT.name: verdict, sa.KEEPER_STEP.name: state}
     )
 
 
@@ -360,7 +360,7 @@ def list_watches(
             rows.append(
                 {
                     "job_id": attrs.get(sa.JOB_ID),
-                    "job_state": attrs.get(sa.JOB_STATE),
+                    "job_state": attrs.get(sa.KEEPER_STEP),
                     "verdict": _one(attrs.get(sa.VERDICT)),
                     "status": status_name(wf),
                     "started_at": wf.start_time,

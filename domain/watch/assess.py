@@ -64,7 +64,13 @@ from keeper.domain.watch.models import (
 from keeper.domain.watch.names import AttemptRef, JobPhase
 from keeper.domain.watch.policy import WatchPolicy
 from keeper.domain.watch.progress import name_cause
-from keeper.domain.watch.relaunch import approve_with_command, needs_command, relaunch_plan
+from keeper.domain.watch.relaunch import (
+    HeldLaunch,
+    approve_with_command,
+    needs_command,
+    relaunch_plan,
+    relaunch_problem,
+)
 from keeper.domain.watch.state import WatchState
 from keeper.domain.watch.why import advice
 from keeper.domain.watch.why import why as why_of
@@ -160,7 +166,7 @@ def confirm(
     now: datetime,
     state: WatchState | None = None,
     *,
-    mono: float | None,
+    mono: float,
 ) -> Assessment:
     """The probe's answer, then the rest of the check, on `state` (the watch's state now:
     decisions taken while the probe ran stand), or the state the check began with. `mono`:
@@ -607,6 +613,21 @@ def refusal(view: WatchView, proposal_id: str) -> str | None:
             f"{proposal_id} once it is done (keeper job status {view.job_id})"
         )
     return None
+
+
+def approval_refusal(view: WatchView, decision: Decision, launch: HeldLaunch | None) -> str | None:
+    """Why `approve` refuses `decision`, or None: what refusal() refuses, a command given with
+    anything but a restart, and a restart keeper holds nothing to launch for (`launch`: the
+    request the job was launched with), so an approval keeper cannot carry out stops nothing."""
+    problem = refusal(view, decision.proposal)
+    if problem is not None:
+        return problem
+    proposal = next(p for p in view.proposals if p.id == decision.proposal)
+    if proposal.kind is not ProposalKind.RESTART:
+        if decision.command is None:
+            return None
+        return f"{proposal.id} is a {proposal.kind.value}: only a restart takes a command"
+    return relaunch_problem(view.job_id, proposal.id, launch, decision.command)
 
 
 def decide(state: WatchState, decision: Decision, now: datetime, *, approve: bool) -> WatchState:

@@ -1,4 +1,4 @@
-"""The JobWatch workflow's input, result and carry, and what its activities take and give.
+"""The JobWatch workflow's input and result, and what its activities take and give.
 
 An observation is what one check read, already reduced to what the rules need (names
 parsed, logs digested, dumps read, /proc lines parsed): small enough for a history event,
@@ -16,22 +16,12 @@ from keeper.domain.watch.models import Command, WatchOutcome, check_job_id
 from keeper.domain.watch.names import AttemptRef, JobPhase
 from keeper.domain.watch.progress import LogDigest
 from keeper.domain.watch.relaunch import HeldLaunch
+from keeper.domain.watch.state import ReadingState, WatchState
 from keeper.domain.watch.threads import DumpReading
 
 
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class ReadingState(_Model):
-    """What the next check needs from the last: where each log was read up to, and which
-    attempt those cursors belong to (a new attempt starts its logs over)."""
-
-    attempt: str | None = None
-    coordinator_cursor: int = 0
-    workers_cursor: int = 0
-    # Where the coordinator's processes run, so a probe can exec beside them.
-    tasks_by_host: dict[str, str] = Field(default_factory=dict)
 
 
 class ObserveCall(_Model):
@@ -164,14 +154,6 @@ class Notice(_Model):
     lines: list[str] = Field(default_factory=list)
 
 
-class WatchCarry(BaseModel):
-    """What a watch hands to its next run at continue-as-new (bounded)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    state: WatchState
-
-
 class JobWatchInput(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -185,7 +167,8 @@ class JobWatchInput(BaseModel):
     # (secret values redacted here, the full request in keeper's launch store). None: the
     # job was only watched, so a restart needs the command at approval.
     launch: HeldLaunch | None = None
-    carry: WatchCarry | None = None
+    # What the last run handed over at continue-as-new: its whole state (bounded).
+    carry: WatchState | None = None
 
     @field_validator("job_id")
     @classmethod
@@ -201,8 +184,3 @@ class JobWatchResult(_Model):
     new_job_id: str | None = None
     new_watch_id: str | None = None
     verdicts: int = 0
-
-
-from keeper.domain.watch.state import WatchState  # noqa: E402  (the state holds ReadingState)
-
-WatchCarry.model_rebuild()

@@ -1,7 +1,7 @@
 """What a closed watch shows: the job as keeper last knew or left it, the watch's own end as
 its verdict, and no proposal anyone could still answer. Pure: the workflow applies it once,
-as it closes, so the status query, the current details and the search attributes (JobState,
-Verdict) of a closed watch say the same true thing.
+as it closes, so the status query, the current details and the search attributes
+(KeeperStep, Verdict) of a closed watch say the same true thing.
 
 | the watch ended   | job state                               | verdict reason                    |
 |-------------------|-----------------------------------------|-----------------------------------|
@@ -25,6 +25,7 @@ from keeper.domain.watch.models import (
     WatchOutcome,
     WatchView,
 )
+from keeper.domain.watch.state import WatchState
 
 
 def closing_reason(result: JobWatchResult) -> str:
@@ -86,3 +87,10 @@ def close_view(
             "escalations": [],
         }
     )
+
+
+def closed(
+    state: WatchState, result: JobWatchResult, now: datetime, timeline_limit: int
+) -> WatchState:
+    """The state as the watch closes with `result`."""
+    return state.model_copy(update={"view": close_view(state.view, result, now, timeline_limit)})

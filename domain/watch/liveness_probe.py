@@ -35,16 +35,15 @@ def confirm(
     state: LivenessState,
     probe: ProbeReading | None,
     *,
-    at: float | None,
+    at: float,
 ) -> Judgement:
     """The verdict after the probe judge() asked for; `probe` None when none could be taken.
-    `at`: when the probe's readings were taken, on the ticks' clock (None: not known, as in a
-    run replayed from before the probe had a clock; the probe is then taken as on time)."""
+    `at`: when the probe answered, on the ticks' clock (its readings were taken no later)."""
     path, target = state.pending, state.probe_target
     earlier = list(state.pending_evidence)
     done = {"pending": None, "probe_target": None, "pending_evidence": ()}
     late = _late(policy, state, probe, at)
-    if path is not None and late is not None and at is not None:
+    if path is not None and late is not None:
         line = (
             f"the probe answered {seconds(late)} later than it should have after the check "
             "that asked for it: the watcher was held up, so the gate built before it confirms "
@@ -107,11 +106,11 @@ def _other_process(target: CounterIdentity | None, probe: ProbeReading) -> str |
 
 
 def _late(
-    policy: LivenessPolicy, state: LivenessState, probe: ProbeReading | None, at: float | None
+    policy: LivenessPolicy, state: LivenessState, probe: ProbeReading | None, at: float
 ) -> float | None:
     """How much later than its own reads take the probe answered, when beyond the observer
-    gap; None when it was on time (or its time is not known)."""
-    if at is None or state.last_at is None:
+    gap; None when it was on time (or no check came before it)."""
+    if state.last_at is None:
         return None
     own = probe.seconds_apart if probe is not None else 0.0
     late = at - state.last_at - own

@@ -1,8 +1,9 @@
 """Every rule of a watch that a deployment may tune, as the workflow receives it.
 
-The worker reads them from its settings (`watch:` in temporal-dev.yaml) and hands them to
-each run through an activity, so a run started by hand (`temporal workflow start`) follows
-the deployment's settings too, and a change applies from the next run on.
+The worker reads them from its settings (`watch:` in temporal-dev.yaml) and each run reads
+them once, at its start, through the local activity `watch.policy`: a run started by hand
+(`temporal workflow start`) follows the deployment's settings too, and a change applies from
+the next run on (a long watch's next continue-as-new).
 """
 
 from __future__ import annotations

@@ -1,14 +1,33 @@
-"""All a watch carries from check to check (and through continue-as-new): bounded."""
+"""All a watch carries from check to check (and through continue-as-new): bounded.
+
+The state is one frozen model, changed only by pure functions (here, domain/watch/assess.py
+and domain/watch/closing.py), and handed whole to the next run at continue-as-new.
+"""
 
 from __future__ import annotations
+
+from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from keeper.domain.watch.cadence import PhaseState, StageTimes
-from keeper.domain.watch.calls import ReadingState
 from keeper.domain.watch.escalation import EscalationState
 from keeper.domain.watch.liveness_models import LivenessState
 from keeper.domain.watch.models import WatchView
+
+
+class ReadingState(BaseModel):
+    """What the next check needs from the last: where each log was read up to, and which
+    attempt those cursors belong to (a new attempt starts its logs over). A check is given
+    it (domain/watch/calls.py ObserveCall) and answers the next one."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    attempt: str | None = None
+    coordinator_cursor: int = 0
+    workers_cursor: int = 0
+    # Where the coordinator's processes run, so a probe can exec beside them.
+    tasks_by_host: dict[str, str] = Field(default_factory=dict)
 
 
 class WatchState(BaseModel):
@@ -30,3 +49,15 @@ class WatchState(BaseModel):
     recent_errors: tuple[str, ...] = ()
     # Checks in a row that found the job unknown to the controller.
     missing_checks: int = 0
+
+
+def scheduled(state: WatchState, now: datetime) -> WatchState:
+    """The queued job was scheduled at `now`: the smoke window starts when the job does, not
+    when it was queued."""
+    return state.model_copy(update={"phase": state.phase.model_copy(update={"since": now})})
+
+
+def rolled_over(state: WatchState) -> WatchState:
+    """The state the next run starts from: one more generation."""
+    view = state.view.model_copy(update={"generation": state.view.generation + 1})
+    return state.model_copy(update={"view": view})

@@ -2,16 +2,17 @@
 
 from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
 
-from keeper.runtime.shared_search_attributes import JOB_ID
+# JobId: the iris job watched. KeeperStep (every family's "where this run is"): for a watch,
+# the job's iris state in lower case (running, succeeded, failed, killed, ...; unknown before
+# the first check, missing when iris does not know the job).
+from keeper.runtime.shared_search_attributes import JOB_ID, KEEPER_STEP
 
-# The job's iris state, lower case (running, succeeded, failed, killed, ...).
-JOB_STATE = SearchAttributeKey.for_keyword("JobState")
 # The liveness verdict of the job's latest attempt: running, stalled or unknown, as a
 # one-value list (`Verdict = 'stalled'` finds it): SQL visibility has ten Keyword columns and
 # keeper's families fill them (runtime/search_attributes.py).
 VERDICT = SearchAttributeKey.for_keyword_list("Verdict")
 
-WATCH_ATTRIBUTES = (JOB_ID, JOB_STATE, VERDICT)
+WATCH_ATTRIBUTES = (JOB_ID, KEEPER_STEP, VERDICT)
 
 
 def for_job(job_id: str) -> TypedSearchAttributes:
@@ -19,7 +20,7 @@ def for_job(job_id: str) -> TypedSearchAttributes:
     return TypedSearchAttributes(
         [
             SearchAttributePair(JOB_ID, job_id),
-            SearchAttributePair(JOB_STATE, "unknown"),
+            SearchAttributePair(KEEPER_STEP, "unknown"),
             SearchAttributePair(VERDICT, ["unknown"]),
         ]
     )

@@ -14,10 +14,9 @@ from typing import Any
 from temporalio.client import Client
 
 from keeper.activities.watch.actions import WatchActions
-from keeper.activities.watch.notify import WatchNotifier
 from keeper.activities.watch.observe import WatchObserver
+from keeper.activities.watch.policy import WatchPolicySource
 from keeper.runtime import metrics as m
-from keeper.runtime.alerts import alert_channel
 from keeper.runtime.settings import Settings
 from keeper.runtime.watch.deps import WatchDeps, open_watch_deps
 from keeper.workers.alerts import AlertedCounter, alert_activity
@@ -50,23 +49,19 @@ def watch_activities(
     timeout = w.call_timeout.total_seconds()
     observer = WatchObserver(
         deps.iris,
-        w.policy(),
         call_timeout_s=timeout,
         cpu_sample_workers=w.cpu_sample_workers,
         log_lines=w.log_lines_per_check,
     )
     actions = WatchActions(deps.iris, call_timeout_s=timeout, launches=deps.launches)
-    # Runs from before the shared alert channel still call watch.notify; it posts there too.
-    notifier = WatchNotifier(alert_channel(settings))
     return [
-        observer.policy,
+        WatchPolicySource(w.policy()).policy,
         observer.observe,
         observer.probe,
         observer.await_scheduled,
         actions.stop,
         actions.prepare_relaunch,
         actions.relaunch,
-        notifier.notify,
         alert_activity(settings),
     ]
 

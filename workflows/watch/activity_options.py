@@ -6,8 +6,8 @@ from datetime import timedelta
 
 from temporalio.common import RetryPolicy
 
-# The worker's settings: local, instant.
-READ_START_TO_CLOSE = timedelta(seconds=30)
+# The worker's settings (the local activity `watch.policy`): in memory, instant.
+POLICY_START_TO_CLOSE = timedelta(seconds=10)
 # A check: several controller reads, each with its own deadline (watch.call_timeout). A read
 # that fails comes back inside the observation as unavailable (the escalation counts them),
 # so only a worker crash or a bug retries the activity.
@@ -55,10 +55,6 @@ ACTION_RETRY = RetryPolicy(
     maximum_interval=timedelta(minutes=2),
     non_retryable_error_types=["IrisRefused", "IrisAuthError"],
 )
-# Notifications: a few tries, then given up (the details keep the notice).
-NOTIFY_START_TO_CLOSE = timedelta(seconds=30)
-NOTIFY_RETRY = RetryPolicy(
-    initial_interval=timedelta(seconds=5), backoff_coefficient=2.0, maximum_attempts=5
-)
-# How long a closing run waits for notifications still in flight.
-NOTIFY_SETTLE = timedelta(minutes=3)
+# How long a closing (or rolling-over) run waits for alerts still in flight
+# (workflows/common/alerts.py gives each its timeouts and retries).
+ALERTS_SETTLE = timedelta(minutes=3)
