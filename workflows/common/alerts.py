@@ -1,7 +1,7 @@
 """Raising an alert from a workflow: one activity started and never awaited.
 
-A slow or failing webhook cannot hold up the workflow; each alert is a command, so every
-call site sits behind a `workflow.patched` of its own.
+A slow or failing webhook cannot hold up the workflow. Each alert is a command: a new call
+site in a workflow goes behind a `workflow.patched` of its own (docs/operations.md).
 """
 
 from __future__ import annotations
