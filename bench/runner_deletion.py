@@ -53,7 +53,7 @@ from runner_support import EmptyDeletion, EmptyInput, noop  # first: puts the ro
 from script_runner import progress, report_run, start_dev_server
 from temporalio import activity
 from temporalio.api.enums.v1 import EventType
-from temporalio.client import Client, WorkflowHandle
+from temporalio.client import Client, WithStartWorkflowOperation, WorkflowHandle
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
@@ -69,7 +69,7 @@ from emulators.provider import WRAPPER, launcher_env
 from emulators.provider import state as provider_state
 from keeper.domain.runners.deletion_view import summary
 from keeper.domain.runners.models import (
-    REQUEST_SIGNAL,
+    REQUEST_UPDATE,
     DeletionOutcome,
     DeletionPolicy,
     DeletionRequest,
@@ -492,7 +492,8 @@ class RetriedDeletion:
 
 
 # The sampled deletion whose calls fail first: GitHub answers 503 this many times, and the
-# provider fails this many deletes, before each succeeds. Short retry intervals keep it to
+# provider fails this many deletes, before each succeeds. Short retry intervals (the worker's
+# policy for the whole phase: the batch's calls never fail, so they never wait) keep it to
 # seconds; how long a retry waits does not change what the history records.
 GITHUB_FAILURES = 3
 PROVIDER_FAILURES = 2
@@ -510,9 +511,7 @@ async def retried_deletion(
         world.provider_config, f"i-{name}", "failing", fail_times=PROVIDER_FAILURES
     )
     request = DeletionRequest(requested_by=Requester.SCALE_DOWN, reason="keeper bench retries")
-    handle = await request_deletion(
-        requester, name, request, task_queue=queue, policy=QUICK_RETRIES
-    )
+    handle = (await request_deletion(requester, name, request, task_queue=queue)).handle
     result = await handle.result()
     if result.outcome is not DeletionOutcome.DELETED:
         raise RuntimeError(f"the retried deletion ended {result.outcome}")
@@ -561,15 +560,18 @@ async def keeper_phase(
 
             queue = f"keeper-bench-{uuid.uuid4().hex[:8]}"
             times = ActivityTimes()
+            settings = Settings()
+            settings.runners.deletion = QUICK_RETRIES
             activities = build_activities(
-                Settings(), env.client, emulator_client("127.0.0.1:9"), world.deps
+                settings, env.client, emulator_client("127.0.0.1:9"), world.deps
             )
             request = DeletionRequest(
                 requested_by=Requester.SCALE_DOWN, reason="keeper bench scale-down"
             )
 
             async def start(name: str) -> WorkflowHandle[Any, DeletionResult]:
-                return await request_deletion(requester, name, request, task_queue=queue)
+                requested = await request_deletion(requester, name, request, task_queue=queue)
+                return requested.handle
 
             def check(name: str, result: DeletionResult) -> str | None:
                 if result.outcome is not DeletionOutcome.DELETED:
@@ -636,18 +638,20 @@ async def ceiling_phase(
 
         async def start(name: str) -> WorkflowHandle[Any, Any]:
             # The submit of runtime.runners.requests.request_deletion, with the empty workflow.
-            return await requester.start_workflow(
+            operation = WithStartWorkflowOperation(
                 EmptyDeletion.run,
                 EmptyInput(runner=name, activities=activities, upserts=upserts),
                 id=deletion_workflow_id(name),
                 task_queue=queue,
                 id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
                 id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
-                start_signal=REQUEST_SIGNAL,
-                start_signal_args=[request],
                 search_attributes=sa.for_runner(name),
                 static_summary=summary(name, None, False),
             )
+            await requester.execute_update_with_start_workflow(
+                REQUEST_UPDATE, request, start_workflow_operation=operation
+            )
+            return await operation.workflow_handle()
 
         def check(name: str, result: str) -> str | None:
             return None if result == name else f"returned {result!r}"

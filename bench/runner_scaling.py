@@ -137,7 +137,8 @@ async def scaling_phase(
             )
 
             async def start(name: str) -> WorkflowHandle[Any, DeletionResult]:
-                return await request_deletion(requester, name, request, task_queue=queue)
+                requested = await request_deletion(requester, name, request, task_queue=queue)
+                return requested.handle
 
             def check(name: str, result: DeletionResult) -> str | None:
                 ok = result.outcome is DeletionOutcome.DELETED

@@ -23,8 +23,9 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 CEILING_WORKFLOW = "BenchEmptyDeletion"
-# workflows.search_attributes.RUNNER_STEP, spelled out so the sandbox imports no keeper code.
-RUNNER_STEP = SearchAttributeKey.for_keyword("RunnerStep")
+# runtime.shared_search_attributes.KEEPER_STEP, spelled out so the sandbox imports no keeper
+# code.
+KEEPER_STEP = SearchAttributeKey.for_keyword("KeeperStep")
 NOOP_ACTIVITY = "bench.noop"
 
 
@@ -32,7 +33,7 @@ NOOP_ACTIVITY = "bench.noop"
 class EmptyInput:
     runner: str
     activities: int
-    # RunnerStep upserts, as many as a sampled RunnerDeletion made: the first before the
+    # KeeperStep upserts, as many as a sampled RunnerDeletion made: the first before the
     # first activity, the last at the end, any others in between. Isolates their cost.
     upserts: int = 0
 
@@ -44,26 +45,27 @@ async def noop(step: int) -> int:
 
 @workflow.defn(name=CEILING_WORKFLOW)
 class EmptyDeletion:
-    """Started like a deletion (signal-with-start, the same id and conflict policies), then
+    """Started like a deletion (update-with-start, the same id and conflict policies), then
     `activities` no-op activities one after another; search-attribute upserts only when
     asked for."""
 
     def __init__(self) -> None:
         self._requests = 0
 
-    @workflow.signal(name="request")
-    def request(self, _request: dict[str, Any]) -> None:
+    @workflow.update(name="request")
+    def request(self, _request: dict[str, Any]) -> int:
         self._requests += 1
+        return self._requests
 
     @workflow.run
     async def run(self, inp: EmptyInput) -> str:
         before = max(0, inp.upserts - 1)
         for step in range(inp.activities):
             if step < before:
-                workflow.upsert_search_attributes([RUNNER_STEP.value_set(f"step-{step}")])
+                workflow.upsert_search_attributes([KEEPER_STEP.value_set(f"step-{step}")])
             await workflow.execute_activity(
                 noop, step, start_to_close_timeout=timedelta(seconds=60)
             )
         if inp.upserts:
-            workflow.upsert_search_attributes([RUNNER_STEP.value_set("done")])
+            workflow.upsert_search_attributes([KEEPER_STEP.value_set("done")])
         return inp.runner

@@ -32,7 +32,8 @@ from keeper.domain.runners.status import AgentStatus, InstanceStatus
 from keeper.runtime.runners.deps import RunnerDeps
 from keeper.runtime.runners.garm_provider import ExternalProvider
 from keeper.runtime.runners.github_client import GitHubClient
-from keeper.runtime.runners.requests import request_deletion
+from keeper.runtime.runners.requests import Requested, request_deletion
+from keeper.runtime.settings import Settings
 from keeper.runtime.tpu.client import emulator_client
 from keeper.store import RunnerStore, open_store
 from keeper.store.runners.schema import runners
@@ -42,7 +43,8 @@ from tests.harness import test_settings
 SCOPE = "org:acme"
 TOKEN = "ghp_keeper_test_token"
 
-# Quick retries so a test's failure paths finish in seconds of real time.
+# Quick retries so a test's failure paths finish in seconds of real time: the policy of the
+# world's worker (runner_worker), as runners.deletion is a deployment's.
 FAST_POLICY = DeletionPolicy(
     busy_wait=timedelta(seconds=3),
     busy_poll=timedelta(milliseconds=300),
@@ -140,14 +142,26 @@ class RunnerWorld:
         *,
         force: bool = False,
         reason: str = "",
-        policy: DeletionPolicy | None = None,
     ) -> WorkflowHandle[Any, DeletionResult]:
+        """Asks as every actor does (the `request` update, with the start); the handle of
+        the deletion run that took it."""
+        return (await self.ask(client, name, by, force=force, reason=reason)).handle
+
+    async def ask(
+        self,
+        client: Client,
+        name: str,
+        by: Requester = Requester.OPERATOR,
+        *,
+        force: bool = False,
+        reason: str = "",
+    ) -> Requested:
+        """`request`, with the deletion's answer."""
         return await request_deletion(
             client,
             name,
             DeletionRequest(requested_by=by, force=force, reason=reason),
             task_queue=self.task_queue,
-            policy=policy or self.policy,
         )
 
     async def agent_terminated(self, client: Client, name: str) -> None:
@@ -201,11 +215,27 @@ async def runner_world(tmp_path: Path, store_url: str | None = None) -> AsyncIte
         store.close()
 
 
+def world_settings(world: RunnerWorld, policy: DeletionPolicy | None = None) -> Settings:
+    """A worker's settings for the world: its deletions follow `policy` (the world's unless
+    given), as a deployment's follow runners.deletion."""
+    settings = test_settings()
+    settings.runners.deletion = policy or world.policy
+    return settings
+
+
 @contextlib.asynccontextmanager
-async def runner_worker(client: Client, world: RunnerWorld) -> AsyncIterator[Worker]:
+async def runner_worker(
+    client: Client, world: RunnerWorld, policy: DeletionPolicy | None = None
+) -> AsyncIterator[Worker]:
+    """A worker serving the world; every deletion it runs reads `policy` (the world's
+    unless given) at the start of each run, through `runners.policy`."""
     # The TPU client is never called by runner workflows; its channel connects lazily.
     worker = build_worker(
-        client, test_settings(), emulator_client("127.0.0.1:9"), world.task_queue, world.deps
+        client,
+        world_settings(world, policy),
+        emulator_client("127.0.0.1:9"),
+        world.task_queue,
+        world.deps,
     )
     async with worker:
         yield worker

@@ -67,7 +67,7 @@ def test_every_outcome_has_a_kind(outcome, kind):
 # (mode, outcome) -> None (answer the workflow) or the delay before asking again.
 RETRIES = [
     (M.WAIT, Out.REMOVED, None),
-    (M.WAIT, Out.BUSY, None),  # the first busy answer goes back, so RunnerStep shows busy_wait
+    (M.WAIT, Out.BUSY, None),  # the first busy answer goes back, so KeeperStep shows busy_wait
     (M.WAIT, Out.CLIENT_ERROR, None),
     (M.WAIT, Out.SERVER_ERROR, timedelta(seconds=5)),
     (M.BUSY, Out.BUSY, timedelta(seconds=30)),

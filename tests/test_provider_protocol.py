@@ -317,7 +317,11 @@ def worker_config(tmp_path: Path, env: WorkflowEnvironment, world: RunnerWorld) 
     token_file = tmp_path / "github-token"
     token_file.write_text(WORLD_TOKEN + "\n")
     config = {
-        "temporal": {"address": dev_address(env), "task_queue": world.task_queue},
+        # The worker serves the runner family's queue, `<task_queue>-runners`: the world's.
+        "temporal": {
+            "address": dev_address(env),
+            "task_queue": world.task_queue.removesuffix("-runners"),
+        },
         "worker": {"log_dir": str(tmp_path), "graceful_shutdown": "1s"},
         "sweeper": {"interval": "1h"},
         "runners": {
@@ -372,28 +376,45 @@ def delete_call(instance_id: str, timeout_s: float = 20.0) -> ProviderDelete:
     return ProviderDelete(runner="r", instance_id=instance_id, pool_id=POOL, timeout_s=timeout_s)
 
 
-async def test_a_second_call_while_the_lease_is_held_starts_no_process(
+def lease_waits(heartbeats: list[object]) -> list[str]:
+    """What an attempt said while it waited for the instance's lease (its heartbeats)."""
+    return [str(h) for h in heartbeats if str(h).startswith("waiting for the instance's lease")]
+
+
+def watched(heartbeats: list[object]) -> ActivityEnvironment:
+    env = ActivityEnvironment()
+    env.on_heartbeat = lambda *details: heartbeats.extend(details)
+    return env
+
+
+async def test_a_second_attempt_while_the_lease_is_held_waits_and_starts_no_process(
     config: Path, provider: ExternalProvider, leases: InstanceLeases
 ):
     add_instance(config, "runner-1", POOL, provider_id="i-1", mode="slow", mode_seconds=3)
     activities = ProviderActivities(provider, leases)
     first = asyncio.create_task(
-        ActivityEnvironment().run(activities.delete_instance, delete_call("i-1"))
+        ActivityEnvironment().run(activities.provider_delete, delete_call("i-1"))
     )
     await started_pid(config, "i-1")
-
-    second = await ActivityEnvironment().run(activities.delete_instance, delete_call("i-1"))
-    assert second.outcome is ProviderOutcome.FAILED
     held = leases.store.lease("i-1")
     assert held is not None
-    until = held.expires_at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    assert second.message.startswith(f"an earlier attempt may still be running until {until}")
-    assert attempts(config, "i-1") == 1  # no second process
 
-    assert (await first).outcome is ProviderOutcome.DELETED
-    assert leases.store.lease("i-1") is None  # given back once the process ended
-    again = await ActivityEnvironment().run(activities.delete_instance, delete_call("i-1"))
-    assert again.outcome is ProviderOutcome.NOT_FOUND and attempts(config, "i-1") == 2
+    heartbeats: list[object] = []
+    second = asyncio.create_task(
+        watched(heartbeats).run(activities.provider_delete, delete_call("i-1"))
+    )
+    deadline = time.monotonic() + 10
+    while not lease_waits(heartbeats):
+        assert time.monotonic() < deadline, "the second attempt never waited for the lease"
+        await asyncio.sleep(0.05)
+    until = held.expires_at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    assert f"an earlier attempt may still be running until {until}" in lease_waits(heartbeats)[0]
+    assert attempts(config, "i-1") == 1 and not first.done()  # no second process meanwhile
+
+    assert (await first).answer.outcome is ProviderOutcome.DELETED
+    # Given back once the first process ended: the second goes on, and finds it gone.
+    assert (await second).answer.outcome is ProviderOutcome.NOT_FOUND
+    assert attempts(config, "i-1") == 2 and leases.store.lease("i-1") is None
 
 
 async def test_a_lease_held_by_a_lost_attempt_blocks_until_it_expires(
@@ -401,12 +422,18 @@ async def test_a_lease_held_by_a_lost_attempt_blocks_until_it_expires(
 ):
     add_instance(config, "runner-1", POOL, provider_id="i-1")
     # What a worker SIGKILLed mid-call leaves behind: its lease, never released.
-    leases.store.acquire_lease("i-1", holder="host-b pid 7 (lost)", ttl=timedelta(seconds=60))
+    leases.store.acquire_lease("i-1", holder="host-b pid 7 (lost)", ttl=timedelta(seconds=3))
+    held = leases.store.lease("i-1")
+    assert held is not None
     activities = ProviderActivities(provider, leases)
-    answer = await ActivityEnvironment().run(activities.delete_instance, delete_call("i-1"))
-    assert answer.outcome is ProviderOutcome.FAILED
-    assert "host-b pid 7 (lost)" in answer.message
-    assert attempts(config, "i-1") == 0 and "i-1" in instances(config)
+    heartbeats: list[object] = []
+    result = await watched(heartbeats).run(activities.provider_delete, delete_call("i-1"))
+    assert result.answer.outcome is ProviderOutcome.DELETED
+    assert "host-b pid 7 (lost)" in lease_waits(heartbeats)[0]
+    # Its one process started only once the lost attempt's lease had run out.
+    (call,) = invocations(config, command="DeleteInstance", instance_id="i-1")
+    assert call["started"] >= held.expires_at.timestamp()
+    assert "i-1" not in instances(config)
 
 
 async def test_an_expired_lease_is_taken_over(
@@ -419,8 +446,8 @@ async def test_an_expired_lease_is_taken_over(
     leases.store.acquire_lease("i-1", holder="host-b pid 7 (lost)", ttl=timedelta(0))
     activities = ProviderActivities(provider, leases)
     with caplog.at_level(logging.WARNING, logger="keeper.store"):
-        answer = await ActivityEnvironment().run(activities.delete_instance, delete_call("i-1"))
-    assert answer.outcome is ProviderOutcome.DELETED
+        result = await ActivityEnvironment().run(activities.provider_delete, delete_call("i-1"))
+    assert result.answer.outcome is ProviderOutcome.DELETED
     assert "took over the lease host-b pid 7 (lost)" in caplog.text
     assert leases.store.lease("i-1") is None and "i-1" not in instances(config)
 

@@ -17,6 +17,7 @@ from temporalio.client import WorkflowExecutionStatus
 from temporalio.testing import WorkflowEnvironment
 
 from keeper.domain.runners.models import deletion_workflow_id
+from keeper.domain.runners.status import InstanceStatus
 from keeper.runtime.runners.deps import github_token_source
 from keeper.runtime.settings import RunnerSettings
 from keeper.store.runners.schema import runners
@@ -24,6 +25,7 @@ from tests.runner_world import RunnerWorld, runner_worker
 from tests.test_runner_e2e import keeper, runner_config
 
 pytestmark = pytest.mark.e2e
+S = InstanceStatus
 RFC3339 = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ"
 
 
@@ -153,10 +155,8 @@ async def test_status_shows_when_the_next_try_is_due_and_why(
 async def test_wait_returns_once_the_record_is_tombstoned_while_the_cleanup_runs_on(
     dev_env: WorkflowEnvironment, world: RunnerWorld, tmp_path: Path
 ) -> None:
+    world.policy = world.policy.model_copy(update={"registration_cleanup_attempts": 1000})
     config = runner_config(tmp_path, dev_env, world)
-    settings = yaml.safe_load(config.read_text())
-    settings["runners"]["deletion"]["registration_cleanup_attempts"] = 1000
-    config.write_text(yaml.safe_dump(settings))
     record = world.add_runner("r-bg", busy=True)
     world.github.inject(500, runner_id=record.github_runner_id, times=100_000)
     async with runner_worker(dev_env.client, world):
@@ -172,6 +172,37 @@ async def test_wait_returns_once_the_record_is_tombstoned_while_the_cleanup_runs
         assert (await handle.describe()).status is WorkflowExecutionStatus.RUNNING
         world.github.clear_faults()
         await asyncio.wait_for(handle.result(), 30)
+
+
+async def test_a_new_runner_under_a_finished_deletions_name_is_refused_then_deleted_anew(
+    dev_env: WorkflowEnvironment, world: RunnerWorld, tmp_path: Path
+) -> None:
+    """The first runner is tombstoned while its registration cleanup runs on; a new runner
+    takes the name. Joining the finishing deletion would delete nothing: the request is
+    refused, saying why (exit 1), and once that deletion has closed, asked again, deletes it.
+    """
+    world.policy = world.policy.model_copy(update={"registration_cleanup_attempts": 1000})
+    config = runner_config(tmp_path, dev_env, world)
+    record = world.add_runner("r-name", busy=True)
+    world.github.inject(500, runner_id=record.github_runner_id, times=100_000)
+    async with runner_worker(dev_env.client, world):
+        first = await keeper(config, "runner", "delete", "r-name", "--force", "--wait", "--json")
+        assert first.returncode == 0 and json.loads(first.stdout)["status"] == "RUNNING", first
+        world.add_runner("r-name", registered=False)  # a new runner, under the same name
+        refused = await keeper(config, "runner", "delete", "r-name", "--json")
+        assert refused.returncode == 1, refused
+        error = json.loads(refused.stdout)["error"]
+        assert error["status"] == "REFUSED", error
+        assert "has finished" in error["message"] and "ask again once" in error["message"]
+        assert not error["message"].count("ValueError"), error
+        world.github.clear_faults()
+        handle = dev_env.client.get_workflow_handle(deletion_workflow_id("r-name"))
+        await asyncio.wait_for(handle.result(), 30)
+        again = await keeper(config, "runner", "delete", "r-name", "--wait", "--json")
+        assert again.returncode == 0, again
+        deleted = json.loads(again.stdout)
+    assert deleted["result"]["outcome"] == "deleted" and deleted["joined"] is False
+    assert world.status("r-name") is S.DELETED and not world.instance_exists("r-name")
 
 
 async def test_status_says_a_refused_token_needs_attention_naming_the_token_file(

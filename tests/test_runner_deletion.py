@@ -46,7 +46,7 @@ async def test_deletes_registration_then_compute_then_record(
     attrs = {k.name: v for k, v in ((p.key, p.value) for p in desc.typed_search_attributes)}
     assert attrs["RunnerName"] == "r-happy"
     assert attrs["ScaleSet"] == "set-a"
-    assert attrs["RunnerStep"] == "done"
+    assert attrs["KeeperStep"] == "done"
     # The GitHub token stays in the worker's HTTP client: never in a payload or history.
     history = (await handle.fetch_history()).to_json()
     assert TOKEN not in history and "ghp_" not in history
@@ -78,31 +78,52 @@ async def test_unknown_runner_fails_naming_it_and_changes_nothing(
     assert provider_state.invocations(world.provider_config) == []
 
 
-async def test_a_tombstone_is_already_deleted(
+async def test_a_request_after_the_deletion_finished_starts_a_run_that_finds_the_tombstone(
     dev_env: WorkflowEnvironment, world: RunnerWorld
 ) -> None:
     world.add_runner("r-twice")
     async with runner_worker(dev_env.client, world):
-        first = await (await world.request(dev_env.client, "r-twice")).result()
-        second = await (await world.request(dev_env.client, "r-twice")).result()
-    assert first.outcome is DeletionOutcome.DELETED
+        first = await world.ask(dev_env.client, "r-twice")
+        deleted = await first.handle.result()
+        again = await world.ask(dev_env.client, "r-twice")
+        second = await again.handle.result()
+    assert not first.answer.joined and not again.answer.joined  # each started its run
+    assert again.handle.result_run_id != first.handle.result_run_id
+    assert deleted.outcome is DeletionOutcome.DELETED
     assert second.outcome is DeletionOutcome.ALREADY_DELETED
     assert provider_state.attempts(world.provider_config, "i-r-twice") == 1
 
 
-async def test_concurrent_requests_are_one_deletion(
+async def test_concurrent_requests_are_one_deletion_and_each_is_answered(
     dev_env: WorkflowEnvironment, world: RunnerWorld
 ) -> None:
     world.add_runner("r-race", mode="slow", mode_seconds=1.0)
     async with runner_worker(dev_env.client, world):
-        handles = await asyncio.gather(
-            world.request(dev_env.client, "r-race", Requester.AGENT),
-            world.request(dev_env.client, "r-race", Requester.SCALE_DOWN),
-            world.request(dev_env.client, "r-race", Requester.OPERATOR),
-            world.request(dev_env.client, "r-race", Requester.RECONCILER),
+        asked = await asyncio.gather(
+            world.ask(dev_env.client, "r-race", Requester.AGENT),
+            world.ask(dev_env.client, "r-race", Requester.SCALE_DOWN),
+            world.ask(dev_env.client, "r-race", Requester.OPERATOR),
+            world.ask(dev_env.client, "r-race", Requester.RECONCILER),
         )
-        results = await asyncio.gather(*(h.result() for h in handles))
-    assert len({h.result_run_id for h in handles}) == 1
+        results = await asyncio.gather(*(a.handle.result() for a in asked))
+    assert len({a.handle.result_run_id for a in asked}) == 1
+    # One of them started the deletion; the others joined it.
+    assert sorted(a.answer.joined for a in asked) == [False, True, True, True]
     assert all(r.outcome is DeletionOutcome.DELETED for r in results)
     assert len(results[0].requests) == 4
     assert provider_state.attempts(world.provider_config, "i-r-race") == 1
+
+
+async def test_a_repeated_request_joins_the_running_deletion_and_is_recorded(
+    dev_env: WorkflowEnvironment, world: RunnerWorld
+) -> None:
+    world.add_runner("r-again", mode="slow", mode_seconds=1.0)
+    async with runner_worker(dev_env.client, world):
+        first = await world.ask(dev_env.client, "r-again", reason="scale down")
+        again = await world.ask(dev_env.client, "r-again", reason="scale down")
+        result = await first.handle.result()
+    assert not first.answer.joined and again.answer.joined
+    assert again.handle.result_run_id == first.handle.result_run_id
+    assert again.answer.view.requests == ["operator: scale down", "operator: scale down"]
+    assert result.outcome is DeletionOutcome.DELETED and not result.forced
+    assert provider_state.attempts(world.provider_config, "i-r-again") == 1

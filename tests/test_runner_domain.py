@@ -7,8 +7,9 @@ import itertools
 import pytest
 from pydantic import ValidationError
 
+from keeper.domain.runners.deletion_state import RunnerDeletionInput
 from keeper.domain.runners.lane import LaneMove, decide, entry_target
-from keeper.domain.runners.models import RunnerDeletionInput, RunnerRecord
+from keeper.domain.runners.models import DeletionPolicy, RunnerRecord
 from keeper.domain.runners.scale_set import ScalePolicy, live_runner_count, plan_scaling
 from keeper.domain.runners.status import (
     DELETION_LANE,
@@ -140,13 +141,29 @@ def test_scale_down_never_spends_its_delta_on_the_lane() -> None:
         ({"runner": "bad name"}, "runner"),
         ({"runner": "x" * 65}, "runner"),
         ({"runner": "ok", "request": {"requested_by": "robot"}}, "request.requested_by"),
-        ({"runner": "ok", "policy": {"busy_wait": "-1s"}}, "policy.busy_wait"),
-        ({"runner": "ok", "policy": {"on_busy_timeout": "explode"}}, "policy.on_busy_timeout"),
+        # The policy is the worker's (runners.deletion), never a run's input.
+        ({"runner": "ok", "policy": {"busy_wait": "30s"}}, "policy"),
+        ({"runner": "ok", "carry": {"runner": "ok", "step": "nowhere"}}, "carry.step"),
         ({"runner": "ok", "surprise": 1}, "surprise"),
     ],
 )
 def test_bad_deletion_input_names_the_field(payload: dict, field: str) -> None:
     with pytest.raises(ValidationError) as info:
         RunnerDeletionInput.model_validate(payload)
+    locs = {".".join(str(p) for p in err["loc"]) for err in info.value.errors()}
+    assert field in locs
+
+
+@pytest.mark.parametrize(
+    ("payload", "field"),
+    [
+        ({"busy_wait": "-1s"}, "busy_wait"),
+        ({"on_busy_timeout": "explode"}, "on_busy_timeout"),
+        ({"force_provider_attempts": 0}, "force_provider_attempts"),
+    ],
+)
+def test_a_bad_deletion_policy_names_the_setting(payload: dict, field: str) -> None:
+    with pytest.raises(ValidationError) as info:
+        DeletionPolicy.model_validate(payload)
     locs = {".".join(str(p) for p in err["loc"]) for err in info.value.errors()}
     assert field in locs

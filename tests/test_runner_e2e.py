@@ -49,14 +49,13 @@ def runner_config(tmp_path: Path, env: WorkflowEnvironment, world: RunnerWorld) 
             "store_url": str(world.store.engine.url),
             "github": {"api_url": world.github.url, "token_file": str(token_file)},
             "provider": {"config_file": str(world.provider_config)},
+            # The world's policy, so a worker started from this file runs deletions as the
+            # in-process one does, but for the provider: a call may take 4 s (the SIGKILL
+            # test's runner takes 3), and a killed worker's attempt is noticed in 2 s.
             "deletion": {
-                "busy_wait": "3s",
-                "busy_poll": "300ms",
+                **world.policy.model_dump(mode="json"),
                 "provider_timeout": "4s",
-                "force_provider_attempts": 2,
                 "provider_heartbeat": "2s",
-                "retry_initial": "200ms",
-                "retry_max": "1s",
             },
             "reconcile_interval": "1h",
         },

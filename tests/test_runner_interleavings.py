@@ -332,13 +332,13 @@ async def test_busy_forever_escalates_then_an_operator_force_finishes_it(
         # Escalated: no more busy polls; GitHub is asked again only after escalation_recheck.
         assert await next_ask_after(handle) >= FAST_POLICY.escalation_recheck
         desc = await handle.describe()
-        steps = [p.value for p in desc.typed_search_attributes if p.key.name == "RunnerStep"]
+        steps = [p.value for p in desc.typed_search_attributes if p.key.name == "KeeperStep"]
         assert steps == ["escalated"]
         await world.request(dev_env.client, "stuck", force=True)
         await eventually(lambda: provider_started(world, "stuck"), what="provider delete")
         desc = await handle.describe()
-        steps = [p.value for p in desc.typed_search_attributes if p.key.name == "RunnerStep"]
-        assert steps == ["deregister"]  # answered: no longer found by RunnerStep=escalated
+        steps = [p.value for p in desc.typed_search_attributes if p.key.name == "KeeperStep"]
+        assert steps == ["deregister"]  # answered: no longer found by KeeperStep=escalated
         result = await handle.result()
     assert result.forced and result.outcome is DeletionOutcome.DELETED
     assert world.status("stuck") is S.DELETED and not world.instance_exists("stuck")
@@ -349,8 +349,8 @@ async def test_busy_forever_proceeds_when_the_policy_says_so(
 ) -> None:
     record = world.add_runner("proceed", busy=True)
     policy = FAST_POLICY.model_copy(update={"on_busy_timeout": BusyTimeoutAction.PROCEED})
-    async with runner_worker(dev_env.client, world):
-        result = await (await world.request(dev_env.client, "proceed", policy=policy)).result()
+    async with runner_worker(dev_env.client, world, policy):
+        result = await (await world.request(dev_env.client, "proceed")).result()
     assert result.outcome is DeletionOutcome.DELETED and not result.forced
     assert "proceeding" in (result.busy_decision or "")
     # Once the compute was gone the runner went offline, and its registration was removed.
@@ -474,8 +474,8 @@ async def test_escalated_deletion_finishes_by_itself_when_the_job_ends(
 ) -> None:
     record = world.add_runner("ends-later", busy=True)
     policy = FAST_POLICY.model_copy(update={"escalation_recheck": timedelta(seconds=1)})
-    async with runner_worker(dev_env.client, world):
-        handle = await world.request(dev_env.client, "ends-later", policy=policy)
+    async with runner_worker(dev_env.client, world, policy):
+        handle = await world.request(dev_env.client, "ends-later")
         view = await view_until(
             dev_env.client, "ends-later", lambda v: v.step is DeletionStep.ESCALATED, "escalated"
         )
@@ -491,7 +491,7 @@ async def test_escalated_deletion_finishes_by_itself_when_the_job_ends(
         desc = await handle.describe()
     assert result.outcome is DeletionOutcome.DELETED and not result.forced
     assert "resolved while escalated" in (result.busy_decision or "")
-    steps = [p.value for p in desc.typed_search_attributes if p.key.name == "RunnerStep"]
+    steps = [p.value for p in desc.typed_search_attributes if p.key.name == "KeeperStep"]
     assert steps == ["done"]
 
 
@@ -501,8 +501,8 @@ async def test_a_github_refusal_escalates_instead_of_looping(
     world.add_runner("refused")
     world.github.inject(400, message="Validation Failed", times=2)
     policy = FAST_POLICY.model_copy(update={"escalation_recheck": timedelta(seconds=1)})
-    async with runner_worker(dev_env.client, world):
-        handle = await world.request(dev_env.client, "refused", policy=policy)
+    async with runner_worker(dev_env.client, world, policy):
+        handle = await world.request(dev_env.client, "refused")
         view = await view_until(
             dev_env.client, "refused", lambda v: v.step is DeletionStep.ESCALATED, "escalated"
         )

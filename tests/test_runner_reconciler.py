@@ -11,7 +11,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from emulators.provider import state as provider_state
 from keeper.domain.runners.github import GitHubRunner
-from keeper.domain.runners.models import DeletionPolicy, RunnerRecord, deletion_workflow_id
+from keeper.domain.runners.models import RunnerRecord, deletion_workflow_id
 from keeper.domain.runners.provider import ProviderInstance
 from keeper.domain.runners.reconcile import (
     MismatchKind,
@@ -138,11 +138,12 @@ async def test_acts_only_on_mismatches_seen_twice_and_survives_a_bad_one(
     assert MismatchKind.RECORD.value == "record"
 
 
-async def test_leaks_outlive_their_pool_and_requests_carry_the_policy(
+async def test_leaks_outlive_their_pool_and_its_deletions_follow_the_worker_policy(
     dev_env: WorkflowEnvironment, world: RunnerWorld
 ) -> None:
     """A leak in a pool no record names any more is still swept; the deletions the
-    reconciler requests use the configured policy."""
+    reconciler requests read the worker's policy (runners.deletion), as every deletion does,
+    and carry none in their input."""
     provider_state.add_instance(
         world.provider_config, "old-vm", "retired-pool", provider_id="i-old"
     )
@@ -151,9 +152,9 @@ async def test_leaks_outlive_their_pool_and_requests_carry_the_policy(
     )
     world.add_runner("vm-gone")
     provider_state.remove_instance(world.provider_config, "i-vm-gone")
-    policy = DeletionPolicy(busy_wait=timedelta(minutes=7))
-    request = ReconcileRequest(scopes=[SCOPE], managed_label=LABEL, policy=policy)
-    async with runner_worker(dev_env.client, world):
+    policy = world.policy.model_copy(update={"busy_wait": timedelta(minutes=7)})
+    request = ReconcileRequest(scopes=[SCOPE], managed_label=LABEL)
+    async with runner_worker(dev_env.client, world, policy):
         for _ in range(2):
             report = await dev_env.client.execute_workflow(
                 RunnerReconciler.run,
@@ -169,5 +170,10 @@ async def test_leaks_outlive_their_pool_and_requests_carry_the_policy(
     assert "i-old" not in provider_state.instances(world.provider_config)
     assert world.store.leaks() == []
     started = history.events[0].workflow_execution_started_event_attributes
-    sent = json.loads(started.input.payloads[0].data)
-    assert sent["policy"]["busy_wait"] == 420.0
+    assert "policy" not in json.loads(started.input.payloads[0].data)
+    (read,) = [
+        json.loads(event.marker_recorded_event_attributes.details["result"].payloads[0].data)
+        for event in history.events
+        if event.HasField("marker_recorded_event_attributes")
+    ]
+    assert read["busy_wait"] == 420.0

@@ -7,12 +7,14 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+import pytest
 from temporalio.client import WorkflowExecutionStatus, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
-from keeper.domain.runners.models import DeletionOutcome
+from keeper.domain.runners.models import DeletionOutcome, Requester
 from keeper.domain.runners.status import InstanceStatus
 from keeper.runtime.runners.deps import github_token_source
+from keeper.runtime.runners.requests import RequestRefused
 from keeper.runtime.settings import RunnerSettings
 from tests.runner_world import FAST_POLICY, RunnerWorld, runner_worker
 from tests.test_runner_waits import details, until
@@ -91,8 +93,8 @@ async def test_once_tombstoned_the_view_says_deleted_while_the_cleanup_runs_behi
     # keeps trying for as long as the faults last.
     world.github.inject(500, runner_id=record.github_runner_id, times=100_000)
     policy = FAST_POLICY.model_copy(update={"registration_cleanup_attempts": 1000})
-    async with runner_worker(dev_env.client, world):
-        handle = await world.request(dev_env.client, "r-cleanup", force=True, policy=policy)
+    async with runner_worker(dev_env.client, world, policy):
+        handle = await world.request(dev_env.client, "r-cleanup", force=True)
 
         async def cleaning() -> dict[str, Any] | None:
             shown = await view(handle)
@@ -104,8 +106,14 @@ async def test_once_tombstoned_the_view_says_deleted_while_the_cleanup_runs_behi
         assert world.status("r-cleanup") is S.DELETED
         assert (await handle.describe()).status is WorkflowExecutionStatus.RUNNING
         assert "in the background" in await details(handle)
+        # Finished: a request changes nothing now, and its sender is told so and why.
+        for force in (True, False):
+            with pytest.raises(RequestRefused, match="has finished") as refused:
+                await world.ask(dev_env.client, "r-cleanup", Requester.AGENT, force=force)
+            assert "removing GitHub registration" in str(refused.value)
         world.github.clear_faults()
         result = await asyncio.wait_for(handle.result(), 30)
         final = await view(handle)
     assert result.outcome is DeletionOutcome.DELETED
     assert final["background"] is None and not world.registration_exists(record)
+    assert result.requests == ("operator (force)",)  # the refused ones left no trace

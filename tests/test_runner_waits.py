@@ -10,17 +10,18 @@ from typing import Any
 
 import pytest
 from sqlalchemy import update
+from temporalio.api.enums.v1 import EventType
 from temporalio.api.sdk.v1 import WorkflowMetadata
-from temporalio.client import WorkflowFailureError, WorkflowHandle
+from temporalio.client import WorkflowFailureError, WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.testing import WorkflowEnvironment
 
 from emulators.provider import state as provider_state
+from keeper.domain.runners.deletion_state import RunnerDeletionInput
 from keeper.domain.runners.models import (
-    REQUEST_SIGNAL,
+    REQUEST_UPDATE,
     DeletionOutcome,
     DeletionResult,
     DeletionStep,
-    RunnerDeletionInput,
 )
 from keeper.domain.runners.status import InstanceStatus
 from keeper.store.runners.schema import runners
@@ -52,28 +53,32 @@ async def step_of(handle: WorkflowHandle[Any, Any]) -> str | None:
     return view["step"] if view else None
 
 
-async def test_a_malformed_request_is_shown_as_rejected_and_never_acted_on(
+async def test_a_malformed_request_is_refused_naming_the_field_and_never_acted_on(
     dev_env: WorkflowEnvironment, world: RunnerWorld
 ) -> None:
     world.add_runner("r-bad-request", busy=True)
     async with runner_worker(dev_env.client, world):
         handle = await world.request(dev_env.client, "r-bad-request")
-        # What `temporal workflow signal --name request --input '{"force": "yes"}'` sends.
-        await handle.signal(REQUEST_SIGNAL, {"force": "yes"})
-        await handle.signal(REQUEST_SIGNAL, args=[{"requested_by": "agent"}, "extra"])
-
-        async def rejected() -> list[str]:
-            view = await handle.query("status")
-            return view["rejected"] if view and len(view["rejected"]) == 2 else []
-
-        problems = await until(rejected, what="two rejected requests")
-        assert "force" in problems[0] and "expected one DeletionRequest, got 2" in problems[1]
+        # What `temporal workflow update execute --name request --input '{"force": "yes"}'`
+        # sends: refused to its sender, naming the field.
+        with pytest.raises(WorkflowUpdateFailedError) as refused:
+            await handle.execute_update(REQUEST_UPDATE, {"force": "yes"})
+        assert "force" in str(refused.value.cause) and "boolean" in str(refused.value.cause)
+        with pytest.raises(WorkflowUpdateFailedError):
+            await handle.execute_update(REQUEST_UPDATE, args=[{"requested_by": "agent"}, "extra"])
         view = await handle.query("status")
-        assert view["force"] is False and "rejected requests" in (await details(handle))
+        assert view["force"] is False and view["requests"] == ["operator"]
         record = world.store.require("r-bad-request")
         world.github.set_busy(record.github_runner_id, False)
         result = await handle.result()
+        history = await handle.fetch_history()
     assert result.outcome is DeletionOutcome.DELETED and not result.forced
+    # A refused request leaves no trace in the history: only the one accepted is there.
+    accepted = [
+        e for e in history.events
+        if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED
+    ]  # fmt: skip
+    assert len(accepted) == 1
 
 
 async def details(handle: WorkflowHandle[Any, Any]) -> str:
@@ -89,7 +94,7 @@ async def test_a_deletion_refuses_a_workflow_id_keeper_cannot_find(
     async with runner_worker(dev_env.client, world):
         handle = await dev_env.client.start_workflow(
             RunnerDeletion.run,
-            RunnerDeletionInput(runner="r-own-id", policy=FAST_POLICY),
+            RunnerDeletionInput(runner="r-own-id"),
             id="my-own-id",
             task_queue=world.task_queue,
         )
@@ -194,15 +199,15 @@ async def test_a_force_during_a_provider_attempt_waits_for_it_and_records_no_fal
     policy = FAST_POLICY.model_copy(
         update={"provider_timeout": timedelta(seconds=10), "force_provider_attempts": 1}
     )
-    async with runner_worker(dev_env.client, world):
-        handle = await world.request(dev_env.client, "r-slow", policy=policy)
+    async with runner_worker(dev_env.client, world, policy):
+        handle = await world.request(dev_env.client, "r-slow")
         await until(
             lambda: asyncio.to_thread(
                 lambda: provider_state.attempts(world.provider_config, "i-r-slow") >= 1
             ),
             what="the provider call to start",
         )
-        await world.request(dev_env.client, "r-slow", force=True, policy=policy)
+        await world.request(dev_env.client, "r-slow", force=True)
         result: DeletionResult = await asyncio.wait_for(handle.result(), 60)
     assert result.outcome is DeletionOutcome.DELETED and result.forced
     assert result.leaked_provider_id is None and world.store.leaks() == []

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 from datetime import UTC, datetime, timedelta
-from typing import TypeVar
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
@@ -23,20 +22,18 @@ from keeper.domain.runners.calls import (
     LeakReport,
     ProviderDelete,
     ProviderResult,
-    RegistrationRef,
 )
 from keeper.domain.runners.deregistration import DeregisterMode, retry_of
 from keeper.domain.runners.github import DeregistrationAnswer, DeregistrationOutcome, GitHubScope
 from keeper.domain.runners.lane import LaneMove, decide
 from keeper.domain.runners.models import RunnerRecord, deletion_workflow_id
-from keeper.domain.runners.provider import ProviderAnswer, ProviderOutcome, describe_provider
+from keeper.domain.runners.provider import ProviderAnswer, describe_provider
 from keeper.domain.runners.status import InstanceStatus
 from keeper.runtime.runners.garm_provider import ExternalProvider
 from keeper.runtime.runners.github_client import GitHubClient
 from keeper.runtime.runners.instance_lease import InstanceLeases, LeaseHeld, held_by
 from keeper.store import RunnerStore
 
-T = TypeVar("T")
 S = InstanceStatus
 
 # A compare-and-set refused because another writer moved the row is re-read and retried;
@@ -177,12 +174,6 @@ class GitHubActivities:
         self._github = github
         self._token_source = token_source
 
-    @activity.defn(name="runners.remove_registration")
-    async def remove_registration(self, ref: RegistrationRef) -> DeregistrationAnswer:
-        # One answer per call, for deletions started before `deletion-v2`: their workflow
-        # code does its own busy wait and backoff.
-        return await self._github.remove_runner(GitHubScope.parse(ref.scope), ref.runner_id)
-
     @activity.defn(name="runners.deregister")
     async def deregister(self, call: DeregisterCall) -> DeregisterResult:
         """Asks GitHub to remove the registration. An answer that only means "ask again
@@ -234,13 +225,6 @@ class ProviderActivities:
     def __init__(self, provider: ExternalProvider, leases: InstanceLeases | None = None) -> None:
         self._provider = provider
         self._leases = leases
-
-    @activity.defn(name="runners.delete_instance")
-    async def delete_instance(self, call: ProviderDelete) -> ProviderAnswer:
-        try:
-            return await self._delete(call)
-        except LeaseHeld as held:
-            return ProviderAnswer(outcome=ProviderOutcome.FAILED, message=str(held), duration_s=0.0)
 
     async def _delete(self, call: ProviderDelete) -> ProviderAnswer:
         """One provider call. Raises LeaseHeld when an earlier attempt may still run."""

@@ -206,11 +206,12 @@ class ReconcilerActivities:
                 raise RuntimeError(f"provider answered {answer.outcome}: {answer.message}")
             await asyncio.to_thread(self._store.resolve_leak, mismatch.provider_id)
             return f"instance deleted ({answer.outcome})"
-        handle = await request_deletion(
+        # A refusal or no answer raises: reported in the pass, and the next pass asks again.
+        requested = await request_deletion(
             self._client,
             mismatch.runner,
             DeletionRequest(requested_by=Requester.RECONCILER, reason=mismatch.detail),
             task_queue=request.task_queue,
-            policy=request.policy,
         )
-        return f"deletion requested ({handle.id})"
+        joined = " (joined the running one)" if requested.answer.joined else ""
+        return f"deletion requested ({requested.handle.id}){joined}"

@@ -33,14 +33,13 @@ from keeper.cli.runners.render import (
     retrying_text,
     view_text,
 )
-from keeper.cli.temporal_ops import client_for, describe_as, describe_or_none, is_running
+from keeper.cli.temporal_ops import client_for, describe_as, describe_or_none
 from keeper.domain.common.untrusted import terminal_text
 from keeper.domain.runners.deletion_view import DeletionView
 from keeper.domain.runners.models import (
     DELETE_PREFIX,
     DELETION_WORKFLOW_TYPE,
     RUNNER_NAME_RE,
-    DeletionOutcome,
     DeletionRequest,
     DeletionResult,
     Requester,
@@ -49,7 +48,12 @@ from keeper.domain.runners.models import (
 )
 from keeper.domain.runners.record_check import shown, what_to_do
 from keeper.domain.runners.status import LIVE, AgentStatus, InstanceStatus, on_lane
-from keeper.runtime.runners.requests import request_deletion
+from keeper.runtime.runners.requests import (
+    Requested,
+    RequestNotAnswered,
+    RequestRefused,
+    request_deletion,
+)
 from keeper.runtime.settings import Settings
 from keeper.store import RunnerStore, StoreUnavailable, open_store
 
@@ -96,6 +100,26 @@ def _require(store: RunnerStore, name: str) -> RunnerRecord:
             runner=name,
         )
     return record
+
+
+async def ask_deletion(
+    client: Client, settings: Settings, name: str, request: DeletionRequest
+) -> Requested:
+    """The request, answered; a refusal or no answer fails the command saying why."""
+    workflow_id = deletion_workflow_id(name)
+    try:
+        return await request_deletion(
+            client, name, request, task_queue=settings.temporal.family_queue("runners")
+        )
+    except RequestRefused as refused:
+        raise CommandFailed(
+            f"runner {name}: the deletion refused the request: {terminal_text(str(refused))}",
+            hint="`keeper runner status NAME` shows the deletion.",
+            workflow_id=workflow_id,
+            status="REFUSED",
+        ) from None
+    except RequestNotAnswered as unanswered:
+        raise CommandFailed(str(unanswered), workflow_id=workflow_id) from None
 
 
 def _lane(status: InstanceStatus) -> str:
@@ -178,17 +202,11 @@ def _innermost(err: BaseException) -> str:
 
 
 def _finished(followed: Followed, out: Output, header: dict[str, Any]) -> None:
-    """Shows a followed deletion's end; a cancelled one fails the command."""
+    """Shows a followed deletion's end."""
     if out.json:
         out.data({**header, "status": followed.status, "result": followed.result})
     else:
         out.line(result_text(followed.result, followed.background))
-    if followed.result.outcome is DeletionOutcome.CANCELLED:
-        raise CommandFailed(
-            f"runner {followed.result.runner}: the deletion was cancelled",
-            workflow_id=header.get("workflow_id"),
-            status="CANCELLED",
-        )
 
 
 @click.group()
@@ -224,9 +242,13 @@ def delete(
 ) -> None:
     """Delete runner NAME: start its deletion workflow, or join the one that runs.
 
-    Exit status: 0 when the deletion was requested (or, with --wait, the runner is deleted),
-    1 when it failed or the runner is unknown, 2 on a bad argument. A runner already deleted
-    is reported and nothing is started.
+    The deletion answers the request (started, or joined) or refuses it saying why: once
+    its record is tombstoned a deletion has finished, and a request changes nothing (a new
+    runner that took the name since is asked for again once that deletion has closed).
+
+    Exit status: 0 when the deletion took the request (or, with --wait, the runner is
+    deleted), 1 when it refused it, failed or the runner is unknown, 2 on a bad argument. A
+    runner already deleted is reported and nothing is started.
     """
     _check_name(name)
     _check_reason(reason)
@@ -257,25 +279,26 @@ def delete(
 
     async def run() -> None:
         client = await client_for(settings)
-        before = await _describe(client.get_workflow_handle(workflow_id), name)
-        joined = is_running(before)
-        handle = await request_deletion(
+        # Another workflow type squatting on the id is refused before anything is sent.
+        await _describe(client.get_workflow_handle(workflow_id), name)
+        requested = await ask_deletion(
             client,
+            settings,
             name,
             DeletionRequest(requested_by=Requester.OPERATOR, force=force, reason=reason),
-            task_queue=settings.temporal.family_queue("runners"),
-            policy=settings.runners.deletion,
         )
+        handle, answer = requested.handle, requested.answer
         header = {
             "runner": name,
             "workflow_id": workflow_id,
             "run_id": handle.result_run_id,
             "ui_url": settings.temporal.workflow_url(workflow_id, handle.result_run_id),
-            "joined": joined,
+            "joined": answer.joined,
             "forced": force,
+            "step": answer.view.step.value,
         }
         if not out.json:
-            verb = "joined the deletion already running" if joined else "started"
+            verb = "joined the deletion already running" if answer.joined else "started"
             out.line(f"runner {name}: {verb} ({workflow_id}{', force' if force else ''})")
             out.line(f"ui: {header['ui_url']}")
         if not wait:
@@ -522,12 +545,11 @@ def report(keeper: KeeperContext, name: str, agent_status: str, out: Output) -> 
 
         async def ask() -> None:
             client = await client_for(settings)
-            await request_deletion(
+            await ask_deletion(
                 client,
+                settings,
                 name,
                 DeletionRequest(requested_by=Requester.AGENT, reason="agent reported terminated"),
-                task_queue=settings.temporal.family_queue("runners"),
-                policy=settings.runners.deletion,
             )
 
         asyncio.run(ask())

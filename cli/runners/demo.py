@@ -12,9 +12,8 @@ import httpx
 
 from keeper.cli.context import KeeperContext, pass_keeper
 from keeper.cli.dev_only import require_emulator
-from keeper.cli.devstack.layout import is_local
 from keeper.cli.output import CommandFailed, Output, UsageProblem, json_options
-from keeper.cli.runners.commands import Followed, _store, follow, runner
+from keeper.cli.runners.commands import Followed, _store, ask_deletion, follow, runner
 from keeper.cli.runners.render import result_text
 from keeper.cli.temporal_ops import client_for
 from keeper.domain.runners.models import (
@@ -24,7 +23,7 @@ from keeper.domain.runners.models import (
     deletion_workflow_id,
 )
 from keeper.domain.runners.status import AgentStatus, InstanceStatus
-from keeper.runtime.runners.requests import request_deletion
+from keeper.runtime.dev_ports import is_local
 from keeper.runtime.settings import Settings
 
 DEMO_SCALE_SET = "demo"
@@ -126,13 +125,13 @@ def demo(keeper: KeeperContext, count: int, out: Output) -> None:
 
     async def run() -> Followed:
         client = await client_for(settings)
-        handle = await request_deletion(
+        requested = await ask_deletion(
             client,
+            settings,
             target,
             DeletionRequest(requested_by=Requester.OPERATOR, reason="keeper runner demo"),
-            task_queue=settings.temporal.family_queue("runners"),
-            policy=settings.runners.deletion,
         )
+        handle = requested.handle
         url = settings.temporal.workflow_url(handle.id, handle.result_run_id)
         out.note(f"Deleting {target}: {url}")
         return await follow(handle, out)

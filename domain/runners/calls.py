@@ -86,7 +86,7 @@ class DeregisterCall(_Call):
     # compares it with its attempt's scheduled time, which time-skipping tests move too).
     busy_until: datetime | None = None
     # A refused token comes back once (to be shown as needing attention) instead of being
-    # retried unseen; set only by deletions past the `github-auth-attention` patch.
+    # retried unseen (domain.runners.deregister_steps.report_auth).
     report_auth: bool = False
 
 

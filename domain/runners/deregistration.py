@@ -13,7 +13,6 @@ from datetime import timedelta
 from enum import StrEnum
 
 from keeper.domain.common.durations import format_duration
-from keeper.domain.runners.deletion_view import backoff
 from keeper.domain.runners.github import DeregistrationAnswer, DeregistrationOutcome
 from keeper.domain.runners.models import BusyTimeoutAction, DeletionPolicy
 
@@ -161,6 +160,12 @@ def next_step(answer: DeregistrationAnswer, mode: DeregisterMode, policy: Deleti
         return Next.PROCEED
     # Busy past the bound, or a refusal asking again will not change: an operator decides.
     return Next.ESCALATE
+
+
+def backoff(attempt: int, initial: timedelta, maximum: timedelta) -> timedelta:
+    """Doubling from `initial` (attempt 1) up to `maximum`."""
+    seconds = initial.total_seconds() * (2 ** max(0, min(attempt - 1, 30)))
+    return timedelta(seconds=min(seconds, maximum.total_seconds()))
 
 
 def _fmt(delay: timedelta) -> str:

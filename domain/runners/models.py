@@ -1,4 +1,4 @@
-"""Runner records and the inputs, requests and results of a runner deletion."""
+"""Runner records, and the policy, requests and results of a runner deletion."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field
 
 from keeper.domain.common.durations import SecondsDuration
 from keeper.domain.runners.status import AgentStatus, InstanceStatus
@@ -19,10 +19,10 @@ RUNNER_NAME_RE = re.compile(RUNNER_NAME_PATTERN)
 
 DELETE_PREFIX = "runner-delete-"
 RECONCILER_WORKFLOW_ID = "runner-reconciler"
-# The deletion workflow's type and the signal other actors ask it with: what a starter needs
+# The deletion workflow's type and the update other actors ask it with: what a starter needs
 # without importing the workflow code.
 DELETION_WORKFLOW_TYPE = "RunnerDeletion"
-REQUEST_SIGNAL = "request"
+REQUEST_UPDATE = "request"
 RECONCILER_SCHEDULE_ID = "runner-reconciler"
 
 RunnerName = Annotated[
@@ -117,52 +117,6 @@ class DeletionRequest(BaseModel):
     reason: str = Field(default="", max_length=500)
 
 
-class DeletionCarry(BaseModel):
-    """What a deletion hands to its next run when its history rolls over (continue-as-new).
-
-    The record itself is read again from the store; this is only what the store does not
-    hold: who asked, whether a force came, and how far the registration step got.
-    """
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    run: int = Field(default=2, ge=2)  # this deletion's run number: 2 after the first roll-over
-    force: bool = False
-    requests: tuple[str, ...] = ()
-    rejected: tuple[str, ...] = ()
-    # None while the registration step is still going; afterwards whether the registration
-    # was left for after the compute is gone.
-    registration_left: bool | None = None
-    # What happened to the registration (the audit of `-> deleting`), once decided.
-    registration: str | None = None
-    escalated: bool = False
-    busy_since: datetime | None = None
-    decision: str | None = None
-    error: str | None = None
-    github: str = "-"
-    github_attempts: int = 0
-    provider: str = "-"
-    provider_attempts: int = 0
-    attention: str | None = None
-
-
-class RunnerDeletionInput(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    runner: RunnerName
-    # keeper's own callers send the request as a signal with the start (so a request that
-    # joins a running deletion is recorded the same way) and leave this unset.
-    request: DeletionRequest | None = Field(default_factory=DeletionRequest)
-    policy: DeletionPolicy = Field(default_factory=DeletionPolicy)
-    # Set only by the deletion itself when it continues as new.
-    carried: DeletionCarry | None = None
-
-    @field_validator("runner", mode="before")
-    @classmethod
-    def _strip(cls, value: object) -> object:
-        return value.strip() if isinstance(value, str) else value
-
-
 class DeletionStep(StrEnum):
     READ = "read"
     PENDING_DELETE = "pending_delete"
@@ -176,9 +130,10 @@ class DeletionStep(StrEnum):
 
 
 class DeletionOutcome(StrEnum):
+    """How a deletion closed. Never cancelled: the lane is forward-only."""
+
     DELETED = "deleted"
     ALREADY_DELETED = "already_deleted"
-    CANCELLED = "cancelled"
 
 
 class DeletionResult(BaseModel):

@@ -14,7 +14,7 @@ from enum import StrEnum
 from pydantic import BaseModel, ConfigDict, Field
 
 from keeper.domain.runners.github import GitHubRunner
-from keeper.domain.runners.models import DeletionPolicy, RunnerRecord
+from keeper.domain.runners.models import RunnerRecord
 from keeper.domain.runners.provider import ProviderInstance
 from keeper.domain.runners.status import InstanceStatus, on_lane
 
@@ -147,10 +147,9 @@ class ReconcileRequest(BaseModel):
     # One provider call; kept well under the pass's heartbeat timeout.
     provider_timeout_s: float = Field(default=60.0, gt=0, le=120.0, strict=True)
     tombstone_retention_s: float = Field(default=7 * 86400.0, strict=True)
-    # Actions per pass; the rest wait for the next pass (they stay confirmed).
+    # Actions per pass; the rest wait for the next pass (they stay confirmed). The
+    # deletions it requests follow the worker's policy (runners.deletion), as every one does.
     max_actions: int = Field(default=50, ge=1, strict=True)
-    # The policy of the deletions the reconciler requests.
-    policy: DeletionPolicy = Field(default_factory=DeletionPolicy)
 
 
 class ReconcileReport(BaseModel):

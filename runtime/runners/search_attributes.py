@@ -1,12 +1,15 @@
-"""The search attributes of the runner family's workflows: the one place their names live."""
+"""The search attributes of the runner family's workflows: the one place their names live.
+
+Where a deletion is (its step) is KeeperStep, the attribute every family shares."""
 
 from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
 
+from keeper.runtime.shared_search_attributes import KEEPER_STEP
+
 RUNNER_NAME = SearchAttributeKey.for_keyword("RunnerName")
 SCALE_SET = SearchAttributeKey.for_keyword("ScaleSet")
-RUNNER_STEP = SearchAttributeKey.for_keyword("RunnerStep")
 
-RUNNER_ATTRIBUTES = (RUNNER_NAME, SCALE_SET, RUNNER_STEP)
+RUNNER_ATTRIBUTES = (RUNNER_NAME, SCALE_SET, KEEPER_STEP)
 
 
 def for_runner(runner: str) -> TypedSearchAttributes:

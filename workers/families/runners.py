@@ -21,6 +21,7 @@ from keeper.activities.runners.deletion import (
     ProviderActivities,
     RunnerStoreActivities,
 )
+from keeper.activities.runners.policy import DeletionPolicySource
 from keeper.activities.runners.reconciler import ReconcilerActivities
 from keeper.domain.common.durations import format_duration
 from keeper.domain.runners.models import RECONCILER_SCHEDULE_ID, RECONCILER_WORKFLOW_ID
@@ -60,12 +61,11 @@ def runner_activities(
     provider = ProviderActivities(deps.provider, deps.leases)
     reconciler = ReconcilerActivities(deps.store, deps.github, deps.provider, client, deps.leases)
     return [
+        DeletionPolicySource(settings.runners.deletion).policy,
         store.advance_lane,
         store.finish_deleted,
         store.record_leak,
-        github.remove_registration,
         github.deregister,
-        provider.delete_instance,
         provider.provider_delete,
         reconciler.reconcile_pass,
         alert_activity(settings),
@@ -79,7 +79,6 @@ def reconcile_request(settings: Settings, task_queue: str) -> ReconcileRequest:
         managed_label=runners.github.managed_label,
         task_queue=task_queue,
         provider_timeout_s=min(120.0, runners.deletion.provider_timeout.total_seconds()),
-        policy=runners.deletion,
         tombstone_retention_s=runners.tombstone_retention.total_seconds(),
     )
 

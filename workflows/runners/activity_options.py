@@ -16,18 +16,14 @@ STORE_RETRY = RetryPolicy(
     backoff_coefficient=2.0,
     maximum_interval=timedelta(seconds=30),
 )
-# One call to GitHub per attempt. GITHUB_RETRY and ONE_ATTEMPT are the policies of deletions
-# started before `deletion-v2`, whose workflow code retries; later ones use github_retry and
-# provider_retry below.
+# The worker's policy, read once at the start of each run (a local activity: no I/O).
+POLICY_START_TO_CLOSE = timedelta(seconds=10)
+# One call to GitHub per attempt; Temporal's retries are the deletion's patience.
 GITHUB_START_TO_CLOSE = timedelta(minutes=1)
-GITHUB_RETRY = RetryPolicy(
-    initial_interval=timedelta(seconds=2),
-    backoff_coefficient=2.0,
-    maximum_interval=timedelta(minutes=1),
-)
 # Heartbeats (policy.provider_heartbeat) let a crashed worker's provider attempt be noticed
 # well before the provider timeout.
 PROVIDER_MARGIN = timedelta(seconds=30)
+# The reconciler's pass: a retry would count as a second pass seconds after the first.
 ONE_ATTEMPT = RetryPolicy(maximum_attempts=1)
 
 

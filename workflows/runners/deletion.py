@@ -1,31 +1,38 @@
 """RunnerDeletion: the one owner of a runner's deletion, from request to tombstone.
 
 Workflow id `runner-delete-<runner>`. Every actor that wants a runner gone (its agent
-reporting terminated, a scale-down, an operator, the reconciler) starts this workflow or
-joins the running one; none of them writes a deletion-lane status. Each step re-reads the
-record and acts on what the store holds, so every intermediate status resumes after a
-crash. The lane is forward-only: a cancel request does not abandon a deletion that
-has started, because a half-deleted runner is exactly the leak keeper exists to prevent.
+reporting terminated, a scale-down, an operator, the reconciler) asks with the `request`
+update, starting this workflow or joining the running one, and gets an answer or a refusal;
+none of them writes a deletion-lane status. The runbook (docs/runner-deletion.md):
 
-Waiting costs no history. GitHub and the provider are asked again by activity retry
-policies (each answer that only means "later" is a retry, not an event), so the workflow
-records only decisions: busy, escalated, forced, gone. A run that still waits after
-`policy.history_events_limit` events, or when the server suggests it, continues as new.
-Runs started before the `deletion-v2` patch replay through workflows/runners/deletion_v1.py.
+    1. onto the lane (pending_delete, or pending_force_delete), reading the record
+    2. the GitHub registration first: a registered runner can still be handed a job
+       (busy: wait up to busy_wait, then escalate to an operator, or proceed by policy)
+    3. deleting
+    4. the compute, until the provider confirms it gone (a force: a few tries, then a leak)
+    5. deleted, the tombstone in the same write; then a registration left behind, if any
+
+Each step re-reads the record and acts on what the store holds, so every intermediate
+status resumes after a crash. The lane is forward-only: a cancel is shown, never obeyed,
+because a half-deleted runner is exactly the leak keeper exists to prevent.
+
+Waiting costs no history: GitHub and the provider are asked again by activity retry
+policies, so the history holds only decisions (busy, escalated, forced, gone). A run that
+still waits after `policy.history_events_limit` events, or when the server suggests it,
+continues as new carrying its state whole. Every decision is in domain/runners
+(deletion_state, deregister_steps); every text in domain/runners/deletion_view.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
-from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any, NoReturn, TypeVar
 
 from pydantic import ValidationError
 from temporalio import workflow
-from temporalio.common import VersioningBehavior
+from temporalio.common import SearchAttributeUpdate, VersioningBehavior
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, RetryState
 from temporalio.workflow import ActivityCancellationType
 
@@ -35,8 +42,10 @@ with workflow.unsafe.imports_passed_through():
         ProviderActivities,
         RunnerStoreActivities,
     )
-    from keeper.domain.common.alerts import AlertKind, make_alert
+    from keeper.activities.runners.policy import DeletionPolicySource
     from keeper.domain.common.untrusted import md_text
+    from keeper.domain.runners import deletion_state as ds
+    from keeper.domain.runners import deregister_steps as steps
     from keeper.domain.runners.calls import (
         DeregisterCall,
         DeregisterResult,
@@ -49,77 +58,47 @@ with workflow.unsafe.imports_passed_through():
         RegistrationRef,
         registration_ref,
     )
-    from keeper.domain.runners.deletion_state import DeletionState, result_of, view_of
-    from keeper.domain.runners.deletion_view import DeletionView, render_details
-    from keeper.domain.runners.deregister_steps import (
-        NO_REGISTRATION,
-        Act,
-        Deregistration,
-        on_answer,
-        on_force,
-        on_gave_up,
+    from keeper.domain.runners.deletion_state import (
+        PROVIDER_WAIT,
+        DeletionState,
+        RunnerDeletionInput,
+    )
+    from keeper.domain.runners.deletion_view import (
+        DeletionView,
+        RequestAnswer,
+        escalation_alert,
+        render_details,
+        result_of,
+        view_of,
     )
     from keeper.domain.runners.deregistration import DeregisterMode
     from keeper.domain.runners.lane import LaneMove, entry_target
     from keeper.domain.runners.models import (
         DELETION_WORKFLOW_TYPE,
-        REQUEST_SIGNAL,
-        DeletionCarry,
+        REQUEST_UPDATE,
         DeletionOutcome,
+        DeletionPolicy,
         DeletionRequest,
         DeletionResult,
         DeletionStep,
-        RunnerDeletionInput,
         RunnerRecord,
         deletion_workflow_id,
     )
-    from keeper.domain.runners.provider import describe_provider
     from keeper.domain.runners.status import InstanceStatus
     from keeper.runtime.runners import search_attributes as sa
     from keeper.workflows.common.alerts import raise_alert
+    from keeper.workflows.common.publishing import Publisher
+    from keeper.workflows.common.rollover import handlers_finished, history_is_long
     from keeper.workflows.common.shielded import run_to_completion
     from keeper.workflows.runners import activity_options as opts
     from keeper.workflows.runners import metrics
-    from keeper.workflows.runners.deletion_v1 import LegacyDeletion
 
 T = TypeVar("T")
 S = InstanceStatus
-DELETION_V2 = "deletion-v2"
-PROVIDER_CANCEL_WAITS = "provider-cancel-waits"
-# A refused GitHub token comes back to the workflow once, so the deletion says it needs
-# attention (the DeregisterResult is an extra completed activity in the history).
-GITHUB_AUTH_ATTENTION = "github-auth-attention"
-# Runs past this patch alert an operator (keeper.alert) when a deletion escalates.
-ALERTS_ESCALATED = "alerts-runner-escalated"
-SEARCHABLE_STEPS = frozenset({DeletionStep.BUSY_WAIT, DeletionStep.ESCALATED, DeletionStep.DONE})
 UNKNOWN_RUNNER = "UnknownRunner"
 WRONG_WORKFLOW_ID = "WrongWorkflowId"
-# Requests kept across a roll-over: enough to tell who asked, bounded however many ask.
-CARRIED_REQUESTS = 20
-# What the details show that the store does not hold, carried as it is into the next run.
-CARRIED_VIEW_FIELDS = (
-    "escalated",
-    "busy_since",
-    "decision",
-    "error",
-    "github",
-    "github_attempts",
-    "provider",
-    "provider_attempts",
-    "attention",
-)
-GITHUB_WAIT = (
-    "GitHub: Temporal asks again by itself; the pending activity shows the attempt, "
-    "the last answer and the next try"
-)
-PROVIDER_WAIT = (
-    "provider: Temporal retries the delete; the pending activity shows the attempt, "
-    "the last error and the next try"
-)
-
-
-class _RollOver(Exception):
-    """The history is long enough: hand over to a new run at the next safe point."""
+# Retry states that mean "the attempts a force allows are used up".
+GAVE_UP = frozenset({RetryState.MAXIMUM_ATTEMPTS_REACHED, RetryState.TIMEOUT})
 
 
 @workflow.defn(
@@ -130,205 +109,109 @@ class _RollOver(Exception):
 class RunnerDeletion:
     def __init__(self) -> None:
         self._state: DeletionState | None = None
-        self._force = False
-        self._requests: list[str] = []
-        self._rejected: list[str] = []
-        self._sa_step: DeletionStep | None = None
-        # Escalation alerts raised by this run, by episode.
-        self._alerted: set[str] = set()
-        # What happened to the GitHub registration, for the audit of `-> deleting`.
-        self._registration = "registration step done in an earlier run"
+        self._policy: DeletionPolicy | None = None
+        self._publisher = Publisher()
+
+    # ---- what other actors see and say ---------------------------------------------------
 
     @workflow.query(description="Step, record status, GitHub and provider answers, attempts.")
     def status(self) -> DeletionView | None:
         return view_of(self._state) if self._state is not None else None
 
-    @workflow.signal(name=REQUEST_SIGNAL, description="Another actor asks for this deletion.")
-    def request(self, *payload: Any) -> None:
-        # Decoded by hand: a payload that is not a DeletionRequest is shown as rejected
-        # instead of being dropped by the SDK (or failing the workflow task) unseen.
-        try:
-            if len(payload) != 1:
-                raise ValueError(f"expected one DeletionRequest, got {len(payload)} values")
-            request = DeletionRequest.model_validate_json(json.dumps(payload[0]))
-        except (ValueError, TypeError) as err:
-            problem = _problem(err)
-            workflow.logger.warning("rejected a deletion request: %s", problem)
-            self._rejected.append(problem)
-            if self._state is not None:
-                self._state.rejected = list(self._rejected)
-            self._publish()
-            return
-        self._note_request(request)
-        self._publish()
+    @workflow.update(
+        name=REQUEST_UPDATE,
+        description="Ask for this deletion (a force included): answered, or refused with why.",
+    )
+    async def request(self, request: DeletionRequest) -> RequestAnswer:
+        # Sent with the start (update-with-start), it is handled before `run` read its input.
+        await workflow.wait_condition(lambda: self._state is not None)
+        joined = ds.under_way(self.state)
+        self._set(ds.requested(self.state, request))
+        workflow.logger.info("deletion requested: %s", ds.request_label(request))
+        return RequestAnswer(joined=joined, view=view_of(self.state))
 
-    def _note_request(self, request: DeletionRequest) -> None:
-        label = request.requested_by.value + (" (force)" if request.force else "")
-        if request.reason:
-            label += f": {request.reason}"
-        self._requests.append(label)
-        if request.force:
-            self._force_now()
-        if self._state is not None:
-            self._state.requests = list(self._requests)
+    @request.validator
+    def _acceptable(self, request: DeletionRequest) -> None:
+        problem = ds.refusal(self._state, request) if self._state is not None else None
+        if problem is not None:
+            workflow.logger.warning("refused a deletion request: %s", problem)
+            raise ValueError(problem)
 
-    def _force_now(self) -> None:
-        self._force = True
-        if self._state is not None:
-            self._state.force = True
+    # ---- the runbook -------------------------------------------------------------------
 
     @workflow.run
     async def run(self, inp: RunnerDeletionInput) -> DeletionResult:
-        expected = deletion_workflow_id(inp.runner)
-        if workflow.info().workflow_id != expected:
-            # keeper finds a runner's deletion by this id; one started under another id could
-            # be neither found nor joined, and a second one could race it.
-            raise ApplicationError(
-                f"a RunnerDeletion of runner {inp.runner!r} must run as workflow id "
-                f"{expected!r}, not {workflow.info().workflow_id!r}; start it with "
-                f"`keeper runner delete {inp.runner}` or --workflow-id {expected}",
-                type=WRONG_WORKFLOW_ID,
-                non_retryable=True,
-            )
-        self._policy = inp.policy
-        carry = inp.carried
-        if carry is not None:
-            self._requests = [*carry.requests, *self._requests]
-            self._rejected = [*carry.rejected, *self._rejected]
-            self._force = self._force or carry.force
-        # A request sent with the start (signal-with-start) was handled before `run`.
-        self._state = DeletionState(
-            runner=inp.runner,
-            requests=list(self._requests),
-            rejected=list(self._rejected),
-            force=self._force,
+        _require_canonical_id(inp.runner)
+        state = inp.carry or ds.new_state(inp.runner)
+        self._state = ds.requested(state, inp.request) if inp.request is not None else state
+        self._policy = await workflow.execute_local_activity_method(
+            DeletionPolicySource.policy, start_to_close_timeout=opts.POLICY_START_TO_CLOSE
         )
-        if inp.request is not None:
-            self._note_request(inp.request)
-        if not workflow.patched(DELETION_V2):
-            return await self._run_v1(inp)
-        if carry is not None:
-            self._resume_view(carry)
-        elif workflow.info().typed_search_attributes.get(sa.RUNNER_NAME) is None:
-            # Started by hand (temporal workflow start) rather than by keeper's request.
-            workflow.upsert_search_attributes([sa.RUNNER_NAME.value_set(inp.runner)])
         self._publish()
         # Once started, the deletion finishes: a cancel is recorded and shown, not obeyed,
         # since stopping halfway is what strands records on the lane.
-        result, _ = await run_to_completion(self._delete(inp, carry), self._cancel_seen)
+        result, _ = await run_to_completion(self._delete(), self._cancel_seen)
         return metrics.deletion_closed(result)
 
-    async def _run_v1(self, inp: RunnerDeletionInput) -> DeletionResult:
-        assert self._state is not None
-        if workflow.info().typed_search_attributes.get(sa.RUNNER_NAME) is None:
-            workflow.upsert_search_attributes([sa.RUNNER_NAME.value_set(inp.runner)])
-        self._publish()
-        legacy = LegacyDeletion(
-            self._state,
-            inp.policy,
-            self._requests,
-            lambda: self._force,
-            self._force_now,
-            self._publish,
-        )
-        result, _ = await run_to_completion(legacy.delete(inp.runner), self._cancel_seen)
-        return metrics.deletion_closed(result)
-
-    def _cancel_seen(self) -> None:
-        assert self._state is not None
-        self._state.cancel_requested = True
-        self._publish()
-
-    # ---- the steps -----------------------------------------------------------------------
-
-    async def _delete(
-        self, inp: RunnerDeletionInput, carry: DeletionCarry | None
-    ) -> DeletionResult:
-        state = self._state
-        assert state is not None
-        runner = inp.runner
+    async def _delete(self) -> DeletionResult:
         # 1. Onto the lane, reading the record in the same step. A record already on the
         # lane counts as success; a tombstone means there is nothing left to do.
-        record = await self._enter_lane(runner)
-        if record.instance_status is S.PENDING_FORCE_DELETE and not self._force:
-            # A forced deletion whose run ended early (terminated) stays forced when
-            # another request resumes it.
-            self._force_now()
-        state.scale_set = record.scale_set
-        if carry is None:
-            first = (
-                DeletionStep.DONE
-                if record.instance_status is S.DELETED
-                else DeletionStep.PENDING_DELETE
-            )
-            self._sa_step = first
-            updates = [sa.RUNNER_STEP.value_set(first.value)]
-            if not _has_problem(record, "scale_set"):
-                # A stored value that fails the record check may not fit a search attribute
-                # (the server terminates a run whose upsert it refuses): left out.
-                updates.insert(0, sa.SCALE_SET.value_set(record.scale_set))
-            workflow.upsert_search_attributes(updates)
+        record = await self._enter_lane()
         if record.instance_status is S.DELETED:
-            self._step(DeletionStep.DONE, record)
-            return self._result(DeletionOutcome.ALREADY_DELETED)
+            self._set(ds.finished(self.state, record))
+            return result_of(self.state, DeletionOutcome.ALREADY_DELETED)
 
         # 2. Registration before compute: a registered runner can still be handed a job.
-        if carry is not None and carry.registration_left is not None:
-            registration_left = carry.registration_left
-            self._registration = carry.registration or self._registration
-        else:
-            self._step(DeletionStep.PENDING_DELETE, record)
-            registration_left, self._registration = await self._deregister(
-                record, self._first_mode(record, carry)
-            )
-            if self._force and record.instance_status is S.PENDING_DELETE:
-                record = await self._enter_lane(runner)  # a force arrived meanwhile: say so
+        if self.state.registration_left is None:
+            await self._deregister(record)
+            if self.state.force and record.instance_status is S.PENDING_DELETE:
+                record = await self._enter_lane()  # a force arrived meanwhile: say so
 
         # 3. deleting. The audit says what happened to the registration, removed or not.
-        self._step(DeletionStep.DELETING, record)
-        record = await self._lane(runner, S.DELETING, self._registration)
+        self._set(ds.moved(self.state, DeletionStep.DELETING, record.instance_status))
+        record = await self._lane(S.DELETING, self.state.registration or "")
 
         # 4. The compute, until the provider confirms it gone (or a force gives up).
-        leaked = await self._delete_instance(record, registration_left)
+        await self._delete_instance(record)
 
         # 5. deleted, with the tombstone in the same write.
-        self._step(DeletionStep.DELETED, record)
+        self._set(ds.moved(self.state, DeletionStep.DELETED, record.instance_status))
         finish = await workflow.execute_activity_method(
             RunnerStoreActivities.finish_deleted,
-            FinishDeletion(runner=runner, incarnation=record.created_at),
+            FinishDeletion(runner=record.name, incarnation=record.created_at),
             start_to_close_timeout=opts.STORE_START_TO_CLOSE,
             retry_policy=opts.STORE_RETRY,
             summary="deleting -> deleted (tombstone)",
         )
-        # The runner is deleted now, whatever the registration cleanup below still does.
-        state.tombstoned = True
-        state.recovered = finish.recovered
-        if finish.recovered:
-            state.decision = (
-                f"final write refused (row was {finish.found_status}); "
-                "finished through the audited recovery path"
-            )
-        if registration_left:
+        self._set(ds.tombstoned(self.state, finish))
+        if self.state.registration_left:
             await self._cleanup_registration(record)
-        self._step(DeletionStep.DONE, None if finish.replaced else finish.record)
-        state.leaked_provider_id = leaked
-        return self._result(DeletionOutcome.DELETED)
+        self._set(ds.finished(self.state, None if finish.replaced else finish.record))
+        return result_of(self.state, DeletionOutcome.DELETED)
 
-    def _first_mode(self, record: RunnerRecord, carry: DeletionCarry | None) -> DeregisterMode:
-        if self._force or record.instance_status is S.DELETING:
-            # Once the record says `deleting`, the compute's deletion was decided: one answer,
-            # and a registration that cannot go yet is cleaned up after the compute.
-            return DeregisterMode.FORCE
-        if carry is not None and carry.escalated:
-            return DeregisterMode.RECHECK
-        if carry is not None and carry.busy_since is not None:
-            return DeregisterMode.BUSY
-        return DeregisterMode.WAIT
+    # ---- 1 and 3: the lane ----------------------------------------------------------------
 
-    async def _lane(self, runner: str, target: InstanceStatus, reason: str) -> RunnerRecord:
+    async def _enter_lane(self) -> RunnerRecord:
+        target = entry_target(self.state.force)
+        try:
+            record = await self._lane(target, ds.last_request(self.state))
+        except ActivityError as err:
+            if not (isinstance(err.cause, ApplicationError) and err.cause.type == UNKNOWN_RUNNER):
+                raise
+            self._set(ds.unknown_runner(self.state))
+            raise ApplicationError(
+                f"runner: no runner named {self.state.runner!r} in the runner store; "
+                "`keeper runner list` shows the known runners",
+                type=UNKNOWN_RUNNER,
+                non_retryable=True,
+            ) from None
+        self._set(ds.entered(self.state, record))
+        return record
+
+    async def _lane(self, target: InstanceStatus, reason: str) -> RunnerRecord:
         result: LaneResult = await workflow.execute_activity_method(
             RunnerStoreActivities.advance_lane,
-            LaneWrite(runner=runner, target=target, reason=reason),
+            LaneWrite(runner=self.state.runner, target=target, reason=reason),
             start_to_close_timeout=opts.STORE_START_TO_CLOSE,
             retry_policy=opts.STORE_RETRY,
             summary=f"record -> {target}",
@@ -336,106 +219,54 @@ class RunnerDeletion:
         if result.move is LaneMove.BLOCKED or result.record is None:
             found = result.record.instance_status if result.record else "missing"
             raise ApplicationError(
-                f"runner {runner!r}: cannot move the record from {found} to {target}",
+                f"runner {self.state.runner!r}: cannot move the record from {found} to {target}",
                 type="LaneBlocked",
                 non_retryable=True,
             )
-        assert self._state is not None
-        self._state.status = result.record.instance_status.value
-        self._publish()
+        self._set(ds.read(self.state, result.record))
         return result.record
 
-    async def _enter_lane(self, runner: str) -> RunnerRecord:
-        requested = self._requests[-1] if self._requests else "deletion requested"
-        try:
-            return await self._lane(runner, entry_target(self._force), requested)
-        except ActivityError as err:
-            if not (isinstance(err.cause, ApplicationError) and err.cause.type == UNKNOWN_RUNNER):
-                raise
-        assert self._state is not None
-        self._state.error = f"no runner named {runner!r} in the runner store"
-        self._publish()
-        raise ApplicationError(
-            f"runner: no runner named {runner!r} in the runner store; "
-            "`keeper runner list` shows the known runners",
-            type=UNKNOWN_RUNNER,
-            non_retryable=True,
-        )
+    # ---- 2: the registration --------------------------------------------------------------
 
-    async def _deregister(self, record: RunnerRecord, mode: DeregisterMode) -> tuple[bool, str]:
-        """Removes the GitHub registration. Returns whether it is left for after the compute
-        is gone (a busy runner the policy or a force said to delete anyway), and what
-        happened to it, for the record's audit. The rules are domain.runners.deregister_steps;
-        this loop only carries their moves out."""
-        state = self._state
-        assert state is not None
+    async def _deregister(self, record: RunnerRecord) -> None:
+        """Removes the GitHub registration, or leaves it for after the compute (a busy runner
+        the policy or a force said to delete anyway). The rules are
+        domain.runners.deregister_steps; this loop only carries their moves out."""
         ref = registration_ref(record)
         if ref is None:
-            state.github = NO_REGISTRATION
-            self._publish()
-            return False, NO_REGISTRATION
-        self._step(DeletionStep.DEREGISTER, record)
-        reports_auth = workflow.patched(GITHUB_AUTH_ATTENTION)
-        dereg = Deregistration(
-            mode=mode,
-            busy_since=state.busy_since,
-            escalated=state.escalated,
-            decision=state.decision,
-            error=state.error,
-            github=state.github,
-            github_attempts=state.github_attempts,
-            attention=state.attention,
-        )
+            self._set(ds.no_registration(self.state))
+            return
+        self._set(ds.registration_begins(self.state, record))
         while True:
-            dereg = replace(dereg, force=self._force).asking()
-            busy_until = dereg.busy_since + self._policy.busy_wait if dereg.busy_since else None
+            self._set(steps.asking(self.state))
+            state = self.state
+            busy_until = state.busy_since + self.policy.busy_wait if state.busy_since else None
             try:
                 result = await self._interruptible(
-                    self._ask_github(
-                        ref, dereg.mode, busy_until, reports_auth and dereg.report_auth()
-                    ),
-                    carry=lambda mode=dereg.mode: self._carry(registration_left=None, mode=mode),
+                    self._ask_github(ref, state.mode, busy_until, steps.report_auth(state))
                 )
             except ActivityError as err:
-                gave_up = on_gave_up(dereg, _cause(err)) if err.retry_state in _GAVE_UP else None
-                if gave_up is None:
+                gave_up = err.retry_state in GAVE_UP
+                move = steps.on_gave_up(state, _cause(err)) if gave_up else None
+                if move is None:
                     raise
-                state.waiting = None
-                move = gave_up
             else:
                 if result is None:  # a force arrived while GitHub was being asked
-                    move = on_force(dereg)
+                    move = steps.on_force(self.state)
                 else:
-                    state.waiting = None
-                    move = on_answer(
-                        replace(dereg, waiting_shown=self._sa_step in _WAITING),
+                    move = steps.on_answer(
+                        self.state,
                         result.answer,
                         attempts=result.attempts,
-                        policy=self._policy,
+                        policy=self.policy,
                         now=workflow.now(),
-                        runner=record.name,
                         token_source=result.token_source,
                     )
-            dereg = move.state
-            self._take(dereg)
-            if move.step is not None:
-                self._step(move.step, record, searchable=move.searchable)
-            else:
-                self._publish()
-            if move.act is not Act.ASK:
-                return move.act is Act.LEAVE, move.audit or NO_REGISTRATION
-
-    def _take(self, dereg: Deregistration) -> None:
-        """The deregistration step's state, written back into the deletion's."""
-        state = self._state
-        assert state is not None
-        state.busy_since = dereg.busy_since
-        state.escalated = dereg.escalated
-        state.decision = dereg.decision
-        state.error = dereg.error
-        state.github = dereg.github
-        state.github_attempts = dereg.github_attempts
-        state.attention = dereg.attention
+            self._set(move.state)
+            if move.act is not steps.Act.ASK:
+                left = move.act is steps.Act.LEAVE
+                self._set(ds.registration_done(self.state, left=left, audit=move.audit or ""))
+                return
 
     def _ask_github(
         self,
@@ -444,119 +275,86 @@ class RunnerDeletion:
         busy_until: datetime | None,
         report_auth: bool = False,
     ) -> asyncio.Task[DeregisterResult]:
-        assert self._state is not None
-        self._state.waiting = GITHUB_WAIT
-        self._publish()
-        attempts = self._policy.force_provider_attempts if mode is DeregisterMode.FORCE else 0
-        if mode is DeregisterMode.CLEANUP:
-            attempts = self._policy.registration_cleanup_attempts
+        attempts = {
+            DeregisterMode.FORCE: self.policy.force_provider_attempts,
+            DeregisterMode.CLEANUP: self.policy.registration_cleanup_attempts,
+        }.get(mode, 0)
         return workflow.start_activity_method(
             GitHubActivities.deregister,
             DeregisterCall(
                 ref=ref,
                 mode=mode.value,
-                policy=self._policy,
+                policy=self.policy,
                 busy_until=busy_until,
                 report_auth=report_auth,
             ),
             start_to_close_timeout=opts.GITHUB_START_TO_CLOSE,
-            retry_policy=opts.github_retry(self._policy, attempts),
+            retry_policy=opts.github_retry(self.policy, attempts),
             summary=f"{mode.value}: remove GitHub registration {ref.runner_id} "
             f"({md_text(ref.scope)})",
         )
 
-    async def _delete_instance(self, record: RunnerRecord, registration_left: bool) -> str | None:
-        """Returns the provider id left behind by a forced delete, if any."""
-        state = self._state
-        assert state is not None
-        self._step(DeletionStep.PROVIDER_DELETE, record)
+    # ---- 4: the compute -------------------------------------------------------------------
+
+    async def _delete_instance(self, record: RunnerRecord) -> None:
+        self._set(ds.moved(self.state, DeletionStep.PROVIDER_DELETE, record.instance_status))
         instance_id = record.provider_id or record.name
         bad_id = [p for p in record.problems if p.startswith("provider_id:")]
-        if bad_id and not self._force:
+        if bad_id and not self.state.force:
             # No provider can take this id (the store refuses such rows now; this one is
             # older): asking again will not help, so an operator decides.
-            await self._escalate_until_forced(
-                record,
-                f"the record's provider id is invalid ({bad_id[0]})",
-                lambda: self._carry(registration_left=registration_left),
-            )
+            await self._escalate_until_forced(f"the record's provider id is invalid ({bad_id[0]})")
         call = ProviderDelete(
             runner=record.name,
             instance_id=instance_id,
             pool_id=record.scale_set,
-            timeout_s=self._policy.provider_timeout.total_seconds(),
+            timeout_s=self.policy.provider_timeout.total_seconds(),
         )
         while True:
-            forced = self._force
-            state.waiting = PROVIDER_WAIT
-            self._publish()
+            forced = self.state.force
+            self._set(ds.waiting_on(self.state, PROVIDER_WAIT))
             task = workflow.start_activity_method(
                 ProviderActivities.provider_delete,
                 call,
                 # An attempt may first wait out an earlier one's lease (runtime/instance_lease).
                 start_to_close_timeout=2 * timedelta(seconds=call.timeout_s) + opts.PROVIDER_MARGIN,
-                heartbeat_timeout=self._policy.provider_heartbeat,
+                heartbeat_timeout=self.policy.provider_heartbeat,
                 # A force cancels the attempt in flight; the forced one starts only once the
                 # cancelled one has killed its process and given the instance's lease back.
-                cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED
-                if workflow.patched(PROVIDER_CANCEL_WAITS)
-                else ActivityCancellationType.TRY_CANCEL,
+                cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
                 retry_policy=opts.provider_retry(
-                    self._policy, self._policy.force_provider_attempts if forced else 0
+                    self.policy, self.policy.force_provider_attempts if forced else 0
                 ),
                 summary=f"{'force ' if forced else ''}provider delete "
                 f"{md_text(call.instance_id)} (pool {md_text(call.pool_id)})",
             )
             try:
-                result: ProviderResult | None = await self._interruptible(
-                    task,
-                    carry=lambda: self._carry(registration_left=registration_left),
-                    on_force=not forced,
-                )
+                result: ProviderResult | None = await self._interruptible(task, on_force=not forced)
             except ActivityError as err:
                 if not forced:
                     raise
-                return await self._give_up_instance(record, instance_id, err)
-            if result is None:  # a force arrived: the attempts are capped from here on
-                continue
-            state.waiting = None
-            state.provider = describe_provider(result.answer)
-            state.provider_attempts += result.attempts
-            self._publish()
-            return None
+                await self._record_leak(record, instance_id, err)
+                return
+            if result is not None:
+                self._set(ds.provider_answered(self.state, result))
+                return
+            # A force arrived: the attempts are capped from here on.
 
-    async def _escalate_until_forced(self, record: RunnerRecord, why: str, carry: Any) -> None:
-        state = self._state
-        assert state is not None
-        state.escalated = True
-        state.decision = f"{why}; escalated to an operator"
-        state.error = (
-            f"{why}. Fix the record, or run `keeper runner delete {record.name} --force`: "
-            "keeper then tries the provider a few times and records the instance as a leak"
+    async def _escalate_until_forced(self, why: str) -> None:
+        self._set(ds.instance_escalated(self.state, why))
+        await workflow.wait_condition(
+            lambda: self.state.force or history_is_long(self.policy.history_events_limit)
         )
-        self._step(DeletionStep.ESCALATED, record)
-        metrics.escalated()
-        await workflow.wait_condition(lambda: self._force or self._history_is_long())
-        if not self._force:
-            await self._continue_as_new(carry())
-        state.escalated = False
-        state.error = None
-        state.decision = f"{why}; answered: force requested"
-        self._step(DeletionStep.PROVIDER_DELETE, record, searchable=True)
+        if not self.state.force:
+            await self._continue_as_new()
+        self._set(ds.force_answered(self.state, why))
 
-    async def _give_up_instance(
+    async def _record_leak(
         self, record: RunnerRecord, instance_id: str, err: ActivityError
-    ) -> str:
-        state = self._state
-        assert state is not None
-        state.waiting = None
-        state.provider = _cause(err)
-        state.provider_attempts += self._policy.force_provider_attempts
-        reason = (
-            f"forced delete gave up after {self._policy.force_provider_attempts} attempts: "
-            f"{state.provider}"
-        )
-        self._step(DeletionStep.PROVIDER_DELETE, record, searchable=True)
+    ) -> None:
+        attempts = self.policy.force_provider_attempts
+        self._set(ds.provider_gave_up(self.state, _cause(err), attempts))
+        reason = ds.leak_reason(self.state, attempts)
         await workflow.execute_activity_method(
             RunnerStoreActivities.record_leak,
             LeakReport(
@@ -569,54 +367,38 @@ class RunnerDeletion:
             retry_policy=opts.STORE_RETRY,
             summary=f"record leaked instance {md_text(instance_id)} for the orphan sweep",
         )
-        state.decision = f"leak recorded: {instance_id} ({reason})"
-        self._publish()
-        return instance_id
+        self._set(ds.leak_recorded(self.state, instance_id, reason))
+
+    # ---- 5: after the tombstone -----------------------------------------------------------
 
     async def _cleanup_registration(self, record: RunnerRecord) -> None:
         """After a busy runner's compute is gone it is offline, and GitHub lets the
         registration go. Bounded: GitHub itself removes offline runners eventually."""
-        state = self._state
-        assert state is not None
         ref = registration_ref(record)
         if ref is None:
             return
-        state.step = DeletionStep.DONE
-        state.status = S.DELETED.value
-        state.background = (
-            f"removing GitHub registration {ref.runner_id} now that the runner is offline "
-            f"(at most {self._policy.registration_cleanup_attempts} tries); the runner is "
-            "deleted whatever it answers"
-        )
+        attempts = self.policy.registration_cleanup_attempts
+        self._set(ds.cleanup_started(self.state, ref.runner_id, attempts))
         try:
             result = await self._ask_github(ref, DeregisterMode.CLEANUP, None)
         except ActivityError as err:
-            state.decision = (
-                f"{state.decision or ''}; registration still present ({_cause(err)}): GitHub "
-                "removes offline runners after 14 days"
-            ).lstrip("; ")
+            self._set(ds.cleanup_ended(self.state, answer=None, cause=_cause(err)))
         else:
-            state.github = result.answer.message
-            state.github_attempts += result.attempts
-        state.waiting = None
-        state.background = None
+            self._set(
+                ds.cleanup_ended(self.state, answer=result.answer.message, attempts=result.attempts)
+            )
 
-    # ---- waiting without history -------------------------------------------------------
+    # ---- waiting without history ---------------------------------------------------------
 
-    async def _interruptible(
-        self,
-        task: asyncio.Task[T],
-        *,
-        carry: Any,
-        on_force: bool = True,
-    ) -> T | None:
+    async def _interruptible(self, task: asyncio.Task[T], *, on_force: bool = True) -> T | None:
         """Awaits an activity that Temporal retries for as long as it takes. Returns None
         when a force request arrives first (the call is cancelled so the caller can ask
         again with a force's patience), and continues as new when the history is long."""
-        forced_before = self._force
+        forced_before = self.state.force
+        limit = self.policy.history_events_limit
         waiter = asyncio.ensure_future(
             workflow.wait_condition(
-                lambda: (on_force and self._force != forced_before) or self._history_is_long()
+                lambda: (on_force and self.state.force != forced_before) or history_is_long(limit)
             )
         )
         await workflow.wait([task, waiter], return_when=asyncio.FIRST_COMPLETED)
@@ -626,134 +408,75 @@ class RunnerDeletion:
         task.cancel()
         with contextlib.suppress(ActivityError, CancelledError, asyncio.CancelledError):
             await task
-        if self._history_is_long():
-            await self._continue_as_new(carry())
+        if history_is_long(limit):
+            await self._continue_as_new()
         return None
 
-    def _history_is_long(self) -> bool:
-        info = workflow.info()
-        return (
-            info.is_continue_as_new_suggested()
-            or info.get_current_history_length() >= self._policy.history_events_limit
-        )
-
-    def _carry(
-        self, *, registration_left: bool | None, mode: DeregisterMode | None = None
-    ) -> DeletionCarry:
-        state = self._state
-        assert state is not None
-        shown = state.model_dump(include=set(CARRIED_VIEW_FIELDS))
-        # Rolled over while re-checking: the next run goes on re-checking.
-        shown["escalated"] = state.escalated or mode is DeregisterMode.RECHECK
-        return DeletionCarry(
-            run=state.run + 1,
-            force=self._force,
-            requests=tuple(self._requests[-CARRIED_REQUESTS:]),
-            rejected=tuple(self._rejected[-CARRIED_REQUESTS:]),
-            registration_left=registration_left,
-            registration=self._registration if registration_left is not None else None,
-            **shown,
-        )
-
-    async def _continue_as_new(self, carry: DeletionCarry) -> NoReturn:
-        await workflow.wait_condition(workflow.all_handlers_finished)
+    async def _continue_as_new(self) -> NoReturn:
+        # Every request handled first: none is cut short by the roll-over.
+        await handlers_finished()
+        carry = ds.continued(self.state)
         workflow.logger.info(
             "history at %d events: continuing as run %d",
             workflow.info().get_current_history_length(),
             carry.run,
         )
-        assert self._state is not None
         workflow.continue_as_new(
-            RunnerDeletionInput(
-                runner=self._state.runner, request=None, policy=self._policy, carried=carry
-            )
+            RunnerDeletionInput(runner=carry.runner, request=None, carry=carry)
         )
 
-    def _resume_view(self, carry: DeletionCarry) -> None:
-        state = self._state
-        assert state is not None
-        # Search attributes come along with a continue-as-new; so must what they say.
-        step = workflow.info().typed_search_attributes.get(sa.RUNNER_STEP)
-        self._sa_step = DeletionStep(step) if step in DeletionStep._value2member_map_ else None
-        state.run = carry.run
-        for name in CARRIED_VIEW_FIELDS:
-            setattr(state, name, getattr(carry, name))
+    # ---- plumbing ------------------------------------------------------------------------
 
-    # ---- plumbing ----------------------------------------------------------------------
+    @property
+    def state(self) -> DeletionState:
+        assert self._state is not None, "the run sets the state before anything reads it"
+        return self._state
 
-    def _step(
-        self, step: DeletionStep, record: RunnerRecord | None, *, searchable: bool = False
-    ) -> None:
-        """Moves the current step. The RunnerStep search attribute follows only the steps an
-        operator searches for (waiting, escalated, retrying, done): each upsert is a history
-        event and a visibility write, and the happy path needs no more than two."""
-        assert self._state is not None
-        if step is DeletionStep.ESCALATED and self._sa_step is not DeletionStep.ESCALATED:
-            # The RunnerStep attribute comes along with a continue-as-new, so a run that
-            # resumes an escalation does not raise it again.
-            self._alert_escalated(record)
-        self._state.step = step
-        if record is not None:
-            self._state.status = record.instance_status.value
-        if (searchable or step in SEARCHABLE_STEPS) and step is not self._sa_step:
-            self._sa_step = step
-            workflow.upsert_search_attributes([sa.RUNNER_STEP.value_set(step.value)])
+    @property
+    def policy(self) -> DeletionPolicy:
+        assert self._policy is not None, "the run reads the policy before anything uses it"
+        return self._policy
+
+    def _cancel_seen(self) -> None:
+        self._set(ds.cancel_seen(self.state))
+
+    def _set(self, state: DeletionState) -> None:
+        """The one way the state changes: an escalation raises its alert (once per
+        episode), and the change is published."""
+        before, self._state = self._state, state
+        info = workflow.info()
+        key = ds.escalation_alert_key(before or state, state, info.first_execution_run_id)
+        if key is not None:
+            self._state = ds.alerted(state, key)
+            raise_alert(escalation_alert(self._state, info.workflow_id, key))
+            metrics.escalated()
         self._publish()
 
-    def _alert_escalated(self, record: RunnerRecord | None) -> None:
-        state = self._state
-        assert state is not None
-        if not workflow.patched(ALERTS_ESCALATED):
-            return
-        info = workflow.info()
-        # One alert per escalation episode: what escalated it names the episode.
-        key = f"{info.first_execution_run_id}/{state.decision or ''}"
-        if key in self._alerted:
-            return
-        self._alerted.add(key)
-        evidence = [
-            line
-            for line in (
-                f"scale set: {state.scale_set}" if state.scale_set else None,
-                f"status: {record.instance_status.value}" if record is not None else None,
-                state.error,
-            )
-            if line
-        ]
-        summary = f"{state.runner}: {state.decision or 'an operator must decide'}"
-        raise_alert(
-            make_alert(AlertKind.DELETION_ESCALATED, info.workflow_id, key, summary, evidence)
-        )
-
     def _publish(self) -> None:
-        if self._state is None:
-            return
-        workflow.set_current_details(render_details(view_of(self._state)))
-
-    def _result(self, outcome: DeletionOutcome) -> DeletionResult:
-        assert self._state is not None
-        self._state.requests = list(self._requests)
-        return result_of(self._state, outcome)
-
-
-_WAITING = frozenset({DeletionStep.BUSY_WAIT, DeletionStep.ESCALATED})
-# Retry states that mean "the attempts a force allows are used up".
-_GAVE_UP = frozenset({RetryState.MAXIMUM_ATTEMPTS_REACHED, RetryState.TIMEOUT})
+        state = self.state
+        updates: list[SearchAttributeUpdate[Any]] = [sa.RUNNER_NAME.value_set(state.runner)]
+        if state.scale_set_searchable:
+            updates.append(sa.SCALE_SET.value_set(state.scale_set))
+        if state.shown_step is not None:
+            updates.append(sa.KEEPER_STEP.value_set(state.shown_step.value))
+        self._publisher.publish(render_details(view_of(state)), updates)
 
 
-def _has_problem(record: RunnerRecord, field: str) -> bool:
-    return any(problem.startswith(f"{field}:") for problem in record.problems)
+def _require_canonical_id(runner: str) -> None:
+    expected = deletion_workflow_id(runner)
+    if workflow.info().workflow_id != expected:
+        # keeper finds a runner's deletion by this id; one started under another id could
+        # be neither found nor joined, and a second one could race it.
+        raise ApplicationError(
+            f"a RunnerDeletion of runner {runner!r} must run as workflow id "
+            f"{expected!r}, not {workflow.info().workflow_id!r}; start it with "
+            f"`keeper runner delete {runner}` or --workflow-id {expected}",
+            type=WRONG_WORKFLOW_ID,
+            non_retryable=True,
+        )
 
 
 def _cause(err: ActivityError) -> str:
     cause = err.cause
     text = str(cause) if cause is not None else str(err)
     return text[:300]
-
-
-def _problem(err: Exception) -> str:
-    if isinstance(err, ValidationError):
-        return "; ".join(
-            f"{'.'.join(str(p) for p in e['loc']) or 'request'}: {e['msg']}" for e in err.errors()
-        )[:300]
-    return str(err)[:300]
