@@ -192,6 +192,33 @@ async def test_a_worker_applies_its_settings_to_an_existing_schedule(
     assert described.schedule.state.note == "maintenance"
 
 
+async def test_a_worker_resets_a_schedule_input_an_older_keeper_made(
+    dev_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    """A reconciler schedule made before 1.0 carries a `policy` its workflow now refuses:
+    the worker's start puts the family's own input back, so the next pass runs."""
+    from temporalio.client import ScheduleActionStartWorkflow
+
+    from keeper.workers.families import FAMILIES
+    from keeper.workers.main import ensure_schedules
+
+    client = await _namespace(dev_env)
+    stem = f"fam-{uuid.uuid4().hex[:6]}"
+    settings = Settings.model_validate({"temporal": {"task_queue": stem}})
+    old = FAMILIES["runners"].schedules(settings, f"{stem}-runners")[0]
+    action = old.schedule.action
+    assert isinstance(action, ScheduleActionStartWorkflow)
+    wanted = await client.data_converter.encode(action.args)
+    action.args = [{"policy": {"busy_wait": "30m"}}]
+    await client.create_schedule(old.schedule_id, old.schedule)
+    await ensure_schedules(client, settings, FAMILIES["runners"])
+    described = await client.get_schedule_handle(old.schedule_id).describe()
+    now = described.schedule.action
+    assert isinstance(now, ScheduleActionStartWorkflow)
+    assert [p.data for p in now.args] == [p.data for p in wanted]
+    assert b"policy" not in b"".join(p.data for p in now.args)
+
+
 def test_worker_check_names_the_interval_it_sets_on_each_schedule(tmp_path: Path) -> None:
     config = tmp_path / "keeper.yaml"
     config.write_text(

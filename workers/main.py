@@ -11,6 +11,7 @@ from contextlib import AsyncExitStack
 from typing import Any
 
 from google.cloud import tpu_v2
+from temporalio.api.common.v1 import Payload
 from temporalio.client import (
     Client,
     ScheduleActionStartWorkflow,
@@ -113,8 +114,9 @@ async def ensure_schedules(client: Client, settings: Settings, family: Family) -
     `sweeper.interval: 2m` takes effect at the next worker start, not at the next schedule
     delete), the overlap policy SKIP (one run at a time: `keeper tpu sweep` relies on it) and
     the family's task queue (a schedule made before the family had a queue of its own must
-    not start runs on a queue nobody serves). A change made to these by hand is replaced and
-    logged; the schedule's paused state and note are left as they are."""
+    not start runs on a queue nobody serves), and the workflow's input (a schedule made by an
+    older keeper may carry an input this one refuses). A change made to these by hand is
+    replaced and logged; the schedule's paused state and note are left as they are."""
     queue = family.task_queue(settings)
     for spec in family.schedules(settings, queue):
         try:
@@ -123,11 +125,17 @@ async def ensure_schedules(client: Client, settings: Settings, family: Family) -
             continue
         except ScheduleAlreadyRunningError:
             pass
-        await client.get_schedule_handle(spec.schedule_id).update(_own(spec, queue))
+        wanted = spec.schedule.action
+        args = (
+            await client.data_converter.encode(wanted.args)
+            if isinstance(wanted, ScheduleActionStartWorkflow)
+            else []
+        )
+        await client.get_schedule_handle(spec.schedule_id).update(_own(spec, queue, args))
 
 
 def _own(
-    spec: ScheduleSpecOf, queue: str
+    spec: ScheduleSpecOf, queue: str, args: Sequence[Payload]
 ) -> Callable[[ScheduleUpdateInput], ScheduleUpdate | None]:
     def own(update: ScheduleUpdateInput) -> ScheduleUpdate | None:
         current = update.description.schedule
@@ -137,6 +145,11 @@ def _own(
         if isinstance(action, ScheduleActionStartWorkflow) and action.task_queue != queue:
             changes.append(f"task queue {action.task_queue} -> {queue}")
             action.task_queue = queue
+        if isinstance(action, ScheduleActionStartWorkflow) and [p.data for p in action.args] != [
+            p.data for p in args
+        ]:
+            changes.append("workflow input reset")
+            action.args = list(args)
         if current.spec != wanted.spec:
             changes.append(f"{_every(current.spec)} -> {_every(wanted.spec)}")
             current.spec = wanted.spec

@@ -17,7 +17,8 @@ from keeper.workers.input_guard import InputHelp
 @dataclass(frozen=True)
 class ScheduleSpecOf:
     """A schedule a family owns: created when absent; at each worker start its interval,
-    overlap policy and task queue are set back to these (workers/main.py, ensure_schedules)."""
+    overlap policy, task queue and input are set back to these (workers/main.py,
+    ensure_schedules)."""
 
     schedule_id: str
     schedule: Schedule
