@@ -174,7 +174,7 @@ async def start_bootstraps(
 async def in_assign(client: Client, tag: str) -> int:
     query = (
         f'WorkflowType = "TpuSliceBootstrap" AND ExecutionStatus = "Running" '
-        f'AND Phase = "{Phase.ASSIGN.value}" AND SliceName STARTS_WITH "scale-{tag}-"'
+        f'AND KeeperStep = "{Phase.ASSIGN.value}" AND SliceName STARTS_WITH "scale-{tag}-"'
     )
     return (await client.count_workflows(query)).count
 

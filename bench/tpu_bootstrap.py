@@ -352,7 +352,7 @@ class BootstrapRun:
     def observations(self) -> int:
         """Polls that returned to the workflow (progress seen), each a few history events."""
         return sum(
-            1 for a in self.log.attempts if a.activity == "observe_slice" and a.failure is None
+            1 for a in self.log.attempts if a.activity == "tpu.observe_slice" and a.failure is None
         )
 
     @property
@@ -458,13 +458,13 @@ class Bootstraps:
         totals = {m: n - baseline.get(m, 0) for m, n in sorted(after.items())}
         if totals != dict(sorted(log.total().items())):
             progress(f"  note: calls outside activity attempts: {totals} vs {dict(log.total())}")
-        create = log.first("create_slice")
+        create = log.first("tpu.create_slice")
         assert create is not None, "the bootstrap never created its queued resource"
         # The wait, as the workflow saw it: from the create until the first poll that found
         # the QR assigned or, never assigned, until compensation started at the deadline.
         assigned = next(
             (a for a in log.attempts if a.qr_state in ("PROVISIONING", "ACTIVE")),
-            log.first("delete_slice"),
+            log.first("tpu.delete_slice"),
         )
         assert assigned is not None, "neither assigned nor compensated"
         end = assigned.started
@@ -494,7 +494,7 @@ def throttle_hook(emu: TpuEmulator, log: CallLog, slice_name: str, after: timede
     """Arms RESOURCE_EXHAUSTED for the first poll that starts `after` into the wait."""
 
     def inject(started: float, activity_type: str) -> bool:
-        create = log.first("create_slice")
+        create = log.first("tpu.create_slice")
         if create is None or started < create.started + after.total_seconds():
             return False
         emu.inject_fault("GetQueuedResource", "RESOURCE_EXHAUSTED", THROTTLE_FAULTS, slice_name)
@@ -510,7 +510,7 @@ def backoff_figures(log: CallLog) -> dict[str, Any]:
     first answered one.
     """
     polls = sorted(
-        (a for a in log.attempts if a.activity == "observe_slice"), key=lambda a: a.started
+        (a for a in log.attempts if a.activity == "tpu.observe_slice"), key=lambda a: a.started
     )
     refused = [i for i, a in enumerate(polls) if a.failure == "RateLimited"]
     if not refused:

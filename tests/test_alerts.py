@@ -397,25 +397,23 @@ async def test_an_escalated_runner_deletion_alerts_once_and_the_url_is_in_no_his
     name = "alert-busy-runner"
     # A roll-over while escalated: the next run resumes the escalation and must not alert.
     policy = FAST_POLICY.model_copy(update={"history_events_limit": 100})
-    async with runner_world(tmp_path) as world, runner_worker(dev_env.client, world):
+    async with runner_world(tmp_path) as world, runner_worker(dev_env.client, world, policy):
         world.add_runner(name, busy=True)
-        handle = await world.request(dev_env.client, name, policy=policy)
+        handle = await world.request(dev_env.client, name)
         await until(lambda: receiver.of("Runner deletion escalated"), what="the escalation alert")
         first_run = handle.result_run_id
         for i in range(40):
-            await world.request(dev_env.client, name, reason=f"again {i}", policy=policy)
+            await world.request(dev_env.client, name, reason=f"again {i}")
         latest = dev_env.client.get_workflow_handle(handle.id)
         deadline = asyncio.get_running_loop().time() + 30
         while (await latest.describe()).run_id == first_run:
             assert asyncio.get_running_loop().time() < deadline, "never rolled over"
             await asyncio.sleep(0.1)
-        await world.request(dev_env.client, name, force=True, policy=policy)
+        await world.request(dev_env.client, name, force=True)
         await asyncio.wait_for(latest.result(), 60)
         first = dev_env.client.get_workflow_handle(handle.id, run_id=first_run)
         for run in (first, latest):
             await assert_url_absent(run, receiver.url)
-        maybe_record("runner-escalated-alert.first.json", (await first.fetch_history()).to_json())
-        maybe_record("runner-escalated-alert.json", (await latest.fetch_history()).to_json())
     (post,) = receiver.of("Runner deletion escalated")
     assert_slack_shape(post)
     assert f"{name}: runner still busy" in post["text"], post["text"]
@@ -446,10 +444,9 @@ async def test_a_node_drained_by_reclaim_alerts_once_and_the_url_is_in_no_histor
         wf = only_workflow(w, node, parent)
         await world_until(lambda: w.emu.cluster.drains, what="the drain")
         await until(lambda: receiver.of("Node drained by reclaim"), what="the drain alert")
-        await w.handle(wf).signal("release", {"by": "oncall", "reason": "freed by hand"})
+        await w.release(wf, by="oncall", reason="freed by hand")
         await w.result(wf)
         await assert_url_absent(w.handle(wf), receiver.url)
-        maybe_record("reclaim-drained-alert.json", (await w.handle(wf).fetch_history()).to_json())
         scraped = await scrape_until(
             metrics_url, {"keeper_reclaims_total": {"outcome": "operator-released"}}
         )
@@ -486,7 +483,6 @@ async def test_a_stalled_watch_alerts_its_stall_and_its_proposal_once_each(
         await w.result(handle)
         final = await handle.query("status")
         await assert_url_absent(handle, receiver.url)
-        maybe_record("watch-stalled-alert.json", (await handle.fetch_history()).to_json())
         scraped = await scrape_until(
             metrics_url, {"keeper_watch_verdicts_total": {"verdict": "running"}}
         )
@@ -539,7 +535,6 @@ async def test_a_stuck_tpu_compensation_alerts_once(
         clocked_emu.clear_faults()
         await asyncio.wait_for(result, 120)
         await assert_url_absent(handle, receiver.url)
-        maybe_record("tpu-stuck-alert.supervisor.json", (await handle.fetch_history()).to_json())
     (post,) = receiver.posts
     assert_slack_shape(post)
     assert f"deleting {request.slice_name} in us-central2-b" in post["text"], post["text"]

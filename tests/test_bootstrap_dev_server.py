@@ -94,7 +94,7 @@ async def test_temporal_cli_start_with_json_input_bootstraps_the_slice(dev_env, 
     attributes = {k.name: v for k, v in description.typed_search_attributes}  # type: ignore[misc]
     assert attributes["SliceName"] == request.slice_name
     assert attributes["Zone"] == "us-central2-b"
-    assert attributes["Phase"] == "done"
+    assert attributes["KeeperStep"] == "done"
     assert metadata.returncode == 0, metadata.stderr
     assert "VMs healthy | 4/4" in metadata.stdout
     assert_no_leaks(fast_emu, frozenset({request.slice_name}))
@@ -160,7 +160,9 @@ async def pending_create_attempt(env, request) -> int:
     """The attempt the phase child's create is on; 0 when none is pending."""
     child = env.client.get_workflow_handle(bootstrap_run_workflow_id(request.slice_name))
     pending = (await child.describe()).raw_description.pending_activities
-    return max((p.attempt for p in pending if p.activity_type.name == "create_slice"), default=0)
+    return max(
+        (p.attempt for p in pending if p.activity_type.name == "tpu.create_slice"), default=0
+    )
 
 
 async def until(condition, what: str, within: float = 60.0) -> None:

@@ -130,7 +130,7 @@ async def _waiting_poll(handle: WorkflowHandle) -> PendingActivityInfo:
             continue
         for pending in described.raw_description.pending_activities:
             if (
-                pending.activity_type.name == "observe_slice"
+                pending.activity_type.name == "tpu.observe_slice"
                 and pending.state == PendingActivityState.PENDING_ACTIVITY_STATE_SCHEDULED
                 and pending.HasField("last_failure")
                 and pending.HasField("next_attempt_schedule_time")

@@ -8,6 +8,7 @@ import json
 import typing
 import uuid
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -23,12 +24,12 @@ from temporalio.worker import Worker
 
 from emulators.provider import state as provider_state
 from emulators.tpu import Scenario, TpuEmulator
-from keeper.domain.reclaim.calls import JobReclaimInput
+from keeper.domain.reclaim.state import JobReclaimInput
+from keeper.domain.runners.deletion_state import DeletionState, RunnerDeletionInput
 from keeper.domain.runners.models import (
     DeletionOutcome,
     DeletionPolicy,
     DeletionRequest,
-    RunnerDeletionInput,
     deletion_workflow_id,
 )
 from keeper.domain.runners.reconcile import ReconcileRequest
@@ -92,18 +93,12 @@ def _locations(err: ValidationError) -> set[str]:
     [
         (RunnerDeletionInput, {"runner": "r", "request": {"force": "yes"}}, "request.force"),
         (RunnerDeletionInput, {"runner": "r", "request": {"force": 1}}, "request.force"),
-        (
-            RunnerDeletionInput,
-            {"runner": "r", "policy": {"force_provider_attempts": "2"}},
-            "policy.force_provider_attempts",
-        ),
-        (
-            RunnerDeletionInput,
-            {"runner": "r", "policy": {"registration_cleanup_attempts": 2.0}},
-            "policy.registration_cleanup_attempts",
-        ),
-        (RunnerDeletionInput, {"runner": "r", "policy": {"busy_wait": "30"}}, "policy.busy_wait"),
-        (RunnerDeletionInput, {"runner": "r", "policy": {"busy_poll": True}}, "policy.busy_poll"),
+        # The policy comes from the worker's settings (runners.policy), never the input.
+        (RunnerDeletionInput, {"runner": "r", "policy": {"busy_wait": "30s"}}, "policy"),
+        (DeletionPolicy, {"force_provider_attempts": "2"}, "force_provider_attempts"),
+        (DeletionPolicy, {"registration_cleanup_attempts": 2.0}, "registration_cleanup_attempts"),
+        (DeletionPolicy, {"busy_wait": "30"}, "busy_wait"),
+        (DeletionPolicy, {"busy_poll": True}, "busy_poll"),
         (DeletionRequest, {"force": "true"}, "force"),
         (SliceRequest, {**SLICE, "node_count": "2"}, "node_count"),
         (SliceRequest, {**SLICE, "health_port": "8080"}, "health_port"),
@@ -124,10 +119,10 @@ def _locations(err: ValidationError) -> set[str]:
         (JobReclaimInput, _reclaim(("holding", "job_id"), 2**32), "holding.job_id"),
         (JobReclaimInput, _reclaim(("holding", "epoch"), 0), "holding.epoch"),
         (JobReclaimInput, _reclaim(("first", "verdict"), "kill"), "first.verdict"),
-        (JobReclaimInput, _reclaim(("policy",), {"graceful_tries": 0}), "policy.graceful_tries"),
+        # The policy comes from the worker's settings (reclaim.policy), never the input.
+        (JobReclaimInput, _reclaim(("policy",), {"graceful_tries": 3}), "policy"),
         (JobReclaimInput, _reclaim(("mode",), "act"), "mode"),
         (JobReclaimInput, _reclaim(("holding", "job_id"), "1234"), "holding.job_id"),
-        (JobReclaimInput, _reclaim(("policy",), {"graceful_tries": "3"}), "policy.graceful_tries"),
     ],
 )  # fmt: skip
 def test_outside_input_is_strict(model: type[Any], data: dict[str, Any], field: str) -> None:
@@ -157,7 +152,9 @@ def test_what_keeper_writes_decodes_again() -> None:
     assert decode(DeletionPolicy, json.loads(policy.model_dump_json())) == policy
     request = slice_request(deadlines={"assign": "4h"}, node_count=2)
     assert decode(SliceRequest, json.loads(request.model_dump_json())) == request
-    inp = RunnerDeletionInput(runner="r-1", request=DeletionRequest(force=True), policy=policy)
+    busy_since = datetime(2026, 12, 1, tzinfo=UTC)
+    carry = DeletionState(runner="r-1", run=2, force=True, busy_since=busy_since)
+    inp = RunnerDeletionInput(runner="r-1", request=DeletionRequest(force=True), carry=carry)
     assert decode(RunnerDeletionInput, json.loads(inp.model_dump_json())) == inp
 
 
@@ -356,7 +353,7 @@ async def test_a_deletion_started_without_its_input_fails_and_the_next_request_d
     ("extra", "field"),
     [
         ({"request": {"force": "yes"}}, "request.force"),
-        ({"policy": {"force_provider_attempts": "2"}}, "policy.force_provider_attempts"),
+        ({"policy": {"busy_wait": "30s"}}, "policy"),
     ],
 )
 async def test_a_deletion_input_that_is_not_strictly_typed_fails_before_touching_the_runner(

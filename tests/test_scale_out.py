@@ -80,6 +80,8 @@ def runner_settings(world: RunnerWorld, tmp_path: Path) -> dict[str, Any]:
         "github": {"api_url": world.github.url, "token_file": str(token_file)},
         "provider": {"config_file": str(world.provider_config), "lease_margin": LEASE_MARGIN},
         "reconcile_interval": "1h",
+        # What every deletion the fleet runs reads at its start (runners.policy).
+        "deletion": POLICY.model_dump(mode="json"),
     }
 
 
@@ -168,7 +170,7 @@ async def deletions_with_a_kill(
 ) -> tuple[list[DeletionResult], WorkerProcess]:
     """Requests every deletion, SIGKILLs one worker while it runs provider calls, starts
     `more` workers, and returns every result."""
-    handles = await asyncio.gather(*(world.request(client, n, policy=POLICY) for n in names))
+    handles = await asyncio.gather(*(world.request(client, n) for n in names))
     victim = await victim_in_provider_calls(world, client, fleet, handles)
     fleet.kill(victim)
     # Started now, their start-up overlaps the wait for the victim's lost attempts.

@@ -13,26 +13,33 @@ import sys
 import uuid
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from google.api_core.exceptions import NotFound
+from temporalio import activity
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
+from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import ApplicationError, CancelledError
 from temporalio.testing import ActivityEnvironment, WorkflowEnvironment
 
 from emulators.tpu import Scenario, TpuEmulator
 from keeper.activities.tpu.cloud import DELETES_SENT, TpuActivities
+from keeper.activities.tpu.policy import PolicyActivities
 from keeper.domain.tpu.models import (
     BootstrapFailure,
     BootstrapResult,
+    BootstrapRunInput,
     BootstrapStatus,
+    CompensationPolicy,
     CreateSliceInput,
     DeleteSliceInput,
     DeletionReport,
     Owner,
     SliceRef,
     TeardownRequest,
+    TpuPolicy,
 )
 from keeper.domain.tpu.naming import (
     bootstrap_run_workflow_id,
@@ -163,7 +170,7 @@ async def test_a_stuck_compensation_is_reported_keeps_history_bounded_and_finish
     # (one more when the test clears the fault after a boundary has passed).
     deletes = [
         e for e in history.events
-        if e.activity_task_scheduled_event_attributes.activity_type.name == "delete_slice"
+        if e.activity_task_scheduled_event_attributes.activity_type.name == "tpu.delete_slice"
     ]  # fmt: skip
     attempts = sum(
         e.activity_task_started_event_attributes.attempt
@@ -334,6 +341,53 @@ async def test_a_long_stuck_compensation_continues_as_new_and_keeps_its_owner(
     assert_no_leaks(clocked_emu)
 
 
+async def test_each_run_reads_the_workers_settings_once_and_a_change_reaches_the_next_run(
+    time_env, clocked_emu: TpuEmulator, monkeypatch: pytest.MonkeyPatch
+):
+    """`tpu.policy` is read at the start of each run, never carried: the supervisor's first
+    run reads a stuck threshold of 2 h, the worker's settings then change to 1 min, and the
+    run that continues its compensation as new turns stuck by the new threshold."""
+    from temporalio import workflow
+
+    reads: list[tuple[str, str, timedelta]] = []  # workflow type, run id, stuck_after
+
+    class ChangedAfterTheFirstRead(PolicyActivities):
+        @activity.defn(name="tpu.policy")
+        async def policy(self) -> TpuPolicy:
+            stuck_after = timedelta(hours=2) if not reads else timedelta(minutes=1)
+            info = activity.info()
+            reads.append((info.workflow_type or "", info.workflow_run_id or "", stuck_after))
+            compensation = CompensationPolicy(stuck_after=stuck_after)
+            return (await super().policy()).model_copy(update={"compensation": compensation})
+
+    monkeypatch.setattr("keeper.workers.families.tpu.PolicyActivities", ChangedAfterTheFirstRead)
+    # The server suggests continue-as-new only past thousands of events; here, at once.
+    monkeypatch.setattr(workflow.Info, "is_continue_as_new_suggested", lambda self: True)
+    request = slice_request()
+    clocked_emu.set_scenario(request.slice_name, STOCKOUT)
+    clocked_emu.inject_fault(
+        "DeleteQueuedResource", "PERMISSION_DENIED", count=1_000_000, slice=request.slice_name
+    )
+    async with running_worker(time_env.client, clocked_emu) as worker:
+        handle = await start(time_env, worker.task_queue, request)
+        result = asyncio.create_task(failure_of(handle))
+        latest = time_env.client.get_workflow_handle(handle.id)
+        stuck = await wait_for_status(latest, lambda s: s.compensation_stuck)
+        monkeypatch.setattr(workflow.Info, "is_continue_as_new_suggested", lambda self: False)
+        clocked_emu.clear_faults()
+        await asyncio.wait_for(result, 120)
+        runs = await runs_of(time_env.client, handle.id)
+    assert stuck.compensation_started_at is not None and stuck.compensation_stuck_since
+    # The first run's 2 h would have kept it retrying for two hours; the new 1 min did not.
+    assert stuck.compensation_stuck_since - stuck.compensation_started_at < timedelta(hours=1)
+    supervisor = [(run, after) for kind, run, after in reads if kind == "TpuSliceBootstrap"]
+    assert supervisor[0][1] == timedelta(hours=2) and runs >= 2, (runs, reads)
+    # Once per run: never per window, and never carried to the next run.
+    assert len(supervisor) == runs == len({run for run, _ in supervisor}), (runs, reads)
+    assert {after for _, after in supervisor[1:]} == {timedelta(minutes=1)}, reads
+    assert_no_leaks(clocked_emu)
+
+
 async def runs_of(client: Client, workflow_id: str) -> int:
     """How many runs a workflow id has had, walked back from the latest run."""
     runs, run_id = 0, (await client.get_workflow_handle(workflow_id).describe()).run_id
@@ -344,6 +398,14 @@ async def runs_of(client: Client, workflow_id: str) -> int:
             0
         ].workflow_execution_started_event_attributes.continued_execution_run_id
     return runs
+
+
+async def continued_input(child: WorkflowHandle[Any, Any]) -> BootstrapRunInput:
+    """What the latest run of a phase child started from: the state the run before carried."""
+    history = await child.fetch_history()
+    started = history.events[0].workflow_execution_started_event_attributes
+    (inp,) = await pydantic_data_converter.decode(started.input.payloads, [BootstrapRunInput])
+    return inp
 
 
 async def test_a_stuck_teardown_continues_as_new_and_finishes_the_delete(
@@ -425,8 +487,9 @@ async def test_a_stuck_cancel_path_compensation_continues_as_new_and_finishes(
         monkeypatch.undo()
         # The continued run starts as stuck as the run before, and knows what it counted.
         continued = await wait_for_status(child, lambda s: s.compensation_stuck)
-        memo = await (await child.describe()).memo_value("keeper-compensation-counted")
-        assert memo == {"started": True, "stuck": True}, (memo, continued)
+        carry = (await continued_input(child)).carry
+        assert carry is not None and carry.orphaned, continued
+        assert sorted(carry.counted) == ["started", "stuck"], (carry.counted, continued)
         emu.clear_faults()
         with pytest.raises(WorkflowFailureError) as closed:
             await asyncio.wait_for(child.result(), 150)

@@ -1,5 +1,6 @@
 """Workflow ids: no two roles can share one, slice workflows refuse any other id, and the
-`keeper tpu` commands act only on the workflow type an id belongs to."""
+`keeper tpu` commands act only on the workflow type an id belongs to. Activity names: one
+`tpu.<verb>` each."""
 
 from __future__ import annotations
 
@@ -142,21 +143,39 @@ def test_no_two_roles_produce_the_same_id(first: str, second: str, runner: str, 
     assert {wid: whos for wid, whos in by_id.items() if len(whos) > 1} == {}
 
 
+def test_every_tpu_activity_is_named_tpu_verb():
+    from temporalio import activity
+
+    from keeper.runtime.tpu.client import emulator_client
+    from keeper.workers.families.tpu import TpuDeps, tpu_activities
+    from tests.harness import test_settings as settings_for_tests
+
+    deps = TpuDeps(emulator_client("127.0.0.1:9"))  # never dialled here
+    served = tpu_activities(settings_for_tests(), None, deps)  # type: ignore[arg-type]
+    names = {activity._Definition.must_from_callable(a).name for a in served}
+    assert names == {
+        "tpu.create_slice",
+        "tpu.observe_slice",
+        "tpu.check_health",
+        "tpu.delete_slice",
+        "tpu.survey_owned_resources",
+        "tpu.policy",
+        "common.alert",
+    }
+
+
 def test_schedule_ids_are_distinct_and_no_workflow_role_makes_them():
     assert len(set(SCHEDULE_IDS.values())) == len(SCHEDULE_IDS)
     for schedule_id in SCHEDULE_IDS.values():
         assert role_of(schedule_id)[0] == "none"
 
 
-def test_the_old_child_id_was_another_slices_supervisor_and_the_new_one_is_not():
-    assert naming.legacy_bootstrap_run_workflow_id("c8") == naming.bootstrap_workflow_id("c8-run")
-    assert naming.bootstrap_run_workflow_id("c8") not in {
-        make(name) for make in SLICE_ROLES.values() for name in ("c8-run", "c8", "c8.run")
-    } - {naming.bootstrap_run_workflow_id("c8")}
-    assert naming.bootstrap_run_workflow_ids("c8") == (
-        "tpu-bootstrap-c8.run",
-        "tpu-bootstrap-c8-run",
-    )
+def test_the_child_id_is_never_another_slices_supervisor():
+    """A "-run" suffix would have made slice c8's child the supervisor of slice c8-run."""
+    assert naming.bootstrap_run_workflow_id("c8") == "tpu-bootstrap-c8.run"
+    for name in ("c8-run", "c8"):
+        assert naming.bootstrap_run_workflow_id("c8") != naming.bootstrap_workflow_id(name)
+    assert naming.slice_name_problem("c8.run") is not None
 
 
 # -- one slice name rule for every command -------------------------------------------------
@@ -298,19 +317,19 @@ async def test_tpu_commands_refuse_an_id_that_holds_another_workflow_type(
             task_queue=queue,
         )
         await wait_for_phase(real, Phase.ASSIGN)
-        # What a bootstrap from before the '.run' suffix left at the id of slice "<c8>-run".
-        legacy_child = await dev_env.client.start_workflow(
+        # A phase workflow started by hand at the supervisor id of slice "<c8>-run".
+        stray_child = await dev_env.client.start_workflow(
             "TpuSliceBootstrapRun",
             "never read",
-            id=naming.legacy_bootstrap_run_workflow_id(slice_c8),
+            id=naming.bootstrap_workflow_id(f"{slice_c8}-run"),
             task_queue=f"nobody-polls-{uuid.uuid4().hex[:6]}",
         )
         for command in ("status", "cancel", "delete"):
             code, out = await keeper(config, "tpu", command, f"{slice_c8}-run")
             assert code == 1, (command, out)
-            assert f"workflow {legacy_child.id} is a TpuSliceBootstrapRun, not a " in out, out
+            assert f"workflow {stray_child.id} is a TpuSliceBootstrapRun, not a " in out, out
             assert "nothing was done" in out
-        assert (await legacy_child.describe()).status is WorkflowExecutionStatus.RUNNING
+        assert (await stray_child.describe()).status is WorkflowExecutionStatus.RUNNING
         still = await wait_for_phase(real, Phase.ASSIGN)
         assert still.compensation is None
         teardown = dev_env.client.get_workflow_handle(
@@ -332,7 +351,7 @@ async def test_tpu_commands_refuse_an_id_that_holds_another_workflow_type(
         code, out = await keeper(config, "tpu", "delete", slice_c8)
         assert code == 1, out
         assert f"workflow {squatter.id} is a TpuSweeper, not a TpuSliceTeardown" in out
-        for stray in (legacy_child, squatter):
+        for stray in (stray_child, squatter):
             await stray.terminate(reason="test done")
     assert emu.leaks(set()) == []
 

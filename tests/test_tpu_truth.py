@@ -34,11 +34,9 @@ from tests.e2e_support import REPO, wait_for_phase, write_config
 from tests.harness import (
     RestartableServer,
     assert_no_leaks,
-    env_flag,
     running_worker,
     slice_request,
 )
-from tests.recording import write_recording
 
 pytestmark = pytest.mark.e2e
 
@@ -278,7 +276,7 @@ async def test_a_second_bootstrap_never_touches_the_slice_a_completed_run_handed
             for e in history.events
             if e.HasField("activity_task_scheduled_event_attributes")
         ]
-        assert "delete_slice" not in scheduled
+        assert "tpu.delete_slice" not in scheduled
         assert emu.leaks(set()) != []  # the first run's slice is still there, untouched
         assert emu.leaks({name}) == []
         await dev_env.client.execute_workflow(
@@ -486,56 +484,6 @@ async def test_status_wait_json_ends_with_the_status_document_and_the_result(
         assert waited["slice_state"] == "ready" and waited["result"]["vms"]
         code, _, err = await keeper(config, "tpu", "delete", name)
         assert code == 0, err
-    assert_no_leaks(emu)
-
-
-# ---- recordings of the commands these changes added (tests/test_replay.py replays them) --
-
-
-@pytest.mark.skipif(not env_flag("KEEPER_RECORD_HISTORIES"), reason="recording is on demand")
-async def test_record_cancel_and_name_taken(dev_env: WorkflowEnvironment, emu: TpuEmulator):
-    """Since `child-cancel-report` and `bootstrap-name-taken-no-compensation`."""
-    cancelled = slice_request("replay-cancel", poll_interval="1s")
-    taken = slice_request("replay-taken", poll_interval="1s")
-    emu.set_scenario(cancelled.slice_name, Scenario(assign_after=None))
-    emu.set_scenario(taken.slice_name, Scenario(assign_after=0.2, active_after=0.2))
-    async with running_worker(dev_env.client, emu) as worker:
-        handle = await dev_env.client.start_workflow(
-            TpuSliceBootstrap.run,
-            cancelled,
-            id=bootstrap_workflow_id(cancelled.slice_name),
-            task_queue=worker.task_queue,
-        )
-        await wait_for_phase(handle, Phase.ASSIGN)
-        await handle.cancel()
-        with contextlib.suppress(WorkflowFailureError):
-            await asyncio.wait_for(handle.result(), 60)
-        for request in (taken, taken):
-            second = await dev_env.client.start_workflow(
-                TpuSliceBootstrap.run,
-                request,
-                id=bootstrap_workflow_id(request.slice_name),
-                task_queue=worker.task_queue,
-            )
-            with contextlib.suppress(WorkflowFailureError):
-                await asyncio.wait_for(second.result(), 60)
-        recordings = {
-            "cancel-during-assign": cancelled.slice_name,
-            "name-taken": taken.slice_name,
-        }
-        for label, slice_name in recordings.items():
-            for suffix, workflow_id in (
-                ("supervisor", bootstrap_workflow_id(slice_name)),
-                ("child", bootstrap_run_workflow_id(slice_name)),
-            ):
-                history = await dev_env.client.get_workflow_handle(workflow_id).fetch_history()
-                write_recording(f"{label}.{suffix}.json", history.to_json())
-        await dev_env.client.execute_workflow(
-            "TpuSliceTeardown",
-            {"slice_name": taken.slice_name, "project": taken.project, "zone": taken.zone},
-            id=teardown_workflow_id(taken.slice_name),
-            task_queue=worker.task_queue,
-        )
     assert_no_leaks(emu)
 
 

@@ -21,8 +21,9 @@ from temporalio.testing import WorkflowEnvironment
 from emulators.tpu import Scenario, TpuEmulator
 from keeper.domain.tpu.naming import bootstrap_workflow_id
 from keeper.domain.tpu.phases import Phase
+from tests import harness
 from tests.e2e_support import REPO, wait_for_phase, write_config
-from tests.harness import assert_no_leaks, running_worker, slice_request, test_settings
+from tests.harness import assert_no_leaks, running_worker, slice_request
 from tests.test_tpu_compensation import start, wait_for_status
 
 pytestmark = pytest.mark.e2e
@@ -82,7 +83,7 @@ async def test_cancel_follows_the_compensation_and_a_ctrl_c_says_it_goes_on(
     # Stuck within seconds of the wall clock: while the command queries the workflow for its
     # live view, the test server may skip time only between queries, which on a loaded
     # machine can be never.
-    settings = test_settings()
+    settings = harness.test_settings()
     settings.bootstrap.compensation_stuck_after = timedelta(seconds=2)
     async with running_worker(time_env.client, clocked_emu, settings=settings) as worker:
         handle = await start(time_env, worker.task_queue, request)

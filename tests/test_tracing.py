@@ -44,7 +44,7 @@ async def test_a_bootstrap_is_traced_end_to_end(dev_env, emu: TpuEmulator):
     assert "StartWorkflow:TpuSliceBootstrap" in names
     assert "RunWorkflow:TpuSliceBootstrap" in names
     assert "RunWorkflow:TpuSliceBootstrapRun" in names
-    assert "RunActivity:create_slice" in names
+    assert "RunActivity:tpu.create_slice" in names
     assert "tpu.GetQueuedResource" in names
     assert "tpu.Create" in names
     assert "health.round" in names

@@ -28,12 +28,7 @@ from temporalio.testing import ActivityEnvironment, WorkflowEnvironment
 
 from emulators.tpu import Scenario, TpuEmulator
 from keeper.activities.tpu.cloud import build_queued_resource
-from keeper.domain.runners.models import (
-    REQUEST_SIGNAL,
-    DeletionOutcome,
-    RunnerDeletionInput,
-    deletion_workflow_id,
-)
+from keeper.domain.runners.models import DeletionOutcome
 from keeper.domain.tpu.models import DeletionReport, TeardownRequest
 from keeper.domain.tpu.naming import (
     bootstrap_workflow_id,
@@ -44,7 +39,6 @@ from keeper.domain.tpu.naming import (
 from keeper.runtime import logs
 from keeper.runtime.settings import LogFormat
 from keeper.runtime.tpu.client import emulator_client
-from keeper.workflows.runners.deletion import RunnerDeletion
 from keeper.workflows.tpu.teardown import TpuSliceTeardown
 from tests.e2e_support import REPO, write_config
 from tests.harness import assert_no_leaks, free_port, slice_request
@@ -89,25 +83,18 @@ async def test_a_workflow_line_carries_its_workflow_and_run_id(
 ) -> None:
     world.add_runner("r-logs")
     async with runner_worker(dev_env.client, world):
-        # A request the deletion rejects is logged by its signal handler, in the workflow.
-        handle = await dev_env.client.start_workflow(
-            RunnerDeletion.run,
-            RunnerDeletionInput(runner="r-logs", policy=world.policy),
-            id=deletion_workflow_id("r-logs"),
-            task_queue=world.task_queue,
-            start_signal=REQUEST_SIGNAL,
-            start_signal_args=[{"not": "a request"}],
-        )
+        # Each request the deletion takes is logged by its update handler, in the workflow.
+        handle = await world.request(dev_env.client, "r-logs", reason="logs")
         result = await asyncio.wait_for(handle.result(), 60)
     assert result.outcome is DeletionOutcome.DELETED
-    rejected = [
+    requested = [
         line
         for line in parsed(json_logs.getvalue())
-        if line["message"].startswith("rejected a deletion request")
+        if line["message"].startswith("deletion requested: operator: logs")
     ]
-    assert len(rejected) == 1, json_logs.getvalue()
-    line = rejected[0]
-    assert line["level"] == "WARNING"
+    assert len(requested) == 1, json_logs.getvalue()
+    line = requested[0]
+    assert line["level"] == "INFO"
     assert line["workflow_id"] == handle.id
     assert line["run_id"] == handle.result_run_id
     assert line["workflow_type"] == "RunnerDeletion"
@@ -201,7 +188,7 @@ async def test_keeper_worker_writes_json_lines_and_serves_metrics(
         assert line["workflow_id"] == teardown.id
         assert line["run_id"] == teardown.result_run_id
         assert line["workflow_type"] == "TpuSliceTeardown"
-        assert line["activity_type"] == "delete_slice"
+        assert line["activity_type"] == "tpu.delete_slice"
         assert line["task_queue"] == queue
         assert line["attempt"] >= 1
     # The worker's own lines belong to no run.

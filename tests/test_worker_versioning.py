@@ -31,8 +31,7 @@ from temporalio.workflow import _Definition
 
 from emulators.tpu import Scenario, TpuEmulator
 from keeper.activities.tpu.cloud import build_queued_resource
-from keeper.domain.runners.deletion_view import DeletionStep
-from keeper.domain.runners.models import DeletionOutcome, deletion_workflow_id
+from keeper.domain.runners.models import DeletionOutcome, DeletionStep, deletion_workflow_id
 from keeper.domain.tpu.models import SweepReport, SweepRequest
 from keeper.domain.tpu.naming import bootstrap_workflow_id, owner_labels, parent
 from keeper.runtime.settings import SettingsError, load_settings, package_build_id
@@ -46,7 +45,7 @@ from keeper.workflows.tpu.sweeper import TpuSweeper
 from tests import harness
 from tests.diagnostics import where_it_is
 from tests.harness import assert_no_leaks, slice_request
-from tests.runner_world import RunnerWorld
+from tests.runner_world import RunnerWorld, world_settings
 from tests.test_cli_conventions import clean_env, keeper_async
 from tests.test_dev_stack import NEEDS_EMULATOR, Keeper, keeper  # noqa: F401 (the fixture)
 
@@ -129,10 +128,11 @@ def new_deployment() -> str:
 def runner_build(
     client: Client, world: RunnerWorld, version: WorkerDeploymentVersion | None
 ) -> Worker:
-    # Runner workflows never call the TPU client; its channel connects lazily.
+    # Runner workflows never call the TPU client; its channel connects lazily. The world's
+    # policy, as its own workers run it (tests/runner_world.py).
     return build_worker(
         client,
-        harness.test_settings(),
+        world_settings(world),
         emulator_client("127.0.0.1:9"),
         world.task_queue,
         world.deps,
@@ -170,15 +170,16 @@ async def make_current_once_polled(client: Client, version: WorkerDeploymentVers
 
 
 async def task_builds(handle: WorkflowHandle[Any, Any]) -> list[tuple[str, str]]:
-    """Each workflow task completion and each signal, in history order: ("task", build id)
-    or ("signal", name)."""
+    """Each workflow task completion and each request taken (an update accepted), in history
+    order: ("task", build id) or ("request", update name)."""
     seen: list[tuple[str, str]] = []
     async for event in handle.fetch_history_events():
         if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
             attrs = event.workflow_task_completed_event_attributes
             seen.append(("task", attrs.deployment_version.build_id))
-        elif event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED:
-            seen.append(("signal", event.workflow_execution_signaled_event_attributes.signal_name))
+        elif event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED:
+            accepted = event.workflow_execution_update_accepted_event_attributes
+            seen.append(("request", accepted.accepted_request.input.name))
     return seen
 
 
@@ -186,9 +187,10 @@ def builds_of(seen: list[tuple[str, str]]) -> list[str]:
     return [build for kind, build in seen if kind == "task"]
 
 
-def builds_after_last_signal(seen: list[tuple[str, str]]) -> list[str]:
-    last = max(i for i, (kind, _) in enumerate(seen) if kind == "signal")
-    return builds_of(seen[last:])
+def builds_after_last_request(seen: list[tuple[str, str]]) -> list[str]:
+    """The builds of the tasks from the one that took the last request on."""
+    last = max(i for i, (kind, _) in enumerate(seen) if kind == "request")
+    return builds_of(seen[last - 1 :])
 
 
 async def versioning_of(handle: WorkflowHandle[Any, Any]) -> tuple[str, str]:
@@ -259,7 +261,7 @@ async def test_an_auto_upgrade_deletion_moves_to_build_2_and_finishes_after_buil
     switch = builds.index("build-2")
     assert builds[:switch] and set(builds[:switch]) == {"build-1"}, builds
     assert set(builds[switch:]) == {"build-2"}, builds
-    assert set(builds_after_last_signal(seen)) == {"build-2"}, seen
+    assert set(builds_after_last_request(seen)) == {"build-2"}, seen
     assert await versioning_of(handle) == ("AUTO_UPGRADE", "build-2")
 
 
@@ -362,7 +364,7 @@ async def test_runs_an_unversioned_worker_started_move_to_the_first_current_vers
     seen = await task_builds(handle)
     builds = builds_of(seen)
     assert builds[0] == UNVERSIONED and builds[-1] == "build-1", builds
-    assert set(builds_after_last_signal(seen)) == {"build-1"}, seen
+    assert set(builds_after_last_request(seen)) == {"build-1"}, seen
     assert await versioning_of(handle) == ("AUTO_UPGRADE", "build-1")
 
 
@@ -373,7 +375,7 @@ async def test_runs_an_unversioned_worker_started_move_to_the_first_current_vers
 @NEEDS_EMULATOR
 def test_dev_up_makes_the_worker_build_current_so_workflows_reach_it(keeper: Keeper) -> None:  # noqa: F811
     keeper.env["KEEPER_BUILD_ID"] = "dev-stack-test"
-    up = keeper.ok("dev", "up", "--timeout", "90")
+    up = keeper.dev_ok("up", "--timeout", "90")
     assert "build dev-stack-test (made current)" in up.stdout, up.stdout
 
     # A workflow on the stack's task queue runs: the sweeper, once, to the end.
@@ -383,7 +385,7 @@ def test_dev_up_makes_the_worker_build_current_so_workflows_reach_it(keeper: Kee
     code, report = keeper.status()
     assert code == 0, report
     assert "build dev-stack-test (current)" in report["components"]["worker"]["detail"]
-    again = keeper.ok("dev", "up")
+    again = keeper.dev_ok("up")
     assert "build dev-stack-test (current)" in again.stdout, again.stdout
 
 

@@ -22,7 +22,6 @@ from temporalio.exceptions import ApplicationError
 from keeper.activities.tpu.gcp_errors import RateLimitTracker, deletion_error, to_application_error
 from keeper.domain.tpu import naming
 from keeper.domain.tpu.models import (
-    CompensationPolicy,
     CreateOutcome,
     CreateSliceInput,
     DeleteSliceInput,
@@ -46,6 +45,9 @@ CONFIRM_MAX_INTERVAL = 3.0
 # cloud side without the resource ever leaving DELETING).
 REDELETE_AFTER = 60.0
 STILL_EXISTS = "StillExists"
+# The create's refusal when the name holds another run's resource: the bootstrap fails
+# without compensating, so it never touches that resource.
+SLICE_NAME_TAKEN = "SliceNameTaken"
 # The heartbeat detail of delete_slice that names the resources it sent a delete for, so a
 # retry that finds them gone knows this compensation deleted them (an attempt killed after
 # its delete went out would otherwise be reported as "already gone").
@@ -169,12 +171,10 @@ class TpuActivities:
         client: tpu_v2.TpuAsyncClient,
         call_timeout: timedelta = timedelta(seconds=30),
         max_backoff: timedelta = timedelta(minutes=5),
-        compensation_stuck_after: timedelta = timedelta(minutes=15),
     ) -> None:
         self._client = client
         self._timeout = call_timeout.total_seconds()
         self._rate_limits = RateLimitTracker(timedelta(seconds=5), max_backoff)
-        self._stuck_after = compensation_stuck_after
 
     # -- reads ---------------------------------------------------------------------------
 
@@ -219,7 +219,7 @@ class TpuActivities:
             expected_vms=expected_vms,
         )
 
-    @activity.defn
+    @activity.defn(name="tpu.observe_slice")
     async def observe_slice(self, inp: ObserveInput) -> SliceObservation:
         """Returns as soon as progress moved past `last_key`; otherwise asks to be retried."""
         info = activity.info()
@@ -241,7 +241,7 @@ class TpuActivities:
 
     # -- create --------------------------------------------------------------------------
 
-    @activity.defn
+    @activity.defn(name="tpu.create_slice")
     async def create_slice(self, inp: CreateSliceInput) -> CreateOutcome:
         """Creates the QR (queued capacity) or the node (on-demand/preemptible).
 
@@ -300,18 +300,13 @@ class TpuActivities:
             f"{name} already exists and belongs to {owner} "
             f"(run {labels.get(naming.LABEL_RUN, '?')}); delete it with `keeper tpu delete` "
             "or choose another slice name",
-            type="SliceNameTaken",
+            type=SLICE_NAME_TAKEN,
             non_retryable=True,
         )
 
     # -- delete --------------------------------------------------------------------------
 
-    @activity.defn
-    async def compensation_policy(self) -> CompensationPolicy:
-        """The worker's compensation settings, read by a workflow as a local activity."""
-        return CompensationPolicy(stuck_after=self._stuck_after)
-
-    @activity.defn
+    @activity.defn(name="tpu.delete_slice")
     async def delete_slice(self, inp: DeleteSliceInput) -> DeletionReport:
         """Force-deletes what the owner created and returns only once NotFound is confirmed.
 

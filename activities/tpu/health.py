@@ -76,7 +76,7 @@ class HealthActivities:
     def __init__(self, prober: HealthProber) -> None:
         self._prober = prober
 
-    @activity.defn
+    @activity.defn(name="tpu.check_health")
     async def check_health(self, inp: HealthCheckInput) -> HealthReport:
         """Returns when every VM is healthy or the healthy count moved a visible step."""
         report = await self._prober.round(inp.targets, inp.port, inp.path)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from google.api_core import exceptions as gexc
 from temporalio import activity
@@ -72,21 +72,13 @@ def _run_of(execution: WorkflowExecution) -> _Run:
 
 
 class SweeperActivities:
-    def __init__(
-        self,
-        tpu: TpuActivities,
-        temporal: Client,
-        delete_timeout: timedelta = timedelta(minutes=10),
-        max_concurrent_deletes: int = 8,
-    ) -> None:
+    def __init__(self, tpu: TpuActivities, temporal: Client) -> None:
         self._tpu = tpu
         self._temporal = temporal
-        self._delete_timeout = delete_timeout
-        self._max_concurrent_deletes = max_concurrent_deletes
 
     # -- the pass ------------------------------------------------------------------------
 
-    @activity.defn
+    @activity.defn(name="tpu.survey_owned_resources")
     async def survey_owned_resources(self, req: SweepRequest) -> SweepSurvey:
         errors: list[str] = []
         owners = _Owners()
@@ -117,8 +109,6 @@ class SweeperActivities:
             locations=locations,
             candidates=candidates,
             errors=errors[:MAX_ERRORS_REPORTED],
-            delete_timeout=self._delete_timeout,
-            max_concurrent_deletes=self._max_concurrent_deletes,
         )
 
     async def _list_owners(self, default_project: str) -> _Owners:
@@ -135,7 +125,8 @@ class SweeperActivities:
             owners.bootstraps[run.run_id] = run
             zone = execution.typed_search_attributes.get(sa.ZONE)
             if zone:
-                # Bootstraps from before the project memo ran in the configured project.
+                # Started without the memo (`temporal workflow start`) and not yet past its
+                # first task, which records it: the configured project.
                 project = await execution.memo_value(PROJECT_MEMO, default_project)
                 owners.locations.add(SweepLocation(project=str(project), zone=zone))
         return owners
@@ -194,25 +185,3 @@ class SweeperActivities:
             if counts_as_release(owner.closed_at, run.started_at)
         ]
         return max(releases, key=lambda r: r.started_at) if releases else None
-
-    # -- before the pass covered every location -------------------------------------------
-
-    async def _owner_status(self, workflow_id: str, run_id: str | None) -> str:
-        if not workflow_id:
-            return OWNER_NOT_FOUND
-        run = await self._describe(workflow_id, run_id)
-        return run.status if run else OWNER_NOT_FOUND
-
-    @activity.defn
-    async def find_sweep_candidates(self, req: SweepRequest) -> list[SweepCandidate]:
-        """The one-zone listing of sweeps started before the survey; kept for their replay."""
-        owned = await self._tpu.list_owned(req.project, req.zone)
-        return [
-            SweepCandidate(
-                resource=resource,
-                owner_status=await self._owner_status(
-                    resource.owner_workflow_id, resource.owner_run_id
-                ),
-            )
-            for resource in owned
-        ]

@@ -67,6 +67,7 @@ from keeper.domain.tpu.outcome import (
     FINAL_PHASES,
     cleanup_summary,
     closed_view,
+    deletion_summary,
     left_running,
     next_step,
     slice_is_over,
@@ -78,7 +79,6 @@ from keeper.domain.tpu.status_view import static_summary
 from keeper.runtime.settings import Settings
 from keeper.runtime.tpu import search_attributes as sa
 from keeper.workflows.tpu.bootstrap import TpuSliceBootstrap
-from keeper.workflows.tpu.compensation import describe
 from keeper.workflows.tpu.sweeper import TpuSweeper
 from keeper.workflows.tpu.teardown import TpuSliceTeardown
 
@@ -456,7 +456,7 @@ async def _teardown_view(found: SliceWorkflows) -> dict[str, Any] | None:
     if found.teardown_status == "COMPLETED":
         report = await found.teardown.result()
         view["result"] = report
-        view["summary"] = describe(report)
+        view["summary"] = deletion_summary(report)
     elif found.teardown_status == "RUNNING":
         view["summary"] = "deleting"
     elif found.teardown_status == "CANCELED":
@@ -654,7 +654,7 @@ def list_slices(keeper: KeeperContext, out: Output, limit: int, show_all: bool) 
                 break
             attrs = wf.typed_search_attributes
             name = attrs.get(sa.SLICE_NAME) or wf.id.removeprefix("tpu-bootstrap-")
-            phase = attrs.get(sa.PHASE)
+            phase = attrs.get(sa.KEEPER_STEP)
             bootstrap_state = status_name(wf) or "UNKNOWN"
             teardown = teardowns.get(teardown_workflow_id(name))
             released_by = (
@@ -881,7 +881,7 @@ def delete(
         if out.json:
             out.data({**fields, "status": "COMPLETED", "result": report})
         else:
-            out.line(f"{_shown(slice_name)}: {_shown(describe(report))}")
+            out.line(f"{_shown(slice_name)}: {_shown(deletion_summary(report))}")
         return 0
 
     raise SystemExit(asyncio.run(run()))

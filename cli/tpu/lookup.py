@@ -13,7 +13,7 @@ from keeper.domain.tpu.models import BootstrapResult, BootstrapStatus, DeletionR
 from keeper.domain.tpu.naming import (
     BOOTSTRAP_WORKFLOW_TYPE,
     TEARDOWN_WORKFLOW_TYPE,
-    bootstrap_run_workflow_ids,
+    bootstrap_run_workflow_id,
     bootstrap_workflow_id,
     teardown_workflow_id,
 )
@@ -83,19 +83,16 @@ async def phase_child(
     """The phase child of that bootstrap run: its status name and its status query answer
     ((None, None): none found). A terminated supervisor records nothing more, while its
     child, cancelled with it, compensates and records what it deleted."""
-    for child_id in bootstrap_run_workflow_ids(slice_name):
-        handle = client.get_workflow_handle(child_id)
-        description = await describe_or_none(handle)
-        # Only this run's own child: the legacy id can be another slice's supervisor, and a
-        # child id outlives its parent run.
-        if description is None or (description.parent_id, description.parent_run_id) != (
-            bootstrap_id,
-            bootstrap_run_id,
-        ):
-            continue
-        try:
-            view = await handle.query("status", result_type=BootstrapStatus)
-        except Exception:  # no worker serves its queue: the status says less, nothing more
-            view = None
-        return status_name(description), view
-    return None, None
+    handle = client.get_workflow_handle(bootstrap_run_workflow_id(slice_name))
+    description = await describe_or_none(handle)
+    # Only this run's own child: a child id outlives its parent run.
+    if description is None or (description.parent_id, description.parent_run_id) != (
+        bootstrap_id,
+        bootstrap_run_id,
+    ):
+        return None, None
+    try:
+        view = await handle.query("status", result_type=BootstrapStatus)
+    except Exception:  # no worker serves its queue: the status says less, nothing more
+        view = None
+    return status_name(description), view

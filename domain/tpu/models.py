@@ -7,10 +7,12 @@ holds names, states and timings only: never credentials.
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from keeper.domain.common.durations import SecondsDuration
+from keeper.domain.tpu import naming
 from keeper.domain.tpu.naming import SLICE_NAME_PATTERN
 from keeper.domain.tpu.observation import VmEndpoint
 from keeper.domain.tpu.phases import Phase
@@ -39,14 +41,12 @@ class SliceRef(_Message):
 
     @classmethod
     def of(cls, request: SliceRequest) -> SliceRef:
-        from keeper.domain.tpu.naming import node_ids
-
         return cls(
             project=request.project,
             zone=request.zone,
             slice_name=request.slice_name,
             queued=request.capacity.queued,
-            node_ids=node_ids(request.slice_name, request.node_count),
+            node_ids=naming.node_ids(request.slice_name, request.node_count),
         )
 
 
@@ -105,9 +105,29 @@ class DeleteSliceInput(_Message):
 
 
 class CompensationPolicy(_Message):
-    """The worker's settings for compensation, read once per compensation."""
+    """When a compensation that has not finished reads as stuck (it goes on regardless)."""
 
     stuck_after: SecondsDuration
+
+
+class SweepPolicy(_Message):
+    # Each orphan's deletion in a pass, and how many run at once.
+    delete_timeout: SecondsDuration
+    max_concurrent_deletes: int = Field(ge=1)
+
+
+class TpuPolicy(_Message):
+    """The worker's TPU settings a workflow follows: the `tpu.policy` local activity returns
+    them at the start of each run, so a settings change reaches a running workflow at its
+    next run and a run started outside the CLI follows the deployment's settings."""
+
+    compensation: CompensationPolicy
+    sweep: SweepPolicy
+
+
+# What a compensation counts (runtime/metrics.py COMPENSATIONS): its start, its end, and
+# the moment it turned stuck.
+CompensationEvent = Literal["started", "finished", "stuck"]
 
 
 class CompensationProgress(_Message):
@@ -197,13 +217,6 @@ class BootstrapStatus(_Message):
         )
 
 
-class BootstrapRunInput(_Message):
-    request: SliceRequest
-    owner: Owner
-    request_id: str
-    parent_workflow_id: str
-
-
 class BootstrapResult(_Message):
     slice_name: str
     capacity: str
@@ -224,32 +237,67 @@ class BootstrapFailure(_Message):
     message: str
     failing_vms: list[VmFailure] = []
     compensation: DeletionReport | None = None
-    # What compensation did, in words (domain/tpu/outcome.py); absent on older payloads.
+    # What compensation did, in words (domain/tpu/outcome.py); the supervisor sets it when it
+    # closes the bootstrap (None on the phase child's own failure, which it reports).
     cleanup: str | None = None
     # Whether the phase child deleted the slice itself (when cancelled).
     compensated_by_child: bool = False
 
 
-class SupervisorResume(_Message):
-    """What a supervisor carries across continue-as-new during a long compensation.
+class SupervisorState(_Message):
+    """All a supervisor knows; changed only by domain/tpu/transitions.py, carried whole
+    across continue-as-new during a long compensation.
 
-    The owner is the run that created the resources: their labels name it, so every
-    later run checks ownership against it, not against its own run id.
+    The owner is the run that created the resources: their labels name it, so every later
+    run checks ownership against it, not against its own run id.
     """
 
     owner: Owner
     status: BootstrapStatus
-    failure: BootstrapFailure
-    cancelled: bool
-    progress: CompensationProgress
+    # Set once the phases did not complete: the supervisor owns the final state from there,
+    # and progress signals of its phase child no longer count.
+    final: bool = False
+    # Why the phases did not complete, and whether a cancel ended them; the cancel that
+    # arrives while compensation runs is `cancel_seen` (it closes the bootstrap cancelled).
+    failure: BootstrapFailure | None = None
+    cancelled: bool = False
+    cancel_seen: bool = False
+    # Where its compensation stands between windows (None until one has ended).
+    progress: CompensationProgress | None = None
 
 
-class TeardownResume(_Message):
-    """What a teardown carries across continue-as-new while its delete is stuck."""
+class PhaseRunState(_Message):
+    """All a phase child knows; changed only by domain/tpu/transitions.py, carried whole
+    (its input's `carry`) when a long cancel-path compensation continues as new."""
 
-    progress: CompensationProgress
-    cancel_note: str | None = None
-    note: str | None = None
+    status: BootstrapStatus
+    # A progress signal found the supervisor gone (terminated), in this run or one before:
+    # this child's own compensation is then the only one, and the child counts it.
+    orphaned: bool = False
+    # Which of its compensation's events are counted already ("started", "stuck"), in the
+    # order counted: by this child as an orphan, or (stuck) by its supervisor, which took the
+    # stuck status. Each is counted once across every run of the child.
+    counted: tuple[CompensationEvent, ...] = ()
+    progress: CompensationProgress | None = None
+
+
+class BootstrapRunInput(_Message):
+    request: SliceRequest
+    owner: Owner
+    request_id: str
+    parent_workflow_id: str
+    # Set only by the child itself, when its compensation continues as new.
+    carry: PhaseRunState | None = None
+
+
+class TeardownState(_Message):
+    """All a teardown knows; carried whole across continue-as-new while its delete is stuck."""
+
+    # A cancel arrived: the delete goes on, and the teardown then closes as cancelled.
+    cancel_seen: bool = False
+    # What the delete did, or why it has not yet: shown in the details.
+    deletion: str | None = None
+    progress: CompensationProgress | None = None
 
 
 class TeardownRequest(_Message):
@@ -305,10 +353,6 @@ class SweepSurvey(_Message):
     locations: list[SweepLocation]
     candidates: list[SweepCandidate]
     errors: list[str] = []
-    # From the worker's sweeper settings, so schedules created before a setting existed
-    # still follow it.
-    delete_timeout: SecondsDuration
-    max_concurrent_deletes: int = Field(ge=1)
 
 
 class SweepReport(_Message):

@@ -11,10 +11,9 @@ import re
 BOOTSTRAP_WORKFLOW_TYPE = "TpuSliceBootstrap"
 TEARDOWN_WORKFLOW_TYPE = "TpuSliceTeardown"
 BOOTSTRAP_PREFIX = "tpu-bootstrap-"
-# '.' never appears in a slice name, so no supervisor id can end like a child id. The old
-# suffix "-run" could: the child of slice X was also the supervisor id of slice "X-run".
+# '.' never appears in a slice name, so no supervisor id can end like a child id (a "-run"
+# suffix could: the child of slice X would be the supervisor id of slice "X-run").
 RUN_SUFFIX = ".run"
-LEGACY_RUN_SUFFIX = "-run"
 TEARDOWN_PREFIX = "tpu-teardown-"
 SWEEPER_WORKFLOW_ID = "tpu-sweeper"
 SWEEPER_SCHEDULE_ID = "tpu-sweeper"
@@ -52,16 +51,6 @@ def bootstrap_workflow_id(slice_name: str) -> str:
 def bootstrap_run_workflow_id(slice_name: str) -> str:
     """The child that does the phase work; the supervisor above it compensates."""
     return f"{BOOTSTRAP_PREFIX}{slice_name}{RUN_SUFFIX}"
-
-
-def legacy_bootstrap_run_workflow_id(slice_name: str) -> str:
-    """The child id of bootstraps started before the '.run' suffix; they keep it on replay."""
-    return f"{BOOTSTRAP_PREFIX}{slice_name}{LEGACY_RUN_SUFFIX}"
-
-
-def bootstrap_run_workflow_ids(slice_name: str) -> tuple[str, str]:
-    """Every id the child of `slice_name` may have, newest form first."""
-    return bootstrap_run_workflow_id(slice_name), legacy_bootstrap_run_workflow_id(slice_name)
 
 
 def teardown_workflow_id(slice_name: str) -> str:

@@ -98,6 +98,18 @@ def cleanup_summary(
     return "; ".join(parts) or "nothing to delete"
 
 
+def deletion_summary(report: DeletionReport) -> str:
+    """What one deletion did, in a line: a teardown's details and `keeper tpu status`."""
+    parts = []
+    if report.deleted:
+        parts.append("deleted " + ", ".join(_short(n) for n in report.deleted))
+    if report.already_gone and not report.deleted:
+        parts.append("confirmed deleted (already gone)")
+    if report.not_ours:
+        parts.append("left alone (owned by another run): " + ", ".join(report.not_ours))
+    return "; ".join(parts) or "nothing to delete"
+
+
 def left_running(report: DeletionReport | None, kind: str = "") -> bool:
     """Whether something of this slice name may still run after the failure."""
     return kind == "taken" or report is None or bool(report.not_ours)

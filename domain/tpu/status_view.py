@@ -1,4 +1,5 @@
-"""How a bootstrap's status reads in the Temporal UI (current details) and the CLI."""
+"""How the TPU workflows read in the Temporal UI (current details) and the CLI: a
+bootstrap's status, a teardown and a sweep, each rendered whole from its state."""
 
 from __future__ import annotations
 
@@ -6,10 +7,16 @@ from datetime import datetime
 
 from keeper.domain.common.durations import format_duration
 from keeper.domain.common.untrusted import md_text
-from keeper.domain.tpu.models import BootstrapStatus, VmFailure
+from keeper.domain.tpu.models import BootstrapStatus, SweepReport, TeardownState, VmFailure
 
 MAX_FAILING_SHOWN = 10
 ERROR_LIMIT = 600
+# Items of a sweep's report listed in its details; the result holds them all.
+MAX_SWEEP_ITEMS_SHOWN = 10
+TEARDOWN_CANCEL_NOTE = (
+    "cancel requested: the delete goes on until the slice is confirmed gone, then the "
+    "teardown closes as cancelled"
+)
 
 
 def _when(at: datetime | None) -> str:
@@ -79,3 +86,32 @@ def format_duration_seconds(seconds: float) -> str:
 def static_summary(slice_name: str, accelerator: str, capacity: str, zone: str) -> str:
     parts = [md_text(p) for p in (accelerator, slice_name, capacity, zone)]
     return "TPU {} slice {} ({}, {})".format(*parts)
+
+
+def render_teardown(slice_name: str, reason: str, step: str, state: TeardownState) -> str:
+    """The reason and the deletion's errors are outside text: shown, never rendered."""
+    lines = [f"## {md_text(slice_name)}: **{step}**", "", md_text(reason)]
+    for note in (TEARDOWN_CANCEL_NOTE if state.cancel_seen else None, state.deletion):
+        if note:
+            lines += ["", md_text(note, ERROR_LIMIT)]
+    return "\n".join(lines)
+
+
+def render_sweep(report: SweepReport) -> str:
+    """Items carry resource names, owner labels and GCP errors: outside text."""
+    lines = [
+        f"## sweep of {len(report.locations)} location(s)",
+        "",
+        f"examined {report.examined}, deleted {len(report.deleted)}, kept "
+        f"{len(report.kept)}, unknown owner {len(report.unknown_owner)}, failed "
+        f"{len(report.failed)}" + (" (dry run)" if report.dry_run else ""),
+        "",
+        "locations: " + ", ".join(md_text(location) for location in report.locations),
+    ]
+    shown = MAX_SWEEP_ITEMS_SHOWN
+    for title, items in (("Not deleted", report.failed), ("Errors", report.errors)):
+        if items:
+            lines += ["", f"**{title}:**", *(f"- {md_text(i)}" for i in items[:shown])]
+            if len(items) > shown:
+                lines.append(f"- ... and {len(items) - shown} more (see the result)")
+    return "\n".join(lines)

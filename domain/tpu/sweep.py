@@ -18,8 +18,11 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import StrEnum
+from typing import Literal
 
-from keeper.domain.tpu.models import SweepCandidate
+from keeper.domain.tpu.models import SliceRef, SweepCandidate, SweepReport, SweepSurvey
+
+ReportList = Literal["kept", "unknown_owner", "deleted", "failed"]
 
 
 class SweepAction(StrEnum):
@@ -55,3 +58,59 @@ def counts_as_release(
     if owner_closed_at is None or teardown_started_at is None:
         return False
     return teardown_started_at >= owner_closed_at
+
+
+def candidate_label(candidate: SweepCandidate) -> str:
+    """`<resource> (owner <id>: <status>[, teardown <status>])`, as the report lists it."""
+    resource = candidate.resource
+    owner = f"owner {resource.owner_workflow_id}: {candidate.owner_status}"
+    if candidate.teardown_status:
+        owner += f", teardown {candidate.teardown_status}"
+    return f"{resource.name} ({owner})"
+
+
+def orphan_ref(candidate: SweepCandidate, project: str, zone: str) -> SliceRef:
+    """What to delete for an orphan: the QR (its nodes go with it) or the one node."""
+    resource = candidate.resource
+    queued = resource.kind == "queued_resource"
+    return SliceRef(
+        project=candidate.project or project,
+        zone=candidate.zone or zone,
+        slice_name=resource.id,
+        queued=queued,
+        node_ids=[] if queued else [resource.id],
+    )
+
+
+def triage(survey: SweepSurvey, dry_run: bool) -> tuple[SweepReport, list[SweepCandidate]]:
+    """The pass's report before any deletion, and the orphans to delete (none on a dry
+    run, which reports them as deleted)."""
+    report = SweepReport(
+        examined=len(survey.candidates),
+        dry_run=dry_run,
+        errors=survey.errors,
+        locations=[str(location) for location in survey.locations],
+    )
+    orphans: list[SweepCandidate] = []
+    for candidate in survey.candidates:
+        action = sweep_action(candidate)
+        if action is SweepAction.KEEP:
+            report = listed(report, "kept", candidate_label(candidate))
+        elif action is SweepAction.UNKNOWN_OWNER:
+            report = listed(report, "unknown_owner", candidate_label(candidate))
+        elif dry_run:
+            report = listed(report, "deleted", candidate_label(candidate))
+        else:
+            orphans.append(candidate)
+    return report, orphans
+
+
+def listed(report: SweepReport, field: ReportList, label: str) -> SweepReport:
+    return report.model_copy(update={field: [*getattr(report, field), label]})
+
+
+def finished(report: SweepReport) -> SweepReport:
+    """Deletions end in any order; the result lists them sorted."""
+    return report.model_copy(
+        update={"deleted": sorted(report.deleted), "failed": sorted(report.failed)}
+    )

@@ -20,9 +20,10 @@ from temporalio.client import (
 
 from keeper.activities.tpu.cloud import TpuActivities
 from keeper.activities.tpu.health import HealthActivities, HealthProber
+from keeper.activities.tpu.policy import PolicyActivities
 from keeper.activities.tpu.sweeper import SweeperActivities
 from keeper.domain.common.durations import format_duration
-from keeper.domain.tpu.models import SweepRequest
+from keeper.domain.tpu.models import CompensationPolicy, SweepPolicy, SweepRequest, TpuPolicy
 from keeper.domain.tpu.naming import SWEEPER_SCHEDULE_ID, SWEEPER_WORKFLOW_ID
 from keeper.runtime import metrics as m
 from keeper.runtime.settings import Settings
@@ -66,29 +67,31 @@ async def open_tpu_deps(settings: Settings) -> AsyncIterator[TpuDeps]:
     yield TpuDeps(make_tpu_client(settings.tpu))
 
 
+def tpu_policy(settings: Settings) -> TpuPolicy:
+    """What the family's workflows read from these settings (`tpu.policy`)."""
+    return TpuPolicy(
+        compensation=CompensationPolicy(stuck_after=settings.bootstrap.compensation_stuck_after),
+        sweep=SweepPolicy(
+            delete_timeout=settings.sweeper.delete_timeout,
+            max_concurrent_deletes=settings.sweeper.max_concurrent_deletes,
+        ),
+    )
+
+
 def tpu_activities(settings: Settings, client: Client, deps: TpuDeps) -> list[Callable[..., Any]]:
     tpu = TpuActivities(
-        deps.tpu,
-        call_timeout=settings.tpu.call_timeout,
-        max_backoff=settings.bootstrap.max_backoff,
-        compensation_stuck_after=settings.bootstrap.compensation_stuck_after,
+        deps.tpu, call_timeout=settings.tpu.call_timeout, max_backoff=settings.bootstrap.max_backoff
     )
     health = HealthActivities(
         HealthProber(concurrency=settings.health.concurrency, timeout=settings.health.timeout)
     )
-    sweeper = SweeperActivities(
-        tpu,
-        client,
-        delete_timeout=settings.sweeper.delete_timeout,
-        max_concurrent_deletes=settings.sweeper.max_concurrent_deletes,
-    )
+    sweeper = SweeperActivities(tpu, client)
     return [
         tpu.create_slice,
         tpu.observe_slice,
         tpu.delete_slice,
-        tpu.compensation_policy,
+        PolicyActivities(tpu_policy(settings)).policy,
         health.check_health,
-        sweeper.find_sweep_candidates,
         sweeper.survey_owned_resources,
         alert_activity(settings),
     ]

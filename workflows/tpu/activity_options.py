@@ -39,7 +39,10 @@ COMPENSATION_START_TO_CLOSE = timedelta(minutes=20)
 COMPENSATION_HEARTBEAT = timedelta(minutes=1)
 COMPENSATION_FIRST_WINDOW = timedelta(minutes=5)
 COMPENSATION_MAX_WINDOW = timedelta(hours=1)
+# `tpu.policy`, a local activity that reads the worker's settings.
 POLICY_TIMEOUT = timedelta(seconds=10)
+# The last look at a phase's deadline: one attempt, whatever it sees.
+LAST_LOOK = RetryPolicy(maximum_attempts=1)
 # The sweeper's survey lists every location and looks up every owner in one attempt.
 SURVEY_START_TO_CLOSE = timedelta(minutes=5)
 

@@ -1,9 +1,14 @@
 """TpuSliceBootstrap: owns one TPU slice from request to hand-over, or to release.
 
-The phases run in a child workflow. This supervisor compensates whenever the child does not
-complete: it failed, hit a deadline or a terminal cloud state, was cancelled, terminated,
-or timed out. A terminated or timed-out workflow runs no code of its own, which is why the
-cleanup cannot live in the same workflow as the work.
+    start the phase child ─► completed ─► done (the slice is handed over)
+                         └─► anything else ─► compensate ─► failed, or cancelled
+
+The phases run in a child workflow (bootstrap_run.py), whose progress this supervisor shows
+and counts. It compensates whenever the child does not complete: it failed, hit a deadline
+or a terminal cloud state, was cancelled, terminated, or timed out. A terminated or
+timed-out workflow runs no code of its own, which is why the cleanup cannot live in the
+same workflow as the work. A compensation stuck long enough continues as new, carrying the
+supervisor's state whole (memo CARRY_MEMO: the input stays the operator's request).
 """
 
 from __future__ import annotations
@@ -14,17 +19,10 @@ from typing import NoReturn
 from pydantic import ValidationError
 from temporalio import workflow
 from temporalio.common import VersioningBehavior
-from temporalio.exceptions import (
-    ApplicationError,
-    CancelledError,
-    ChildWorkflowError,
-    TerminatedError,
-    TimeoutError,
-)
+from temporalio.exceptions import ApplicationError, CancelledError, ChildWorkflowError
 from temporalio.workflow import ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
-    from keeper.domain.common.compensation import status_fields as compensation_fields
     from keeper.domain.tpu.models import (
         BootstrapFailure,
         BootstrapResult,
@@ -34,40 +32,41 @@ with workflow.unsafe.imports_passed_through():
         DeletionReport,
         Owner,
         SliceRef,
-        SupervisorResume,
+        SupervisorState,
+        TpuPolicy,
     )
     from keeper.domain.tpu.naming import (
         PROJECT_MEMO,
         bootstrap_run_workflow_id,
         bootstrap_workflow_id,
-        legacy_bootstrap_run_workflow_id,
-        wrong_id_message,
     )
-    from keeper.domain.tpu.outcome import cleanup_summary, merge_reports
     from keeper.domain.tpu.phases import Phase
     from keeper.domain.tpu.slice_request import SliceRequest
     from keeper.domain.tpu.status_view import render_details, static_summary
-    from keeper.runtime.tpu import search_attributes as sa
-    from keeper.workflows.common.shielded import run_to_completion
-    from keeper.workflows.tpu import metrics
-    from keeper.workflows.tpu.bootstrap_run import (
-        CANONICAL_ID_PATCH,
-        FAILURE_TYPE,
-        PROGRESS_SIGNAL,
-        WRONG_ID_TYPE,
-        TpuSliceBootstrapRun,
+    from keeper.domain.tpu.transitions import (
+        cancel_seen,
+        closed,
+        done,
+        heard,
+        outcome,
+        phases_ended,
+        stopped_in,
+        supervisor_compensating,
+        supervisor_compensation_seen,
+        takes,
+        turned_stuck,
     )
-    from keeper.workflows.tpu.compensation import delete_slice
+    from keeper.runtime.tpu import search_attributes as sa
+    from keeper.workflows.common.publishing import Publisher
+    from keeper.workflows.common.rollover import handlers_finished
+    from keeper.workflows.common.shielded import run_to_completion
+    from keeper.workflows.tpu import calls, metrics
+    from keeper.workflows.tpu.bootstrap_run import PROGRESS_SIGNAL, TpuSliceBootstrapRun
+    from keeper.workflows.tpu.compensation import delete_slice, deletion
+    from keeper.workflows.tpu.errors import FAILURE_TYPE, child_failure, require_id
 
-# The child's id became tpu-bootstrap-<slice>.run: "-run" could be another slice's supervisor.
-CHILD_ID_PATCH = "bootstrap-child-id-dot-run"
-# The project rides in the memo so the sweeper can find every project keeper created in.
-PROJECT_MEMO_PATCH = "bootstrap-project-memo"
-# A long stuck compensation continues as new with this memo entry (a SupervisorResume).
-RESUME_MEMO = "keeper-compensation"
-# A create that found the name held by another run (a live slice a completed run handed
-# over) created nothing: the supervisor fails without compensating, so it never touches it.
-NAME_TAKEN_PATCH = "bootstrap-name-taken-no-compensation"
+# A continued run of a long compensation finds the state it goes on from here.
+CARRY_MEMO = "keeper-carry"
 
 
 @workflow.defn(
@@ -77,283 +76,147 @@ NAME_TAKEN_PATCH = "bootstrap-name-taken-no-compensation"
 )
 class TpuSliceBootstrap:
     def __init__(self) -> None:
-        self._status: BootstrapStatus | None = None
-        # Set once the supervisor owns the final state; progress signals stop counting.
-        self._owns_final_state = False
-        self._cancel_seen = False
+        self._held: SupervisorState | None = None  # from the run's start on: self._state
+        self._publisher = Publisher()
 
     @workflow.query(description="Phase, deadline, QR state, VM counts and compensation.")
     def status(self) -> BootstrapStatus | None:
-        return self._status
+        return self._held.status if self._held is not None else None
 
     @workflow.signal(name=PROGRESS_SIGNAL, description="Progress reported by the phase child.")
     def progress(self, status: BootstrapStatus) -> None:
-        # Signals can arrive after compensation started (the supervisor's own phase wins)
-        # and out of order (the highest revision wins).
-        if self._status is not None and (
-            self._owns_final_state or status.revision <= self._status.revision
-        ):
+        # Signals arrive out of order (the highest revision wins) and after compensation
+        # started (the supervisor's own status wins).
+        if self._held is None or not takes(self._held, status):
             return
-        previous = self._status.phase if self._status else None
-        if status.compensation_stuck and not (self._status and self._status.compensation_stuck):
+        if turned_stuck(self._held.status, status):
             # The phase child's own compensation (a cancel's) turned stuck. This supervisor
             # counts a cancel's compensation whoever deletes, into the series its own
             # compensation counts into, the one the worker publishes at 0 for the alert.
             metrics.compensation("stuck")
-        self._status = status
-        workflow.set_current_details(render_details(status))
-        if status.phase != previous:
-            workflow.upsert_search_attributes([sa.PHASE.value_set(status.phase.value)])
+        self._set(heard(self._held, status))
 
     @workflow.run
     async def run(self, request: SliceRequest) -> BootstrapResult:
+        require_id("TpuSliceBootstrap", bootstrap_workflow_id(request.slice_name))
+        self._request, self._ref = request, SliceRef.of(request)
+        policy = await calls.read_policy()
+        carried = workflow.memo_value(CARRY_MEMO, None, type_hint=SupervisorState)
+        if carried is not None:
+            # A continued run of a long compensation: it compensates, then closes.
+            self._set(carried)
+            await self._compensate_and_close(policy)
         info = workflow.info()
-        self._request = request
-        self._ref = SliceRef.of(request)
-        expected_id = bootstrap_workflow_id(request.slice_name)
-        if workflow.patched(CANONICAL_ID_PATCH) and info.workflow_id != expected_id:
-            raise ApplicationError(
-                wrong_id_message("TpuSliceBootstrap", info.workflow_id, expected_id),
-                type=WRONG_ID_TYPE,
-                non_retryable=True,
+        self._set(
+            SupervisorState(
+                owner=Owner(workflow_id=info.workflow_id, run_id=info.run_id),
+                status=BootstrapStatus.initial(request),
             )
-        resume = workflow.memo_value(RESUME_MEMO, None, type_hint=SupervisorResume)
-        if resume is not None:
-            # A continued run of a long compensation: the owner is the run that created
-            # the resources, whose id their labels carry.
-            self._owner = resume.owner
-            self._status = resume.status
-            self._cancel_seen = resume.cancelled
-            workflow.set_current_details(render_details(self._status))
-            await self._compensate_and_close(resume.failure, resume.cancelled, resume.progress)
-        self._owner = Owner(workflow_id=info.workflow_id, run_id=info.run_id)
-        self._status = BootstrapStatus.initial(request)
-        workflow.upsert_search_attributes(
-            [
-                sa.SLICE_NAME.value_set(request.slice_name),
-                sa.ZONE.value_set(request.zone),
-                sa.PHASE.value_set(Phase.SUBMIT.value),
-            ]
         )
-        if workflow.patched(PROJECT_MEMO_PATCH):
-            workflow.upsert_memo({PROJECT_MEMO: request.project})
-        workflow.set_current_details(render_details(self._status))
-        child_id = (
-            bootstrap_run_workflow_id(request.slice_name)
-            if workflow.patched(CHILD_ID_PATCH)
-            else legacy_bootstrap_run_workflow_id(request.slice_name)
-        )
+        # So the sweeper finds every project keeper created in.
+        workflow.upsert_memo({PROJECT_MEMO: request.project})
         try:
-            result = await workflow.execute_child_workflow(
-                TpuSliceBootstrapRun.run,
-                BootstrapRunInput(
-                    request=request,
-                    owner=self._owner,
-                    # Fixed here, before any create call, so every retry sends the same one.
-                    request_id=str(workflow.uuid4()),
-                    parent_workflow_id=info.workflow_id,
-                ),
-                id=child_id,
-                parent_close_policy=ParentClosePolicy.REQUEST_CANCEL,
-                static_summary="phases of "
-                + static_summary(
-                    request.slice_name,
-                    request.accelerator_type,
-                    request.capacity.value,
-                    request.zone,
-                ),
-                search_attributes=sa.for_slice(request.slice_name, request.zone),
-            )
+            result = await self._run_the_phases()
         except ChildWorkflowError as err:
-            failure = _failure_of(err, self._stopped_in())
-            await self._compensate_and_close(failure, isinstance(err.cause, CancelledError))
+            failure = child_failure(err, stopped_in(self._state.status))
+            self._set(phases_ended(self._state, failure, isinstance(err.cause, CancelledError)))
+            await self._compensate_and_close(policy)
         except asyncio.CancelledError:
-            failure = BootstrapFailure(
-                phase=self._stopped_in(), kind="cancelled", message="bootstrap cancelled"
-            )
-            await self._compensate_and_close(failure, True)
-        self._finish(result)
+            phase = stopped_in(self._state.status)
+            failure = BootstrapFailure(phase=phase, kind="cancelled", message="bootstrap cancelled")
+            self._set(phases_ended(self._state, failure, True))
+            await self._compensate_and_close(policy)
+        self._set(done(self._state, result, workflow.now()))
+        metrics.bootstrap_closed(Phase.DONE, Phase.DONE, self._state.status.timings)
         return result
 
-    async def _compensate_and_close(
-        self,
-        failure: BootstrapFailure,
-        cancelled: bool,
-        resume: CompensationProgress | None = None,
-    ) -> NoReturn:
-        """Deletes what the bootstrap created, then closes as cancelled or failed."""
-        self._failure = failure
-        self._cancelled = cancelled
-        if failure.kind == "taken" and workflow.patched(NAME_TAKEN_PATCH):
-            # Nothing of this run exists; what does belongs to another run and stays.
-            report: DeletionReport | None = None
-            cancel_seen = False
-        else:
-            report, cancel_seen = await run_to_completion(
-                self._compensate(failure.message, resume), on_cancel=self._note_cancel
+    async def _run_the_phases(self) -> BootstrapResult:
+        request = self._request
+        return await workflow.execute_child_workflow(
+            TpuSliceBootstrapRun.run,
+            BootstrapRunInput(
+                request=request,
+                owner=self._state.owner,
+                # Fixed here, before any create call, so every retry sends the same one.
+                request_id=str(workflow.uuid4()),
+                parent_workflow_id=workflow.info().workflow_id,
+            ),
+            id=bootstrap_run_workflow_id(request.slice_name),
+            parent_close_policy=ParentClosePolicy.REQUEST_CANCEL,
+            static_summary="phases of "
+            + static_summary(
+                request.slice_name, request.accelerator_type, request.capacity.value, request.zone
+            ),
+            search_attributes=sa.for_slice(request.slice_name, request.zone),
+        )
+
+    async def _compensate_and_close(self, policy: TpuPolicy) -> NoReturn:
+        """Deletes what the bootstrap created, however many cancels arrive meanwhile, then
+        closes as cancelled or failed, saying who deleted what."""
+        failure = self._state.failure
+        assert failure is not None
+        report: DeletionReport | None = None
+        if failure.kind != "taken":  # else nothing of this run exists: another run's stays
+            report, _ = await run_to_completion(
+                self._compensate(policy), on_cancel=lambda: self._set(cancel_seen(self._state))
             )
-        assert self._status is not None
-        child = self._status.child_compensation
-        if report is not None:
-            report = merge_reports(child, report)
-        cleanup = cleanup_summary(
-            report,
-            kind=failure.kind,
-            by_child=bool(child and child.deleted),
-            slice_name=self._ref.slice_name,
-        )
-        failure = failure.model_copy(
-            update={
-                "compensation": report,
-                "cleanup": cleanup,
-                "compensated_by_child": bool(child and child.deleted),
-            }
-        )
-        cancelled = cancelled or cancel_seen or self._cancel_seen
-        await self._close(Phase.CANCELLED if cancelled else Phase.FAILED, failure, report)
-        if cancelled:
-            raise asyncio.CancelledError(failure.message)
+        self._set(closed(self._state, report, self._ref.queued))
+        state = self._state
+        assert state.failure is not None
+        metrics.bootstrap_closed(outcome(state), state.failure.phase, state.status.timings)
+        if outcome(state) is Phase.CANCELLED:
+            raise asyncio.CancelledError(state.failure.message)
         raise ApplicationError(
-            f"{failure.message}; compensation: {cleanup}",
-            failure,
+            f"{state.failure.message}; compensation: {state.failure.cleanup}",
+            state.failure,
             type=FAILURE_TYPE,
             non_retryable=True,
         )
 
-    def _note_cancel(self) -> None:
-        self._cancel_seen = True
-
-    def _finish(self, result: BootstrapResult) -> None:
-        # The child's last progress signal may still be in flight when it completes; the
-        # result is the authoritative end state.
-        assert self._status is not None
-        self._owns_final_state = True
-        now = workflow.now()
-        self._status = self._status.model_copy(
-            update={
-                "phase": Phase.DONE,
-                "phase_deadline_at": None,
-                "vms_with_ip": len(result.vms),
-                "vms_healthy": len(result.vms),
-                "nodes_ready": len(result.nodes),
-                "failing_vms": [],
-                "timings": [
-                    t if t.ended_at else t.model_copy(update={"ended_at": now})
-                    for t in self._status.timings
-                ],
-            }
-        )
-        workflow.upsert_search_attributes([sa.PHASE.value_set(Phase.DONE.value)])
-        workflow.set_current_details(render_details(self._status))
-        metrics.bootstrap_closed(Phase.DONE, Phase.DONE, self._status.timings)
-
-    async def _compensate(
-        self, reason: str, resume: CompensationProgress | None = None
-    ) -> DeletionReport:
-        assert self._status is not None
-        self._owns_final_state = True
-        if resume is None:
-            self._status = self._status.model_copy(
-                update={
-                    "phase": Phase.COMPENSATE,
-                    "phase_deadline_at": None,
-                    "error": reason,
-                    "compensation": "running: force-delete, then confirm NotFound",
-                    "compensation_started_at": workflow.now(),
-                }
-            )
-            workflow.upsert_search_attributes([sa.PHASE.value_set(Phase.COMPENSATE.value)])
-            workflow.set_current_details(render_details(self._status))
+    async def _compensate(self, policy: TpuPolicy) -> DeletionReport:
+        state = self._state
+        assert state.failure is not None
+        if state.progress is None:  # not a compensation an earlier run started
+            self._set(supervisor_compensating(state, workflow.now()))
             metrics.compensation("started")
+        owner = state.owner
         report = await delete_slice(
-            self._ref,
-            self._owner.workflow_id,
-            self._owner.run_id,
-            reason,
-            on_progress=self._compensation_progress,
-            resume=resume,
+            deletion(self._ref, owner.workflow_id, owner.run_id, state.failure.message),
+            policy.compensation,
+            self._compensation_progress,
+            resume=state.progress,
         )
         metrics.compensation("finished")
         return report
 
-    def _compensation_progress(self, progress: CompensationProgress) -> None:
-        assert self._status is not None
-        if progress.stuck and not self._status.compensation_stuck:
+    async def _compensation_progress(self, progress: CompensationProgress) -> None:
+        before = self._state.status
+        self._set(supervisor_compensation_seen(self._state, progress, workflow.now()))
+        if turned_stuck(before, self._state.status):
             metrics.compensation("stuck")
-        now = workflow.now()
-        self._status = self._status.model_copy(
-            update={**compensation_fields(progress, now), "updated_at": now}
-        )
-        workflow.set_current_details(render_details(self._status))
         if workflow.info().is_continue_as_new_suggested():
-            self._continue_as_new(progress)
+            # The owner stays the run that created the resources (their labels name it).
+            workflow.logger.warning(
+                "compensation of %s still running after %d windows; continuing as new",
+                self._ref.slice_name,
+                progress.windows_ended,
+            )
+            await handlers_finished()
+            workflow.continue_as_new(
+                self._request,
+                memo={PROJECT_MEMO: self._request.project, CARRY_MEMO: self._state},
+            )
 
-    def _continue_as_new(self, progress: CompensationProgress) -> NoReturn:
-        """Carries a long compensation into a fresh history; the owner stays the same."""
-        assert self._status is not None
-        workflow.logger.warning(
-            "compensation of %s still running after %d windows; continuing as new",
-            self._ref.slice_name,
-            progress.windows_ended,
-        )
-        resume = SupervisorResume(
-            owner=self._owner,
-            status=self._status,
-            failure=self._failure,
-            cancelled=self._cancelled or self._cancel_seen,
-            progress=progress,
-        )
-        workflow.continue_as_new(
-            self._request, memo={PROJECT_MEMO: self._request.project, RESUME_MEMO: resume}
-        )
+    @property
+    def _state(self) -> SupervisorState:
+        assert self._held is not None
+        return self._held
 
-    def _stopped_in(self) -> Phase:
-        """The phase the bootstrap was in, not the child's compensate that followed it."""
-        assert self._status is not None
-        if self._status.phase in (Phase.COMPENSATE, Phase.FAILED, Phase.CANCELLED):
-            return self._status.failed_phase or self._status.phase
-        return self._status.phase
-
-    async def _close(
-        self, phase: Phase, failure: BootstrapFailure, report: DeletionReport | None
-    ) -> None:
-        assert self._status is not None
-        gone = report is not None and not report.not_ours and self._ref.queued
-        self._status = self._status.model_copy(
-            update={
-                "phase": phase,
-                "failed_phase": failure.phase,
-                "error": failure.message,
-                "failing_vms": failure.failing_vms or self._status.failing_vms,
-                "compensation": failure.cleanup or "",
-                "compensation_stuck": False,
-                "phase_deadline_at": None,
-                # What was last seen is gone now; the view must not show it as current.
-                "qr_state": "deleted" if gone else self._status.qr_state,
-            }
+    def _set(self, state: SupervisorState) -> None:
+        """The one way the state changes: the details and the search attributes follow."""
+        self._held = state
+        status = state.status
+        self._publisher.publish(
+            render_details(status),
+            sa.current(status.slice_name, status.zone, status.phase.value),
         )
-        workflow.upsert_search_attributes([sa.PHASE.value_set(phase.value)])
-        workflow.set_current_details(render_details(self._status))
-        metrics.bootstrap_closed(phase, failure.phase, self._status.timings)
-
-
-def _failure_of(err: ChildWorkflowError, phase: Phase) -> BootstrapFailure:
-    cause = err.cause
-    if isinstance(cause, ApplicationError) and cause.type == FAILURE_TYPE and cause.details:
-        try:
-            return BootstrapFailure.model_validate(cause.details[0])
-        except ValidationError:
-            pass
-    if isinstance(cause, TerminatedError):
-        return BootstrapFailure(
-            phase=phase, kind="terminated", message=f"phase workflow terminated during {phase}"
-        )
-    if isinstance(cause, TimeoutError):
-        return BootstrapFailure(
-            phase=phase, kind="timeout", message=f"phase workflow timed out during {phase}"
-        )
-    if isinstance(cause, CancelledError):
-        return BootstrapFailure(
-            phase=phase, kind="cancelled", message=f"bootstrap cancelled during {phase}"
-        )
-    return BootstrapFailure(phase=phase, kind="error", message=f"{phase}: {cause or err}")

@@ -1,32 +1,46 @@
-"""TpuSliceBootstrapRun: the phase work of one slice bootstrap.
+"""TpuSliceBootstrapRun: the runbook of one slice bootstrap, phase by phase.
 
-It runs as the child of `TpuSliceBootstrap`, which compensates whenever this workflow does
-not complete, including when it is terminated or times out and no code of its own can run.
-It compensates by itself only when cancelled: by a cancel of the bootstrap, which reaches it
-through its supervisor (which waits for it, showing and counting its compensation from the
-progress signals), or because its supervisor was terminated (parent close policy
-REQUEST_CANCEL), when nobody else shows or counts it. A compensation stuck long enough
-continues as new, and the continued run goes on from the status its supervisor last took.
+    submit ─► assign ─► provision ─► ready ─► health ─► done     queued capacity
+    submit ───────────────────────► ready ─► health ─► done     on-demand, preemptible
+
+Each waiting phase has a deadline of its own (domain/tpu/phases.py: assign counts from the
+submission, each later phase from the end of the one before); past it the phase looks once
+more, then fails. Every way out is compensated:
+
+| how the phases end                                  | who deletes what they created          |
+|-----------------------------------------------------|----------------------------------------|
+| a phase fails (deadline, terminal state, error)     | the supervisor, once this child failed |
+| this child is terminated or times out               | the supervisor                         |
+| a cancel: of the bootstrap, or its supervisor was   | this child, then the supervisor        |
+| terminated (parent close policy REQUEST_CANCEL)     | confirms the slice is gone             |
+| the create found the name held by another run       | nobody: nothing of this run exists     |
+
+It runs only as the child of `TpuSliceBootstrap`, which shows and counts what this child
+reports: a progress signal per change of its status. A cancel's compensation stuck long
+enough continues as new, carrying this child's state whole (its input's `carry`).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import NoReturn
 
 from pydantic import ValidationError
 from temporalio import workflow
-from temporalio.common import RetryPolicy, VersioningBehavior
+from temporalio.common import VersioningBehavior
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, RetryState
-from temporalio.workflow import ActivityCancellationType
 
 with workflow.unsafe.imports_passed_through():
-    from keeper.activities.tpu.cloud import TpuActivities
-    from keeper.activities.tpu.health import HealthActivities
-    from keeper.domain.common.compensation import status_fields as compensation_fields
-    from keeper.domain.common.durations import format_duration
+    from keeper.domain.tpu.failures import (
+        cancel_closing,
+        continued_compensation_finished,
+        deadline_failure,
+        health_failure,
+        orphan_closing,
+        phase_error,
+        terminal_failure,
+    )
     from keeper.domain.tpu.models import (
         BootstrapFailure,
         BootstrapResult,
@@ -34,65 +48,47 @@ with workflow.unsafe.imports_passed_through():
         BootstrapStatus,
         CompensationProgress,
         CreateSliceInput,
-        DeletionReport,
         HealthCheckInput,
         HealthReport,
         ObserveInput,
-        PhaseTiming,
+        PhaseRunState,
         SliceRef,
     )
-    from keeper.domain.tpu.naming import (
-        bootstrap_run_workflow_ids,
-        bootstrap_workflow_id,
-        queued_resource_name,
-        wrong_id_message,
-    )
     from keeper.domain.tpu.observation import SliceObservation, bucket, progress_key
-    from keeper.domain.tpu.outcome import cleanup_summary
-    from keeper.domain.tpu.phases import Phase, backstop, deadlines, reached, wait_plan
-    from keeper.domain.tpu.status_view import failing_vm_list, render_details
+    from keeper.domain.tpu.phases import Phase, WaitStep, backstop, deadlines, reached, wait_plan
+    from keeper.domain.tpu.status_view import render_details
+    from keeper.domain.tpu.transitions import (
+        bootstrap_result,
+        compensated_on_cancel,
+        compensating,
+        compensation_seen,
+        continued,
+        counted,
+        entered,
+        health_seen,
+        observed,
+        orphan_counts,
+        phases_failed,
+        revised,
+    )
+    from keeper.workflows.common.publishing import Publisher
+    from keeper.workflows.common.rollover import handlers_finished
     from keeper.workflows.common.shielded import run_to_completion
     from keeper.workflows.tpu import activity_options as opts
-    from keeper.workflows.tpu import metrics
-    from keeper.workflows.tpu.compensation import delete_slice
+    from keeper.workflows.tpu import calls, metrics
+    from keeper.workflows.tpu.compensation import delete_slice, deletion
+    from keeper.workflows.tpu.errors import (
+        CANCELLED_TYPE,
+        FAILURE_TYPE,
+        SUPERVISOR_GONE,
+        cause_text,
+        last_health_report,
+        name_taken,
+        require_supervisor,
+        reraise_cancellation,
+    )
 
-FAILURE_TYPE = "SliceBootstrapFailed"
 PROGRESS_SIGNAL = "progress"
-WRONG_ID_TYPE = "NotCanonicalWorkflowId"
-NOT_A_CHILD_TYPE = "NotStartedByTpuSliceBootstrap"
-# Slice workflows refuse ids keeper could not find them by (and the child, any parent but
-# its supervisor); histories recorded before the rule replay without the check.
-CANONICAL_ID_PATCH = "slice-workflow-canonical-id"
-# A poll or health round whose next retry would land past the phase budget made the server
-# fail it early; now the phase sleeps to its deadline and looks once more before failing.
-DEADLINE_LAST_LOOK_PATCH = "phase-deadline-last-look"
-# A cancel-path compensation stuck long enough for the server to suggest it continues as
-# new with its progress in this memo entry; the continued run only compensates.
-CONTINUE_AS_NEW_PATCH = "child-compensation-continue-as-new"
-RESUME_MEMO = "keeper-compensation"
-# Which of its own compensation's metrics an orphaned child has counted ("started", "stuck"),
-# carried with RESUME_MEMO so a continued run counts neither again.
-COUNTED_MEMO = "keeper-compensation-counted"
-# The continued run goes on from the status the run before last sent (STATUS_MEMO), whose
-# revision the supervisor compares (a run starting over at revision 0 would never be heard
-# again), and from whether a signal found the supervisor gone (ORPHANED_MEMO); with its
-# supervisor still waiting, it closes as the cancel it carries on, not as an orphan.
-CONTINUED_STATUS_PATCH = "child-compensation-continued-status"
-STATUS_MEMO = "keeper-compensation-status"
-ORPHANED_MEMO = "keeper-compensation-orphaned"
-# What a signal to a closed or missing workflow fails with (sdk-core's failure type).
-SUPERVISOR_GONE = "ExternalWorkflowExecutionNotFound"
-CANCELLED_TYPE = "BootstrapCancelled"
-# A cancelled child tells its supervisor what its own compensation deleted (one more
-# progress signal), so the supervisor's failure says who deleted what.
-CANCEL_REPORT_PATCH = "child-cancel-report"
-# A cancelled child's compensation tells its supervisor of every window that ran out (the
-# stuck flag, the last error): the supervisor is what `keeper tpu status` reads and what
-# counts a cancel's compensation, stuck included, while it waits for this child to close.
-COMPENSATION_PROGRESS_PATCH = "child-compensation-progress"
-# The create's ALREADY_EXISTS for another run's resource (activities/tpu/cloud.py).
-NAME_TAKEN_TYPE = "SliceNameTaken"
-LAST_LOOK = RetryPolicy(maximum_attempts=1)
 
 
 class PhaseFailed(Exception):
@@ -108,133 +104,164 @@ class PhaseFailed(Exception):
 )
 class TpuSliceBootstrapRun:
     def __init__(self) -> None:
-        self._status: BootstrapStatus | None = None
+        self._held: PhaseRunState | None = None  # from the run's start on: self._state
+        self._publisher = Publisher()
         self._signals: set[asyncio.Task[None]] = set()
-        # Set when a progress signal finds the supervisor gone (terminated), in this run or
-        # the one it continued: this child's own compensation is then the only one, and it
-        # counts it (see _count_orphaned).
-        self._orphaned = False
-        self._compensating = False
-        self._counted: dict[str, bool] = {"started": False, "stuck": False}
 
     @workflow.query(description="Phase, deadline, QR state and VM counts of this bootstrap.")
     def status(self) -> BootstrapStatus | None:
-        return self._status
+        return self._held.status if self._held is not None else None
 
     @workflow.run
     async def run(self, inp: BootstrapRunInput) -> BootstrapResult:
-        self._inp = inp
-        req = inp.request
-        if workflow.patched(CANONICAL_ID_PATCH):
-            _require_supervisor(inp)
+        require_supervisor(inp)
+        self._inp, req = inp, inp.request
         self._ref = SliceRef.of(req)
         self._budgets = deadlines(req)
-        self._status = BootstrapStatus.initial(req)
-        resume = workflow.memo_value(RESUME_MEMO, None, type_hint=CompensationProgress)
-        if resume is not None:
-            await self._finish_continued_compensation(resume)
+        self._policy = await calls.read_policy()
+        if inp.carry is not None:
+            await self._finish_continued_compensation(inp.carry)
+        self._state = PhaseRunState(status=BootstrapStatus.initial(req))
         try:
+            submitted_at = workflow.now()
             obs = await self._submit()
-            submitted_at = self._phase_started_at
             for step in wait_plan(req):
-                obs = await self._wait_phase(
-                    step.phase,
-                    submitted_at if step.from_submission else workflow.now(),
-                    lambda o, goal=step.goal: reached(o, goal),
-                    obs,
-                    step.what,
-                )
+                started_at = submitted_at if step.from_submission else workflow.now()
+                obs = await self._wait(step, started_at, obs)
             await self._health(obs)
         except PhaseFailed as failed:
-            self._status = self._status_copy(failed_phase=failed.failure.phase)
-            await self._enter(Phase.FAILED, None, error=failed.failure.message)
+            # The supervisor compensates; this failure tells it why.
+            self._update(phases_failed(self._status, failed.failure, workflow.now()))
             await self._flush_signals()
             raise ApplicationError(
                 failed.failure.message, failed.failure, type=FAILURE_TYPE, non_retryable=True
             ) from None
         except asyncio.CancelledError:
+            self._update(compensating(self._status, workflow.now()))
             await self._compensate_on_cancel()
             raise
-        await self._enter(Phase.DONE, None)
+        self._update(entered(self._status, Phase.DONE, workflow.now()))
         await self._flush_signals()
-        return self._result(obs)
+        return bootstrap_result(req, self._ref.node_ids, self._status, obs)
 
-    # -- phases --------------------------------------------------------------------------
+    # -- the phases ----------------------------------------------------------------------
 
     async def _submit(self) -> SliceObservation:
+        """Creates the QR or the node; every retry sends the same request id."""
         req = self._inp.request
-        await self._enter(Phase.SUBMIT, None)
+        self._update(entered(self._status, Phase.SUBMIT, workflow.now()))
         assign_budget = self._budgets.get(Phase.ASSIGN, timedelta(0))
+        create = CreateSliceInput(
+            request=req,
+            owner=self._inp.owner,
+            request_id=self._inp.request_id,
+            valid_until=backstop(assign_budget, req.poll_interval),
+        )
         try:
-            # WAIT_CANCELLATION_COMPLETED: a cancel must not let compensation race a create
-            # that is still in flight and may yet succeed.
-            await workflow.execute_activity_method(
-                TpuActivities.create_slice,
-                CreateSliceInput(
-                    request=req,
-                    owner=self._inp.owner,
-                    request_id=self._inp.request_id,
-                    valid_until=backstop(assign_budget, req.poll_interval),
-                ),
-                start_to_close_timeout=opts.CALL_TIMEOUT,
-                schedule_to_close_timeout=opts.CREATE_BUDGET,
-                retry_policy=opts.CREATE_RETRY,
-                cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
-                summary=f"submit: create {'queued resource' if req.capacity.queued else 'node'}"
-                f" {req.slice_name}",
-            )
+            await calls.create_slice(create)
         except ActivityError as err:
-            _reraise_cancellation(err)
-            cause = err.cause
-            taken = isinstance(cause, ApplicationError) and cause.type == NAME_TAKEN_TYPE
-            raise PhaseFailed(
-                self._failure(Phase.SUBMIT, "taken" if taken else "error", err)
-            ) from None
+            reraise_cancellation(err)
+            kind = "taken" if name_taken(err) else "error"
+            raise PhaseFailed(phase_error(Phase.SUBMIT, kind, cause_text(err))) from None
         return SliceObservation(
             expected_nodes=len(self._ref.node_ids), expected_vms=req.expected_vms
         )
 
-    async def _wait_phase(
-        self,
-        phase: Phase,
-        started_at: datetime,
-        done: Callable[[SliceObservation], bool],
-        obs: SliceObservation,
-        what: str,
+    async def _wait(
+        self, step: WaitStep, started_at: datetime, obs: SliceObservation
     ) -> SliceObservation:
-        budget = self._budgets[phase]
+        """Polls the cloud until the step's goal is seen; fails on a terminal state, and at
+        the phase's deadline unless a last look then sees the goal."""
+        phase, budget = step.phase, self._budgets[step.phase]
         deadline_at = started_at + budget
-        await self._enter(phase, deadline_at, started_at=started_at)
-        while not done(obs):
+        self._update(
+            entered(
+                self._status, phase, workflow.now(), deadline_at=deadline_at, started_at=started_at
+            )
+        )
+        while not reached(obs, step.goal):
             self._raise_if_cancel_requested()
-            self._raise_if_terminal(phase, obs)
+            _raise_if_terminal(phase, obs)
             left = deadline_at - workflow.now()
             if left <= timedelta(0):
-                raise PhaseFailed(self._deadline_failure(phase, budget, obs))
+                raise PhaseFailed(deadline_failure(phase, budget, obs, self._ref.queued))
+            poll = self._observe_input(phase, obs)
             try:
-                obs = await workflow.execute_activity_method(
-                    TpuActivities.observe_slice,
-                    self._observe_input(phase, obs),
-                    start_to_close_timeout=opts.POLL_START_TO_CLOSE,
-                    schedule_to_close_timeout=left,
-                    retry_policy=opts.poll_retry(self._inp.request.poll_interval),
-                    summary=f"{phase.value}: {what} (deadline {deadline_at:%H:%M:%S} UTC)",
+                obs = await calls.observe(
+                    poll, left, self._inp.request.poll_interval, step.what, deadline_at
                 )
             except ActivityError as err:
-                _reraise_cancellation(err)
+                reraise_cancellation(err)
                 if err.retry_state is not RetryState.TIMEOUT:
-                    raise PhaseFailed(self._failure(phase, "error", err)) from None
-                final = await self._observe_at_deadline(phase, deadline_at, obs)
+                    raise PhaseFailed(phase_error(phase, "error", cause_text(err))) from None
+                final = None
+                if await self._slept_to_deadline(phase, deadline_at):
+                    final = await calls.last_look(self._observe_input(phase, obs, final=True))
                 if final is not None:
                     obs = final
-                    await self._observed(obs)
-                if final is None or not done(obs):
-                    self._raise_if_terminal(phase, obs)
-                    raise PhaseFailed(self._deadline_failure(phase, budget, obs)) from None
+                    self._update(observed(self._status, obs, workflow.now()))
+                if final is None or not reached(obs, step.goal):
+                    _raise_if_terminal(phase, obs)
+                    raise PhaseFailed(
+                        deadline_failure(phase, budget, obs, self._ref.queued)
+                    ) from None
                 continue
-            await self._observed(obs)
-        self._raise_if_terminal(phase, obs)
+            self._update(observed(self._status, obs, workflow.now()))
+        _raise_if_terminal(phase, obs)
         return obs
+
+    async def _health(self, obs: SliceObservation) -> None:
+        """Probes every VM until all answer healthy; fails at health's deadline unless a last
+        round then finds them all healthy."""
+        req = self._inp.request
+        budget = self._budgets[Phase.HEALTH]
+        started_at = workflow.now()
+        deadline_at = started_at + budget
+        self._update(entered(self._status, Phase.HEALTH, started_at, deadline_at=deadline_at))
+        interval = opts.health_interval(req.poll_interval)
+        report = HealthReport(total=len(obs.endpoints), healthy=0)
+        last_bucket = -1
+        while not report.all_healthy:
+            self._raise_if_cancel_requested()
+            left = deadline_at - workflow.now()
+            probe = HealthCheckInput(
+                targets=obs.endpoints,
+                port=req.health_port,
+                path=req.health_path,
+                last_bucket=last_bucket,
+            )
+            try:
+                report = await calls.health_round(probe, left, interval, deadline_at)
+            except ActivityError as err:
+                reraise_cancellation(err)
+                if err.retry_state is not RetryState.TIMEOUT:
+                    raise PhaseFailed(phase_error(Phase.HEALTH, "error", cause_text(err))) from None
+                final = None
+                if await self._slept_to_deadline(Phase.HEALTH, deadline_at):
+                    final = await calls.last_health_round(
+                        HealthCheckInput(
+                            targets=obs.endpoints, port=req.health_port, path=req.health_path
+                        )
+                    )
+                if final is None or not final.all_healthy:
+                    seen = final or last_health_report(err)
+                    raise PhaseFailed(
+                        health_failure(budget, len(obs.endpoints), seen, self._status.failing_vms)
+                    ) from None
+                report = final
+            last_bucket = bucket(report.healthy, report.total)
+            self._update(health_seen(self._status, report, workflow.now()))
+
+    async def _slept_to_deadline(self, phase: Phase, deadline_at: datetime) -> bool:
+        """The server ended a wait early (its next retry would land past the budget): sleep
+        to the deadline, for one last look then; False when the deadline has passed."""
+        left = deadline_at - workflow.now()
+        if left <= timedelta(0):
+            return False
+        await workflow.sleep(
+            left, summary=f"{phase.value}: wait for the deadline, then look once more"
+        )
+        return True
 
     def _observe_input(
         self, phase: Phase, obs: SliceObservation, *, final: bool = False
@@ -247,254 +274,32 @@ class TpuSliceBootstrapRun:
             final=final,
         )
 
-    async def _wait_for_deadline(self, phase: Phase, deadline_at: datetime) -> bool:
-        """Sleeps to a deadline the server gave up on early; False on histories before that."""
-        left = deadline_at - workflow.now()
-        if left <= timedelta(0) or not workflow.patched(DEADLINE_LAST_LOOK_PATCH):
-            return False
-        await workflow.sleep(
-            left, summary=f"{phase.value}: wait for the deadline, then look once more"
-        )
-        return True
+    # -- cancelled: this child compensates ------------------------------------------------
 
-    async def _observe_at_deadline(
-        self, phase: Phase, deadline_at: datetime, obs: SliceObservation
-    ) -> SliceObservation | None:
-        """The last observation of a phase, at its deadline; None when there is none."""
-        if not await self._wait_for_deadline(phase, deadline_at):
-            return None
-        try:
-            return await workflow.execute_activity_method(
-                TpuActivities.observe_slice,
-                self._observe_input(phase, obs, final=True),
-                start_to_close_timeout=opts.POLL_START_TO_CLOSE,
-                retry_policy=LAST_LOOK,
-                summary=f"{phase.value}: last look at the deadline",
+    async def _compensate_on_cancel(self) -> None:
+        """Deletes what the bootstrap created, through any number of further cancels, then
+        tells the supervisor what it deleted (the supervisor then confirms it gone)."""
+        self._count_orphaned()
+        owner = self._inp.owner
+        delete = deletion(self._ref, owner.workflow_id, owner.run_id, "bootstrap cancelled")
+        report, _ = await run_to_completion(
+            delete_slice(
+                delete, self._policy.compensation, self._compensation_progress, self._state.progress
             )
-        except ActivityError as err:
-            _reraise_cancellation(err)
-            return None
-
-    async def _health(self, obs: SliceObservation) -> HealthReport:
-        req = self._inp.request
-        budget = self._budgets[Phase.HEALTH]
-        started_at = workflow.now()
-        deadline_at = started_at + budget
-        await self._enter(Phase.HEALTH, deadline_at, started_at=started_at)
-        interval = opts.health_interval(req.poll_interval)
-        report = HealthReport(total=len(obs.endpoints), healthy=0)
-        last_bucket = -1
-        while not report.all_healthy:
-            self._raise_if_cancel_requested()
-            left = deadline_at - workflow.now()
-            try:
-                report = await workflow.execute_activity_method(
-                    HealthActivities.check_health,
-                    HealthCheckInput(
-                        targets=obs.endpoints,
-                        port=req.health_port,
-                        path=req.health_path,
-                        last_bucket=last_bucket,
-                    ),
-                    start_to_close_timeout=opts.HEALTH_START_TO_CLOSE,
-                    schedule_to_close_timeout=max(left, timedelta(seconds=1)),
-                    retry_policy=RetryPolicy(
-                        initial_interval=interval,
-                        backoff_coefficient=1.0,
-                        maximum_interval=interval,
-                    ),
-                    summary=f"health: GET {req.health_path} on {len(obs.endpoints)} VMs "
-                    f"(deadline {deadline_at:%H:%M:%S} UTC)",
-                )
-            except ActivityError as err:
-                _reraise_cancellation(err)
-                if err.retry_state is not RetryState.TIMEOUT:
-                    raise PhaseFailed(self._failure(Phase.HEALTH, "error", err)) from None
-                final = await self._health_at_deadline(deadline_at, obs)
-                if final is None or not final.all_healthy:
-                    raise PhaseFailed(
-                        self._health_failure(budget, obs, final or _last_health_report(err))
-                    ) from None
-                report = final
-            last_bucket = bucket(report.healthy, report.total)
-            self._status = self._status_copy(
-                vms_healthy=report.healthy,
-                failing_vms=report.failing,
-                vms_failing=report.total - report.healthy,
-            )
-            self._publish()
-        return report
-
-    async def _health_at_deadline(
-        self, deadline_at: datetime, obs: SliceObservation
-    ) -> HealthReport | None:
-        """One last health round at the deadline, reporting whatever it sees."""
-        if not await self._wait_for_deadline(Phase.HEALTH, deadline_at):
-            return None
-        req = self._inp.request
-        try:
-            return await workflow.execute_activity_method(
-                HealthActivities.check_health,
-                HealthCheckInput(targets=obs.endpoints, port=req.health_port, path=req.health_path),
-                start_to_close_timeout=opts.HEALTH_START_TO_CLOSE,
-                retry_policy=LAST_LOOK,
-                summary="health: last round at the deadline",
-            )
-        except ActivityError as err:
-            _reraise_cancellation(err)
-            return _last_health_report(err)
-
-    # -- failure and compensation ---------------------------------------------------------
-
-    def _health_failure(
-        self, budget: timedelta, obs: SliceObservation, last: HealthReport | None
-    ) -> BootstrapFailure:
-        """Names the failing VMs and why; counts come from the round, not from its list."""
-        assert self._status is not None
-        failing = last.failing if last else []
-        count = last.total - last.healthy if last else len(failing)
-        if len(self._status.failing_vms) > len(failing):
-            # A retried attempt's details carry only the first few; the last full round
-            # this workflow saw names them all.
-            failing = self._status.failing_vms
-        return BootstrapFailure(
-            phase=Phase.HEALTH,
-            kind="deadline",
-            message=f"health deadline ({format_duration(budget)}) exceeded: "
-            f"{count} of {len(obs.endpoints)} VMs not healthy: {failing_vm_list(failing, count)}",
-            failing_vms=failing,
         )
-
-    def _raise_if_terminal(self, phase: Phase, obs: SliceObservation) -> None:
-        reason = obs.terminal_reason
-        if reason is not None:
-            raise PhaseFailed(
-                BootstrapFailure(phase=phase, kind="terminal", message=f"{phase.value}: {reason}")
-            )
-
-    def _deadline_failure(
-        self, phase: Phase, budget: timedelta, obs: SliceObservation
-    ) -> BootstrapFailure:
-        seen = obs.qr_state or "no answer yet"
-        detail = f"QR {seen}" if self._ref.queued else f"node {self._node_summary(obs)}"
-        if phase is Phase.READY:
-            detail += f", {obs.nodes_ready}/{obs.expected_nodes} nodes READY, "
-            detail += f"{obs.vms_with_ip}/{obs.expected_vms} VMs with IP"
-        return BootstrapFailure(
-            phase=phase,
-            kind="deadline",
-            message=f"{phase.value} deadline ({format_duration(budget)}) exceeded; last seen: "
-            f"{detail}",
-        )
-
-    @staticmethod
-    def _node_summary(obs: SliceObservation) -> str:
-        return ", ".join(f"{n.node_id} {n.state}" for n in obs.nodes) or "not listed yet"
-
-    @staticmethod
-    def _failure(phase: Phase, kind: str, err: ActivityError) -> BootstrapFailure:
-        cause = err.cause
-        message = str(cause) if cause is not None else str(err)
-        return BootstrapFailure(phase=phase, kind=kind, message=f"{phase.value}: {message}")
-
-    async def _finish_continued_compensation(self, resume: CompensationProgress) -> NoReturn:
-        """A continued run of a stuck cancel-path compensation: it compensates, then fails,
-        as the cancel was the previous run's and this run cannot close as cancelled."""
-        req = self._inp.request
-        counted = workflow.memo_value(COUNTED_MEMO, {}, type_hint=dict[str, bool])
-        self._counted.update(counted)
-        carried = workflow.memo_value(STATUS_MEMO, None, type_hint=BootstrapStatus)
-        if carried is not None:
-            # Where the supervisor's view stands: its revision, the phase the bootstrap
-            # stopped in, its timings. Runs continued before the patch start afresh.
-            self._status = carried
-            self._orphaned = workflow.memo_value(ORPHANED_MEMO, False, type_hint=bool)
-        # It is as stuck as the run before: seen as such, and not counted stuck again.
-        self._status = self._status_copy(
-            **compensation_fields(resume, workflow.now()),
-            compensation_started_at=resume.started_at,
-        )
-        await self._compensate_on_cancel(resume)
-        assert self._status is not None
-        done = "the compensation an earlier run of this workflow started has finished: " + (
-            self._status.compensation or "nothing to report"
-        )
-        if not workflow.patched(CONTINUED_STATUS_PATCH):
-            raise ApplicationError(
-                f"bootstrap of {req.slice_name} cancelled (its supervisor was lost); the "
-                "compensation an earlier run of this workflow started has finished",
-                type=CANCELLED_TYPE,
-                non_retryable=True,
-            )
-        if self._orphaned:
-            # Nobody waits for this run: its failure is the last word on the bootstrap.
-            raise ApplicationError(
-                f"bootstrap of {req.slice_name} cancelled (its supervisor "
-                f"{self._inp.parent_workflow_id} was lost); {done}",
-                type=CANCELLED_TYPE,
-                non_retryable=True,
-            )
-        # Its supervisor waits for it (the last signal, with the report, reached it) and
-        # closes the bootstrap as cancelled on a cancelled failure, as for a first run that
-        # closed as cancelled; an ApplicationError would read to it as the phases failing.
-        raise CancelledError(
-            f"bootstrap of {req.slice_name} cancelled; {done}; its supervisor "
-            f"{self._inp.parent_workflow_id} closes the bootstrap"
-        )
-
-    async def _compensate_on_cancel(self, resume: CompensationProgress | None = None) -> None:
-        report, _ = await run_to_completion(self._compensate(resume))
-        self._status = self._status_copy(
-            phase=Phase.CANCELLED,
-            compensation=cleanup_summary(report),
-            child_compensation=report,
-            phase_deadline_at=None,
-            # Finished: no longer stuck, here or in the supervisor this status reaches, whose
-            # own compensation that follows is another one and turns stuck on its own.
-            compensation_stuck=False,
-        )
-        if workflow.patched(CANCEL_REPORT_PATCH):
-            # The supervisor compensates after this child too, and would otherwise only
-            # find everything already gone.
-            self._publish()
-            await self._flush_signals()
-        else:
-            workflow.set_current_details(render_details(self._status))
-        if self._orphaned:
+        self._update(compensated_on_cancel(self._status, report, workflow.now()))
+        await self._flush_signals()
+        if self._state.orphaned:
             metrics.compensation("finished")
 
-    async def _compensate(self, resume: CompensationProgress | None) -> DeletionReport:
-        assert self._status is not None
-        if resume is None and self._status.failed_phase is None:
-            self._status = self._status_copy(failed_phase=self._status.phase)
-        if resume is None:
-            self._status = self._status_copy(compensation_started_at=workflow.now())
-        self._compensating = True
+    async def _compensation_progress(self, progress: CompensationProgress) -> None:
+        self._state = self._state.model_copy(update={"progress": progress})
+        # The supervisor, waiting for this child, shows and counts its progress; once a
+        # signal found it gone, this child's own details are what shows.
+        status = compensation_seen(self._status, progress, workflow.now())
+        self._update(status, tell_supervisor=not self._state.orphaned)
         self._count_orphaned()
-        await self._enter(Phase.COMPENSATE, None)
-        return await delete_slice(
-            self._ref,
-            self._inp.owner.workflow_id,
-            self._inp.owner.run_id,
-            "bootstrap cancelled",
-            on_progress=self._compensation_progress,
-            resume=resume,
-        )
-
-    def _compensation_progress(self, progress: CompensationProgress) -> None:
-        now = workflow.now()
-        self._status = self._status_copy(**compensation_fields(progress, now))
-        self._count_orphaned()
-        assert self._status is not None
-        if not self._orphaned and workflow.patched(COMPENSATION_PROGRESS_PATCH):
-            # A cancel: the supervisor waits for this child and shows and counts its
-            # progress. Once a signal found it gone, this child's own details are what show.
-            self._publish()
-        else:
-            workflow.set_current_details(render_details(self._status))
-        if workflow.info().is_continue_as_new_suggested() and workflow.patched(
-            CONTINUE_AS_NEW_PATCH
-        ):
+        if workflow.info().is_continue_as_new_suggested():
             # However long it stays stuck, the history stays bounded; the owner rides in
             # the input, so ownership checks are the same in the next run.
             workflow.logger.warning(
@@ -502,90 +307,81 @@ class TpuSliceBootstrapRun:
                 self._ref.slice_name,
                 progress.windows_ended,
             )
-            memo: dict[str, object] = {RESUME_MEMO: progress, COUNTED_MEMO: self._counted}
-            if workflow.patched(CONTINUED_STATUS_PATCH):
-                memo[STATUS_MEMO] = self._status
-                memo[ORPHANED_MEMO] = self._orphaned
-            workflow.continue_as_new(self._inp, memo=memo)
+            await handlers_finished()
+            workflow.continue_as_new(self._inp.model_copy(update={"carry": self._state}))
 
-    # -- status --------------------------------------------------------------------------
+    async def _finish_continued_compensation(self, carry: PhaseRunState) -> NoReturn:
+        """A continued run of a stuck cancel-path compensation: it compensates, then closes
+        as the cancel it carries on, for its supervisor, or failed, when nobody waits."""
+        assert carry.progress is not None
+        req = self._inp.request
+        self._state = carry
+        self._update(continued(carry.status, carry.progress, workflow.now()))
+        await self._compensate_on_cancel()
+        finished = continued_compensation_finished(self._status.compensation)
+        supervisor = self._inp.parent_workflow_id
+        if self._state.orphaned:
+            raise ApplicationError(
+                orphan_closing(req.slice_name, supervisor, finished),
+                type=CANCELLED_TYPE,
+                non_retryable=True,
+            )
+        # Its supervisor waits for it (the last signal, with the report, reached it) and
+        # closes the bootstrap as cancelled on a cancelled failure; an ApplicationError would
+        # read to it as the phases failing.
+        raise CancelledError(cancel_closing(req.slice_name, supervisor, finished))
 
-    def _status_copy(self, **changes: object) -> BootstrapStatus:
-        assert self._status is not None
-        return self._status.model_copy(update={**changes, "updated_at": workflow.now()})
+    # -- the status, and the supervisor told of it ---------------------------------------
 
-    async def _enter(
-        self,
-        phase: Phase,
-        deadline_at: datetime | None,
-        *,
-        started_at: datetime | None = None,
-        error: str | None = None,
-    ) -> None:
-        assert self._status is not None
-        now = workflow.now()
-        started_at = started_at or now
-        self._phase_started_at = started_at
-        timings = [
-            t if t.ended_at is not None else t.model_copy(update={"ended_at": now})
-            for t in self._status.timings
-        ]
-        if phase not in (Phase.DONE, Phase.FAILED, Phase.COMPENSATE, Phase.CANCELLED):
-            timings.append(PhaseTiming(phase=phase, started_at=started_at, deadline_at=deadline_at))
-        self._status = self._status_copy(
-            phase=phase, phase_deadline_at=deadline_at, timings=timings, error=error
-        )
-        self._publish()
+    @property
+    def _state(self) -> PhaseRunState:
+        assert self._held is not None
+        return self._held
 
-    async def _observed(self, obs: SliceObservation) -> None:
-        self._status = self._status_copy(
-            qr_state=obs.qr_state,
-            nodes_ready=obs.nodes_ready,
-            vms_with_ip=obs.vms_with_ip,
-        )
-        self._publish()
+    @_state.setter
+    def _state(self, state: PhaseRunState) -> None:
+        self._held = state
 
-    def _publish(self) -> None:
-        assert self._status is not None
-        self._status = self._status.model_copy(update={"revision": self._status.revision + 1})
-        workflow.set_current_details(render_details(self._status))
-        # Sent from a task of its own: a cancel that lands while the main task awaits a
-        # signal that has already been delivered is swallowed by that await, and the
-        # workflow would go on polling as if nobody had asked it to stop.
-        task = asyncio.create_task(self._signal_parent(self._status))
-        self._signals.add(task)
-        task.add_done_callback(self._signals.discard)
+    @property
+    def _status(self) -> BootstrapStatus:
+        return self._state.status
 
-    async def _signal_parent(self, status: BootstrapStatus) -> None:
-        parent = workflow.get_external_workflow_handle(self._inp.parent_workflow_id)
+    def _update(self, status: BootstrapStatus, *, tell_supervisor: bool = True) -> None:
+        """The one way the status changes: shown in the details and, as a new revision,
+        signalled to the supervisor."""
+        if tell_supervisor:
+            status = revised(status)
+        self._state = self._state.model_copy(update={"status": status})
+        self._publisher.publish(render_details(status))
+        if tell_supervisor:
+            # From a task of its own: a cancel that lands while the main task awaits a
+            # signal that has already been delivered is swallowed by that await, and the
+            # workflow would go on polling as if nobody had asked it to stop.
+            task = asyncio.create_task(self._signal_supervisor(status))
+            self._signals.add(task)
+            task.add_done_callback(self._signals.discard)
+
+    async def _signal_supervisor(self, status: BootstrapStatus) -> None:
+        supervisor = workflow.get_external_workflow_handle(self._inp.parent_workflow_id)
         try:
-            await parent.signal(PROGRESS_SIGNAL, status)
+            await supervisor.signal(PROGRESS_SIGNAL, status)
         except (ApplicationError, asyncio.CancelledError) as err:
             # Progress is best effort; the supervisor may be gone (terminated).
             workflow.logger.debug("supervisor did not take the progress signal: %s", err)
             if isinstance(err, ApplicationError) and err.type == SUPERVISOR_GONE:
-                self._orphaned = True
+                self._state = self._state.model_copy(update={"orphaned": True})
                 self._count_orphaned()
         else:
             if status.compensation_stuck:
                 # The supervisor took it and counted the compensation stuck: should it be
-                # terminated later, this child's own count (_count_orphaned) skips stuck.
-                self._counted["stuck"] = True
+                # terminated later, this child's own count skips stuck.
+                self._state = counted(self._state, "stuck")
 
     def _count_orphaned(self) -> None:
-        """A compensation nobody else counts: the supervisor, which counts a cancel's
-        compensation whoever deletes, was terminated. Each event is counted once, when both
-        are known: the compensation has reached it, and a signal found the supervisor gone
-        (which may be only at the end, if the supervisor went while this child deleted)."""
-        assert self._status is not None
-        if not (self._orphaned and self._compensating):
-            return
-        if not self._counted["started"]:
-            self._counted["started"] = True
-            metrics.compensation("started")
-        if self._status.compensation_stuck and not self._counted["stuck"]:
-            self._counted["stuck"] = True
-            metrics.compensation("stuck")
+        """A compensation nobody else counts (transitions.orphan_counts)."""
+        self._state, due = orphan_counts(self._state)
+        for event in due:
+            metrics.compensation(event)
 
     async def _flush_signals(self) -> None:
         # A workflow that closes with a signal still in flight loses it (the supervisor
@@ -598,70 +394,8 @@ class TpuSliceBootstrapRun:
         if workflow.cancellation_reason() is not None:
             raise asyncio.CancelledError(workflow.cancellation_reason())
 
-    def _result(self, obs: SliceObservation) -> BootstrapResult:
-        assert self._status is not None
-        req = self._inp.request
-        timings = self._status.timings
-        seconds = {t.phase.value: t.seconds for t in timings if t.seconds is not None}
-        # Phases can start together (assign starts at submission), so the total is the
-        # span from the first start to the last end, not a sum.
-        ends = [t.ended_at for t in timings if t.ended_at is not None]
-        total = (max(ends) - timings[0].started_at).total_seconds() if ends else 0.0
-        return BootstrapResult(
-            slice_name=req.slice_name,
-            capacity=req.capacity.value,
-            queued_resource=queued_resource_name(req.project, req.zone, req.slice_name)
-            if req.capacity.queued
-            else None,
-            nodes=self._ref.node_ids,
-            vms=obs.endpoints,
-            phase_seconds=seconds,
-            total_seconds=total,
-        )
 
-
-def _require_supervisor(inp: BootstrapRunInput) -> None:
-    """The phase child runs only under its slice's supervisor, which compensates for it."""
-    info = workflow.info()
-    slice_name = inp.request.slice_name
-    if info.workflow_id not in bootstrap_run_workflow_ids(slice_name):
-        raise ApplicationError(
-            wrong_id_message(
-                "TpuSliceBootstrapRun", info.workflow_id, bootstrap_run_workflow_ids(slice_name)[0]
-            ),
-            type=WRONG_ID_TYPE,
-            non_retryable=True,
-        )
-    supervisor = bootstrap_workflow_id(slice_name)
-    parent = info.parent
-    if (
-        parent is None
-        or parent.workflow_id != supervisor
-        or inp.parent_workflow_id != supervisor
-        or inp.owner.workflow_id != supervisor
-        or inp.owner.run_id != parent.run_id
-    ):
-        started_by = f"workflow {parent.workflow_id}" if parent else "no parent workflow"
-        raise ApplicationError(
-            f"TpuSliceBootstrapRun runs only as the child of TpuSliceBootstrap {supervisor}, "
-            f"which deletes the slice if the phases fail; it was started by {started_by}. "
-            f"Nothing was created: start TpuSliceBootstrap with --workflow-id {supervisor}",
-            type=NOT_A_CHILD_TYPE,
-            non_retryable=True,
-        )
-
-
-def _reraise_cancellation(err: ActivityError) -> None:
-    """An activity of ours is only ever cancelled because this workflow was."""
-    if isinstance(err.cause, CancelledError):
-        raise asyncio.CancelledError(str(err.cause)) from None
-
-
-def _last_health_report(err: ActivityError) -> HealthReport | None:
-    cause = err.cause
-    if isinstance(cause, ApplicationError) and cause.details:
-        try:
-            return HealthReport.model_validate(cause.details[0])
-        except ValidationError:
-            return None
-    return None
+def _raise_if_terminal(phase: Phase, obs: SliceObservation) -> None:
+    failure = terminal_failure(phase, obs)
+    if failure is not None:
+        raise PhaseFailed(failure)
