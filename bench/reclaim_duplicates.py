@@ -71,7 +71,8 @@ from keeper.runtime.reclaim.deps import open_reclaim_deps  # noqa: E402
 from keeper.runtime.reclaim.intake import Intake  # noqa: E402
 from keeper.runtime.reclaim.service import run_tap  # noqa: E402
 from keeper.runtime.reclaim.tap import HeartbeatTap  # noqa: E402
-from keeper.runtime.settings import ReclaimSettings, Settings  # noqa: E402
+from keeper.runtime.settings import Settings  # noqa: E402
+from keeper.runtime.settings.reclaim import ReclaimSettings  # noqa: E402
 from keeper.runtime.tools import find_tool  # noqa: E402
 from keeper.wire.spur import slurm_pb2, slurm_pb2_grpc  # noqa: E402
 from keeper.workers.families.reclaim import reclaim_activities  # noqa: E402

@@ -33,7 +33,8 @@ from keeper.runtime.reclaim.deps import open_reclaim_deps
 from keeper.runtime.reclaim.intake import Intake
 from keeper.runtime.reclaim.service import run_tap
 from keeper.runtime.reclaim.tap import HeartbeatTap
-from keeper.runtime.settings import ReclaimSettings, Settings
+from keeper.runtime.settings import Settings
+from keeper.runtime.settings.reclaim import ReclaimSettings
 from keeper.workers.families.reclaim import reclaim_activities
 from keeper.workers.registry import WORKFLOW_FAILURE_EXCEPTION_TYPES, WORKFLOW_INTERCEPTORS
 from keeper.workers.versioning import workflow_runner

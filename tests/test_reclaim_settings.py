@@ -13,7 +13,8 @@ import yaml
 from keeper.domain.reclaim.steps import Mode
 from keeper.runtime.reclaim.credentials import TOKEN_ENV
 from keeper.runtime.reclaim.deps import spur_token
-from keeper.runtime.settings import ReclaimSettings, SettingsError, load_settings
+from keeper.runtime.settings import SettingsError, load_settings
+from keeper.runtime.settings.reclaim import ReclaimSettings
 from tests.test_reclaim_cli import keeper_now
 
 

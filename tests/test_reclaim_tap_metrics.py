@@ -24,7 +24,8 @@ from emulators.spur.config import AgentSpec
 from keeper.runtime import metrics as m
 from keeper.runtime.reclaim.service import run_tap
 from keeper.runtime.reclaim.tap import HeartbeatTap, TapCounters
-from keeper.runtime.settings import ReclaimSettings, Settings, SettingsError, load_settings
+from keeper.runtime.settings import Settings, SettingsError, load_settings
+from keeper.runtime.settings.reclaim import ReclaimSettings
 from keeper.wire.spur import slurm_pb2_grpc
 from tests.metrics_support import samples
 from tests.reclaim_world import free_port, until

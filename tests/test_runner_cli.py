@@ -19,7 +19,7 @@ from temporalio.testing import WorkflowEnvironment
 from keeper.domain.runners.models import deletion_workflow_id
 from keeper.domain.runners.status import InstanceStatus
 from keeper.runtime.runners.deps import github_token_source
-from keeper.runtime.settings import RunnerSettings
+from keeper.runtime.settings.runners import RunnerSettings
 from keeper.store.runners.schema import runners
 from tests.runner_world import RunnerWorld, runner_worker
 from tests.test_runner_e2e import keeper, runner_config
@@ -44,23 +44,23 @@ def offline_config(tmp_path: Path) -> Path:
 
 
 @pytest.mark.parametrize(
-    ("args", "flag"),
+    ("module", "args", "flag"),
     [
-        (("runner", "delete", "r-1", "--reason", "x" * 501), "--reason"),
-        (("runner", "demo", "--count", "0"), "--count"),
-        (("runner", "delete", "bad name!"), "NAME"),
+        ("keeper.cli.main", ("runner", "delete", "r-1", "--reason", "x" * 501), "--reason"),
+        ("dev", ("demo", "runner", "--count", "0"), "--count"),  # keeper-dev, the checkout's
+        ("keeper.cli.main", ("runner", "delete", "bad name!"), "NAME"),
     ],
     ids=["reason-too-long", "demo-count-0", "bad-name"],
 )
 async def test_bad_arguments_are_usage_errors_naming_the_flag(
-    tmp_path: Path, args: tuple[str, ...], flag: str
+    tmp_path: Path, module: str, args: tuple[str, ...], flag: str
 ) -> None:
     config = offline_config(tmp_path)
-    done = await keeper(config, *args)
+    done = await keeper(config, *args, module=module)
     assert done.returncode == 2, done
     assert f"Error: {flag}: " in done.stderr and "Traceback" not in done.stderr
     assert done.stdout == ""
-    as_json = await keeper(config, *args, "-o", "json")
+    as_json = await keeper(config, *args, "-o", "json", module=module)
     assert as_json.returncode == 2
     error = json.loads(as_json.stdout)["error"]
     assert error["usage"] and error["message"].startswith(f"{flag}: ")

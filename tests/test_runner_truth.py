@@ -15,7 +15,7 @@ from keeper.domain.runners.models import DeletionOutcome, Requester
 from keeper.domain.runners.status import InstanceStatus
 from keeper.runtime.runners.deps import github_token_source
 from keeper.runtime.runners.requests import RequestRefused
-from keeper.runtime.settings import RunnerSettings
+from keeper.runtime.settings.runners import RunnerSettings
 from tests.runner_world import FAST_POLICY, RunnerWorld, runner_worker
 from tests.test_runner_waits import details, until
 

@@ -47,7 +47,7 @@ from keeper.domain.tpu.phases import (
 )
 from keeper.domain.tpu.status_view import failing_vm_list
 from keeper.domain.tpu.topology import topology_problem
-from keeper.runtime.settings import BootstrapSettings
+from keeper.runtime.settings.tpu import BootstrapSettings
 from tests.harness import slice_request
 
 QR = "projects/p/locations/z/queuedResources/train-a"

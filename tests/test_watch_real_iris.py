@@ -45,7 +45,7 @@ from keeper.domain.watch.models import (
 from keeper.domain.watch.names import JobPhase
 from keeper.domain.watch.state import ReadingState
 from keeper.domain.watch.threads import ThreadState
-from keeper.runtime.settings import WatchSettings
+from keeper.runtime.settings.watch import WatchSettings
 from keeper.runtime.watch.iris_client import IrisController, LogRoute
 from tests.e2e_support import dev_address
 from tests.real_iris.world import (

@@ -35,7 +35,7 @@ from keeper.runtime.reclaim.agent_client import AgentCancelError, AgentCancelTim
 from keeper.runtime.reclaim.assess import Assessor
 from keeper.runtime.reclaim.controller_client import SpurController
 from keeper.runtime.reclaim.views import drained_by_keeper, node_state_name
-from keeper.runtime.settings import ReclaimSettings
+from keeper.runtime.settings.reclaim import ReclaimSettings
 from keeper.store.reclaim import RELEASED_BY_REPORT, WEAKLY_RELEASED, ReclaimMemory
 from keeper.wire.spur import slurm_pb2
 

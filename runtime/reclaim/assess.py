@@ -14,7 +14,7 @@ from keeper.domain.reclaim.jobs import ACTIVE
 from keeper.domain.reclaim.models import ControllerView, Decision, EpochState, Holding
 from keeper.runtime.reclaim.controller_client import SpurController
 from keeper.runtime.reclaim.views import controller_view
-from keeper.runtime.settings import ReclaimSettings
+from keeper.runtime.settings.reclaim import ReclaimSettings
 from keeper.store.reclaim import ReclaimMemory
 
 

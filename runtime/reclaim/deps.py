@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from keeper.runtime.reclaim.agent_client import SpurAgents
 from keeper.runtime.reclaim.controller_client import SpurController
 from keeper.runtime.reclaim.credentials import TOKEN_ENV, SpurToken
-from keeper.runtime.settings import ReclaimSettings
+from keeper.runtime.settings.reclaim import ReclaimSettings
 from keeper.store.reclaim import ReclaimMemory, open_reclaim_memory
 
 

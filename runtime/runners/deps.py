@@ -13,7 +13,8 @@ from keeper.domain.runners.provider import DEFAULT_LEASE_MARGIN
 from keeper.runtime.runners.garm_provider import ExternalProvider
 from keeper.runtime.runners.github_client import TOKEN_ENV, GitHubClient, load_github_token
 from keeper.runtime.runners.instance_lease import InstanceLeases
-from keeper.runtime.settings import RunnerSettings, SettingsError
+from keeper.runtime.settings import SettingsError
+from keeper.runtime.settings.runners import RunnerSettings
 from keeper.store import RunnerStore, open_store
 
 log = logging.getLogger("keeper.runners")

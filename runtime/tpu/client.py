@@ -6,7 +6,7 @@ import grpc
 from google.cloud import tpu_v2
 from google.cloud.tpu_v2.services.tpu.transports import TpuGrpcAsyncIOTransport
 
-from keeper.runtime.settings import TpuEndpoint, TpuSettings
+from keeper.runtime.settings.tpu import TpuEndpoint, TpuSettings
 
 
 def emulator_client(target: str) -> tpu_v2.TpuAsyncClient:

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from keeper.runtime.secret_source import from_env_or_file
-from keeper.runtime.settings import WatchSettings
+from keeper.runtime.settings.watch import WatchSettings
 from keeper.runtime.watch.credentials import TOKEN_ENV, IrisToken
 from keeper.runtime.watch.iris_client import IrisController
 from keeper.store.watch import LaunchStore, open_launch_store

@@ -24,8 +24,6 @@ from urllib.parse import quote
 
 import yaml
 from pydantic import (
-    BaseModel,
-    ConfigDict,
     Field,
     SecretStr,
     ValidationError,
@@ -37,34 +35,34 @@ from temporalio.envconfig import ClientConfigTLS
 
 from keeper.domain.common.durations import HumanDuration
 from keeper.domain.common.secret_text import header_secret_problem
-from keeper.domain.reclaim.identity import NodeNameError, canonical_node
-from keeper.domain.reclaim.policy import ReclaimPolicy
-from keeper.domain.reclaim.steps import Mode
-from keeper.domain.runners.github import DEFAULT_MAX_RETRY_AFTER_S
-from keeper.domain.runners.models import DeletionPolicy
-from keeper.domain.runners.provider import DEFAULT_LEASE_MARGIN
-from keeper.domain.tpu.phases import DEFAULT_DEADLINES, Phase
-from keeper.domain.tpu.slice_request import MAX_POLL_INTERVAL, MIN_POLL_INTERVAL, SliceRequest
-from keeper.domain.watch.cadence import CadencePolicy
-from keeper.domain.watch.escalation import EscalationPolicy
-from keeper.domain.watch.liveness_models import LivenessPolicy
-from keeper.domain.watch.policy import WatchPolicy
+from keeper.domain.tpu.slice_request import SliceRequest
 from keeper.runtime import dev_ports, temporal_env
-from keeper.store.database import normalise_url
+from keeper.runtime.settings.base import (
+    Section,
+    SettingsConflict,
+    SettingsError,
+    checked_host_port,
+)
+from keeper.runtime.settings.reclaim import ReclaimSettings
+from keeper.runtime.settings.runners import RunnerSettings
+from keeper.runtime.settings.tpu import (
+    BootstrapSettings,
+    HealthSettings,
+    SweeperSettings,
+    TpuEndpoint,
+    TpuSettings,
+)
+from keeper.runtime.settings.watch import WatchSettings
 
 DEFAULT_CONFIG_FILE = "temporal-dev.yaml"
 CONFIG_ENV = "KEEPER_CONFIG"
-
-
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
 
 
 # The workflow families a worker can serve, each on its own task queue (workers/families/).
 FAMILY_NAMES = ("tpu", "runners", "reclaim", "watch")
 
 
-class TemporalSettings(_Section):
+class TemporalSettings(Section):
     # A profile and the TEMPORAL_* variables override both (runtime/temporal_env.py).
     address: str = "127.0.0.1:7233"
     namespace: str = "default"
@@ -123,42 +121,7 @@ class TemporalSettings(_Section):
         return f"{url}/{quote(run_id, safe='')}/user-metadata" if run_id else url
 
 
-class TpuEndpoint(StrEnum):
-    EMULATOR = "emulator"
-    GCP = "gcp"
-
-
-class TpuSettings(_Section):
-    endpoint: TpuEndpoint = TpuEndpoint.EMULATOR
-    # Unset: emulator.host:emulator.grpc_port, where the dev stack's emulator serves.
-    emulator_address: str = "127.0.0.1:8470"
-    project: str = "keeper-dev"
-    zone: str = "us-central2-b"
-    call_timeout: HumanDuration = Field(default=timedelta(seconds=30), gt=timedelta(0))
-
-
-class HealthSettings(_Section):
-    concurrency: int = Field(default=64, ge=1, le=1024)
-    timeout: HumanDuration = Field(default=timedelta(seconds=2), gt=timedelta(0))
-
-
-class BootstrapSettings(_Section):
-    # The phase budgets' defaults are domain/tpu/phases.py's; a value here that differs
-    # becomes an explicit override for every bootstrap the CLI starts.
-    assign: HumanDuration = DEFAULT_DEADLINES[Phase.ASSIGN]
-    provision: HumanDuration = DEFAULT_DEADLINES[Phase.PROVISION]
-    ready: HumanDuration = DEFAULT_DEADLINES[Phase.READY]
-    health: HumanDuration = DEFAULT_DEADLINES[Phase.HEALTH]
-    # A request's bounds, so --check catches what the first bootstrap would refuse.
-    poll_interval: HumanDuration = Field(
-        default=timedelta(seconds=30), ge=MIN_POLL_INTERVAL, le=MAX_POLL_INTERVAL
-    )
-    max_backoff: HumanDuration = Field(default=timedelta(minutes=5), gt=timedelta(0))
-    # A compensation still deleting after this long is reported as stuck (it goes on).
-    compensation_stuck_after: HumanDuration = Field(default=timedelta(minutes=15), gt=timedelta(0))
-
-
-class DevSettings(_Section):
+class DevSettings(Section):
     # Moves every port of the local stack at once, for a second stack on one host:
     # base+0 Temporal gRPC ... base+5 VM health, base+6..9 spur emulator and reclaim tap,
     # base+10 iris emulator, base+11 the worker's metrics (runtime/dev_ports.py).
@@ -166,7 +129,7 @@ class DevSettings(_Section):
         default=None, ge=dev_ports.PORT_BASE_MIN, le=dev_ports.PORT_BASE_MAX
     )
     # Where the dev stack's worker serves Prometheus metrics (/metrics), the port base's
-    # base+11; "" serves none. Only `keeper dev up` reads it: a worker run on its own serves
+    # base+11; "" serves none. Only `keeper-dev up` reads it: a worker run on its own serves
     # metrics at worker.metrics_address, which, set, wins here too.
     metrics_address: str = "127.0.0.1:9464"
 
@@ -176,7 +139,7 @@ class DevSettings(_Section):
         return value and checked_host_port(value, "dev.metrics_address")
 
 
-class EmulatorSettings(_Section):
+class EmulatorSettings(Section):
     host: str = "127.0.0.1"
     grpc_port: int = 8470
     control_port: int = 8471
@@ -199,20 +162,7 @@ class EmulatorSettings(_Section):
     iris_port: int = 10000
 
 
-# A schedule's interval: Temporal refuses one under a second ("interval is too small"), which
-# a worker would only learn when it starts.
-SCHEDULE_MIN_INTERVAL = timedelta(seconds=1)
-
-
-class SweeperSettings(_Section):
-    interval: HumanDuration = Field(default=timedelta(minutes=10), ge=SCHEDULE_MIN_INTERVAL)
-    # Each orphan's deletion in a pass; one that does not finish is reported and retried
-    # by the next pass, so it cannot hold up the others.
-    delete_timeout: HumanDuration = Field(default=timedelta(minutes=10), gt=timedelta(0))
-    max_concurrent_deletes: int = Field(default=8, ge=1, le=100)
-
-
-class TracingSettings(_Section):
+class TracingSettings(Section):
     otlp_endpoint: str | None = None
     service_name: str = "keeper"
 
@@ -243,17 +193,7 @@ class LogFormat(StrEnum):
     JSON = "json"
 
 
-def checked_host_port(value: str, setting: str, least_port: int = 1) -> str:
-    """A listen or dial address, HOST:PORT, or a ValueError naming the setting."""
-    if value != value.strip() or any(c.isspace() for c in value):
-        raise ValueError(f"{setting} {value!r} is not HOST:PORT (it contains a space)")
-    _, port = dev_ports.split_address(value, setting)
-    if not least_port <= port <= 65535:
-        raise ValueError(f"{setting} {value!r}: port {port} is not between {least_port} and 65535")
-    return value
-
-
-class WorkerSettings(_Section):
+class WorkerSettings(Section):
     log_dir: Path = Path(".dev/logs")
     graceful_shutdown: HumanDuration = timedelta(seconds=30)
     # Workflows kept in memory between tasks. Below the number in flight (a burst of runner
@@ -328,198 +268,7 @@ class WorkerSettings(_Section):
         return value
 
 
-class GitHubSettings(_Section):
-    # The GitHub emulator by default (derived from emulator.host and emulator.github_port
-    # when unset); https://api.github.com (or GHES) in production.
-    api_url: str = "http://127.0.0.1:8472"
-    # The token comes from KEEPER_GITHUB_TOKEN or this file, never from a workflow payload.
-    token_file: Path | None = Path(".dev/github-token")
-    timeout: HumanDuration = timedelta(seconds=10)
-    # The longest wait GitHub's retry-after (or a rate-limit reset) may impose on a retry.
-    max_retry_after: HumanDuration = Field(
-        default=timedelta(seconds=DEFAULT_MAX_RETRY_AFTER_S), gt=timedelta(0)
-    )
-    # The reconciler removes only registrations that carry this label and have no record.
-    managed_label: str = "keeper-managed"
-    # Scopes the reconciler lists: "repo:owner/name", "org:name" or "enterprise:slug".
-    scopes: list[str] = Field(default_factory=list)
-
-
-class ProviderSettings(_Section):
-    """A GARM external-provider executable and its config file."""
-
-    # Unset: keeper's emulated provider (emulators/provider), for the local stack and tests.
-    executable: Path | None = None
-    config_file: Path = Path(".dev/provider/config.json")
-    controller_id: str = "keeper"
-    # How long an instance's lease outlives its provider call's timeout, so a retry on
-    # another host never runs beside a straggler (runtime/runners/instance_lease.py).
-    lease_margin: HumanDuration = Field(default=DEFAULT_LEASE_MARGIN, ge=timedelta(0))
-
-
-class RunnerSettings(_Section):
-    # sqlite:///path (embedded, WAL) or postgresql://user@host:5432/db for several hosts.
-    store_url: str = "sqlite:///.dev/runners.db"
-    github: GitHubSettings = Field(default_factory=GitHubSettings)
-    provider: ProviderSettings = Field(default_factory=ProviderSettings)
-    deletion: DeletionPolicy = Field(default_factory=DeletionPolicy)
-    reconcile_interval: HumanDuration = Field(
-        default=timedelta(minutes=5), ge=SCHEDULE_MIN_INTERVAL
-    )
-    tombstone_retention: HumanDuration = timedelta(days=7)
-    # Deletion workflows in flight at once per worker; each provider call is a process.
-    max_concurrent_deletions: int = Field(default=200, ge=1, le=5000)
-
-
-class ReclaimSettings(_Section):
-    """Job reclaim beside a spur controller (docs/reclaim.md)."""
-
-    # observe: every decision is made and shown (UI, `keeper reclaim list`) and nothing is
-    # cancelled or drained; act: keeper cancels, kills and drains. Start in observe.
-    mode: Mode = Mode.OBSERVE
-    # The real controller: what the tap forwards to and what keeper reads and drains.
-    # Unset: emulator.host:emulator.spur_controller_port, the dev stack's spur emulator.
-    controller_address: str = "127.0.0.1:6817"
-    # Where the tap listens: the agents' controller address (spurd --controller).
-    tap_address: str = "127.0.0.1:6819"
-    # The HTTP intake (POST /report) served beside the tap.
-    intake_address: str = "127.0.0.1:6820"
-    # Where `keeper reclaim tap` serves Prometheus metrics (/metrics: its counters,
-    # keeper_reclaim_tap_*), e.g. "0.0.0.0:9466". Off ("") unless set, like the worker's.
-    metrics_address: str = ""
-    # The bearer token for the controller and agents: KEEPER_SPUR_TOKEN wins over this file;
-    # it never enters a workflow payload. Unset and no variable: calls go anonymous.
-    token_file: Path | None = None
-    # keeper's reclaim memory (holdings first seen, jobs seen, epochs, drains it owns):
-    # sqlite:///path or postgresql://user@host:5432/db.
-    store_url: str = "sqlite:///.dev/reclaim.db"
-    call_timeout: HumanDuration = Field(default=timedelta(seconds=10), gt=timedelta(0))
-    # spur's own controller-to-agent cancel deadline is 5 s.
-    cancel_timeout: HumanDuration = Field(default=timedelta(seconds=5), gt=timedelta(0))
-    # Node names that differ by more than case or domain: name -> the node it is
-    # (domain/reclaim/identity.py has the rule for the rest).
-    node_aliases: dict[str, str] = Field(default_factory=dict)
-    # The timing rules (domain/reclaim/policy.py).
-    timing: ReclaimPolicy = Field(default_factory=ReclaimPolicy)
-    # How often the intake reads every job (the watermark and the epoch need the whole job
-    # map); in between it reads only the jobs a batch reports.
-    full_read_interval: HumanDuration = Field(default=timedelta(seconds=60), gt=timedelta(0))
-    # How long the intake gathers heartbeats before one controller read decides them all.
-    batch_window: HumanDuration = Field(default=timedelta(milliseconds=200), gt=timedelta(0))
-
-    @field_validator("mode", mode="before")
-    @classmethod
-    def _any_case(cls, value: Any) -> Any:
-        # KEEPER_RECLAIM_MODE=ACT means act.
-        return value.strip().lower() if isinstance(value, str) else value
-
-    @field_validator("node_aliases")
-    @classmethod
-    def _aliases_are_names(cls, value: dict[str, str]) -> dict[str, str]:
-        for name, node in value.items():
-            try:
-                canonical_node(name)
-                canonical_node(node)
-            except NodeNameError as err:
-                raise ValueError(f"{name}: {err}") from None
-        return value
-
-    @field_validator("controller_address", "tap_address", "intake_address")
-    @classmethod
-    def _host_port(cls, value: str, info: ValidationInfo) -> str:
-        # The tap and the intake may listen on port 0 (any free port); keeper dials the
-        # controller, which needs a real one.
-        least = 1 if info.field_name == "controller_address" else 0
-        return checked_host_port(value, f"reclaim.{info.field_name}", least)
-
-    @field_validator("metrics_address")
-    @classmethod
-    def _metrics_host_port(cls, value: str) -> str:
-        # "" serves nothing; port 0 takes any free one.
-        return value and checked_host_port(value, "reclaim.metrics_address", 0)
-
-    @field_validator("store_url")
-    @classmethod
-    def _usable_store(cls, value: str) -> str:
-        # The message shows the URL with its password hidden.
-        normalise_url(value, "reclaim memory")
-        return value
-
-    @field_validator("token_file")
-    @classmethod
-    def _token_file_named(cls, value: Path | None) -> Path | None:
-        if value is not None and str(value) in ("", "."):
-            raise ValueError("reclaim.token_file is empty; name the file, or leave it unset")
-        return value
-
-
-class WatchSettings(_Section):
-    """Job watch beside an iris controller (docs/watch.md)."""
-
-    # The iris controller's Connect endpoint. Unset: http://emulator.host:emulator.iris_port,
-    # the dev stack's iris emulator.
-    controller_url: str = "http://127.0.0.1:10000"
-    # The bearer token (an iris JWT or API key): KEEPER_IRIS_TOKEN wins over this file; it
-    # never enters a workflow payload. Unset and no variable: calls go anonymous.
-    token_file: Path | None = None
-    call_timeout: HumanDuration = Field(default=timedelta(seconds=30), gt=timedelta(0))
-    # keeper's launch store: the full request of a job `keeper job run` launched with
-    # secrets, for an approved restart (its watch's history holds it redacted). The CLI
-    # writes it and the worker reads it: give both the same URL. sqlite:///path or
-    # postgresql://user@host:5432/db.
-    store_url: str = "sqlite:///.dev/watch.db"
-    # Where notifications go: a Slack-compatible incoming webhook. KEEPER_WATCH_WEBHOOK_URL
-    # wins over this file (the URL is a secret: it never enters history). Unset: the
-    # notifications are only in the watch's details and the worker log.
-    webhook_url_file: Path | None = None
-    # The delta probe: two reads of utime+stime this far apart.
-    probe_gap: HumanDuration = Field(default=timedelta(seconds=3), gt=timedelta(0))
-    # Worker tasks whose CPU counters each check reads, beside the coordinator's.
-    cpu_sample_workers: int = Field(default=4, ge=0, le=64)
-    # Log lines read from each of the coordinator and the workers per check.
-    log_lines_per_check: int = Field(default=5000, ge=100, le=100_000)
-    # A run continues as new after this many history events, or when Temporal suggests it.
-    history_events_limit: int = Field(default=2000, ge=200, le=40_000)
-    # The runbook's rules (domain/watch/cadence.py, liveness_models.py, escalation.py).
-    cadence: CadencePolicy = Field(default_factory=CadencePolicy)
-    liveness: LivenessPolicy = Field(default_factory=LivenessPolicy)
-    escalation: EscalationPolicy = Field(default_factory=EscalationPolicy)
-
-    def policy(self) -> WatchPolicy:
-        """What each watch run receives from the worker (domain/watch/policy.py)."""
-        return WatchPolicy(
-            cadence=self.cadence,
-            liveness=self.liveness,
-            escalation=self.escalation,
-            probe_gap=self.probe_gap,
-            history_events_limit=self.history_events_limit,
-        )
-
-    @field_validator("controller_url")
-    @classmethod
-    def _http_url(cls, value: str) -> str:
-        if not value.startswith(("http://", "https://")) or any(c.isspace() for c in value):
-            raise ValueError(
-                f"watch.controller_url {value!r} is not an http(s) URL "
-                "(e.g. https://iris.example.com)"
-            )
-        return value.rstrip("/")
-
-    @field_validator("token_file", "webhook_url_file")
-    @classmethod
-    def _file_named(cls, value: Path | None, info: ValidationInfo) -> Path | None:
-        if value is not None and str(value) in ("", "."):
-            raise ValueError(f"watch.{info.field_name} is empty; name the file, or leave it unset")
-        return value
-
-    @field_validator("store_url")
-    @classmethod
-    def _usable_launch_store(cls, value: str) -> str:
-        normalise_url(value, "launch store")
-        return value
-
-
-class AlertSettings(_Section):
+class AlertSettings(Section):
     """The one alert channel of every family: a Slack-compatible incoming webhook."""
 
     # KEEPER_ALERT_WEBHOOK_URL wins over this file; with neither, the watch's own webhook
@@ -537,7 +286,7 @@ class AlertSettings(_Section):
         return value
 
 
-class Settings(_Section):
+class Settings(Section):
     temporal: TemporalSettings = Field(default_factory=TemporalSettings)
     tpu: TpuSettings = Field(default_factory=TpuSettings)
     bootstrap: BootstrapSettings = Field(default_factory=BootstrapSettings)
@@ -604,14 +353,6 @@ ENV_OVERRIDES: dict[str, str] = {
     "KEEPER_ALERT_WEBHOOK_URL_FILE": "alerts.webhook_url_file",
     "KEEPER_HEALTH_ADDRESS": "worker.health_address",
 }
-
-
-class SettingsError(Exception):
-    """A configuration problem, phrased for the operator who has to fix it."""
-
-
-class SettingsConflict(SettingsError):
-    """Two settings that must agree do not (dev_ports.PortConflict)."""
 
 
 def _set_path(tree: dict[str, Any], dotted: str, value: str) -> None:
