@@ -1,9 +1,7 @@
 """keeper's one alert channel: every family's alerts go to one Slack-compatible webhook.
 
 The URL is a secret and is read here, by the worker, from KEEPER_ALERT_WEBHOOK_URL or
-`alerts.webhook_url_file`; the watch's older KEEPER_WATCH_WEBHOOK_URL and
-`watch.webhook_url_file` still work when neither is set. Workflows hand over only what
-happened (domain/common/alerts.py).
+`alerts.webhook_url_file`. Workflows hand over only what happened (domain/common/alerts.py).
 """
 
 from __future__ import annotations
@@ -18,8 +16,6 @@ from keeper.runtime.settings import Settings
 from keeper.runtime.webhook import Webhook, WebhookUrl
 
 ALERT_WEBHOOK_ENV = "KEEPER_ALERT_WEBHOOK_URL"
-# The job watch's webhook from before the shared channel; used when no alert webhook is set.
-WATCH_WEBHOOK_ENV = "KEEPER_WATCH_WEBHOOK_URL"
 
 
 class AlertWebhookUrl(WebhookUrl):
@@ -28,14 +24,11 @@ class AlertWebhookUrl(WebhookUrl):
 
 
 def alert_webhook_url(settings: Settings, env: Mapping[str, str] | None = None) -> WebhookUrl:
-    """KEEPER_ALERT_WEBHOOK_URL, then alerts.webhook_url_file, then the watch's two."""
+    """KEEPER_ALERT_WEBHOOK_URL, then alerts.webhook_url_file."""
     env = os.environ if env is None else env
-    if env.get(ALERT_WEBHOOK_ENV, "").strip() or settings.alerts.webhook_url_file is not None:
-        return from_env_or_file(
-            AlertWebhookUrl, ALERT_WEBHOOK_ENV, settings.alerts.webhook_url_file, env
-        )
-    watch_file = settings.watch.webhook_url_file
-    return from_env_or_file(AlertWebhookUrl, WATCH_WEBHOOK_ENV, watch_file, env)
+    return from_env_or_file(
+        AlertWebhookUrl, ALERT_WEBHOOK_ENV, settings.alerts.webhook_url_file, env
+    )
 
 
 class AlertChannel:

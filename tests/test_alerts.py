@@ -43,7 +43,6 @@ from keeper.domain.common.alerts import (
 )
 from keeper.runtime.alerts import (
     ALERT_WEBHOOK_ENV,
-    WATCH_WEBHOOK_ENV,
     AlertChannel,
     alert_webhook_url,
 )
@@ -133,26 +132,29 @@ def test_a_watch_notice_is_the_alert_its_key_names(notice_key: str, kind: AlertK
 # ---- where the URL comes from --------------------------------------------------------------
 
 
-def test_the_alert_url_comes_from_its_variable_then_its_file_then_the_watchs(tmp_path: Path):
-    alert_file, watch_file = tmp_path / "alert-url", tmp_path / "watch-url"
+def test_the_alert_url_comes_from_its_variable_then_its_file_and_nowhere_else(tmp_path: Path):
+    alert_file = tmp_path / "alert-url"
     alert_file.write_text("https://hooks.example/alert\n")
-    watch_file.write_text("https://hooks.example/watch\n")
     settings = Settings()
     settings.alerts.webhook_url_file = alert_file
-    settings.watch.webhook_url_file = watch_file
-    both = {ALERT_WEBHOOK_ENV: "https://hooks.example/env", WATCH_WEBHOOK_ENV: "https://w/env"}
-    assert alert_webhook_url(settings, both).current() == "https://hooks.example/env"
-    assert alert_webhook_url(settings, {WATCH_WEBHOOK_ENV: "https://w/env"}).current() == (
-        "https://hooks.example/alert"
-    )
+    env = {ALERT_WEBHOOK_ENV: "https://hooks.example/env"}
+    assert alert_webhook_url(settings, env).current() == "https://hooks.example/env"
+    assert alert_webhook_url(settings, {}).current() == "https://hooks.example/alert"
     settings.alerts.webhook_url_file = None
-    # The watch's variable from before the shared channel still works, over its file.
-    assert alert_webhook_url(settings, {WATCH_WEBHOOK_ENV: "https://w/env"}).current() == (
-        "https://w/env"
-    )
-    assert alert_webhook_url(settings, {}).current() == "https://hooks.example/watch"
-    settings.watch.webhook_url_file = None
-    assert alert_webhook_url(settings, {}).current() is None
+    # The watch's own webhook from before 1.0 is gone: its variable reaches nothing.
+    gone = {"KEEPER_WATCH_WEBHOOK_URL": "https://hooks.example/watch"}
+    assert alert_webhook_url(settings, gone).current() is None
+
+
+def test_the_watchs_webhook_setting_from_before_1_0_is_refused_by_name(tmp_path: Path):
+    config = tmp_path / "keeper.yaml"
+    config.write_text("watch:\n  webhook_url_file: /etc/keeper/watch-url\n")
+    with pytest.raises(SettingsError, match=r"watch\.webhook_url_file was retired .* alerts"):
+        load_settings(config, env={})
+    config.write_text("{}\n")
+    for old in ("KEEPER_WATCH_WEBHOOK_URL", "KEEPER_WATCH_WEBHOOK_URL_FILE"):
+        with pytest.raises(SettingsError, match=rf"{old} was retired .*KEEPER_ALERT_WEBHOOK_URL"):
+            load_settings(config, env={old: "https://hooks.example/w"})
 
 
 def test_the_alerts_section_is_read_from_the_file_and_its_variable(tmp_path: Path):

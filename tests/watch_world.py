@@ -74,7 +74,9 @@ def fast_settings(emulator_url: str, **watch: Any) -> Settings:
         f"sqlite:///{tempfile.gettempdir()}/keeper-watch-{uuid.uuid4().hex}.db"
     )
     for key, value in watch.items():
-        setattr(settings.watch, key, value)
+        # The one alert channel carries the watch's notices too.
+        section = settings.alerts if key == "webhook_url_file" else settings.watch
+        setattr(section, key, value)
     return settings
 
 

@@ -271,9 +271,8 @@ class WorkerSettings(Section):
 class AlertSettings(Section):
     """The one alert channel of every family: a Slack-compatible incoming webhook."""
 
-    # KEEPER_ALERT_WEBHOOK_URL wins over this file; with neither, the watch's own webhook
-    # (KEEPER_WATCH_WEBHOOK_URL, watch.webhook_url_file) is used, and with none at all an
-    # alert is only logged. The URL is a secret: it never enters a workflow's history.
+    # KEEPER_ALERT_WEBHOOK_URL wins over this file; with neither, an alert is only logged.
+    # The URL is a secret: it never enters a workflow's history.
     webhook_url_file: Path | None = None
     # One post's HTTP deadline; the alert activity retries a few times, then gives up.
     timeout: HumanDuration = Field(default=timedelta(seconds=10), gt=timedelta(0))
@@ -341,7 +340,6 @@ ENV_OVERRIDES: dict[str, str] = {
     "KEEPER_IRIS_CONTROLLER": "watch.controller_url",
     "KEEPER_WATCH_STORE_URL": "watch.store_url",
     "KEEPER_IRIS_TOKEN_FILE": "watch.token_file",
-    "KEEPER_WATCH_WEBHOOK_URL_FILE": "watch.webhook_url_file",
     "KEEPER_BUILD_ID": "worker.build_id",
     "KEEPER_WORKER_VERSIONED": "worker.versioned",
     "KEEPER_WORKER_FAMILIES": "worker.families",
@@ -353,6 +351,31 @@ ENV_OVERRIDES: dict[str, str] = {
     "KEEPER_ALERT_WEBHOOK_URL_FILE": "alerts.webhook_url_file",
     "KEEPER_HEALTH_ADDRESS": "worker.health_address",
 }
+
+
+# What keeper read before 1.0 and reads no longer -> what took its place. Set, it is refused by
+# name rather than ignored: an alert URL nobody reads would lose every alert quietly.
+RETIRED: dict[str, str] = {
+    "KEEPER_WATCH_WEBHOOK_URL": "KEEPER_ALERT_WEBHOOK_URL",
+    "KEEPER_WATCH_WEBHOOK_URL_FILE": "KEEPER_ALERT_WEBHOOK_URL_FILE",
+    "watch.webhook_url_file": "alerts.webhook_url_file",
+}
+
+
+def _retired_in(tree: dict[str, Any], env: Mapping[str, str], file: Path) -> None:
+    for old, new in RETIRED.items():
+        section, _, key = old.partition(".")
+        if key:
+            found = isinstance(tree.get(section), dict) and key in tree[section]
+            where = f"{file}: {old}"
+        else:
+            found = bool(env.get(old))
+            where = old
+        if found:
+            raise SettingsError(
+                f"{where} was retired in keeper 1.0: the one alert channel reads {new}; "
+                "move the value there"
+            )
 
 
 def _set_path(tree: dict[str, Any], dotted: str, value: str) -> None:
@@ -416,6 +439,7 @@ def load_settings(path: str | Path | None = None, env: Mapping[str, str] | None 
         tree = loaded
     elif path is not None:
         raise SettingsError(f"{file}: no such config file")
+    _retired_in(tree, env, file)
     sources: dict[str, str] = {}
     for var, dotted in ENV_OVERRIDES.items():
         if env.get(var):

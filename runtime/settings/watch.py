@@ -31,10 +31,6 @@ class WatchSettings(Section):
     # writes it and the worker reads it: give both the same URL. sqlite:///path or
     # postgresql://user@host:5432/db.
     store_url: str = "sqlite:///.dev/watch.db"
-    # Where notifications go: a Slack-compatible incoming webhook. KEEPER_WATCH_WEBHOOK_URL
-    # wins over this file (the URL is a secret: it never enters history). Unset: the
-    # notifications are only in the watch's details and the worker log.
-    webhook_url_file: Path | None = None
     # The delta probe: two reads of utime+stime this far apart.
     probe_gap: HumanDuration = Field(default=timedelta(seconds=3), gt=timedelta(0))
     # Worker tasks whose CPU counters each check reads, beside the coordinator's.
@@ -68,7 +64,7 @@ class WatchSettings(Section):
             )
         return value.rstrip("/")
 
-    @field_validator("token_file", "webhook_url_file")
+    @field_validator("token_file")
     @classmethod
     def _file_named(cls, value: Path | None, info: ValidationInfo) -> Path | None:
         if value is not None and str(value) in ("", "."):
