@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import importlib
 import json
 import re
 import shutil
@@ -68,15 +69,29 @@ def test_every_retired_recording_is_listed_with_its_reason():
         str(path.relative_to(HISTORIES))
         for path in sorted(RETIRED_DIR.rglob("*.json"))
         if not any(
-            str(path.relative_to(HISTORIES)) == row or str(path.relative_to(HISTORIES)).startswith(
-                row.rstrip("/") + "/"
-            )
+            str(path.relative_to(HISTORIES)) == row
+            or str(path.relative_to(HISTORIES)).startswith(row.rstrip("/") + "/")
             for row in rows
         )
     ]
     assert unlisted == [], f"retired recordings RETIRED.md does not list: {unlisted}"
     missing = [row for row in rows if not (HISTORIES / row).exists()]
     assert missing == [], f"RETIRED.md lists recordings that are not there: {missing}"
+
+
+# The release whose recordings every later build must replay: each family's recordings module
+# lists the paths it records (its LABELS), and the baseline holds every one of them.
+BASELINE = HISTORIES / "1.0.0"
+
+
+@pytest.mark.parametrize("family", ["tpu", "runner", "reclaim", "watch"])
+def test_the_baseline_holds_every_path_each_family_records(family: str):
+    module = importlib.import_module(f"tests.test_{family}_recordings")
+    labels: list[str] = module.LABELS
+    held = {path.name.removesuffix(".json") for path in BASELINE.glob("*.json")}
+    assert labels, f"tests/test_{family}_recordings.py lists no LABELS"
+    missing = sorted(set(labels) - held)
+    assert missing == [], f"{family}: not recorded in {BASELINE.name}/: {missing}"
 
 
 # Workflow type -> its canonical id from its input: the workflows refuse to run under any
