@@ -66,7 +66,7 @@ def _where(settings: Settings) -> tuple[str, str]:
     return settings.temporal.address, settings.temporal.namespace
 
 
-def test_the_file_then_an_asked_for_profile_then_the_environment(
+def test_the_connection_comes_from_the_file_then_an_asked_for_profile_then_the_variables(
     layered: tuple[Path, Path, dict[str, str]],
 ) -> None:
     keeper, profiles, env = layered
@@ -159,7 +159,9 @@ def test_a_broken_profile_file_or_key_is_refused_without_the_key(tmp_path: Path)
     assert API_KEY[:8] not in str(info.value) and API_KEY[10:18] not in str(info.value)
 
 
-def test_tls_from_the_variables_and_its_files(tmp_path: Path) -> None:
+def test_tls_comes_from_the_temporal_variables_and_a_missing_file_is_refused_naming_it(
+    tmp_path: Path,
+) -> None:
     bare = {"KEEPER_CONFIG": str(tmp_path / "absent.yaml")}
     ca = tmp_path / "ca.pem"
     ca.write_bytes(b"-----BEGIN CERTIFICATE-----\n")

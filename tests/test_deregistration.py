@@ -87,7 +87,9 @@ RETRIES = [
 
 
 @pytest.mark.parametrize(("mode", "outcome", "delay"), RETRIES)
-def test_what_the_activity_asks_again(mode, outcome, delay):
+def test_each_mode_asks_github_again_at_its_own_pace_and_returns_the_answers_it_acts_on(
+    mode, outcome, delay
+):
     retry = retry_of(answer(outcome), mode, POLICY, attempt=1, busy_left=timedelta(minutes=10))
     assert (retry.delay if retry else None) == delay
 
@@ -138,7 +140,9 @@ DECISIONS = [
 
 
 @pytest.mark.parametrize(("mode", "outcome", "policy", "step"), DECISIONS)
-def test_what_the_workflow_does_with_an_answer(mode, outcome, policy, step):
+def test_a_returned_answer_finishes_waits_escalates_or_proceeds_by_its_mode_and_policy(
+    mode, outcome, policy, step
+):
     assert next_step(answer(outcome), mode, policy) is step
 
 

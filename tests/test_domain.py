@@ -35,7 +35,9 @@ from tests.harness import slice_request
         ("SOMETHING_NEW", QrStage.WAITING),
     ],
 )
-def test_queued_resource_stages(state: str, stage: QrStage):
+def test_a_queued_resource_state_maps_to_its_stage_and_an_unknown_one_waits(
+    state: str, stage: QrStage
+):
     assert qr_stage(state) is stage
 
 
@@ -53,7 +55,7 @@ def test_queued_resource_stages(state: str, stage: QrStage):
         ("v2-8", 1),
     ],
 )
-def test_vms_per_node(accelerator: str, vms: int):
+def test_each_accelerator_type_has_its_number_of_vms_per_node(accelerator: str, vms: int):
     assert vms_per_node(accelerator) == vms
 
 
@@ -66,7 +68,9 @@ def test_vms_per_node(accelerator: str, vms: int):
         ("preemptible", [Phase.READY, Phase.HEALTH]),
     ],
 )
-def test_phase_plan(capacity: str, plan: list[Phase]):
+def test_reserved_and_spot_slices_run_every_phase_the_others_start_at_ready(
+    capacity: str, plan: list[Phase]
+):
     assert phase_plan(slice_request(capacity=capacity)) == plan
 
 
@@ -84,7 +88,9 @@ def test_phase_plan(capacity: str, plan: list[Phase]):
         ("v4-32", {"provision": 90}, Phase.PROVISION, timedelta(seconds=90)),
     ],
 )
-def test_deadlines_with_size_rule_and_overrides(accelerator, overrides, phase, budget):
+def test_a_phase_deadline_grows_with_the_slice_and_a_request_override_wins(
+    accelerator, overrides, phase, budget
+):
     request = slice_request(accelerator_type=accelerator, deadlines=overrides)
     assert deadline_for(request, phase) == budget
 
@@ -123,7 +129,7 @@ def test_bad_requests_name_the_field(field, value, problem):
         ({"capacity": "spot", "guaranteed_min_duration": "1h"}, "guaranteed"),
     ],
 )
-def test_capacity_rules(overrides, message):
+def test_a_request_that_breaks_a_capacity_rule_is_refused_saying_which(overrides, message):
     with pytest.raises(ValidationError) as caught:
         slice_request(**overrides)
     assert message in str(caught.value)
@@ -133,7 +139,7 @@ def test_capacity_rules(overrides, message):
     ("text", "seconds"),
     [("90s", 90), ("10m", 600), ("4h", 14400), ("1h30m", 5400), ("PT4H", 14400), (30, 30)],
 )
-def test_durations(text, seconds):
+def test_a_duration_reads_units_combined_units_iso_8601_or_bare_seconds(text, seconds):
     assert TypeAdapter(HumanDuration).validate_python(text) == timedelta(seconds=seconds)
 
 
@@ -141,7 +147,7 @@ def test_parse_duration_leaves_other_text_to_pydantic():
     assert parse_duration("4 hours") == "4 hours"
 
 
-def test_format_duration():
+def test_a_duration_is_written_unit_by_unit_leaving_out_empty_units():
     assert format_duration(timedelta(hours=1, minutes=30)) == "1h30m"
     assert format_duration(timedelta(minutes=10)) == "10m"
 
@@ -172,7 +178,7 @@ def test_cloud_ready_needs_every_node_ready_every_ip_and_the_expected_count(obs,
     assert obs.cloud_ready is ready
 
 
-def test_terminal_reasons():
+def test_a_failed_queued_resource_or_a_preempted_node_is_terminal_and_says_why():
     failed = SliceObservation(
         qr_state="FAILED", qr_error="stockout", expected_nodes=1, expected_vms=1
     )
@@ -221,7 +227,9 @@ def test_progress_key_moves_in_steps_not_per_vm():
         ("NOT_FOUND", "TERMINATED", SweepAction.UNKNOWN_OWNER),
     ],
 )
-def test_sweep_action(status: str, teardown: str | None, action: SweepAction):
+def test_a_sweep_deletes_only_what_a_failed_owner_or_a_finished_teardown_left_behind(
+    status: str, teardown: str | None, action: SweepAction
+):
     resource = OwnedResource(
         kind="queued_resource",
         id="s",
@@ -278,7 +286,9 @@ def minutes(m: float) -> timedelta:
         ([30.0], 30.0, 40.0, 10.0),
     ],
 )
-def test_compensation_windows(ended_at, stuck_at, next_end, next_window):
+def test_compensation_windows_run_to_the_stuck_threshold_then_double_up_to_their_cap(
+    ended_at, stuck_at, next_end, next_window
+):
     progress = compensation.start(T0, POLICY, minutes(5), MARGIN)
     assert (progress.window, progress.window_ends_at) == (minutes(5), T0 + minutes(5))
     for at in ended_at:

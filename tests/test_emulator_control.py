@@ -54,7 +54,7 @@ async def test_injected_faults_surface_as_client_exceptions(
     assert emulator.state()["faults"] == []
 
 
-async def test_wildcard_and_slice_filtered_faults(
+async def test_a_fault_hits_only_its_slice_a_wildcard_hits_every_method_and_a_bad_code_is_refused(
     emulator: TpuEmulator, tpu: TpuAsyncClient
 ) -> None:
     await create_qr(tpu, "a")
@@ -85,7 +85,9 @@ async def test_fault_after_the_call_hides_a_create_that_worked(
     assert again.operation.name.startswith(f"{PARENT}/operations/")
 
 
-async def test_operations_service(emulator: TpuEmulator, tpu: TpuAsyncClient) -> None:
+async def test_an_operation_can_be_got_listed_cancelled_and_deleted_then_is_not_found(
+    emulator: TpuEmulator, tpu: TpuAsyncClient
+) -> None:
     op = await create_qr(tpu, "ops")
     ops_client = tpu._client._transport.operations_client
     fetched = await ops_client.get_operation(op.operation.name)
@@ -127,7 +129,9 @@ async def test_reset_forgets_everything(emulator: TpuEmulator, tpu: TpuAsyncClie
         await qr_state(tpu, "r")
 
 
-async def test_control_api_round_trip(emulator: TpuEmulator, tpu: TpuAsyncClient) -> None:
+async def test_the_control_api_drives_scenarios_faults_and_the_clock_and_names_bad_fields(
+    emulator: TpuEmulator, tpu: TpuAsyncClient
+) -> None:
     async with httpx.AsyncClient(base_url=emulator.control_url, timeout=5) as http:
         assert (await http.get("/healthz")).json() == {"status": "ok"}
 

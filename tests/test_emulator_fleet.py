@@ -31,7 +31,7 @@ def _phoned_home(emu: TpuEmulator) -> int:
     return sum(1 for vm in emu.state()["vms"] if vm["phoned_home_at"])
 
 
-async def test_vm_health_ok_unhealthy_unreachable_and_no_ip(
+async def test_a_vm_answers_health_as_its_scenario_says_and_a_changed_scenario_applies_at_once(
     emulator: TpuEmulator, tpu: TpuAsyncClient
 ) -> None:
     emulator.set_scenario(
@@ -88,7 +88,7 @@ async def test_keep_alive_connections_serve_several_probes(
     writer.close()
 
 
-async def test_health_port_from_node_metadata_and_health_after(
+async def test_a_vm_serves_health_on_its_metadata_port_only_after_health_after(
     emulator: TpuEmulator, tpu: TpuAsyncClient
 ) -> None:
     port = free_port()
@@ -127,7 +127,7 @@ async def test_phone_home_can_be_switched_off(emulator: TpuEmulator, tpu: TpuAsy
     assert all(vm["phoned_home_at"] is None for vm in state["vms"])
 
 
-async def test_phone_home_to_an_external_registration_url() -> None:
+async def test_a_vm_phones_home_from_its_own_address_to_an_external_registration_url() -> None:
     received: list[tuple[dict, str]] = []
 
     from aiohttp import web
@@ -162,7 +162,9 @@ async def test_phone_home_to_an_external_registration_url() -> None:
         await runner.cleanup()
 
 
-async def test_plain_node_create_and_delete(emulator: TpuEmulator, tpu: TpuAsyncClient) -> None:
+async def test_a_node_without_a_queued_resource_boots_phones_home_and_is_deleted_leaving_nothing(
+    emulator: TpuEmulator, tpu: TpuAsyncClient
+) -> None:
     labels = {"keeper-owner": "someone"}
     op = await tpu.create_node(
         parent=PARENT, node_id="plain", node=node_body("v4-8", labels=labels), timeout=5

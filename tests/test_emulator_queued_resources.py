@@ -38,7 +38,7 @@ def _states(record: dict) -> list[str]:
     return [h["state"] for h in record["history"]]
 
 
-async def test_happy_path_through_states_with_nodes_and_ips(
+async def test_a_queued_resource_turns_active_and_its_labelled_nodes_vms_get_ips_and_phone_home(
     emulator: TpuEmulator, tpu: TpuAsyncClient
 ) -> None:
     labels = {"keeper-owner": "tpu-bootstrap-s1", "keeper-managed": "true"}
@@ -350,7 +350,9 @@ async def test_late_fulfilment_never_happens_after_deletion(
     assert not any("deleted" in leak for leak in emulator.leaks())
 
 
-async def test_list_queued_resources_and_nodes(emulator: TpuEmulator, tpu: TpuAsyncClient) -> None:
+async def test_queued_resources_and_nodes_are_listed_in_creation_order_by_page_and_per_location(
+    emulator: TpuEmulator, tpu: TpuAsyncClient
+) -> None:
     for qr_id in ("a", "b", "c"):
         await create_qr(tpu, qr_id)
     emulator.advance(20)
@@ -367,7 +369,7 @@ async def test_list_queued_resources_and_nodes(emulator: TpuEmulator, tpu: TpuAs
     assert [qr async for qr in other] == []
 
 
-async def test_multislice_node_ids_and_slice_wide_vm_indices(
+async def test_a_multislice_request_makes_a_node_per_slice_and_numbers_vms_slice_wide(
     emulator: TpuEmulator, tpu: TpuAsyncClient
 ) -> None:
     labels = {"keeper-owner": "tpu-bootstrap-ms"}
@@ -395,7 +397,9 @@ async def test_multislice_node_ids_and_slice_wide_vm_indices(
         ({"qr_id": "ok", "metadata": {"keeper-health-port": "http"}}, "keeper-health-port"),
     ],
 )
-async def test_invalid_arguments(tpu: TpuAsyncClient, kwargs: dict, fragment: str) -> None:
+async def test_a_create_with_a_bad_argument_is_invalid_naming_it(
+    tpu: TpuAsyncClient, kwargs: dict, fragment: str
+) -> None:
     with pytest.raises(gexc.InvalidArgument, match=fragment):
         await create_qr(tpu, **kwargs)
 

@@ -275,7 +275,9 @@ async def test_delete_faults_do_not_touch_lists(
     assert len(github.state()["faults"]) == 1
 
 
-async def test_transport_error_to_a_closed_port(github: GitHubEmulator) -> None:
+async def test_a_closed_port_is_a_retryable_transport_answer_without_the_token(
+    github: GitHubEmulator,
+) -> None:
     async with GitHubClient(f"http://127.0.0.1:{closed_port()}", SecretStr(TOKEN)) as gh:
         answer = await gh.remove_runner(REPO_SCOPE, 1000)
     assert answer.outcome is Out.TRANSPORT
@@ -368,7 +370,9 @@ async def test_list_follows_pagination_over_100_runners(
     ]
 
 
-async def test_emulator_link_header_and_total_count(github: GitHubEmulator) -> None:
+async def test_the_emulator_pages_with_link_headers_and_a_total_count_as_github_does(
+    github: GitHubEmulator,
+) -> None:
     for i in range(5):
         github.add_runner("repo:acme/api", f"r{i}")
     async with httpx.AsyncClient(
@@ -577,7 +581,7 @@ NOW = 1_700_000_000.0
         (410, "Gone", {}, Out.CLIENT_ERROR, None),
     ],
 )
-def test_classify_deregistration_table(
+def test_each_github_answer_reads_as_its_outcome_with_the_wait_it_asks_for(
     status: int,
     message: str,
     headers: dict[str, str],
@@ -590,7 +594,7 @@ def test_classify_deregistration_table(
     assert answer.retry_after_s == retry_after
 
 
-def test_classify_http_date_retry_after() -> None:
+def test_a_retry_after_date_waits_until_then_and_an_unreadable_one_a_minute() -> None:
     # NOW is Tue, 14 Nov 2023 22:13:20 GMT.
     later = classify_deregistration(429, "", {"retry-after": "Tue, 14 Nov 2023 22:14:20 GMT"}, NOW)
     assert later.retry_after_s == 60.0
@@ -686,7 +690,7 @@ def test_classify_messages_are_short_and_human() -> None:
         (Out.CLIENT_ERROR, False, False, False),
     ],
 )
-def test_answer_properties(
+def test_removed_and_gone_are_done_busy_is_busy_and_all_but_a_client_error_are_retried(
     outcome: DeregistrationOutcome, done: bool, busy: bool, retryable: bool
 ) -> None:
     answer = DeregistrationAnswer(outcome=outcome, status_code=None, message="m")
@@ -711,7 +715,9 @@ def test_answer_properties(
         ),
     ],
 )
-def test_scope_parse_accepts(text: str, kind: ScopeKind, name: str, path: str | None) -> None:
+def test_a_repo_org_or_enterprise_scope_parses_to_its_runners_path_and_prints_back_alike(
+    text: str, kind: ScopeKind, name: str, path: str | None
+) -> None:
     scope = GitHubScope.parse(text)
     assert (scope.kind, scope.name) == (kind, name)
     if path is not None:
@@ -773,7 +779,9 @@ def test_runner_model_flattens_api_labels() -> None:
 # ------------------------------------------------------------------ the control API
 
 
-async def test_control_api_round_trip(github: GitHubEmulator) -> None:
+async def test_the_control_api_adds_patches_faults_and_resets_runners_without_a_github_call(
+    github: GitHubEmulator,
+) -> None:
     async with httpx.AsyncClient(base_url=f"{github.url}/_emulator") as ctl:
         added = await ctl.post(
             "/runners", json={"scope": "org:acme", "name": "c1", "labels": ["self-hosted"]}

@@ -311,7 +311,7 @@ def test_profile_data_accepts_url_safe_unpadded_base64() -> None:
     assert from_wire(ProfileTaskResponse, {"profileData": text}).profile_data == data
 
 
-def test_profile_request_for_threads() -> None:
+def test_a_threads_profile_request_is_written_with_an_empty_threads_message() -> None:
     request = ProfileTaskRequest(
         target="/a/j/0",
         duration_seconds=1,
@@ -425,5 +425,7 @@ def test_parse_proc_stat_skips_partial_and_garbage_lines() -> None:
         ("-1\n", None),
     ],
 )
-def test_parse_session_cpu(stdout: str, expected: float | None) -> None:
+def test_the_session_cpu_reads_a_non_negative_number_and_anything_else_as_unknown(
+    stdout: str, expected: float | None
+) -> None:
     assert parse_session_cpu(stdout) == expected

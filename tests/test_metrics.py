@@ -156,7 +156,9 @@ def test_a_taken_metrics_address_is_an_error_naming_the_setting() -> None:
     assert "Address already in use" in str(err.value)
 
 
-def test_metrics_address_setting_and_its_variable(tmp_path: Path) -> None:
+def test_the_metrics_address_and_log_format_come_from_their_variables_and_a_bad_one_is_named(
+    tmp_path: Path,
+) -> None:
     file = tmp_path / "keeper.yaml"
     file.write_text("worker: {}\n")
     assert load_settings(file, env={}).worker.metrics_address == ""

@@ -475,7 +475,9 @@ async def test_the_lease_outlives_the_call_by_its_timeout_and_margin(
 # --- list, get, create -------------------------------------------------------------------
 
 
-async def test_list_get_and_create(config: Path, provider: ExternalProvider):
+async def test_the_provider_lists_a_pool_gets_by_id_or_name_and_creates_a_name_once(
+    config: Path, provider: ExternalProvider
+):
     add_instance(config, "runner-1", POOL, provider_id="i-1")
     add_instance(config, "runner-2", POOL, provider_id="i-2", status="stopped")
     add_instance(config, "other", "pool-b", provider_id="i-3")
@@ -713,7 +715,9 @@ def run_wrapper(*args: str, env: dict[str, str] | None = None) -> subprocess.Com
     )
 
 
-def test_admin_cli(tmp_path: Path):
+def test_the_emulators_admin_commands_change_its_state_and_refuse_an_unknown_instance(
+    tmp_path: Path,
+):
     config = str(tmp_path / "provider.json")
 
     def admin(*args: str) -> object:
@@ -745,7 +749,7 @@ def test_admin_cli(tmp_path: Path):
     assert bad.returncode == 1 and "no instance 'i-404'" in bad.stderr
 
 
-async def test_yaml_config_with_a_relative_state_file(tmp_path: Path):
+async def test_a_yaml_config_finds_its_state_file_relative_to_itself(tmp_path: Path):
     config = tmp_path / "conf" / "provider.yaml"
     config.parent.mkdir()
     config.write_text("state_file: ../state/provider.json\ndefault_mode: not-found\n")
@@ -806,7 +810,7 @@ def test_the_emulator_checks_the_environment_as_garm_providers_do(config: Path):
         (-15, "terminating", ProviderOutcome.FAILED, "terminating"),
     ],
 )
-def test_exit_code_classification(
+def test_exit_0_is_deleted_30_is_not_found_and_any_other_exit_fails_saying_why(
     exit_code: int, stderr: str, outcome: ProviderOutcome, message: str
 ):
     answer = classify_exit(exit_code, stderr, 1.5)

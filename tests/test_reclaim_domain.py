@@ -172,7 +172,7 @@ ROWS: list[tuple[int, str, dict[str, Any], Verdict, Reason]] = [
 @pytest.mark.parametrize(
     ("row", "case", "inputs", "verdict", "reason"), ROWS, ids=[f"{r[0]}-{r[1]}" for r in ROWS]
 )
-def test_the_decision_table(
+def test_each_case_gets_the_verdict_and_reason_of_its_decision_table_row(
     row: int, case: str, inputs: dict[str, Any], verdict: Verdict, reason: Reason
 ) -> None:
     decision = _decide(**inputs)
@@ -222,7 +222,9 @@ ALIASES = {"gpu-node-07-ib.fabric": "gpu-node-07", "Old-Name": "gpu-node-08"}
         ("gpu-node-09.cluster", ALIASES, "gpu-node-09"),  # no alias: the rule
     ],
 )
-def test_canonical_identity(name: str, aliases: dict[str, str] | None, canonical: str) -> None:
+def test_a_node_is_its_lowercase_first_label_or_its_alias_and_an_address_is_itself(
+    name: str, aliases: dict[str, str] | None, canonical: str
+) -> None:
     assert canonical_node(name, aliases) == canonical
 
 
@@ -232,7 +234,7 @@ def test_bad_names_are_refused(name: str) -> None:
         canonical_node(name)
 
 
-def test_one_node_however_spelled() -> None:
+def test_every_spelling_of_a_node_is_one_node() -> None:
     spellings = ["gpu-node-07", "GPU-NODE-07", "gpu-node-07.cluster.local", "gpu-node-07."]
     assert canonical_nodes(spellings) == frozenset({"gpu-node-07"})
 
@@ -248,7 +250,7 @@ def test_one_node_however_spelled() -> None:
         ("n[1,3-4]", ["n1", "n3", "n4"]),
     ],
 )
-def test_hostlist_expansion(nodelist: str, names: list[str]) -> None:
+def test_a_hostlist_expands_its_ranges_and_lists_in_order(nodelist: str, names: list[str]) -> None:
     assert expand_nodelist(nodelist) == names
 
 
@@ -316,7 +318,9 @@ EPOCH_CASES: list[tuple[str, ControllerView, dict[int, KnownJob], bool]] = [
 @pytest.mark.parametrize(
     ("case", "view", "known", "new_epoch"), EPOCH_CASES, ids=[c[0] for c in EPOCH_CASES]
 )
-def test_epochs(case: str, view: ControllerView, known: dict[int, KnownJob], new_epoch: bool):
+def test_a_reissued_job_id_starts_a_new_epoch_and_evictions_never_lower_the_watermark(
+    case: str, view: ControllerView, known: dict[int, KnownJob], new_epoch: bool
+):
     obs = observe(view, HIGH, known, SKEW)
     assert obs.new_epoch is new_epoch
     assert obs.epoch.epoch == (2 if new_epoch else 1)
@@ -358,7 +362,7 @@ def test_only_new_or_changed_jobs_are_remembered() -> None:
         ([1, 2], False, BeatEvidence.ABSENT),
     ],
 )
-def test_evidence_of_one_beat(
+def test_a_heartbeat_is_held_absent_idle_or_silent_by_what_it_lists_and_the_node_runs(
     reported: list[int], runs_nothing: bool, evidence: BeatEvidence
 ) -> None:
     assert evidence_of(reported, 10, node_runs_nothing=runs_nothing) is evidence
@@ -384,7 +388,9 @@ I, D = BeatEvidence.IDLE, BeatEvidence.DONE  # noqa: E741
         ([Q, D], 0, True),
     ],
 )
-def test_release_tally(beats: list[BeatEvidence], count: int, released: bool) -> None:
+def test_absent_beats_in_a_row_or_a_done_report_release_a_holding_until_it_is_listed_again(
+    beats: list[BeatEvidence], count: int, released: bool
+) -> None:
     tally = ReleaseTally()
     for i, evidence in enumerate(beats):
         tally = tally.add(BeatReport(evidence=evidence, at=T + timedelta(seconds=30 * i)))
@@ -444,7 +450,9 @@ def test_a_held_beat_is_remembered_as_the_last_listing() -> None:
         (2, 1, [(Step.GRACEFUL, 0, 1, 1), (Step.GRACEFUL, 0, 2, 2), (Step.FORCED, 9, 1, 3)]),
     ],
 )  # fmt: skip
-def test_attempts(graceful: int, forced: int, plan: list[tuple[Step, int, int, int]]) -> None:
+def test_the_graceful_tries_come_before_the_forced_ones_each_counted_in_its_step_and_overall(
+    graceful: int, forced: int, plan: list[tuple[Step, int, int, int]]
+) -> None:
     policy = ReclaimPolicy(graceful_tries=graceful, forced_tries=forced)
     assert [(a.step, a.signal, a.try_in_step, a.overall) for a in attempts(policy)] == plan
 

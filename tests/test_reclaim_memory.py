@@ -117,7 +117,9 @@ def test_a_first_observation_of_100000_jobs_is_bulk(memory: ReclaimMemory) -> No
     assert elapsed < 10, f"100,000 jobs took {elapsed:.1f}s to record"
 
 
-def test_nodes_register_touch_and_list(memory: ReclaimMemory) -> None:
+def test_a_node_registers_under_its_canonical_id_and_its_last_beat_never_goes_back(
+    memory: ReclaimMemory,
+) -> None:
     assert memory.node("gpu-node-07") is None and memory.known_nodes() == set()
     node = memory.register_node("gpu-node-07", "GPU-NODE-07.cluster", "10.0.0.7", 6818, "b1", at(0))
     assert node.hostname == "GPU-NODE-07.cluster" and node.last_beat_at is None

@@ -135,7 +135,9 @@ MOVES: list[tuple[str, ReclaimState, Assessment, Move]] = [
 
 
 @pytest.mark.parametrize(("case", "state", "read", "move"), MOVES, ids=[m[0] for m in MOVES])
-def test_the_next_move_table(case: str, state: ReclaimState, read: Assessment, move: Move) -> None:
+def test_the_next_move_follows_the_verdict_the_mode_and_the_tries_left(
+    case: str, state: ReclaimState, read: Assessment, move: Move
+) -> None:
     assert next_move(state, read, POLICY) is move
 
 
@@ -179,7 +181,9 @@ CANCELS: list[tuple[str, CancelResult, int, str]] = [
 
 
 @pytest.mark.parametrize(("case", "result", "spent", "line"), CANCELS, ids=[c[0] for c in CANCELS])
-def test_a_cancels_answer(case: str, result: CancelResult, spent: int, line: str) -> None:
+def test_a_cancel_spends_a_try_unless_it_was_skipped_and_its_answer_is_written_down(
+    case: str, result: CancelResult, spent: int, line: str
+) -> None:
     state = cancel_answered(at_step(_state(), Step.GRACEFUL), GRACEFUL_1, result)
     assert (state.attempts, state.actions[-1], state.cancels_sent) == (spent, line, 1)
     assert state.remembered == result.released
@@ -257,7 +261,7 @@ RELEASES: list[tuple[str, ReclaimState, Outcome | None, str]] = [
 @pytest.mark.parametrize(
     ("case", "state", "outcome", "line"), RELEASES, ids=[r[0] for r in RELEASES]
 )
-def test_what_releases_a_holding(
+def test_heartbeats_keepers_memory_or_an_operator_release_a_holding_and_the_agent_wins(
     case: str, state: ReclaimState, outcome: Outcome | None, line: str
 ) -> None:
     assert released(state, POLICY) is (outcome is not None)
@@ -288,7 +292,7 @@ REFUSALS: list[tuple[str, ReclaimState | None, str | None]] = [
 
 
 @pytest.mark.parametrize(("case", "state", "refusal"), REFUSALS, ids=[r[0] for r in REFUSALS])
-def test_which_release_an_operator_may_give(
+def test_an_operator_may_release_a_started_reclaim_only_until_it_is_released_or_ending(
     case: str, state: ReclaimState | None, refusal: str | None
 ) -> None:
     assert release_refusal(state) == refusal
@@ -331,7 +335,7 @@ def test_the_result_says_whether_the_drain_was_lifted() -> None:
      (V.QUARANTINE, Outcome.OPERATOR_RELEASED, True, False),
      (V.QUARANTINE, Outcome.CANCELLED, True, False)],
 )  # fmt: skip
-def test_what_keepers_memory_is_told_at_the_end(
+def test_the_closing_call_fences_only_a_quarantine_and_carries_the_release_only_when_released(
     last: Verdict, outcome: Outcome, fenced: bool, with_release: bool
 ) -> None:
     state = settle_release(remembered(_state(last=_read(last, R.TERMINAL)), DONE), POLICY)
@@ -342,7 +346,7 @@ def test_what_keepers_memory_is_told_at_the_end(
 # ---- what it shows -------------------------------------------------------------------------
 
 
-def test_the_view_and_the_details_render_the_state() -> None:
+def test_the_view_and_the_details_show_the_drain_the_attention_and_the_heartbeat_count() -> None:
     state = _heard(drain_answered(drain_asked(assessed_quarantine := _state(
         last=_read(V.QUARANTINE, R.NEVER_SEEN), mode=Mode.ACT)), DrainResult(
         node="n1", actual_state="drain", decision=_decision(V.QUARANTINE, R.NEVER_SEEN)),

@@ -181,7 +181,9 @@ def test_keeper_reclaim_tap_on_a_taken_metrics_address_exits_1_naming_it(tmp_pat
     assert "KEEPER_RECLAIM_METRICS_ADDRESS" in done.err and "Traceback" not in done.err, done
 
 
-def test_the_metrics_address_setting_and_its_variable(tmp_path: Path) -> None:
+def test_the_taps_metrics_address_is_off_until_its_variable_sets_it_and_a_bad_one_is_named(
+    tmp_path: Path,
+) -> None:
     file = tmp_path / "keeper.yaml"
     file.write_text("{}\n")
     assert load_settings(file, env={}).reclaim.metrics_address == ""

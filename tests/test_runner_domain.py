@@ -40,7 +40,9 @@ EXPECTED = {
 
 
 @pytest.mark.parametrize(("current", "target"), list(itertools.product(S, S)))
-def test_transition_table(current: S, target: S) -> None:
+def test_only_the_transitions_of_the_table_are_allowed_and_any_other_is_refused_by_name(
+    current: S, target: S
+) -> None:
     allowed = target in EXPECTED[current]
     assert can_transition(current, target) is allowed
     if allowed:
@@ -89,11 +91,15 @@ def test_live_and_lane_are_disjoint() -> None:
         (S.RUNNING, S.DELETED, LaneMove.BLOCKED),
     ],
 )
-def test_lane_decisions(current: S, target: S, move: LaneMove) -> None:
+def test_a_record_at_or_past_a_lane_target_needs_no_write_and_one_that_skips_a_step_is_blocked(
+    current: S, target: S, move: LaneMove
+) -> None:
     assert decide(current, target) is move
 
 
-def test_entry_target() -> None:
+def test_a_deletion_enters_the_lane_at_pending_delete_or_when_forced_at_pending_force_delete() -> (
+    None
+):
     assert entry_target(False) is S.PENDING_DELETE
     assert entry_target(True) is S.PENDING_FORCE_DELETE
 
@@ -102,7 +108,7 @@ def rec(name: str, status: S) -> RunnerRecord:
     return RunnerRecord(name=name, scale_set="quiet", instance_status=status)
 
 
-def test_live_count() -> None:
+def test_the_live_count_leaves_out_the_deletion_lane_and_unknown_runners() -> None:
     records = [rec(f"r{i}", s) for i, s in enumerate(S)]
     assert live_runner_count(records) == 5
 

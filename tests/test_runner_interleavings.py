@@ -256,7 +256,7 @@ async def test_hanging_provider_holds_the_record_until_forced_and_the_leak_is_re
     assert "gave up" in (result.busy_decision or "")
 
 
-async def test_instance_and_registration_gone_out_of_band(
+async def test_a_runner_whose_instance_and_registration_are_already_gone_is_deleted(
     dev_env: WorkflowEnvironment, world: RunnerWorld
 ) -> None:
     """Interleaving 14: deleted out of band, registration auto-removed by GitHub."""
@@ -450,7 +450,7 @@ async def test_cancel_does_not_abandon_a_started_deletion(
     assert view.cancel_requested
 
 
-async def test_a_burst_of_concurrent_deletions(
+async def test_150_deletions_at_once_each_finish_and_leave_nothing_behind(
     dev_env: WorkflowEnvironment, world: RunnerWorld
 ) -> None:
     """Interleaving 12: hundreds at once, each with its own owner."""

@@ -43,7 +43,7 @@ def kinds(found) -> dict[str, str]:
     return {m.key: m.kind.value for m in found}
 
 
-def test_each_kind_of_mismatch() -> None:
+def test_only_orphans_instanceless_records_and_unowned_lane_records_are_mismatches() -> None:
     records = [
         rec("ok"),
         rec("vm-gone"),

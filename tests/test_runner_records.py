@@ -79,7 +79,9 @@ def row(**overrides: Any) -> dict[str, Any]:
         ({"deleted_at": "soon"}, "deleted_at", "'soon' is not a timestamp"),
     ],
 )
-def test_record_problems_table(overrides: dict[str, Any], field: str | None, problem: str | None):
+def test_each_bad_field_of_a_record_is_named_with_its_problem_and_a_good_record_has_none(
+    overrides: dict[str, Any], field: str | None, problem: str | None
+):
     found = record_problems(row(**overrides))
     if field is None:
         assert found == ()

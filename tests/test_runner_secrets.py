@@ -60,7 +60,9 @@ def assert_no_piece_of(secret: str, text: str) -> None:
         ("ghp_abc def", "contains a space at position 8"),
     ],
 )
-def test_header_secret_problem_table(value: str, problem: str | None) -> None:
+def test_a_secret_with_lines_controls_spaces_or_non_ascii_cannot_be_a_header_and_says_where(
+    value: str, problem: str | None
+) -> None:
     assert header_secret_problem(value) == problem
 
 

@@ -31,7 +31,9 @@ def add(store: RunnerStore, name: str, status: S = S.RUNNING, scale_set: str = "
     )
 
 
-def test_add_get_list_and_versions(runner_store: RunnerStore) -> None:
+def test_a_record_is_added_once_at_version_1_and_an_unknown_name_reads_none_or_is_refused(
+    runner_store: RunnerStore,
+) -> None:
     rec = add(runner_store, "r1")
     assert rec.version == 1 and rec.created_at.tzinfo is not None
     assert runner_store.get("r1") == rec
@@ -170,7 +172,9 @@ def test_concurrent_cas_has_exactly_one_winner(runner_store: RunnerStore) -> Non
     assert wins.count(True) == 1
 
 
-def test_leaks_and_marks(runner_store: RunnerStore) -> None:
+def test_a_leak_is_kept_once_per_instance_until_resolved_and_a_mark_counts_passes_in_a_row(
+    runner_store: RunnerStore,
+) -> None:
     runner_store.record_leak(provider_id="i-9", runner="r9", scale_set="s", reason="forced")
     runner_store.record_leak(provider_id="i-9", runner="r9", scale_set="s", reason="forced again")
     assert [(leak.provider_id, leak.reason) for leak in runner_store.leaks()] == [
@@ -197,7 +201,9 @@ def test_sqlite_runs_in_wal_mode(tmp_path) -> None:
     store.close()
 
 
-def test_instance_leases_on_both_back_ends(runner_store: RunnerStore) -> None:
+def test_a_lease_has_one_holder_until_released_and_its_holder_cannot_take_it_again(
+    runner_store: RunnerStore,
+) -> None:
     minute = timedelta(minutes=1)
     first = runner_store.acquire_lease("i-1", holder="host-a #1", ttl=minute)
     assert first.acquired and first.holder == "host-a #1"

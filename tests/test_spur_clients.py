@@ -328,7 +328,7 @@ async def test_an_unreachable_controller_is_unavailable() -> None:
 # ------------------------------------------------------------- agents
 
 
-def test_agent_addresses() -> None:
+def test_an_agent_address_takes_the_default_port_and_brackets_an_ipv6_host() -> None:
     assert agent_address("10.0.0.5", 0) == "10.0.0.5:6818"
     assert agent_address("fd00::5", 7000) == "[fd00::5]:7000"
     assert agent_address("node-1.example", 6818) == "node-1.example:6818"

@@ -112,7 +112,9 @@ def test_the_childs_deletions_survive_the_supervisors_confirmation():
         ("TIMED_OUT", "assign", None, "timed out", False),
     ],
 )
-def test_slice_state(bootstrap, phase, teardown, state, live):
+def test_a_slice_reads_as_its_bootstrap_and_teardown_say_and_is_over_once_it_holds_nothing(
+    bootstrap, phase, teardown, state, live
+):
     assert slice_state(bootstrap, phase, teardown) == state
     assert is_live(bootstrap, teardown) is live
     # `keeper tpu list` without --all: what is over is closed; a slice that may still hold

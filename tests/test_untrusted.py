@@ -80,7 +80,9 @@ def _inline_tokens(markdown: str) -> list[str]:
         (404, "404"),
     ],
 )
-def test_md_text(raw: object, shown: str) -> None:
+def test_outside_text_in_markdown_escapes_markup_html_and_controls_onto_one_line(
+    raw: object, shown: str
+) -> None:
     assert md_text(raw) == shown
 
 
@@ -117,7 +119,9 @@ def test_md_text_bounds_the_length() -> None:
         ("tab\there", "tab here"),
     ],
 )
-def test_terminal_text(raw: str, shown: str) -> None:
+def test_outside_text_on_a_terminal_shows_line_breaks_and_control_characters_visibly(
+    raw: str, shown: str
+) -> None:
     assert terminal_text(raw) == shown
 
 

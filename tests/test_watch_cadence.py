@@ -42,8 +42,9 @@ INTERVALS: list[tuple[str, WatchPhase, list[timedelta], timedelta]] = [
 
 @pytest.mark.parametrize(("case", "phase", "durations", "interval"), INTERVALS,
                          ids=[r[0] for r in INTERVALS])  # fmt: skip
-def test_next_interval(case: str, phase: WatchPhase, durations: list[timedelta],
-                       interval: timedelta) -> None:  # fmt: skip
+def test_each_phase_checks_at_its_own_interval_and_steady_at_the_clamped_median_stage(
+    case: str, phase: WatchPhase, durations: list[timedelta], interval: timedelta
+) -> None:
     assert next_interval(POLICY, phase, durations) == interval
 
 
@@ -109,8 +110,9 @@ PHASES: list[tuple[int, str, PhaseState, PhaseSignals, WatchPhase]] = [
 
 @pytest.mark.parametrize(("row", "case", "state", "signals", "phase"), PHASES,
                          ids=[f"{r[0]}: {r[1]}" for r in PHASES])  # fmt: skip
-def test_next_phase(row: int, case: str, state: PhaseState, signals: PhaseSignals,
-                    phase: WatchPhase) -> None:  # fmt: skip
+def test_each_case_moves_the_watch_to_the_phase_its_table_row_gives(
+    row: int, case: str, state: PhaseState, signals: PhaseSignals, phase: WatchPhase
+) -> None:
     assert next_phase(POLICY, state, signals).phase is phase
 
 

@@ -102,7 +102,9 @@ TAILS: list[tuple[str, str, bool]] = [
 
 
 @pytest.mark.parametrize(("case", "line", "straggling"), TAILS, ids=[r[0] for r in TAILS])
-def test_stragglers_condition(case: str, line: str, straggling: bool) -> None:
+def test_a_stage_straggles_when_few_shards_are_in_flight_none_queued_and_most_workers_idle(
+    case: str, line: str, straggling: bool
+) -> None:
     progress = _progress(line)
     _, ticks = _run([_sample(0, progress=progress), _sample(25, progress=progress)])
     assert (K.STRAGGLERS in _kinds(ticks[-1])) is straggling
@@ -280,7 +282,9 @@ def test_retry_flapping_after_retry_flaps_changes() -> None:
     assert ticks[5][0].first  # each further retry is news
 
 
-def test_the_dead_coordinator_with_2359_killed_worker_attempts() -> None:
+def test_a_killed_coordinator_becomes_a_zombie_to_restart_with_its_killed_workers_as_evidence() -> (
+    None
+):
     dead = {"coordinator": "JOB_STATE_KILLED", "failed_worker_attempts": 2359,
             "worker_states": {"TASK_STATE_KILLED": 2359, "TASK_STATE_PENDING": 641}}  # fmt: skip
     _, ticks = _run([_sample(0, **dead), _sample(5, **dead)])
@@ -311,7 +315,9 @@ COORDINATORS: list[tuple[str, list[dict[str, Any]], bool]] = [
 
 @pytest.mark.parametrize(("case", "ticks", "raised"), COORDINATORS,
                          ids=[r[0] for r in COORDINATORS])  # fmt: skip
-def test_zombie_coordinator(case: str, ticks: list[dict[str, Any]], raised: bool) -> None:
+def test_a_coordinator_is_a_zombie_after_two_dead_readings_with_no_live_one_between(
+    case: str, ticks: list[dict[str, Any]], raised: bool
+) -> None:
     _, out = _run(_sample(i, **kw) for i, kw in enumerate(ticks))
     assert (K.ZOMBIE_COORDINATOR in _kinds(out[-1])) is raised
 
@@ -345,7 +351,9 @@ def test_signatures_beyond_the_bound_keep_the_most_frequent() -> None:
     assert state.errors == {"ValueError: often": 5, "OSError: c": 1}
 
 
-def test_proposals_table() -> None:
+def test_only_a_stuck_stage_or_a_zombie_proposes_a_restart_and_only_errors_or_flapping_a_stop() -> (
+    None
+):
     assert PROPOSALS == {
         K.STUCK_STAGE: Proposal.RESTART, K.STRAGGLERS: Proposal.NONE,
         K.REPEATED_ERROR: Proposal.STOP, K.CONTROLLER_TIMEOUTS: Proposal.NONE,
@@ -364,11 +372,13 @@ def test_stragglers_propose_a_restart_only_where_the_settings_ask_for_one() -> N
 
 
 @pytest.mark.parametrize(("total", "most"), [(1, 2), (10, 2), (200, 2), (300, 3), (5000, 50)])
-def test_straggler_max_in_flight(total: int, most: int) -> None:
+def test_a_straggling_tail_is_at_most_one_percent_of_the_shards_and_never_under_two(
+    total: int, most: int
+) -> None:
     assert POLICY.straggler_max_in_flight(total) == most
 
 
-def test_policy_defaults_and_durations() -> None:
+def test_the_escalation_policy_has_its_defaults_reads_durations_and_refuses_bad_values() -> None:
     assert (POLICY.stuck_after, POLICY.straggler_after) == (timedelta(minutes=30),
                                                             timedelta(minutes=20))  # fmt: skip
     assert (POLICY.repeated_error_count, POLICY.rpc_failures) == (3, 3)

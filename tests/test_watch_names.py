@@ -120,7 +120,9 @@ PHASES = [
 
 
 @pytest.mark.parametrize(("phase", "active", "terminal"), PHASES)
-def test_active_and_terminal_tables(phase: JobPhase, active: bool, terminal: bool) -> None:
+def test_assigned_building_and_running_are_active_and_every_ended_phase_is_terminal(
+    phase: JobPhase, active: bool, terminal: bool
+) -> None:
     assert (phase.is_active, phase.is_terminal) == (active, terminal)
 
 
@@ -176,7 +178,7 @@ def test_pick_latest_breaks_a_tie_by_submit_time() -> None:
         assert latest.stale_coordinators == (f"{JOB}/zephyr-a-11111111-p0-a1-coord",)
 
 
-def test_pick_latest_with_only_the_coordinator_yet() -> None:
+def test_pick_latest_of_a_coordinator_without_workers_yet_has_no_workers() -> None:
     latest = pick_latest([_ref("zephyr-t-3f2a9b1c-p0-a0-coord", "JOB_STATE_PENDING")])
     assert latest is not None
     assert latest.workers is None and latest.workers_state is None
@@ -196,7 +198,7 @@ def test_pick_latest_keeps_to_the_parent_it_is_given() -> None:
     assert pick_latest([other, mine]).parent == "/bob/other"  # type: ignore[union-attr]
 
 
-def test_task_ids() -> None:
+def test_a_task_id_is_its_job_and_index_and_reads_back_with_or_without_an_attempt() -> None:
     coord = f"{JOB}/zephyr-t-3f2a9b1c-p0-a0-coord"
     assert task_id(coord) == f"{coord}/0"
     assert task_id(coord + "/", 7) == f"{coord}/7"

@@ -119,7 +119,9 @@ def test_progress_line_round_trips() -> None:
         ("Loading dataset", False),
     ],
 )
-def test_is_noise(line: str, noise: bool) -> None:
+def test_only_the_runbooks_noise_words_make_a_line_noise_and_progress_or_events_never_are(
+    line: str, noise: bool
+) -> None:
     assert is_noise(line) is noise
 
 
@@ -228,7 +230,9 @@ def test_digest_bounds_its_lists_but_counts_everything() -> None:
     [("error", "ERROR"), ("LOG_LEVEL_CRITICAL", "CRITICAL"), (4, "ERROR"), ("3", "WARNING"),
      ("WARN", "WARNING"), ("", "")],
 )  # fmt: skip
-def test_log_line_levels(level: str | int, expected: str) -> None:
+def test_a_log_level_given_as_a_name_a_number_or_an_iris_enum_reads_as_one_name(
+    level: str | int, expected: str
+) -> None:
     assert LogLine(text="x", level=level).level == expected  # type: ignore[arg-type]
 
 
@@ -285,11 +289,11 @@ EXCEPTIONS: list[tuple[str, str | None]] = [
 
 
 @pytest.mark.parametrize(("line", "error"), EXCEPTIONS)
-def test_exception_line(line: str, error: str | None) -> None:
+def test_only_a_tracebacks_last_line_reads_as_an_error(line: str, error: str | None) -> None:
     assert exception_line(line) == (line if error == "same" else error)
 
 
-def test_strip_prefix() -> None:
+def test_a_lines_stamp_level_and_logger_are_stripped_but_an_exception_name_is_kept() -> None:
     assert strip_prefix(GLOG + "x y") == "x y"
     assert strip_prefix("2026-12-01T12:00:05.123Z WARNING zephyr.execution: x") == "x"
     assert strip_prefix("[2026-12-01 12:00:05] ERROR x") == "x"
@@ -310,7 +314,7 @@ def test_strip_prefix() -> None:
     [("Terminated by user", True), ("Job failed: terminated by user", True),
      ("Exit code 137: OOM killed", False), ("", False)],
 )  # fmt: skip
-def test_misleading_termination(error: str, misleading: bool) -> None:
+def test_only_terminated_by_user_is_a_misleading_termination(error: str, misleading: bool) -> None:
     assert misleading_termination(error) is misleading
 
 
@@ -347,8 +351,10 @@ CAUSES: list[tuple[str, str, Any, Any, CauseSource, str, bool, tuple[str, ...]]]
     ("case", "parent", "coord", "workers", "source", "summary", "misleading", "unread"),
     CAUSES, ids=[row[0] for row in CAUSES],
 )  # fmt: skip
-def test_name_cause(case: str, parent: str, coord: Any, workers: Any, source: CauseSource,
-                    summary: str, misleading: bool, unread: tuple[str, ...]) -> None:  # fmt: skip
+def test_a_cause_prefers_a_worker_error_then_the_coordinator_then_the_parent_saying_if_unsure(
+    case: str, parent: str, coord: Any, workers: Any, source: CauseSource,
+    summary: str, misleading: bool, unread: tuple[str, ...],
+) -> None:  # fmt: skip
     cause = name_cause(parent, coord, workers)
     assert cause.source is source
     assert summary in cause.summary

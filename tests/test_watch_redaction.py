@@ -143,7 +143,7 @@ def test_an_env_value_is_shown_as_iris_showed_it(name: str, sent: str, shown: st
     assert redact_env({name: sent}) == {name: shown}
 
 
-def test_the_whole_environment_at_once() -> None:
+def test_a_whole_environment_is_redacted_as_each_value_alone() -> None:
     env = {name: sent for name, sent, _ in VALUES}
     assert redact_env(env) == {name: shown for name, _, shown in VALUES}
 

@@ -101,7 +101,7 @@ def test_a_request_with_a_secret_is_held_redacted_with_the_stores_key(
         (None, ["python", "-m", "pipeline", "--resume"], None),
     ],
 )
-def test_what_an_approval_of_a_restart_may_launch(
+def test_a_restart_needs_a_held_request_it_can_send_whole_or_a_command_with_no_secret(
     held: HeldLaunch | None, command: list[str] | None, problem: str | None
 ) -> None:
     found = relaunch_problem("/alice/tokenize", "restart-1", held, command)

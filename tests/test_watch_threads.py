@@ -61,7 +61,9 @@ DUMPS: list[tuple[str, str, ThreadState, tuple[str, ...]]] = [
 
 
 @pytest.mark.parametrize(("case", "dump", "state", "words"), DUMPS, ids=[d[0] for d in DUMPS])
-def test_read_dump(case: str, dump: str, state: ThreadState, words: tuple[str, ...]) -> None:
+def test_a_dump_reads_active_waiting_zombie_or_unknown_naming_the_threads_that_show_it(
+    case: str, dump: str, state: ThreadState, words: tuple[str, ...]
+) -> None:
     reading = read_dump(dump)
     assert reading.state is state
     for word in words:
