@@ -28,7 +28,7 @@ from keeper.domain.tpu.naming import bootstrap_run_workflow_id, bootstrap_workfl
 from keeper.domain.tpu.phases import Phase
 from keeper.runtime.tpu.client import emulator_client
 from keeper.workers.main import build_worker
-from tests.harness import RestartableServer, slice_request, test_settings
+from tests.harness import RestartableServer, settings_for_tests, slice_request
 from tests.runner_world import eventually, runner_world
 
 # Long enough in assign that the restart lands while every bootstrap still waits there.
@@ -65,7 +65,7 @@ async def server_restart(
             tpu = emulator_client(emu.grpc_target)
             queue = world.task_queue
             worker = InProcessWorker(
-                lambda: build_worker(clients[-1], test_settings(), tpu, queue, world.deps)
+                lambda: build_worker(clients[-1], settings_for_tests(), tpu, queue, world.deps)
             )
             await worker.start()
             slices = [f"r{i:03d}-{uuid.uuid4().hex[:6]}" for i in range(runs)]

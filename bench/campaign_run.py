@@ -51,7 +51,7 @@ from keeper.workers.registry import WORKFLOW_FAILURE_EXCEPTION_TYPES, WORKFLOW_I
 from keeper.workers.versioning import workflow_runner
 from keeper.workflows.reclaim.job_reclaim import JobReclaim
 from tests.conftest import claimed_ip_prefix
-from tests.harness import free_port, register_search_attributes, test_settings, tool_path
+from tests.harness import free_port, register_search_attributes, settings_for_tests, tool_path
 from tests.reclaim_world import reclaim_world
 from tests.runner_world import TOKEN as GITHUB_TOKEN
 from tests.runner_world import runner_world
@@ -148,7 +148,7 @@ async def _tpu(
         worker, queue = ProcessWorker(settings, workdir / "tpu-worker.log"), f"{stem}-tpu"
     else:
         tpu = emulator_client(emu.grpc_target)
-        worker = InProcessWorker(lambda: build_worker(client, test_settings(), tpu, stem))
+        worker = InProcessWorker(lambda: build_worker(client, settings_for_tests(), tpu, stem))
         queue = stem
     # Late fulfilment plays on a time-skipping server of its own, alongside the dev runs.
     late_work = asyncio.create_task(_late_fulfilment(late, secrets)) if late else None
@@ -197,7 +197,7 @@ async def _late_fulfilment(specs: list[RunSpec], secrets: dict[str, str]) -> Fam
         queue = f"campaign-late-{uuid.uuid4().hex[:8]}"
         tpu = emulator_client(emu.grpc_target)
         try:
-            async with build_worker(env.client, test_settings(), tpu, queue):
+            async with build_worker(env.client, settings_for_tests(), tpu, queue):
                 for spec in specs:  # one at a time: each skips hours of server time
                     result.outcomes += await _each(
                         [spec], 1, lambda s: run_late_fulfilment(env, emu, queue, s)
@@ -232,7 +232,9 @@ async def _runners(
         else:
             tpu = emulator_client("127.0.0.1:9")  # never called by runner workflows
             worker = InProcessWorker(
-                lambda: build_worker(client, test_settings(), tpu, world.task_queue, world.deps)
+                lambda: build_worker(
+                    client, settings_for_tests(), tpu, world.task_queue, world.deps
+                )
             )
         await worker.start()
         try:

@@ -61,7 +61,7 @@ def _scratch_dir() -> Path:
     return _scratch
 
 
-def test_settings() -> Settings:
+def settings_for_tests() -> Settings:
     settings = Settings()
     # Workers built from these settings without a runner world still open a runner store:
     # one of this process's own, not the default .dev/runners.db in the working directory
@@ -82,7 +82,7 @@ async def running_worker(
 ) -> AsyncIterator[Worker]:
     tpu = emulator_client(emulator.grpc_target)
     queue = task_queue or f"keeper-test-{uuid.uuid4().hex[:8]}"
-    worker = build_worker(client, settings or test_settings(), tpu, queue)
+    worker = build_worker(client, settings or settings_for_tests(), tpu, queue)
     async with worker:
         yield worker
 

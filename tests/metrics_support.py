@@ -62,7 +62,7 @@ async def metered_client(env: WorkflowEnvironment) -> tuple[Client, str]:
     """A client whose workers count into a Prometheus runtime of their own: (client, the
     /metrics URL), so a test reads back exactly what its own worker counted."""
     address = f"127.0.0.1:{free_port()}"
-    settings = harness.test_settings()
+    settings = harness.settings_for_tests()
     settings.temporal.address = env.client.service_client.config.target_host
     client = await connect(settings.temporal, runtime=m.prometheus_runtime(address))
     return client, f"http://{address}/metrics"

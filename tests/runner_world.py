@@ -38,7 +38,7 @@ from keeper.runtime.tpu.client import emulator_client
 from keeper.store import RunnerStore, open_store
 from keeper.store.runners.schema import runners
 from keeper.workers.main import build_worker
-from tests.harness import test_settings
+from tests.harness import settings_for_tests
 
 SCOPE = "org:acme"
 TOKEN = "ghp_keeper_test_token"
@@ -218,7 +218,7 @@ async def runner_world(tmp_path: Path, store_url: str | None = None) -> AsyncIte
 def world_settings(world: RunnerWorld, policy: DeletionPolicy | None = None) -> Settings:
     """A worker's settings for the world: its deletions follow `policy` (the world's unless
     given), as a deployment's follow runners.deletion."""
-    settings = test_settings()
+    settings = settings_for_tests()
     settings.runners.deletion = policy or world.policy
     return settings
 

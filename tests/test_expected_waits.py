@@ -144,7 +144,7 @@ async def _waiting_poll(handle: WorkflowHandle) -> PendingActivityInfo:
 async def test_a_waiting_poll_reads_as_a_wait_in_its_pending_activity(
     dev_env: WorkflowEnvironment, emu: TpuEmulator
 ) -> None:
-    settings = harness.test_settings()
+    settings = harness.settings_for_tests()
     settings.temporal.address = dev_env.client.service_client.config.target_host
     # keeper's own client, as `keeper worker` connects: its data converter is the one that
     # encodes the worker's activity failures.

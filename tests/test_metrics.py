@@ -188,7 +188,7 @@ async def test_worker_serves_keeper_and_sdk_metrics_after_real_workflows(
     dev_env: WorkflowEnvironment, world: RunnerWorld, emu: TpuEmulator
 ) -> None:
     client, metrics_url = await metered_client(dev_env)
-    settings = harness.test_settings()
+    settings = harness.settings_for_tests()
     emu.set_default_scenario(Scenario(assign_after=0.5, active_after=0.5, ips_after=0.2))
     world.add_runner("r-metrics")
     request = slice_request(poll_interval=timedelta(seconds=1))

@@ -229,7 +229,7 @@ async def test_a_cancelled_bootstraps_stuck_compensation_shows_in_its_status_and
     queue = f"keeper-test-{uuid.uuid4().hex[:8]}"
     tpu = emulator_client(clocked_emu.grpc_target)
     # The worker publishes both stuck series at 0 (supervisor's and child's) as it starts.
-    async with build_worker(metered, harness.test_settings(), tpu, queue):
+    async with build_worker(metered, harness.settings_for_tests(), tpu, queue):
         handle = await start(time_env, queue, request)
         await wait_for_status(handle, lambda s: s.phase.value == "assign")
         await handle.cancel()
@@ -460,7 +460,7 @@ async def test_a_stuck_cancel_path_compensation_continues_as_new_and_finishes(
     server: the time-skipping server cannot continue a child workflow as new."""
     from temporalio import workflow
 
-    settings = harness.test_settings()
+    settings = harness.settings_for_tests()
     # The first window is then the shortest there is (a minute), not five.
     settings.bootstrap.compensation_stuck_after = timedelta(seconds=1)
     request = slice_request(poll_interval=timedelta(seconds=1))
@@ -528,7 +528,7 @@ async def test_a_cancelled_bootstraps_child_continued_as_new_keeps_its_superviso
     server: the time-skipping server cannot continue a child workflow as new."""
     from temporalio import workflow
 
-    settings = harness.test_settings()
+    settings = harness.settings_for_tests()
     # The first window is then the shortest there is (a minute, which the server ends early
     # at about 30 s, when its next retry would not fit), not five.
     settings.bootstrap.compensation_stuck_after = timedelta(seconds=1)

@@ -223,7 +223,7 @@ async def _rolling_server(
     from keeper.runtime.tpu.client import emulator_client
     from keeper.workers.main import build_worker
 
-    settings: Settings = harness.test_settings()
+    settings: Settings = harness.settings_for_tests()
     # The first window is then a minute (the server ends it at about 30 s), not five.
     settings.bootstrap.compensation_stuck_after = timedelta(seconds=1)
     env = await WorkflowEnvironment.start_local(

@@ -44,7 +44,7 @@ HOLD = Scenario(assign_after=None, delete_duration=0.2)
 async def sweeping_worker(
     client: Client, emulator: TpuEmulator, delete_timeout: timedelta = timedelta(minutes=1)
 ) -> AsyncIterator[Worker]:
-    settings = harness.test_settings()
+    settings = harness.settings_for_tests()
     settings.sweeper.delete_timeout = delete_timeout
     queue = f"keeper-sweep-{uuid.uuid4().hex[:8]}"
     worker = build_worker(client, settings, emulator_client(emulator.grpc_target), queue)

@@ -281,7 +281,7 @@ async def test_a_pinned_sweep_started_on_build_1_finishes_there_while_build_2_is
     def tpu_build(version: WorkerDeploymentVersion) -> Worker:
         tpu = emulator_client(emu.grpc_target)
         return build_worker(
-            client, harness.test_settings(), tpu, world.task_queue, world.deps, version=version
+            client, harness.settings_for_tests(), tpu, world.task_queue, world.deps, version=version
         )
 
     async with tpu_build(build_1):
