@@ -6,7 +6,7 @@
 #   make down     stop the local stack
 #   make status   show the local stack
 #   make lint     ruff check + ruff format --check
-#   make wheel    build dist/keeper_temporal-*.whl, the runtime install (no emulators, no tests)
+#   make wheel    build dist/keeper_temporal-*.whl, the runtime install (no dev/, emulators or tests)
 #   make constraints  rewrite constraints.txt, the pinned dependencies, from .venv
 #   make clean    remove .venv and .dev
 
@@ -17,7 +17,9 @@ STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 # e.g. make demo KEEPER_ARGS='--config my.yaml'
 KEEPER_ARGS ?=
-KEEPER := $(strip $(BIN)/keeper $(KEEPER_ARGS))
+# The checkout's development command (dev/): the local stack, the emulators, the demos.
+KEEPER_DEV_BIN := $(BIN)/keeper-dev
+KEEPER_DEV := $(strip $(KEEPER_DEV_BIN) $(KEEPER_ARGS))
 
 .DEFAULT_GOAL := help
 .PHONY: help venv constraints wheel postgres promtool iris-venv test demo up down status lint fmt proto clean
@@ -27,10 +29,10 @@ help: ## list the targets
 
 # Re-installs only when pyproject.toml or constraints.txt changes; otherwise instant. Every
 # version comes from constraints.txt (pip's -c), so a fresh clone gets the tree the tests
-# passed with; a requirement it does not pin yet gets the newest release. The wheel leaves the
-# emulators, tests and bench/ out (they are not keeper's runtime); a checkout's venv sees them
-# through keeper-checkout.pth, the checkout's root on its path, as `keeper dev up` and the
-# tests need.
+# passed with; a requirement it does not pin yet gets the newest release. The wheel leaves
+# dev/, the emulators, tests and bench/ out (they are not keeper's runtime); a checkout's venv
+# sees them through keeper-checkout.pth, the checkout's root on its path, as `keeper-dev` and
+# the tests need.
 $(STAMP): pyproject.toml constraints.txt
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
 		{ echo "keeper needs Python 3.11+; $(PYTHON) is $$($(PYTHON) --version 2>&1). Use: make PYTHON=python3.11 ..." >&2; exit 1; }
@@ -42,7 +44,17 @@ $(STAMP): pyproject.toml constraints.txt
 	@echo "$(CURDIR)" > "$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/keeper-checkout.pth"
 	@touch $@
 
-venv: $(STAMP) ## create .venv and install keeper with its dev dependencies
+# `keeper-dev` is the checkout's, not the wheel's: a script in .venv/bin that runs dev/ (found
+# through keeper-checkout.pth) with the venv's Python, as `python -m dev` does. A script, not
+# a second distribution, because dev/ is a folder of the checkout's root, which no
+# setuptools package layout can install as `dev` without installing the root's other folders.
+$(KEEPER_DEV_BIN): $(STAMP)
+	@printf '%s\n' '#!$(abspath $(BIN))/python' \
+		'"""keeper-dev: the development tooling of the keeper checkout (dev/), written by make venv."""' \
+		'from dev.main import main' 'main()' > $@
+	@chmod +x $@
+
+venv: $(STAMP) $(KEEPER_DEV_BIN) ## create .venv, install keeper with its dev dependencies and keeper-dev
 
 # The lock's header (constraints.txt) says when to run this. .venv holds what the new file
 # pins, so its stamp is made newer than the file: no reinstall follows.
@@ -50,7 +62,7 @@ constraints: $(STAMP) ## rewrite constraints.txt from the versions installed in 
 	$(BIN)/python tests/constraints.py constraints.txt
 	@touch $(STAMP)
 
-wheel: $(STAMP) ## build dist/keeper_temporal-*.whl: the runtime, without the emulators and tests
+wheel: $(STAMP) ## build dist/keeper_temporal-*.whl: the runtime, without dev/, the emulators and tests
 	rm -rf build
 	$(BIN)/python -m pip wheel --quiet --disable-pip-version-check --no-deps --no-build-isolation -w dist .
 	rm -rf build
@@ -118,21 +130,21 @@ test: $(STAMP) $(IRIS_STAMP) postgres promtool ## run the tests (PYTEST_ARGS='-k
 	KEEPER_REQUIRE_POSTGRES=1 KEEPER_REQUIRE_PROMTOOL=1 KEEPER_TEST_WHEEL_INSTALL=1 KEEPER_REQUIRE_REAL_IRIS=1 \
 	KEEPER_IRIS_PYTHON=$(abspath $(IRIS_VENV))/bin/python $(BIN)/pytest -q -n $(TEST_WORKERS) --dist worksteal --durations=25 $(PYTEST_ARGS)
 
-demo: $(STAMP) ## start the local stack, then a demo TPU bootstrap, runner deletion, job reclaim and job watch
-	$(KEEPER) dev up
-	$(KEEPER) tpu demo
-	$(KEEPER) runner demo
-	$(KEEPER) reclaim demo
-	$(KEEPER) job demo
+demo: $(KEEPER_DEV_BIN) ## start the local stack, then a demo TPU bootstrap, runner deletion, job reclaim and job watch
+	$(KEEPER_DEV) up
+	$(KEEPER_DEV) demo tpu
+	$(KEEPER_DEV) demo runner
+	$(KEEPER_DEV) demo reclaim
+	$(KEEPER_DEV) demo job
 
-up: $(STAMP) ## start the local stack only (Temporal, the emulators, the reclaim tap, worker)
-	$(KEEPER) dev up
+up: $(KEEPER_DEV_BIN) ## start the local stack only (Temporal, the emulators, the reclaim tap, worker)
+	$(KEEPER_DEV) up
 
-down: $(STAMP) ## stop the local stack
-	$(KEEPER) dev down
+down: $(KEEPER_DEV_BIN) ## stop the local stack
+	$(KEEPER_DEV) down
 
-status: $(STAMP) ## show the local stack; exits non-zero when something is unhealthy
-	$(KEEPER) dev status
+status: $(KEEPER_DEV_BIN) ## show the local stack; exits non-zero when something is unhealthy
+	$(KEEPER_DEV) status
 
 lint: $(STAMP) ## ruff check, ruff format --check and the import contracts
 	$(BIN)/ruff check .
@@ -152,5 +164,5 @@ proto: $(STAMP) ## regenerate the gRPC stubs in wire/ from their .proto files
 	cp .dev/proto/keeper/wire/spur/slurm_pb2*.py* wire/spur/
 
 clean: ## remove .venv and .dev (stop the stack first with `make down`)
-	@if [ -x $(BIN)/keeper ]; then $(BIN)/keeper $(KEEPER_ARGS) dev down || true; fi
+	@if [ -x $(KEEPER_DEV_BIN) ]; then $(KEEPER_DEV) down || true; fi
 	rm -rf $(VENV) .dev build dist

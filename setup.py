@@ -5,7 +5,8 @@ adds a `cli` or `store` of its own to site-packages. Everything else is in pypro
 
 from setuptools import find_packages, setup
 
-# keeper's runtime. emulators/, tests/ and bench/ are the checkout's, never installed.
+# keeper's runtime. dev/ (`keeper-dev`), emulators/, tests/ and bench/ are the checkout's,
+# never installed.
 RUNTIME = ("activities", "cli", "domain", "runtime", "store", "wire", "workers", "workflows")
 
 packages = [

@@ -9,9 +9,9 @@ import click
 from temporalio.common import WorkerDeploymentVersion
 from temporalio.service import RPCError, RPCStatusCode
 
+from keeper.cli.connect import client_for
 from keeper.cli.context import KeeperContext, pass_keeper
 from keeper.cli.output import CommandFailed, Output, json_options
-from keeper.cli.temporal_ops import client_for
 from keeper.runtime.search_attributes import register_missing, registrations
 from keeper.workers.versioning import make_current
 

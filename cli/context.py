@@ -41,7 +41,7 @@ class KeeperContext:
 
     def export_overrides(self) -> None:
         """Puts the flags into this process's environment, so the processes keeper starts
-        (the worker of `keeper dev up`) talk to the same server as keeper itself."""
+        (the worker of `keeper-dev up`) talk to the same server as keeper itself."""
         os.environ.update(self.overrides())
 
     @property

@@ -6,14 +6,13 @@ import contextlib
 import os
 import sys
 import traceback
+from typing import NoReturn
 
 import click
 from temporalio.service import RPCError, RPCStatusCode
 
 from keeper.cli.admin import admin
 from keeper.cli.context import KeeperContext
-from keeper.cli.dev import dev
-from keeper.cli.emulator import emulator
 from keeper.cli.meta import COMPLETE_VAR, PROG_NAME, completion, print_version
 from keeper.cli.output import (
     FAILED,
@@ -28,10 +27,8 @@ from keeper.cli.output import (
 )
 from keeper.cli.reclaim.commands import reclaim
 from keeper.cli.runners.commands import runner
-from keeper.cli.runners.demo import demo as _runner_demo  # noqa: F401 - registers `runner demo`
 from keeper.cli.tpu.commands import tpu
 from keeper.cli.watch.commands import job
-from keeper.cli.watch.demo import demo as _job_demo  # noqa: F401 - registers `job demo`
 from keeper.cli.worker import worker
 
 
@@ -84,12 +81,12 @@ def cli(
     """keeper runs cloud-resource lifecycles as durable Temporal workflows.
 
     Every workflow owns one resource from request to release and compensates on every
-    failure path. Start with `keeper dev up`, then `keeper tpu bootstrap --help`.
+    failure path. Run `keeper worker`, then start with `keeper tpu bootstrap --help`
+    (in a checkout, `keeper-dev up` runs a local stack to try it on).
 
     \b
-    Exit codes: 0 success, 1 the operation failed, 2 usage error, 130 interrupted
-    (`keeper dev status`: 3 when the stack is not healthy). Data goes to stdout,
-    progress and errors to stderr. Conventions: docs/cli.md.
+    Exit codes: 0 success, 1 the operation failed, 2 usage error, 130 interrupted.
+    Data goes to stdout, progress and errors to stderr. Conventions: docs/cli.md.
     """
     if address is not None:
         _check_address(address)
@@ -118,8 +115,6 @@ def _check_address(address: str) -> None:
 
 cli.add_command(admin)
 cli.add_command(completion)
-cli.add_command(dev)
-cli.add_command(emulator)
 cli.add_command(job)
 cli.add_command(reclaim)
 cli.add_command(runner)
@@ -127,12 +122,21 @@ cli.add_command(tpu)
 cli.add_command(worker)
 
 
-def run(args: list[str] | None = None) -> int:
-    """Runs one command line and returns its exit code (docs/cli.md#exit-codes)."""
+def run(
+    args: list[str] | None = None,
+    *,
+    group: click.Group = cli,
+    prog_name: str = PROG_NAME,
+    complete_var: str = COMPLETE_VAR,
+) -> int:
+    """Runs one command line and returns its exit code (docs/cli.md#exit-codes).
+
+    `group` is `keeper`, or the checkout's `keeper-dev` (dev/), which keeps the same
+    conventions: the same errors, interrupts and exit codes."""
     forget_running()
     try:
-        returned = cli.main(
-            args, prog_name=PROG_NAME, complete_var=COMPLETE_VAR, standalone_mode=False
+        returned = group.main(
+            args, prog_name=prog_name, complete_var=complete_var, standalone_mode=False
         )
         return returned if isinstance(returned, int) else OK
     except click.exceptions.NoArgsIsHelpError as err:
@@ -156,8 +160,8 @@ def run(args: list[str] | None = None) -> int:
         report_error(
             CommandFailed(
                 f"Temporal stopped answering ({err.status.name}): {err.message}",
-                hint="Check the server (`keeper dev status` for the local stack) and run the "
-                "command again once it answers.",
+                hint="Check the server (`keeper-dev status` for a checkout's local stack) and run "
+                "the command again once it answers.",
             )
         )
         return FAILED
@@ -191,7 +195,11 @@ def _exit_code(code: object) -> int:
 
 
 def main() -> None:
-    code = run()
+    leave(run())
+
+
+def leave(code: int) -> NoReturn:
+    """Exits with `code` once output and spans are flushed."""
     # Leave without interpreter finalisation: the Temporal SDK's core threads can abort a
     # finalising interpreter ("PyGILState_Release ... must be current"), which would turn
     # a successful command into exit code -6. Spans and output are flushed first.

@@ -3,25 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 from typing import Any
 
 import click
 from pydantic import ValidationError
 
 from keeper.cli.context import KeeperContext, pass_keeper
-from keeper.cli.dev_only import emulator_installed
 from keeper.cli.output import CommandFailed, Output, UsageProblem, json_options
 from keeper.domain.common.durations import format_duration
 from keeper.runtime import logs
 from keeper.runtime.metrics import MetricsEndpointError
-from keeper.runtime.settings import (
-    FAMILY_NAMES,
-    LogFormat,
-    Settings,
-    SettingsError,
-    TpuEndpoint,
-    WorkerSettings,
-)
+from keeper.runtime.settings import FAMILY_NAMES, LogFormat, Settings, SettingsError, WorkerSettings
+from keeper.runtime.settings.tpu import TpuEndpoint
 
 
 @click.command()
@@ -53,7 +47,7 @@ from keeper.runtime.settings import (
     metavar="HOST:PORT",
     default=None,
     help="Serve Prometheus metrics at http://HOST:PORT/metrics (default "
-    'worker.metrics_address, KEEPER_METRICS_ADDRESS; none). "" serves none. `keeper dev up` '
+    'worker.metrics_address, KEEPER_METRICS_ADDRESS; none). "" serves none. `keeper-dev up` '
     "gives its worker dev.metrics_address.",
 )
 @click.option(
@@ -188,18 +182,28 @@ def _plan_warnings(settings: Settings, families: list[str]) -> list[str]:
     if (
         "tpu" in families
         and settings.tpu.endpoint is TpuEndpoint.EMULATOR
-        and not emulator_installed("emulators.tpu")
+        and not _tpu_emulator_here()
     ):
         # The default endpoint, in an installed wheel: nothing of keeper's serves that
         # address, and the worker would find out only at a bootstrap's first call.
         others = ",".join(name for name in FAMILY_NAMES if name != "tpu")
         warnings.append(
-            "tpu.endpoint is emulator, but this installation has no TPU emulator "
-            "(emulators.tpu ships with keeper's checkout, not its wheel): the TPU family would "
+            "tpu.endpoint is emulator, but this installation has no TPU emulator (it runs "
+            "from keeper's checkout, `keeper-dev up`, not from the wheel): the TPU family would "
             f"call {settings.tpu.emulator_address} (tpu.emulator_address). For Cloud TPU set "
             f"tpu.endpoint: gcp (KEEPER_TPU_ENDPOINT=gcp); without TPUs, --family {others}"
         )
     return warnings
+
+
+def _tpu_emulator_here() -> bool:
+    """Whether keeper's TPU emulator is importable here: in a checkout (emulators/ on the
+    path), not in an installed wheel. Only looked up, never imported."""
+    try:
+        return importlib.util.find_spec("emulators.tpu") is not None
+    except ModuleNotFoundError:
+        # find_spec imports the parent package first; without `emulators` that fails.
+        return False
 
 
 def _print_plan(plan: dict[str, Any], out: Output) -> None:

@@ -2,7 +2,7 @@
 them (where the worker dials the TPU emulator, where it finds the GitHub emulator, which
 spur controller job reclaim reads) are derived from them rather than repeated.
 
-With `dev.port_base` N (or KEEPER_DEV_PORT_BASE, or `keeper dev up --port-base N`):
+With `dev.port_base` N (or KEEPER_DEV_PORT_BASE, or `keeper-dev up --port-base N`):
 
 | port | setting |
 |---|---|

@@ -1,5 +1,5 @@
 """Every search attribute keeper's workflows set, from the families' own definitions:
-what `keeper dev up` and the tests register, and what a real cluster needs
+what `keeper-dev up` and the tests register, and what a real cluster needs
 (docs/operations.md)."""
 
 from typing import Any

@@ -35,7 +35,7 @@ def test_bad_request_is_refused_before_anything_starts(tmp_path: Path):
 
 def test_help_is_complete():
     runner = CliRunner()
-    for command in ("bootstrap", "status", "cancel", "delete", "sweep", "demo", "list"):
+    for command in ("bootstrap", "status", "cancel", "delete", "sweep", "list"):
         result = runner.invoke(cli, ["tpu", command, "--help"])
         assert result.exit_code == 0, result.output
         assert "Usage:" in result.output

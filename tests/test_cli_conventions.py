@@ -1,6 +1,7 @@
 """The `keeper` CLI's conventions (docs/cli.md), checked on the real command in a subprocess:
 exit codes, data on stdout and diagnostics on stderr, the JSON error document, --version,
-shell completion, the global --address/--namespace flags, and --help of every command."""
+shell completion, the global --address/--namespace flags, and --help of every command. The
+checkout's `keeper-dev` (dev/) keeps the same conventions, checked here beside keeper's."""
 
 from __future__ import annotations
 
@@ -24,6 +25,8 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
+from dev.main import keeper_dev as keeper_dev_group
+from dev.main import run as run_dev
 from emulators.tpu import TpuEmulator
 from emulators.tpu.faults import FAULT_METHODS
 from emulators.tpu.grpc_service import TpuService
@@ -34,6 +37,10 @@ from tests.e2e_support import REPO
 # Several subprocesses at once: each spends most of its time importing keeper.
 PARALLEL = 4
 TIMEOUT = 120
+# The two commands, as `python -m` runs them: the operator's and the checkout's.
+KEEPER = "keeper.cli.main"
+KEEPER_DEV = "dev"
+PROGRAMS = {KEEPER: "keeper", KEEPER_DEV: "keeper-dev"}
 
 
 def clean_env(**extra: str) -> dict[str, str]:
@@ -45,10 +52,10 @@ def clean_env(**extra: str) -> dict[str, str]:
 
 
 def keeper(
-    *args: str, env: dict[str, str] | None = None, cwd: Path = REPO
+    *args: str, env: dict[str, str] | None = None, cwd: Path = REPO, module: str = KEEPER
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "keeper.cli.main", *args],
+        [sys.executable, "-m", module, *args],
         cwd=cwd,
         env=clean_env() if env is None else env,
         capture_output=True,
@@ -57,14 +64,22 @@ def keeper(
     )
 
 
-def keepers(commands: list[list[str]], env: dict[str, str] | None = None) -> list[Any]:
+def keeper_dev(
+    *args: str, env: dict[str, str] | None = None, cwd: Path = REPO
+) -> subprocess.CompletedProcess[str]:
+    return keeper(*args, env=env, cwd=cwd, module=KEEPER_DEV)
+
+
+def keepers(
+    commands: list[list[str]], env: dict[str, str] | None = None, module: str = KEEPER
+) -> list[Any]:
     with ThreadPoolExecutor(PARALLEL) as pool:
-        return list(pool.map(lambda args: keeper(*args, env=env), commands))
+        return list(pool.map(lambda args: keeper(*args, env=env, module=module), commands))
 
 
 def explain(result: subprocess.CompletedProcess[str]) -> str:
     return (
-        f"`keeper {' '.join(result.args[3:])}` exited {result.returncode}\n"
+        f"`{PROGRAMS[result.args[2]]} {' '.join(result.args[3:])}` exited {result.returncode}\n"
         f"--- stdout ---\n{result.stdout}\n--- stderr ---\n{result.stderr}"
     )
 
@@ -192,9 +207,41 @@ def test_bash_completion_completes_commands_and_values_through_keeper_on_path(
         assert done.returncode == 0, done.stderr
         return done.stdout.split()
 
-    assert complete("keeper", "dev", "''") == ["down", "status", "up"]
-    assert complete("keeper", "emulator", "fault", "GetQ") == ["GetQueuedResource"]
     assert "--address" in complete("keeper", "--a")
+    # The operator's commands only: the checkout's tooling is keeper-dev's.
+    assert complete("keeper", "''") == ["admin", "completion", "job", "reclaim", "runner", "tpu",
+                                        "worker"]  # fmt: skip
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="bash is not installed")
+def test_bash_completion_completes_keeper_devs_commands_through_clicks_variable(
+    tmp_path: Path,
+) -> None:
+    # keeper-dev has no `completion` command: click's own variable asks it for the script.
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    shim = bin_dir / "keeper-dev"
+    shim.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m dev "$@"\n')
+    shim.chmod(0o755)
+    env = clean_env(PATH=f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}")
+
+    def complete(*words: str) -> list[str]:
+        script = (
+            'eval "$(_KEEPER_DEV_COMPLETE=bash_source keeper-dev)"\n'
+            f"COMP_WORDS=({' '.join(words)}); COMP_CWORD={len(words) - 1}\n"
+            "_keeper_dev_completion keeper-dev\n"
+            'printf "%s\\n" "${COMPREPLY[@]}"\n'
+        )
+        done = subprocess.run(
+            ["bash", "-c", script], cwd=REPO, env=env, capture_output=True, text=True, timeout=60
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout.split()
+
+    assert complete("keeper-dev", "''") == ["demo", "down", "emulator", "status", "up"]
+    assert complete("keeper-dev", "demo", "''") == ["job", "reclaim", "runner", "tpu"]
+    assert complete("keeper-dev", "emulator", "fault", "GetQ") == ["GetQueuedResource"]
+    assert "--address" in complete("keeper-dev", "--a")
 
 
 # -- usage errors: exit 2, before any command code runs ------------------------------------
@@ -209,6 +256,11 @@ USAGE_ERRORS = [
     (["tpu", "bootstrap", "train-a", "--capacity", "free"], "--capacity", False),
     (["runner", "delete"], "NAME", True),
     (["runner", "list", "--no-such-option"], "--no-such-option", False),
+    (["worker", "--check", "--family", "nope"], "--family", True),
+    (["completion"], "SHELL", False),
+]
+DEV_USAGE_ERRORS = [
+    (["nosuchcommand"], "nosuchcommand", True),
     (["emulator", "fault", "BadMethod", "UNAVAILABLE"], "GetQueuedResource", True),
     (["emulator", "fault", "GetNode", "NOT_A_CODE"], "RESOURCE_EXHAUSTED", False),
     (["emulator", "fault", "GetNode", "UNAVAILABLE", "--count", "0"], "--count", False),
@@ -218,26 +270,42 @@ USAGE_ERRORS = [
     (["emulator", "scenario", "s1"], "--file or --inline", False),
     (["emulator", "scenario", "s1", "--inline", "{not json"], "--inline", False),
     (["emulator", "scenario", "s1", "--inline", '{"no_such_field": 1}'], "no_such_field", True),
-    (["dev", "up", "--timeout", "0"], "--timeout", True),
-    (["worker", "--check", "--family", "nope"], "--family", True),
-    (["completion"], "SHELL", False),
+    (["up", "--timeout", "0"], "--timeout", True),
+    (["demo", "tpu", "--name", "Bad_Slice"], "--name", True),
+    (["demo", "runner", "--count", "0"], "--count", False),
+    (["demo", "job", "--timeout", "1"], "--timeout", False),
+]
+# Each case as the command it belongs to runs it.
+BOTH_USAGE_ERRORS = [(KEEPER, *case) for case in USAGE_ERRORS] + [
+    (KEEPER_DEV, *case) for case in DEV_USAGE_ERRORS
 ]
 
 
+def keepers_each(lines: list[tuple[str, list[str]]]) -> list[Any]:
+    """Each (module, args) command line, several at once."""
+    with ThreadPoolExecutor(PARALLEL) as pool:
+        return list(pool.map(lambda line: keeper(*line[1], module=line[0]), lines))
+
+
 def test_usage_errors_exit_2_with_the_usage_on_stderr_and_nothing_on_stdout(config: Path) -> None:
-    results = keepers([["--config", str(config), *args] for args, _, _ in USAGE_ERRORS])
-    for (_, names, _), result in zip(USAGE_ERRORS, results, strict=True):
+    results = keepers_each(
+        [(module, ["--config", str(config), *args]) for module, args, _, _ in BOTH_USAGE_ERRORS]
+    )
+    for (module, _, names, _), result in zip(BOTH_USAGE_ERRORS, results, strict=True):
         assert result.returncode == 2, explain(result)
         assert result.stdout == "", explain(result)
-        assert "Usage: keeper" in result.stderr and "Error:" in result.stderr, explain(result)
+        assert f"Usage: {PROGRAMS[module]} " in result.stderr, explain(result)
+        assert "Error:" in result.stderr, explain(result)
         assert names in result.stderr, explain(result)
 
 
 def test_usage_errors_under_json_are_an_error_document_on_stdout(config: Path) -> None:
-    cases = [(args, names) for args, names, also_json in USAGE_ERRORS if also_json]
+    cases = [(module, args, names) for module, args, names, also in BOTH_USAGE_ERRORS if also]
     # Global --json, so commands of every group answer alike, whatever their own options.
-    results = keepers([["--config", str(config), "--json", *args] for args, _ in cases])
-    for (_, names), result in zip(cases, results, strict=True):
+    results = keepers_each(
+        [(module, ["--config", str(config), "--json", *args]) for module, args, _ in cases]
+    )
+    for (_, _, names), result in zip(cases, results, strict=True):
         assert result.returncode == 2, explain(result)
         error = error_of(result)
         assert error["usage"] is True, explain(result)
@@ -245,16 +313,17 @@ def test_usage_errors_under_json_are_an_error_document_on_stdout(config: Path) -
         assert "Error:" in result.stderr, explain(result)  # the text goes to stderr too
 
     # A command's own --json / -o json asks for the same document.
-    own = keepers(
+    fault, advance, worker = keepers_each(
         [
-            ["--config", str(config), "emulator", "fault", "BadMethod", "UNAVAILABLE", "--json"],
-            ["--config", str(config), "emulator", "advance", "soon", "-o", "json"],
-            ["--config", str(config), "worker", "--json"],
+            (KEEPER_DEV, ["--config", str(config), "emulator", "fault", "BadMethod",
+                          "UNAVAILABLE", "--json"]),
+            (KEEPER_DEV, ["--config", str(config), "emulator", "advance", "soon", "-o", "json"]),
+            (KEEPER, ["--config", str(config), "worker", "--json"]),
         ]
-    )
-    assert error_of(own[0])["param"] == "METHOD"
-    assert error_of(own[1])["param"] == "SECONDS"
-    assert error_of(own[2])["param"] == "--json" and "--check" in error_of(own[2])["message"]
+    )  # fmt: skip
+    assert error_of(fault)["param"] == "METHOD"
+    assert error_of(advance)["param"] == "SECONDS"
+    assert error_of(worker)["param"] == "--json" and "--check" in error_of(worker)["message"]
 
 
 def test_the_fault_methods_are_the_ones_the_emulator_serves() -> None:
@@ -274,12 +343,13 @@ def test_a_failed_operation_exits_1_with_a_hint_and_its_error_document(config: P
         [
             ["--config", str(config), "emulator", "state"],
             ["--config", str(config), "emulator", "state", "--json"],
-        ]
+        ],
+        module=KEEPER_DEV,
     )
     assert text.returncode == 1 and text.stdout == "", explain(text)
-    assert "not running" in text.stderr and "keeper dev up" in text.stderr, explain(text)
+    assert "not running" in text.stderr and "keeper-dev up" in text.stderr, explain(text)
     error = error_of(as_json)
-    assert "not running" in error["message"] and "keeper dev up" in error["hint"]
+    assert "not running" in error["message"] and "keeper-dev up" in error["hint"]
     assert "usage" not in error
 
 
@@ -327,7 +397,7 @@ def test_an_unreachable_temporal_is_a_failure_with_a_hint_and_its_address(config
     assert error["hint"].startswith("Check --address"), error
     assert "KEEPER_DEV_PORT_BASE" not in error["hint"], error
     error = error_of(configured)
-    assert "keeper dev up" in error["hint"] and "KEEPER_DEV_PORT_BASE" in error["hint"], error
+    assert "keeper-dev up" in error["hint"] and "KEEPER_DEV_PORT_BASE" in error["hint"], error
     assert text.returncode == 1 and text.stdout == "", explain(text)
     assert error["hint"] in text.stderr, explain(text)
 
@@ -335,21 +405,17 @@ def test_an_unreachable_temporal_is_a_failure_with_a_hint_and_its_address(config
 def test_nothing_answering_names_the_port_base_the_stack_here_was_started_on(
     config: Path, tmp_path: Path
 ) -> None:
-    # What `keeper dev up --port-base 23000` records in the run dir beside the database.
+    # What `keeper-dev up --port-base 23000` records in the run dir beside the database.
     run_dir = tmp_path / ".dev" / "run"
     run_dir.mkdir(parents=True)
     (run_dir / "stack.json").write_text(
         json.dumps({"config_file": None, "port_base": 23000, "cwd": str(tmp_path)})
     )
-    temporal, emulator = keepers(
-        [
-            ["--config", str(config), "tpu", "list", "--json"],
-            ["--config", str(config), "emulator", "state", "--json"],
-        ]
-    )
+    temporal = keeper("--config", str(config), "tpu", "list", "--json")
+    emulator = keeper_dev("--config", str(config), "emulator", "state", "--json")
     for result in (temporal, emulator):
         hint = error_of(result)["hint"]
-        assert "keeper dev up" in hint, explain(result)
+        assert "keeper-dev up" in hint, explain(result)
         assert "port base 23000" in hint and "KEEPER_DEV_PORT_BASE=23000" in hint, explain(result)
 
 
@@ -379,7 +445,7 @@ def test_bad_settings_exit_1_naming_the_field_and_where_to_fix_it(
         [
             ["--config", str(broken), "worker", "--check"],
             ["--config", str(broken), "worker", "--check", "--json"],
-            ["--config", str(tmp_path / "missing.yaml"), "emulator", "state"],
+            ["--config", str(tmp_path / "missing.yaml"), "tpu", "list"],
         ]
     )
     from_variable = keeper(
@@ -465,7 +531,7 @@ def test_the_sdks_own_log_lines_stay_off_stdout_when_the_server_goes_away(
     # stdout holds the error document and nothing else: `keeper ... --json | jq` reads it.
     error = error_of(result)
     assert "Temporal stopped answering (UNAVAILABLE)" in error["message"], explain(result)
-    assert "keeper dev status" in error["hint"]
+    assert "keeper-dev status" in error["hint"]
     # The retries the SDK logged are diagnostics, in Python's logging on stderr.
     assert "temporalio_client::retry" in result.stderr, explain(result)
     assert "retried" in result.stderr and "Traceback" not in result.stderr, explain(result)
@@ -478,7 +544,7 @@ def test_dev_status_and_down_reports_are_the_data_and_unhealthy_is_exit_3(
     config: Path, tmp_path: Path
 ) -> None:
     text, as_json, output_json = [
-        keeper("--config", str(config), "dev", "status", *extra, cwd=tmp_path)
+        keeper_dev("--config", str(config), "status", *extra, cwd=tmp_path)
         for extra in ([], ["--json"], ["-o", "json"])
     ]
     assert text.returncode == 3, explain(text)
@@ -491,7 +557,7 @@ def test_dev_status_and_down_reports_are_the_data_and_unhealthy_is_exit_3(
         assert report["components"]["temporal"]["state"] == "stopped"
 
     # `down` with --json: its progress on stderr, the report after it on stdout.
-    down = keeper("--config", str(config), "dev", "down", "--json", cwd=tmp_path)
+    down = keeper_dev("--config", str(config), "down", "--json", cwd=tmp_path)
     assert down.returncode == 0, explain(down)
     assert "Stopping the dev stack" in down.stderr
     after = json.loads(down.stdout)
@@ -529,16 +595,17 @@ def test_worker_check_prints_the_plan_without_a_server(config: Path) -> None:
     assert tpu["legacy_task_queue"] is None
 
 
-async def keeper_async(*args: str, env: dict[str, str] | None = None) -> Any:
-    """keeper in a subprocess without blocking the loop an in-process server runs on."""
+async def keeper_async(*args: str, env: dict[str, str] | None = None, module: str = KEEPER) -> Any:
+    """keeper (or keeper-dev) in a subprocess without blocking the loop an in-process server
+    runs on."""
     process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "keeper.cli.main", *args,
+        sys.executable, "-m", module, *args,
         cwd=REPO, env=env or clean_env(),
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
     out, err = await asyncio.wait_for(process.communicate(), TIMEOUT)
     return subprocess.CompletedProcess(
-        ["python", "-m", "keeper.cli.main", *args], process.returncode, out.decode(), err.decode()
+        ["python", "-m", module, *args], process.returncode, out.decode(), err.decode()
     )
 
 
@@ -550,21 +617,24 @@ async def test_emulator_commands_print_data_on_stdout_and_json_on_request(
     path.write_text(yaml.safe_dump({"emulator": {"host": host, "control_port": int(port)}}))
     config = ["--config", str(path)]
 
-    added = await keeper_async(*config, "emulator", "fault", "getnode", "unavailable", "--json")
+    async def keeper_dev_async(*args: str) -> Any:
+        return await keeper_async(*args, module=KEEPER_DEV)
+
+    added = await keeper_dev_async(*config, "emulator", "fault", "getnode", "unavailable", "--json")
     assert added.returncode == 0 and added.stderr == "", explain(added)
     fault = json.loads(added.stdout)["fault"]  # the names as the emulator spells them
     assert (fault["method"], fault["code"], fault["count"]) == ("GetNode", "UNAVAILABLE", 1)
     assert [f["method"] for f in emu.state()["faults"]] == ["GetNode"]
 
-    text = await keeper_async(*config, "emulator", "fault", "GetQueuedResource", "ABORTED")
+    text = await keeper_dev_async(*config, "emulator", "fault", "GetQueuedResource", "ABORTED")
     assert text.returncode == 0 and text.stderr == "", explain(text)
     assert text.stdout == "fault added: the next 1 call(s) of GetQueuedResource fail with ABORTED\n"
 
-    state = await keeper_async(*config, "emulator", "state", "-o", "json")
+    state = await keeper_dev_async(*config, "emulator", "state", "-o", "json")
     assert state.returncode == 0, explain(state)
     assert len(json.loads(state.stdout)["faults"]) == 2
 
-    scenario = await keeper_async(
+    scenario = await keeper_dev_async(
         *config, "emulator", "scenario", "conv-a", "--inline", '{"assign_after": 5}', "--json"
     )
     assert scenario.returncode == 0, explain(scenario)
@@ -572,7 +642,7 @@ async def test_emulator_commands_print_data_on_stdout_and_json_on_request(
     assert accepted["slice_id"] == "conv-a" and accepted["scenario"]["assign_after"] == 5
 
     before = emu.state()["now"]
-    advanced = await keeper_async(*config, "emulator", "advance", "90s", "--json")
+    advanced = await keeper_dev_async(*config, "emulator", "advance", "90s", "--json")
     assert advanced.returncode == 0, explain(advanced)
     moved = json.loads(advanced.stdout)
     assert moved["advanced_by"] == 90.0 and moved["now"].endswith("Z")
@@ -614,7 +684,7 @@ def _default_sigint() -> None:
 
 def test_ctrl_c_exits_130(tmp_path: Path) -> None:
     path = tmp_path / "keeper.yaml"
-    # A remote Temporal that never answers (TEST-NET-1): `dev up` waits for it.
+    # A remote Temporal that never answers (TEST-NET-1): `keeper-dev up` waits for it.
     path.write_text(
         yaml.safe_dump(
             {
@@ -629,10 +699,9 @@ def test_ctrl_c_exits_130(tmp_path: Path) -> None:
         [
             sys.executable,
             "-m",
-            "keeper.cli.main",
+            KEEPER_DEV,
             "--config",
             str(path),
-            "dev",
             "up",
             "--timeout",
             "60",
@@ -687,57 +756,76 @@ UNDOCUMENTED: dict[tuple[str, ...], set[str]] = {}
 HELP_COLUMNS = "80"
 
 
-def keeper_in_process(*args: str) -> subprocess.CompletedProcess[str]:
-    """`keeper ARGS` through the same entry point (cli.main.run) in this process, without
-    keeper's or Temporal's variables: for output that does not depend on the process, such
-    as --help, where a subprocess per command would spend its time importing keeper."""
+def keeper_in_process(*args: str, module: str = KEEPER) -> subprocess.CompletedProcess[str]:
+    """`keeper ARGS` (`keeper-dev ARGS`) through the same entry point (cli.main.run, dev.main.run)
+    in this process, without keeper's or Temporal's variables: for output that does not depend
+    on the process, such as --help, where a subprocess per command would spend its time
+    importing keeper."""
     drop = {*ENV_OVERRIDES, CONFIG_ENV}
     env: dict[str, str | None] = {k: None for k in os.environ if k in drop}
     env["COLUMNS"] = HELP_COLUMNS
     with CliRunner().isolation(env=env) as (out, err, _):
         # The runner forces 80 columns; the real command sizes its help from COLUMNS.
         click.formatting.FORCED_WIDTH = None
-        code = run(list(args))
+        code = (run if module == KEEPER else run_dev)(list(args))
         sys.stdout.flush()
         sys.stderr.flush()
         stdout, stderr = out.getvalue().decode(), err.getvalue().decode()
-    argv = [sys.executable, "-m", "keeper.cli.main", *args]
+    argv = [sys.executable, "-m", module, *args]
     return subprocess.CompletedProcess(argv, code, stdout, stderr)
 
 
-def test_every_command_and_group_has_help_documenting_each_option() -> None:
-    commands = list(_commands(cli))
-    assert len(commands) > 20
-    results = [keeper_in_process(*path, "--help") for path, _ in commands]
+@pytest.mark.parametrize(
+    ("module", "group", "sample", "at_least"),
+    [
+        (KEEPER, cli, [[], ["tpu", "bootstrap"], ["runner", "delete"]], 20),
+        (KEEPER_DEV, keeper_dev_group, [[], ["up"], ["demo", "reclaim"]], 15),
+    ],
+    ids=["keeper", "keeper-dev"],
+)
+def test_every_command_and_group_has_help_documenting_each_option(
+    module: str, group: click.Group, sample: list[list[str]], at_least: int
+) -> None:
+    commands = list(_commands(group))
+    assert len(commands) > at_least
+    results = [keeper_in_process(*path, "--help", module=module) for path, _ in commands]
     # The in-process help is what the real command prints: checked on a few subprocesses.
-    sample = [[], ["dev", "up"], ["tpu", "bootstrap"], ["runner", "delete"]]
-    sampled = keepers([[*path, "--help"] for path in sample], clean_env(COLUMNS=HELP_COLUMNS))
+    sampled = keepers(
+        [[*path, "--help"] for path in sample], clean_env(COLUMNS=HELP_COLUMNS), module=module
+    )
     for path, result in zip(sample, sampled, strict=True):
         assert result.returncode == 0, explain(result)
-        assert result.stdout == keeper_in_process(*path, "--help").stdout, explain(result)
+        assert result.stdout == keeper_in_process(*path, "--help", module=module).stdout
+    program = PROGRAMS[module]
     for (path, command), result in zip(commands, results, strict=True):
         assert result.returncode == 0 and result.stderr == "", explain(result)
         usage, description = result.stdout.split("\n\n", 2)[:2]
-        assert usage.startswith(f"Usage: keeper {' '.join(path)}".rstrip()), explain(result)
+        assert usage.startswith(f"Usage: {program} {' '.join(path)}".rstrip()), explain(result)
         assert len(description.strip()) > 20, explain(result)  # a description, not only usage
         lacking = UNDOCUMENTED.get(path, set())
         for param in command.params:
             if not isinstance(param, click.Option) or param.hidden:
                 continue
             for opt in param.opts:
-                assert opt in result.stdout, f"keeper {' '.join(path)} --help lacks {opt}"
+                assert opt in result.stdout, f"{program} {' '.join(path)} --help lacks {opt}"
             if param.opts[0] in lacking:
                 assert not param.help, f"{param.opts[0]} now has help: drop it from UNDOCUMENTED"
             else:
-                assert param.help, f"keeper {' '.join(path)} {param.opts[0]} has no help text"
+                assert param.help, f"{program} {' '.join(path)} {param.opts[0]} has no help text"
         if isinstance(command, click.Group):
             for name, sub in command.commands.items():
                 if not sub.hidden:
                     assert f"  {name}" in result.stdout, f"{path} --help does not list {name}"
 
 
-def test_bare_groups_show_their_help_and_exit_0() -> None:
-    for result, path in zip(keepers([[], ["dev"], ["tpu"]]), ([], ["dev"], ["tpu"]), strict=True):
+@pytest.mark.parametrize(
+    ("module", "groups"),
+    [(KEEPER, [[], ["tpu"]]), (KEEPER_DEV, [[], ["demo"], ["emulator"]])],
+    ids=["keeper", "keeper-dev"],
+)
+def test_bare_groups_show_their_help_and_exit_0(module: str, groups: list[list[str]]) -> None:
+    for result, path in zip(keepers(groups, module=module), groups, strict=True):
         assert result.returncode == 0, explain(result)
-        assert result.stdout.startswith(f"Usage: keeper {' '.join(path)}".rstrip()), explain(result)
+        usage = f"Usage: {PROGRAMS[module]} {' '.join(path)}".rstrip()
+        assert result.stdout.startswith(usage), explain(result)
         assert result.stderr == ""

@@ -1,8 +1,9 @@
-"""`keeper dev` and `keeper emulator` end to end: real processes on free ports, temp dirs.
+"""`keeper-dev` (dev/: the local stack, `keeper-dev emulator`, the demos) end to end: real
+processes on free ports, temp dirs.
 
-Every test writes its own config file (free ports, a temporary `.dev`), runs `keeper` as a
-subprocess, and stops whatever it started, so it neither needs nor disturbs a developer's
-own stack on the default ports.
+Every test writes its own config file (free ports, a temporary `.dev`), runs `keeper-dev` (and
+`keeper`) as a subprocess, and stops whatever it started, so it neither needs nor disturbs a
+developer's own stack on the default ports.
 """
 
 from __future__ import annotations
@@ -28,12 +29,12 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from keeper.cli.context import KeeperContext
-from keeper.cli.dev import dev
-from keeper.cli.devstack.layout import plan, run_dir
-from keeper.cli.devstack.procs import PidRecord, pid_alive
-from keeper.cli.devstack.stack import lost_a_port_race
-from keeper.cli.emulator import emulator, render_state
+from dev.devstack.layout import plan
+from dev.devstack.procs import PidRecord, pid_alive
+from dev.devstack.stack import lost_a_port_race
+from dev.emulator import render_state
+from dev.main import keeper_dev
+from keeper.cli.local_stack import run_dir
 from keeper.runtime.dev_ports import PORT_OFFSETS, PORT_SPAN
 from keeper.runtime.settings import CONFIG_ENV, ENV_OVERRIDES, load_settings
 
@@ -76,10 +77,16 @@ def free_port_base() -> int:
     raise AssertionError("no block of free ports found")
 
 
+# The two commands, as `python -m` runs them: the operator's and the checkout's.
+KEEPER = "keeper.cli.main"
+KEEPER_DEV = "dev"
+
+
 @dataclass
 class Keeper:
-    """Runs `keeper --config <file>` in a clean environment from a temporary directory;
-    `bare=True` leaves --config out, as someone typing `keeper dev status` there would."""
+    """Runs `keeper-dev --config <file>` (`dev`, `dev_ok`) or `keeper --config <file>` (`run`,
+    `ok`) in a clean environment from a temporary directory; `bare=True` leaves --config
+    out, as someone typing `keeper-dev status` there would."""
 
     root: Path
     config: Path
@@ -89,15 +96,7 @@ class Keeper:
     def run(
         self, *args: str, timeout: float = 120, bare: bool = False, **env: str
     ) -> subprocess.CompletedProcess[str]:
-        config = [] if bare else ["--config", str(self.config)]
-        return subprocess.run(
-            [sys.executable, "-m", "keeper.cli.main", *config, *args],
-            cwd=self.root,
-            env={**self.env, **env},
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        )
+        return self._run(KEEPER, args, timeout, bare, env)
 
     def ok(
         self, *args: str, timeout: float = 120, bare: bool = False, **env: str
@@ -106,9 +105,34 @@ class Keeper:
         assert result.returncode == 0, _explain(args, result)
         return result
 
+    def dev(
+        self, *args: str, timeout: float = 120, bare: bool = False, **env: str
+    ) -> subprocess.CompletedProcess[str]:
+        return self._run(KEEPER_DEV, args, timeout, bare, env)
+
+    def dev_ok(
+        self, *args: str, timeout: float = 120, bare: bool = False, **env: str
+    ) -> subprocess.CompletedProcess[str]:
+        result = self.dev(*args, timeout=timeout, bare=bare, **env)
+        assert result.returncode == 0, _explain(args, result)
+        return result
+
+    def _run(
+        self, module: str, args: tuple[str, ...], timeout: float, bare: bool, env: dict[str, str]
+    ) -> subprocess.CompletedProcess[str]:
+        config = [] if bare else ["--config", str(self.config)]
+        return subprocess.run(
+            [sys.executable, "-m", module, *config, *args],
+            cwd=self.root,
+            env={**self.env, **env},
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+
     def status(self, bare: bool = False) -> tuple[int, dict[str, Any]]:
-        result = self.run("dev", "status", "--json", bare=bare)
-        assert result.returncode in (0, 3), _explain(("dev", "status", "--json"), result)
+        result = self.dev("status", "--json", bare=bare)
+        assert result.returncode in (0, 3), _explain(("status", "--json"), result)
         return result.returncode, json.loads(result.stdout)
 
     def pids(self) -> dict[str, int | None]:
@@ -120,8 +144,9 @@ class Keeper:
 
 
 def _explain(args: tuple[str, ...], result: subprocess.CompletedProcess[str]) -> str:
+    program = "keeper-dev" if result.args[2] == KEEPER_DEV else "keeper"
     return (
-        f"`keeper {' '.join(args)}` exited {result.returncode}\n"
+        f"`{program} {' '.join(args)}` exited {result.returncode}\n"
         f"--- stdout ---\n{result.stdout}\n--- stderr ---\n{result.stderr}"
     )
 
@@ -226,7 +251,7 @@ def keeper(tmp_path: Path) -> Iterator[Keeper]:
         yield k
     finally:
         if k.run_dir.exists():
-            k.run("dev", "down", "--timeout", "5")
+            k.dev("down", "--timeout", "5")
             _kill_leftovers(k.run_dir)
 
 
@@ -247,7 +272,7 @@ def _wait_gone(pids: list[int], seconds: float = 10) -> list[int]:
 def test_up_is_healthy_idempotent_recovers_a_dead_worker_and_down_stops_everything(
     keeper: Keeper,
 ) -> None:
-    up = keeper.ok("dev", "up", "--timeout", "90")
+    up = keeper.dev_ok("up", "--timeout", "90")
     for name in COMPONENTS:
         assert f"{name}" in up.stdout
     assert "The dev stack is up" in up.stdout
@@ -276,7 +301,7 @@ def test_up_is_healthy_idempotent_recovers_a_dead_worker_and_down_stops_everythi
     assert all(first.values()), first
 
     # Idempotent: a second `up` starts nothing.
-    again = keeper.ok("dev", "up")
+    again = keeper.dev_ok("up")
     assert again.stdout.count("already running") == len(COMPONENTS), again.stdout
     assert keeper.pids() == first
 
@@ -285,7 +310,7 @@ def test_up_is_healthy_idempotent_recovers_a_dead_worker_and_down_stops_everythi
     assert not _wait_gone([first["worker"]])
     code, report = keeper.status()
     assert code == 3 and report["components"]["worker"]["state"] == "stopped", report
-    keeper.ok("dev", "up")
+    keeper.dev_ok("up")
     second = keeper.pids()
     for name in COMPONENTS[:-1]:
         assert second[name] == first[name], name
@@ -293,44 +318,44 @@ def test_up_is_healthy_idempotent_recovers_a_dead_worker_and_down_stops_everythi
 
     # Job reclaim on this stack: the demo leaks a job on a spur agent, the tap's intake starts
     # a reclaim, the (restarted) worker releases it, and the cancel log shows no live job hit.
-    demo = keeper.run("reclaim", "demo", "--json", "--timeout", "60")
-    assert demo.returncode == 0, _explain(("reclaim", "demo", "--json"), demo)
+    demo = keeper.dev("demo", "reclaim", "--json", "--timeout", "60")
+    assert demo.returncode == 0, _explain(("demo", "reclaim", "--json"), demo)
     released = json.loads(demo.stdout)
     assert released["outcome"] == "released" and released["mode"] == "act", released
     assert released["workflow_id"].startswith(f"reclaim-{released['node']}-{released['job_id']}-")
     assert released["live_cancels"] == [] and released["live_job_held"] is True, released
     assert [c["signal"] for c in released["cancels"]] == [0], released
     assert "reclaim started" in demo.stderr and "reclaim ended: released" in demo.stderr
-    spur_state = json.loads(keeper.ok("emulator", "spur", "state", "--json").stdout)
+    spur_state = json.loads(keeper.dev_ok("emulator", "spur", "state", "--json").stdout)
     jobs = {j["job_id"]: j for j in spur_state["jobs"]}
     assert jobs[released["job_id"]]["state"] == "JOB_COMPLETED"
     assert not any(c["live_here"] for c in spur_state["cancels"]), spur_state["cancels"]
     holdings = {a["node"]: a["holdings"] for a in spur_state["agents"]}
     assert holdings[released["node"]] == [], holdings  # the demo ended its running job too
 
-    # The emulator's control API through `keeper emulator`.
-    state = json.loads(keeper.ok("emulator", "state", "--json").stdout)
+    # The emulator's control API through `keeper-dev emulator`.
+    state = json.loads(keeper.dev_ok("emulator", "state", "--json").stdout)
     assert "queued_resources" in state
-    assert "queued resources" in keeper.ok("emulator", "state").stdout
-    fault = keeper.ok("emulator", "fault", "GetQueuedResource", "unavailable", "--count", "2")
+    assert "queued resources" in keeper.dev_ok("emulator", "state").stdout
+    fault = keeper.dev_ok("emulator", "fault", "GetQueuedResource", "unavailable", "--count", "2")
     assert "UNAVAILABLE" in fault.stdout
-    rejected = keeper.run("emulator", "fault", "GetQueuedResource", "NOT_A_CODE")
+    rejected = keeper.dev("emulator", "fault", "GetQueuedResource", "NOT_A_CODE")
     assert rejected.returncode != 0 and "NOT_A_CODE" in rejected.stderr, rejected.stderr
-    assert "advanced by 90s" in keeper.ok("emulator", "advance", "90s").stdout
-    bad = keeper.run("emulator", "scenario", "s1", "--inline", '{"no_such_field": 1}')
+    assert "advanced by 90s" in keeper.dev_ok("emulator", "advance", "90s").stdout
+    bad = keeper.dev("emulator", "scenario", "s1", "--inline", '{"no_such_field": 1}')
     assert bad.returncode == 2 and "no_such_field" in bad.stderr, bad.stderr
 
-    down = keeper.ok("dev", "down")
+    down = keeper.dev_ok("down")
     for name in COMPONENTS:
         assert f"{name}" in down.stdout
-    assert not _wait_gone(list(second.values())), "processes survived `keeper dev down`"
+    assert not _wait_gone(list(second.values())), "processes survived `keeper-dev down`"
     assert not list(keeper.run_dir.glob("*.pid"))
     code, report = keeper.status()
     assert code == 3
     assert {c["state"] for c in report["components"].values()} == {"stopped"}
 
-    not_running = keeper.run("emulator", "state")
-    assert not_running.returncode != 0 and "keeper dev up" in not_running.stderr
+    not_running = keeper.dev("emulator", "state")
+    assert not_running.returncode != 0 and "keeper-dev up" in not_running.stderr
 
 
 @pytest.fixture
@@ -352,7 +377,7 @@ def second(tmp_path: Path) -> Iterator[Keeper]:
         },
         "worker": {"log_dir": str(dev_dir / "logs")},
     }
-    # Named as the default settings file, so a bare `keeper dev` in this directory reads it.
+    # Named as the default settings file, so a bare `keeper-dev` in this directory reads it.
     path = root / "temporal-dev.yaml"
     path.write_text(yaml.safe_dump(config))
     base = free_port_base()
@@ -362,7 +387,7 @@ def second(tmp_path: Path) -> Iterator[Keeper]:
         yield k
     finally:
         if k.run_dir.exists():
-            k.run("dev", "down", "--timeout", "5")
+            k.dev("down", "--timeout", "5")
             _kill_leftovers(k.run_dir)
 
 
@@ -371,9 +396,9 @@ def second(tmp_path: Path) -> Iterator[Keeper]:
 def test_a_second_stack_on_another_port_base_runs_beside_the_first_and_is_found_bare(
     keeper: Keeper, second: Keeper
 ) -> None:
-    keeper.ok("dev", "up", "--timeout", "90")
+    keeper.dev_ok("up", "--timeout", "90")
     base = second.ports["temporal.address"]
-    up = second.ok("dev", "up", "--port-base", str(base), "--timeout", "90")
+    up = second.dev_ok("up", "--port-base", str(base), "--timeout", "90")
     assert f"port base {base}" in up.stderr, up.stderr
     # The `temporal` CLI dials localhost:7233 unless told: `up` says what to export.
     assert f"export TEMPORAL_ADDRESS=127.0.0.1:{base}" in up.stdout, up.stdout
@@ -388,7 +413,7 @@ def test_a_second_stack_on_another_port_base_runs_beside_the_first_and_is_found_
         "UI": keeper.ports["ui"],
     }
 
-    # `keeper dev status` with neither --config nor --port-base: the recorded settings.
+    # `keeper-dev status` with neither --config nor --port-base: the recorded settings.
     code, report = second.status(bare=True)
     assert code == 0, report
     assert report["recorded"] is True and report["port_base"] == base, report
@@ -420,7 +445,7 @@ def test_a_second_stack_on_another_port_base_runs_beside_the_first_and_is_found_
     assert report["metrics_url"] == metrics
     scraped = httpx.get(metrics, timeout=10)
     assert scraped.status_code == 200 and "temporal_" in scraped.text, scraped.text[:500]
-    text = second.run("dev", "status", bare=True)
+    text = second.dev("status", bare=True)
     assert f"temporal CLI: export TEMPORAL_ADDRESS=127.0.0.1:{base}" in text.stdout, text.stdout
     assert f"Metrics: {metrics}" in text.stdout, text.stdout
     emulator_argv = PidRecord.load(second.run_dir / "emulator.pid").argv  # type: ignore[union-attr]
@@ -429,10 +454,11 @@ def test_a_second_stack_on_another_port_base_runs_beside_the_first_and_is_found_
 
     # A bootstrap on the second stack goes READY: its worker dials the derived emulator
     # address, and the health probes find the VMs on the derived VM health port.
-    # Commands other than `keeper dev` take the base from the file or the environment.
-    second.ok("tpu", "demo", KEEPER_DEV_PORT_BASE=str(base))
+    # Commands other than `keeper-dev up`, `status` and `down` take the base from the file or
+    # the environment.
+    second.dev_ok("demo", "tpu", KEEPER_DEV_PORT_BASE=str(base))
     state = json.loads(
-        second.ok("emulator", "state", "--json", KEEPER_DEV_PORT_BASE=str(base)).stdout
+        second.dev_ok("emulator", "state", "--json", KEEPER_DEV_PORT_BASE=str(base)).stdout
     )
     vm_health_port = second.ports["emulator.vm_health_port"]
     assert state["vms"], state
@@ -440,10 +466,10 @@ def test_a_second_stack_on_another_port_base_runs_beside_the_first_and_is_found_
         (vm_health_port, True)
     }, state["vms"]
 
-    # `keeper dev down` bare stops the second stack and leaves the first running.
+    # `keeper-dev down` bare stops the second stack and leaves the first running.
     pids = [p for p in second.pids().values() if p]
-    second.ok("dev", "down", bare=True)
-    assert not _wait_gone(pids), "processes survived `keeper dev down`"
+    second.dev_ok("down", bare=True)
+    assert not _wait_gone(pids), "processes survived `keeper-dev down`"
     assert not (second.run_dir / "stack.json").exists()
     assert keeper.status()[0] == 0
 
@@ -451,7 +477,7 @@ def test_a_second_stack_on_another_port_base_runs_beside_the_first_and_is_found_
 def test_the_stack_lives_beside_its_config_file_whatever_the_working_directory(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from keeper.cli.devstack.stack import Stack
+    from dev.devstack.stack import Stack
 
     home = tmp_path / "home"
     home.mkdir()
@@ -490,7 +516,7 @@ def test_a_stack_started_in_its_directory_is_found_and_left_alone_from_any_other
     other.mkdir(parents=True)
     away = Keeper(root=other, config=config, env=env, ports=ports)
     try:
-        home.ok("dev", "up", "--no-worker", "--timeout", "90")
+        home.dev_ok("up", "--no-worker", "--timeout", "90")
         started = {name: pid for name, pid in home.pids().items() if name != "worker"}
         assert all(started.values()), started
 
@@ -500,20 +526,20 @@ def test_a_stack_started_in_its_directory_is_found_and_left_alone_from_any_other
         for name, pid in started.items():
             component = report["components"][name]
             assert (component["state"], component["pid"]) == ("running", pid), component
-            assert "not started by keeper dev" not in component["detail"], component
-        again = away.run("dev", "up", "--no-worker", "--timeout", "30")
-        assert again.returncode == 0, _explain(("dev", "up", "--no-worker"), again)
+            assert "not started by keeper-dev" not in component["detail"], component
+        again = away.dev("up", "--no-worker", "--timeout", "30")
+        assert again.returncode == 0, _explain(("up", "--no-worker"), again)
         assert "already in use" not in again.stderr and "Nothing was started" not in again.stderr
         assert again.stdout.count("already running") == len(started), again.stdout
         assert {n: p for n, p in away.pids().items() if n != "worker"} == started
         assert not (other / ".dev").exists()
 
-        away.ok("dev", "down")
-        assert not _wait_gone(list(started.values())), "processes survived `keeper dev down`"
+        away.dev_ok("down")
+        assert not _wait_gone(list(started.values())), "processes survived `keeper-dev down`"
         assert not list(home.run_dir.glob("*.pid"))
     finally:
         if home.run_dir.exists():
-            home.run("dev", "down", "--timeout", "5")
+            home.dev("down", "--timeout", "5")
             _kill_leftovers(home.run_dir)
 
 
@@ -526,7 +552,7 @@ def test_a_port_held_by_another_process_is_named_and_nothing_starts(keeper: Keep
     with socket.socket() as squatter:
         squatter.bind(("127.0.0.1", port))
         squatter.listen()
-        result = keeper.run("dev", "up", "--timeout", "20")
+        result = keeper.dev("up", "--timeout", "20")
     assert result.returncode != 0
     assert str(port) in result.stderr, result.stderr
     assert "temporal UI" in result.stderr and "temporal.ui_port" in result.stderr
@@ -548,7 +574,7 @@ def test_stale_pid_files_are_reported_and_cleaned(keeper: Keeper) -> None:
     assert code == 3
     assert "stale pid file" in report["components"]["worker"]["detail"]
 
-    down = keeper.ok("dev", "down")
+    down = keeper.dev_ok("down")
     assert "stale pid file" in down.stdout
     assert not (keeper.run_dir / "worker.pid").exists()
 
@@ -560,7 +586,7 @@ def test_a_remote_temporal_is_only_checked_never_started(keeper: Keeper) -> None
     config["tpu"]["endpoint"] = "gcp"
     keeper.config.write_text(yaml.safe_dump(config))
 
-    result = keeper.run("dev", "up", "--timeout", "1")
+    result = keeper.dev("up", "--timeout", "1")
     assert result.returncode == 1
     assert "not local: not starting a server" in result.stdout
     assert "not reachable" in result.stderr
@@ -573,22 +599,27 @@ def test_a_remote_temporal_is_only_checked_never_started(keeper: Keeper) -> None
 
 
 @pytest.mark.parametrize(
-    ("group", "args"),
+    "args",
     [
-        (dev, []),
-        (dev, ["up"]),
-        (dev, ["down"]),
-        (dev, ["status"]),
-        (emulator, []),
-        (emulator, ["serve"]),
-        (emulator, ["state"]),
-        (emulator, ["scenario"]),
-        (emulator, ["fault"]),
-        (emulator, ["advance"]),
+        [],
+        ["up"],
+        ["down"],
+        ["status"],
+        ["demo"],
+        ["demo", "tpu"],
+        ["demo", "runner"],
+        ["demo", "reclaim"],
+        ["demo", "job"],
+        ["emulator"],
+        ["emulator", "serve"],
+        ["emulator", "state"],
+        ["emulator", "scenario"],
+        ["emulator", "fault"],
+        ["emulator", "advance"],
     ],
 )
-def test_every_command_has_help(group: Any, args: list[str]) -> None:
-    result = CliRunner().invoke(group, [*args, "--help"], obj=KeeperContext())
+def test_every_command_has_help(args: list[str]) -> None:
+    result = CliRunner().invoke(keeper_dev, [*args, "--help"])
     assert result.exit_code == 0, result.output
     assert len(result.output.split("\n\n", 2)[1]) > 20  # a real description, not just usage
 

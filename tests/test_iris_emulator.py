@@ -18,9 +18,9 @@ import httpx
 import pytest
 from click.testing import CliRunner
 
+from dev.emulator_iris import iris as iris_group
 from emulators.iris import IrisEmulator, IrisEmulatorConfig, ManualWallClock, start_emulator
 from emulators.iris.__main__ import parse_args
-from keeper.cli.emulator_iris import iris as iris_group
 from keeper.domain.watch.names import ChildRef, pick_latest
 from keeper.domain.watch.redaction import redaction_marks
 from keeper.domain.watch.threads import ThreadState, read_dump
@@ -947,7 +947,10 @@ async def test_a_scenario_file_adds_named_variants(tmp_path: Any) -> None:
 
 async def test_keeper_emulator_iris_cli_launches_and_shows_state(iris: Iris) -> None:
     def invoke(*args: str) -> str:
-        result = CliRunner().invoke(iris_group, [*args, "--url", iris.emu.url])
+        # keeper-dev's context settings: click keeps the help option a command first built.
+        result = CliRunner().invoke(
+            iris_group, [*args, "--url", iris.emu.url], help_option_names=["-h", "--help"]
+        )
         assert result.exit_code == 0, result.output
         return result.output
 
@@ -960,23 +963,23 @@ async def test_keeper_emulator_iris_cli_launches_and_shows_state(iris: Iris) -> 
 
 
 async def test_launching_a_running_job_again_is_refused_with_what_to_do(iris: Iris) -> None:
-    async def keeper(*args: str) -> tuple[int, str, str]:
+    async def keeper_dev(*args: str) -> tuple[int, str, str]:
         # The real command, whose error document under --json is its own code's.
         process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "keeper.cli.main", "emulator", "iris", *args,
+            sys.executable, "-m", "dev", "emulator", "iris", *args,
             "--url", iris.emu.url, "--json",
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
         )  # fmt: skip
         out, err = await asyncio.wait_for(process.communicate(), 60)
         return process.returncode or 0, out.decode(), err.decode()
 
-    first = await keeper("launch", "twice", "--scenario", "healthy")
+    first = await keeper_dev("launch", "twice", "--scenario", "healthy")
     assert first[0] == 0, first
-    code, out, err = await keeper("launch", "twice", "--scenario", "healthy")
+    code, out, err = await keeper_dev("launch", "twice", "--scenario", "healthy")
     assert code == 1, err
     error = json.loads(out)["error"]
     assert "/alice/twice already exists and is running" in error["message"], error
-    assert "another NAME" in error["hint"] and "keeper emulator iris state" in error["hint"]
+    assert "another NAME" in error["hint"] and "keeper-dev emulator iris state" in error["hint"]
     assert error["http_status"] == 409 and error["url"] == iris.emu.url.rstrip("/"), error
     assert error["hint"] in err
 

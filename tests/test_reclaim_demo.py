@@ -1,4 +1,5 @@
-"""`keeper emulator spur ...` and `keeper reclaim demo` against an in-process spur emulator.
+"""`keeper-dev emulator spur ...` and `keeper-dev demo reclaim` against an in-process spur
+emulator.
 
 The emulator runs on an event loop of its own thread (the commands are synchronous HTTP
 clients of its control API). The demo's release end to end runs in tests/test_dev_stack.py,
@@ -18,17 +19,21 @@ from typing import Any, TypeVar
 import pytest
 from click.testing import CliRunner
 
+from dev.demos import demo
+from dev.emulator import emulator
+from dev.emulator_spur import render_spur_state
 from emulators.spur import SpurEmulator, SpurEmulatorConfig
 from emulators.spur.config import numbered_agents
 from keeper.cli.context import KeeperContext
-from keeper.cli.emulator import emulator
-from keeper.cli.emulator_spur import render_spur_state
 from keeper.cli.output import use_json
-from keeper.cli.reclaim.commands import reclaim
 from keeper.runtime.settings import Settings
 from keeper.wire.spur import slurm_pb2
 
 T = TypeVar("T")
+
+# A group invoked on its own gets the context settings keeper-dev gives it: click keeps the
+# help option a command first built, so `-h` would be missing from a later `keeper-dev` help.
+AS_UNDER_KEEPER_DEV: dict[str, Any] = {"help_option_names": ["-h", "--help"]}
 
 
 class Spur:
@@ -73,8 +78,10 @@ def spur() -> Iterator[Spur]:
 
 
 def keeper(settings: Settings, group: Any, *args: str) -> Any:
-    use_json(False)  # each `keeper` is a process of its own; here they share a thread
-    return CliRunner().invoke(group, list(args), obj=KeeperContext(_settings=settings))
+    use_json(False)  # each `keeper-dev` is a process of its own; here they share a thread
+    return CliRunner().invoke(
+        group, list(args), obj=KeeperContext(_settings=settings), **AS_UNDER_KEEPER_DEV
+    )
 
 
 def test_spur_state_json_has_every_job_node_agent_cancel_and_drain(spur: Spur) -> None:
@@ -133,7 +140,7 @@ def test_spur_commands_name_what_is_wrong(spur: Spur) -> None:
 
 
 def test_the_demo_in_observe_mode_refuses_before_leaking_anything(spur: Spur) -> None:
-    result = keeper(spur.settings(), reclaim, "demo")  # the code default: observe
+    result = keeper(spur.settings(), demo, "reclaim")  # the code default: observe
     assert result.exit_code == 1
     assert "reclaim.mode is observe" in result.output
     assert "KEEPER_RECLAIM_MODE=act" in result.output
@@ -143,7 +150,7 @@ def test_the_demo_in_observe_mode_refuses_before_leaking_anything(spur: Spur) ->
 def test_the_demo_names_a_node_the_emulator_does_not_have(spur: Spur) -> None:
     from keeper.domain.reclaim.steps import Mode
 
-    result = keeper(spur.settings(mode=Mode.ACT), reclaim, "demo", "--node", "gpu-node-99")
+    result = keeper(spur.settings(mode=Mode.ACT), demo, "reclaim", "--node", "gpu-node-99")
     assert result.exit_code == 1
     # Its agents registered with the emulator's own controller here: no tap in between.
     assert "no registered agent on node 'gpu-node-99'" in result.output
@@ -160,11 +167,11 @@ def test_the_demo_without_a_stack_says_to_start_one() -> None:
     settings = Settings()
     settings.emulator.spur_control_port = port
     settings.reclaim.mode = Mode.ACT
-    result = keeper(settings, reclaim, "demo")
+    result = keeper(settings, demo, "reclaim")
     assert result.exit_code == 1
     assert f"The spur emulator is not running at http://127.0.0.1:{port}" in result.output
     assert "emulator.spur_control_port" in result.output
-    assert "Start it with `keeper dev up`." in result.output
+    assert "Start it with `keeper-dev up`." in result.output
 
 
 @pytest.mark.parametrize(
@@ -175,10 +182,12 @@ def test_the_demo_without_a_stack_says_to_start_one() -> None:
         (emulator, ["spur", "leak"]),
         (emulator, ["spur", "submit"]),
         (emulator, ["spur", "complete"]),
-        (reclaim, ["demo"]),
+        (demo, ["reclaim"]),
     ],
 )
 def test_every_new_command_has_help(group: Any, args: list[str]) -> None:
-    result = CliRunner().invoke(group, [*args, "--help"], obj=KeeperContext())
+    result = CliRunner().invoke(
+        group, [*args, "--help"], obj=KeeperContext(), **AS_UNDER_KEEPER_DEV
+    )
     assert result.exit_code == 0, result.output
     assert len(result.output.split("\n\n", 2)[1]) > 20

@@ -198,7 +198,8 @@ async def test_a_new_runner_under_a_finished_deletions_name_is_refused_then_dele
         world.github.clear_faults()
         handle = dev_env.client.get_workflow_handle(deletion_workflow_id("r-name"))
         await asyncio.wait_for(handle.result(), 30)
-        again = await keeper(config, "runner", "delete", "r-name", "--wait", "--json")
+        # --follow, the flag's name; --wait (above) is its earlier one.
+        again = await keeper(config, "runner", "delete", "r-name", "--follow", "--json")
         assert again.returncode == 0, again
         deleted = json.loads(again.stdout)
     assert deleted["result"]["outcome"] == "deleted" and deleted["joined"] is False

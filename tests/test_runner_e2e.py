@@ -65,12 +65,15 @@ def runner_config(tmp_path: Path, env: WorkflowEnvironment, world: RunnerWorld) 
     return path
 
 
-async def keeper(config: Path, *args: str) -> subprocess.CompletedProcess[str]:
+async def keeper(
+    config: Path, *args: str, module: str = "keeper.cli.main"
+) -> subprocess.CompletedProcess[str]:
+    """`keeper --config CONFIG ARGS` in a subprocess (module "dev": `keeper-dev`)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TEMPORAL_", "KEEPER_"))}
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "keeper.cli.main",
+        module,
         "--config",
         str(config),
         *args,

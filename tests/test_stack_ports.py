@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
-from keeper.cli.devstack.layout import metrics_url, plan, temporal_cli_env
+from dev.devstack.layout import metrics_url, plan, temporal_cli_env
 from keeper.cli.tpu.commands import build_request
 from keeper.runtime.settings import Settings, SettingsConflict, SettingsError, load_settings
 
@@ -241,9 +241,9 @@ def test_a_request_probes_the_port_the_emulated_vms_answer_on(tmp_path: Path) ->
     assert build_request(on_gcp, dict(fields)).health_port == 8080
 
 
-def _keeper(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def _keeper_dev(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "keeper.cli.main", *args],
+        [sys.executable, "-m", "dev", *args],
         cwd=tmp_path,
         env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
         capture_output=True,
@@ -257,20 +257,20 @@ def test_dev_up_refuses_a_port_base_the_config_contradicts_before_starting(
 ) -> None:
     config = tmp_path / "keeper.yaml"
     config.write_text(yaml.safe_dump({"temporal": {"ui_port": 8233}}))
-    result = _keeper(tmp_path, "--config", str(config), "dev", "up", "--port-base", str(BASE))
+    result = _keeper_dev(tmp_path, "--config", str(config), "up", "--port-base", str(BASE))
     assert result.returncode == 2, result
     assert "--port-base" in result.stderr and "temporal.ui_port gives port 8233" in result.stderr
     assert not (tmp_path / ".dev").exists()  # nothing started, nothing recorded
 
-    low = _keeper(tmp_path, "--config", str(config), "dev", "up", "--port-base", "80")
+    low = _keeper_dev(tmp_path, "--config", str(config), "up", "--port-base", "80")
     assert low.returncode == 2 and "--port-base" in low.stderr, low
 
 
-async def test_keeper_emulator_iris_finds_the_emulator_at_the_port_base(tmp_path: Path) -> None:
+async def test_keeper_dev_emulator_iris_finds_the_emulator_at_the_port_base(tmp_path: Path) -> None:
     from click.testing import CliRunner
 
+    from dev.main import keeper_dev
     from emulators.iris import IrisEmulatorConfig, start_emulator
-    from keeper.cli.main import cli
 
     config = tmp_path / "keeper.yaml"
     config.write_text(yaml.safe_dump({"temporal": {"db_file": str(tmp_path / "t.db")}}))
@@ -283,7 +283,7 @@ async def test_keeper_emulator_iris_finds_the_emulator_at_the_port_base(tmp_path
 
     def keeper(*args: str) -> Any:
         # In a thread: the emulator answers on this test's event loop.
-        return CliRunner().invoke(cli, ["--config", str(config), *args], env=env)
+        return CliRunner().invoke(keeper_dev, ["--config", str(config), *args], env=env)
 
     try:
         launched = await asyncio.to_thread(keeper, "emulator", "iris", "launch", "moved")
@@ -300,7 +300,7 @@ async def test_keeper_emulator_iris_finds_the_emulator_at_the_port_base(tmp_path
     assert f"not running at http://127.0.0.1:{base + 10} (dev.port_base {base} + 10)" in (
         gone.output
     )
-    assert "keeper dev up" in gone.output and "KEEPER_DEV_PORT_BASE" in gone.output
+    assert "keeper-dev up" in gone.output and "KEEPER_DEV_PORT_BASE" in gone.output
     assert "python -m emulators.iris" not in gone.output
 
 

@@ -143,12 +143,13 @@ def test_no_two_roles_produce_the_same_id(first: str, second: str, runner: str, 
     assert {wid: whos for wid, whos in by_id.items() if len(whos) > 1} == {}
 
 
-def test_every_tpu_activity_is_named_tpu_verb():
+async def test_every_tpu_activity_is_named_tpu_verb():
+    # The gRPC channel behind the client wants a running loop, whatever ran before.
     from temporalio import activity
 
     from keeper.runtime.tpu.client import emulator_client
     from keeper.workers.families.tpu import TpuDeps, tpu_activities
-    from tests.harness import test_settings as settings_for_tests
+    from tests.harness import settings_for_tests
 
     deps = TpuDeps(emulator_client("127.0.0.1:9"))  # never dialled here
     served = tpu_activities(settings_for_tests(), None, deps)  # type: ignore[arg-type]
@@ -182,23 +183,23 @@ def test_the_child_id_is_never_another_slices_supervisor():
 
 
 def test_every_tpu_command_refuses_a_bad_slice_name_alike_before_connecting(tmp_path: Path):
-    from tests.test_cli_conventions import explain, keepers
+    from tests.test_cli_conventions import KEEPER, KEEPER_DEV, explain, keepers_each
 
     config = tmp_path / "keeper.yaml"
     config.write_text("temporal: {address: '127.0.0.1:1'}\n")  # nothing is reached
     # Each name was accepted by `status` and `cancel` and refused by `delete`.
     by_name = [
-        (["tpu", "status", "x.run"], "SLICE_NAME"),
-        (["tpu", "cancel", "a" * 41], "SLICE_NAME"),
-        (["tpu", "delete", "Bad_Name"], "SLICE_NAME"),
-        (["tpu", "demo", "--name", "trailing-"], "--name"),
+        (KEEPER, ["tpu", "status", "x.run"], "SLICE_NAME"),
+        (KEEPER, ["tpu", "cancel", "a" * 41], "SLICE_NAME"),
+        (KEEPER, ["tpu", "delete", "Bad_Name"], "SLICE_NAME"),
+        (KEEPER_DEV, ["demo", "tpu", "--name", "trailing-"], "--name"),  # keeper-dev's
     ]
     bootstrap = ["tpu", "bootstrap", "Bad_Name", "-a", "v4-8", "-c", "spot"]
-    *results, requested = keepers(
-        [["--config", str(config), "--json", *args] for args in [a for a, _ in by_name]]
-        + [["--config", str(config), "--json", *bootstrap]]
+    *results, requested = keepers_each(
+        [(module, ["--config", str(config), "--json", *args]) for module, args, _ in by_name]
+        + [(KEEPER, ["--config", str(config), "--json", *bootstrap])]
     )
-    for (args, param), result in zip(by_name, results, strict=True):
+    for (_, args, param), result in zip(by_name, results, strict=True):
         assert result.returncode == 2, explain(result)
         error = json.loads(result.stdout)["error"]
         assert error["param"] == param, error

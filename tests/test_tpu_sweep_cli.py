@@ -62,7 +62,7 @@ async def sweep_stack(
     written = yaml.safe_load(config.read_text())
     written["temporal"]["namespace"] = client.namespace
     config.write_text(yaml.safe_dump(written))
-    settings = harness.test_settings()
+    settings = harness.settings_for_tests()
     settings.temporal.task_queue = stem
     settings.sweeper.delete_timeout = delete_timeout
     # The location the schedule's sweeps name, as the config the command reads does.

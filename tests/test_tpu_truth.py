@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
 import sys
 import uuid
 from collections.abc import Coroutine
@@ -39,6 +40,7 @@ from tests.harness import (
 )
 
 pytestmark = pytest.mark.e2e
+RFC3339 = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ"
 
 STOCKOUT = Scenario(
     assign_after=None,
@@ -46,14 +48,27 @@ STOCKOUT = Scenario(
 )
 
 
-async def keeper(config: Path, *args: str) -> tuple[int, str, str]:
-    """The CLI as a user runs it, with stdout and stderr captured (not a terminal)."""
+async def keeper(config: Path, *args: str, module: str = "keeper.cli.main") -> tuple[int, str, str]:
+    """The CLI as a user runs it, with stdout and stderr captured (not a terminal); module
+    "dev" runs the checkout's `keeper-dev`."""
     process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "keeper.cli.main", "--config", str(config), *args,
+        sys.executable, "-m", module, "--config", str(config), *args,
         cwd=REPO, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
     out, err = await asyncio.wait_for(process.communicate(), 120)
     return process.returncode or 0, out.decode(), err.decode()
+
+
+def followed(err: str, slice_name: str) -> list[str]:
+    """The lines a follow off a terminal wrote about the slice, without their stamps; every
+    one of them is stamped with the time it was seen."""
+    lines = []
+    for line in err.splitlines():
+        stamp, _, text = line.partition(" ")
+        if text.startswith(f"{slice_name}: "):
+            assert re.fullmatch(RFC3339, stamp), line
+            lines.append(text)
+    return lines
 
 
 async def following(
@@ -228,7 +243,9 @@ async def test_a_cancelled_demo_names_the_slice_as_every_other_message_does(
     emu.set_scenario(name, Scenario(assign_after=None))
     config = write_config(tmp_path / "keeper.yaml", dev_env, emu, queue)
     async with running_worker(dev_env.client, emu, task_queue=f"{queue}-tpu"):
-        demo = asyncio.create_task(keeper(config, "tpu", "demo", "--name", name, "--json"))
+        demo = asyncio.create_task(
+            keeper(config, "demo", "tpu", "--name", name, "--json", module="dev")
+        )
         handle = dev_env.client.get_workflow_handle(bootstrap_workflow_id(name))
         await wait_for_phase(handle, Phase.ASSIGN)
         await handle.cancel()
@@ -302,7 +319,7 @@ async def test_health_failures_name_the_vms_and_why_everywhere(
         )  # fmt: skip
         assert code == 1, err
         failing = f"{name}/1 "
-        live = [line for line in err.splitlines() if line.startswith(f"{name}: health")]
+        live = [line for line in followed(err, name) if line.startswith(f"{name}: health")]
         assert any("VMs failing health" in line and failing in line for line in live), err
         assert any("(HTTP 503)" in line for line in live), err
         failed = next(line for line in err.splitlines() if "bootstrap failed" in line)
@@ -324,13 +341,13 @@ async def test_the_log_view_writes_a_line_per_change_not_per_second(
     async with running_worker(dev_env.client, emu, task_queue=f"{queue}-tpu"):
         code, out, err = await keeper(
             config, "tpu", "bootstrap", name, "-a", "v4-8", "-c", "reserved",
-            "--reservation", "res-a", "--poll-interval", "1s", "--wait",
+            "--reservation", "res-a", "--poll-interval", "1s", "--follow",
         )  # fmt: skip
         assert code == 0, err
         code, _, _ = await keeper(config, "tpu", "delete", name)
         assert code == 0
     assert f"slice {name} is ready" in out
-    lines = [line for line in err.splitlines() if line.startswith(f"{name}: ")]
+    lines = followed(err, name)
     assign = [line for line in lines if line.startswith(f"{name}: assign")]
     # One line per QR state seen while assigning (CREATING, ACCEPTED, WAITING_FOR_RESOURCES
     # at most), never one per second of the wait.

@@ -25,6 +25,7 @@ from tests import harness
 from tests.e2e_support import REPO, wait_for_phase, write_config
 from tests.harness import assert_no_leaks, running_worker, slice_request
 from tests.test_tpu_compensation import start, wait_for_status
+from tests.test_tpu_truth import followed
 
 pytestmark = pytest.mark.e2e
 
@@ -36,16 +37,17 @@ def _default_sigint() -> None:
 
 
 class Keeper:
-    """`keeper` in a process of its own (not on a terminal), its stderr read as it comes."""
+    """`keeper` (module "dev": `keeper-dev`) in a process of its own (not on a terminal), its
+    stderr read as it comes."""
 
     def __init__(self, process: asyncio.subprocess.Process) -> None:
         self.process = process
         self.err: list[str] = []
 
     @classmethod
-    async def start(cls, config: Path, *args: str) -> Keeper:
+    async def start(cls, config: Path, *args: str, module: str = "keeper.cli.main") -> Keeper:
         process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "keeper.cli.main", "--config", str(config), *args,
+            sys.executable, "-m", module, "--config", str(config), *args,
             cwd=REPO, env={**os.environ, "COLUMNS": "400"}, preexec_fn=_default_sigint,
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
         )  # fmt: skip
@@ -83,7 +85,7 @@ async def test_cancel_follows_the_compensation_and_a_ctrl_c_says_it_goes_on(
     # Stuck within seconds of the wall clock: while the command queries the workflow for its
     # live view, the test server may skip time only between queries, which on a loaded
     # machine can be never.
-    settings = harness.test_settings()
+    settings = harness.settings_for_tests()
     settings.bootstrap.compensation_stuck_after = timedelta(seconds=2)
     async with running_worker(time_env.client, clocked_emu, settings=settings) as worker:
         handle = await start(time_env, worker.task_queue, request)
@@ -109,13 +111,13 @@ async def test_cancel_follows_the_compensation_and_a_ctrl_c_says_it_goes_on(
             cancel.kill()
         # One line per change of state, the stuck compensation's last error and what to do.
         assert "PermissionDenied" in stuck and "grant roles/tpu.admin" in stuck, stuck
-        lines = [line for line in err.splitlines() if line.startswith(f"{name}: ")]
+        lines = followed(err, name)
         assert len(lines) == len(set(lines)), "a line repeats although nothing changed"
         # Interrupted: the compensation goes on in the workflow, and the command says so.
         assert code == 130, err
         assert out == ""
         assert f"the bootstrap {handle.id} keeps compensating" in err, err
-        assert f"keeper tpu status {name} --wait" in err, err
+        assert f"keeper tpu status {name} --follow" in err, err
         assert (await handle.describe()).status is WorkflowExecutionStatus.RUNNING
 
         clocked_emu.clear_faults()
@@ -132,7 +134,7 @@ async def test_an_interrupted_demo_says_the_bootstrap_goes_on_and_how_to_reach_i
     config = write_config(tmp_path / "keeper.yaml", dev_env, emu, queue)
     handle = dev_env.client.get_workflow_handle(bootstrap_workflow_id(name))
     async with running_worker(dev_env.client, emu, task_queue=f"{queue}-tpu"):
-        demo = await Keeper.start(config, "tpu", "demo", "--name", name, "--json")
+        demo = await Keeper.start(config, "demo", "tpu", "--name", name, "--json", module="dev")
         try:
             await demo.line_with(f"{name}: assign")  # it follows the bootstrap live
             code, out, err = await demo.interrupt()
@@ -149,7 +151,7 @@ async def test_an_interrupted_demo_says_the_bootstrap_goes_on_and_how_to_reach_i
     assert error["exit_code"] == 130 and error["status"] == "RUNNING", error
     assert error["workflow_id"] == handle.id and error["run_id"], error
     assert f"the bootstrap {handle.id} keeps running" in error["message"]
-    assert f"`keeper tpu status {name} --wait`" in error["hint"]
+    assert f"`keeper tpu status {name} --follow`" in error["hint"]
     assert f"`keeper tpu cancel {name}`" in error["hint"]
     # The same on stderr for the person at the terminal.
     assert "keeps running" in err and f"keeper tpu cancel {name}" in err, err

@@ -569,16 +569,17 @@ async def stamped_line(stream: asyncio.StreamReader) -> str:
     return text
 
 
-@pytest.mark.parametrize(("how", "code"), [("end", 0), ("fail", 1)])
+# `--wait` is the flag's earlier name: the same follow.
+@pytest.mark.parametrize(("how", "code", "flag"), [("end", 0, "--follow"), ("fail", 1, "--wait")])
 async def test_status_follow_prints_a_line_per_change_and_exits_by_how_the_watch_ended(
-    world: World, how: str, code: int
+    world: World, how: str, code: int, flag: str
 ) -> None:
     job_id = world.job(f"follow-{how}")
     await started(world, job_id)
     # A real process with its stdout a pipe, read line by line as the watch changes.
     process = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "keeper.cli.main", "--config", str(world.config),
-        "job", "status", job_id, "--follow",
+        "job", "status", job_id, flag,
         cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip

@@ -11,24 +11,40 @@ import asyncio
 import contextlib
 import re
 import signal
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 import click
-from temporalio.client import (
-    Client,
-    WorkflowExecutionStatus,
-    WorkflowUpdateFailedError,
-    WorkflowUpdateStage,
-)
+from rich.console import Console
+from rich.text import Text
+from temporalio.client import Client, WorkflowUpdateFailedError, WorkflowUpdateStage
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
+from keeper.cli.connect import client_for
 from keeper.cli.context import KeeperContext, pass_keeper
-from keeper.cli.output import CommandFailed, Output, UsageProblem, json_options, rfc3339
-from keeper.cli.reclaim.demo import demo
+from keeper.cli.output import (
+    FAILED,
+    OK,
+    CommandFailed,
+    Output,
+    UsageProblem,
+    json_options,
+    rfc3339,
+    workflow_keeps_running,
+)
 from keeper.cli.reclaim.runs import reclaims_of, run_json
-from keeper.cli.temporal_ops import client_for, list_query
+from keeper.cli.workflow_view import (
+    Look,
+    describe,
+    follow_option,
+    is_running,
+    list_query,
+    patiently,
+    query,
+    status_name,
+)
+from keeper.cli.workflow_view import follow as follow_workflow
 from keeper.domain.common.untrusted import terminal_text
 from keeper.domain.reclaim.calls import OperatorRelease
 from keeper.domain.reclaim.identity import NodeNameError, canonical_node
@@ -47,7 +63,6 @@ from keeper.store import StoreUnavailable
 JOB_ID = click.IntRange(0, 2**32 - 1)
 REASON_LIMIT = OperatorRelease.model_fields["reason"].metadata[0].max_length
 BY_LIMIT = OperatorRelease.model_fields["by"].metadata[0].max_length
-QUERY_TIMEOUT = timedelta(seconds=3)
 # How long `release` waits for a worker to take the Update, then for the reclaim to close
 # (lift keeper's drain, remember the outcome).
 UPDATE_TIMEOUT = 60.0
@@ -115,14 +130,10 @@ def _query_for(node: str | None, job: int | None, running: bool) -> str:
 
 
 async def _view(client: Client, workflow_id: str, run_id: str | None = None) -> ReclaimView | None:
-    # A query of a run no worker serves (closed, its queue gone) waits for one until the
-    # RPC deadline: bounded here, so a list of old reclaims answers in seconds.
-    try:
-        return await client.get_workflow_handle(workflow_id, run_id=run_id).query(
-            STATUS_QUERY, result_type=ReclaimView, rpc_timeout=QUERY_TIMEOUT
-        )
-    except Exception:  # a closed run without a worker, or a worker restarting
-        return None
+    # Bounded: a list of old reclaims no worker serves answers in seconds.
+    return await query(
+        client.get_workflow_handle(workflow_id, run_id=run_id), STATUS_QUERY, ReclaimView
+    )
 
 
 def _row(wf: Any, view: ReclaimView | None) -> dict[str, Any]:
@@ -134,7 +145,7 @@ def _row(wf: Any, view: ReclaimView | None) -> dict[str, Any]:
         "node": attrs.get(sa.NODE),
         "job_id": _job_id(attrs.get(sa.JOB_ID)),
         "step": attrs.get(sa.KEEPER_STEP),
-        "status": WorkflowExecutionStatus(wf.status).name if wf.status else None,
+        "status": status_name(wf),
         "mode": view.mode.value if view else None,
         "verdict": last.verdict.value if last else None,
         "reason": last.reason.value if last else None,
@@ -203,12 +214,61 @@ def list_reclaims(
     raise SystemExit(asyncio.run(run()))
 
 
+def _details(view: ReclaimView, settings: Settings) -> list[str]:
+    """What the Temporal UI shows as the reclaim's current details, from the same view."""
+    details = render_details(view, settings.reclaim.timing)
+    return [terminal_text(_plain(line), limit=400) for line in details.splitlines()]
+
+
+def _follow_line(view: ReclaimView) -> str:
+    """One line per change: nothing in it moves while the reclaim stands still."""
+    h = view.holding
+    last = view.last.decision if view.last else None
+    sent = view.attempts if view.cancels_sent is None else view.cancels_sent
+    verdict = f"{last.verdict.value} ({last.reason.value})" if last else "-"
+    text = (
+        f"{terminal_text(h.node)} job {h.job_id}: step={view.step.value} "
+        f"mode={view.mode.value} verdict={verdict} cancels={sent}"
+    )
+    if view.drained:
+        text += " drained"
+    if view.outcome is not None:
+        text += f" outcome={view.outcome.value}"
+    if view.actions:
+        text += f"; {terminal_text(view.actions[-1], limit=200)}"
+    return text
+
+
+async def _follow(
+    client: Client, settings: Settings, out: Output, wf: Any, node: str, job: int
+) -> Any:
+    """Follows the reclaim `wf` (into the runs it continues as new) until it closes; then
+    its description as it closed."""
+    handle = client.get_workflow_handle(wf.id)
+    workflow_keeps_running(
+        f"the reclaim {wf.id} keeps running",
+        wf.id,
+        follow=f"keeper reclaim status {node} {job} --follow",
+    )
+    look = Look(
+        query=lambda: query(handle, STATUS_QUERY, ReclaimView),
+        page=lambda view: Text("\n".join(_details(view, settings))),
+        line=_follow_line,
+    )
+    await follow_workflow(handle, look, console=Console(stderr=True, soft_wrap=True), note=out.note)
+    return await patiently(lambda: describe(handle), out.note) or wf
+
+
 @reclaim.command()
 @click.argument("node_name", metavar="NODE")
 @click.argument("job", type=JOB_ID)
+@follow_option(
+    "Follow the reclaim shown until it closes (its details redrawn on a terminal, else a line "
+    "per change, on stderr), then show it as it ended; exit 0 if it completed, else 1."
+)
 @json_options
 @pass_keeper
-def status(keeper: KeeperContext, out: Output, node_name: str, job: int) -> None:
+def status(keeper: KeeperContext, out: Output, node_name: str, job: int, follow: bool) -> None:
     """Show the reclaim of JOB on NODE: step, verdict, the controller view it last read,
     evidence, cancels sent, drain."""
     settings = keeper.settings
@@ -226,6 +286,14 @@ def status(keeper: KeeperContext, out: Output, node_name: str, job: int) -> None
             )  # fmt: skip
         # The reclaim of the holding now: the running one, else the newest.
         wf, others = found[0], found[1:]
+        followed = follow and is_running(wf)
+        if followed:
+            wf = await _follow(client, settings, out, wf, node, job)
+            closed = (wf.id, wf.run_id)
+            others = [o for o in await reclaims_of(client, node, job) if (o.id, o.run_id) != closed]
+            found = [wf, *others]
+        # With --follow, the exit code says how it ended.
+        code = (OK if status_name(wf) == "COMPLETED" else FAILED) if follow else OK
         view = await _view(client, wf.id, wf.run_id)
         row = _row(wf, view)
         row["ui_url"] = settings.temporal.workflow_url(wf.id, wf.run_id)
@@ -237,28 +305,28 @@ def status(keeper: KeeperContext, out: Output, node_name: str, job: int) -> None
                     "others": [run_json(o) for o in others],
                 }
             )
-            return 0
+            return code
         out.line(f"{row['workflow_id']}  {row['status']}  step {row['step']}")
         if others:
-            running = wf.status is WorkflowExecutionStatus.RUNNING
-            which = "the running one" if running else "the newest"
+            running = is_running(wf)
+            which = (
+                "the one followed" if followed else "the running one" if running else "the newest"
+            )
             out.line(
                 f"shown: {which} of {len(found)} reclaims of job {job} on {node} (started "
-                f"{row['started_at']}{'' if running else ', none runs'}); the others:"
+                f"{row['started_at']}{'' if running or followed else ', none runs'}); the others:"
             )
             for other in map(run_json, others):
                 out.line(
                     f"  {other['workflow_id']}  {other['status']}  started {other['started_at']}"
                 )
         if view is not None:
-            # What the Temporal UI shows as the current details, from the same view.
-            details = render_details(view, settings.reclaim.timing)
-            for line in details.splitlines():
-                out.line(terminal_text(_plain(line), limit=400))
+            for line in _details(view, settings):
+                out.line(line)
         else:
             out.line("no details: the run answers no query (closed, or no worker serves it)")
         out.line(f"ui: {row['ui_url']}")
-        return 0
+        return code
 
     raise SystemExit(asyncio.run(run()))
 
@@ -475,6 +543,3 @@ def tap(keeper: KeeperContext) -> None:
         return 0
 
     raise SystemExit(asyncio.run(run()))
-
-
-reclaim.add_command(demo)

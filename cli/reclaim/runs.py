@@ -4,7 +4,7 @@ One holding can have had several reclaims: a controller restart reissues job ids
 memory may have been reset, an operator released one that came back. A command reports the
 run it started or found for the holding now, never an older one that happens to share the
 node and job id: `keeper reclaim status` shows the running one (the newest, when several
-run), else the newest, and names the others; `keeper reclaim demo` follows only a run that
+run), else the newest, and names the others; `keeper-dev demo reclaim` follows only a run that
 did not exist before it leaked its job.
 """
 
@@ -13,10 +13,10 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from typing import Any
 
-from temporalio.client import Client, WorkflowExecution, WorkflowExecutionStatus
+from temporalio.client import Client, WorkflowExecution
 
 from keeper.cli.output import rfc3339
-from keeper.cli.temporal_ops import list_query
+from keeper.cli.workflow_view import is_running, list_query, status_name
 from keeper.domain.reclaim.models import RECLAIM_WORKFLOW_TYPE
 from keeper.runtime.reclaim import search_attributes as sa
 
@@ -44,8 +44,7 @@ def current_first(runs: Collection[WorkflowExecution] | Sequence[Any]) -> list[A
     """Running runs before closed ones, each group newest first."""
 
     def key(wf: Any) -> tuple[bool, float]:
-        running = wf.status is WorkflowExecutionStatus.RUNNING
-        return (not running, -wf.start_time.timestamp())
+        return (not is_running(wf), -wf.start_time.timestamp())
 
     return sorted(runs, key=key)
 
@@ -55,6 +54,6 @@ def run_json(wf: Any) -> dict[str, Any]:
     return {
         "workflow_id": wf.id,
         "run_id": wf.run_id,
-        "status": WorkflowExecutionStatus(wf.status).name if wf.status else None,
+        "status": status_name(wf),
         "started_at": rfc3339(wf.start_time),
     }

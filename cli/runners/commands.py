@@ -15,8 +15,11 @@ from typing import Any
 import click
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
+from temporalio.service import RPCError
 
+from keeper.cli.connect import client_for
 from keeper.cli.context import KeeperContext, pass_keeper
 from keeper.cli.output import (
     CommandFailed,
@@ -33,7 +36,17 @@ from keeper.cli.runners.render import (
     retrying_text,
     view_text,
 )
-from keeper.cli.temporal_ops import client_for, describe_as, describe_or_none
+from keeper.cli.workflow_view import (
+    Look,
+    describe,
+    describe_as,
+    follow_option,
+    is_running,
+    query,
+    result_of,
+    status_name,
+)
+from keeper.cli.workflow_view import follow as follow_workflow
 from keeper.domain.common.untrusted import terminal_text
 from keeper.domain.runners.deletion_view import DeletionView
 from keeper.domain.runners.models import (
@@ -130,11 +143,40 @@ def _lane(status: InstanceStatus) -> str:
     return "deletion lane" if on_lane(status) else "-"
 
 
-async def _query(handle: WorkflowHandle[Any, Any]) -> DeletionView | None:
-    try:
-        return await handle.query("status", result_type=DeletionView)
-    except Exception:  # the worker may be restarting; the next tick asks again
+@dataclass(frozen=True)
+class _Seen:
+    """A look at a followed deletion: its view and the calls Temporal retries for it."""
+
+    view: DeletionView
+    retrying: list[dict[str, Any]]
+
+    @property
+    def finishing(self) -> bool:
+        """Tombstoned, with only the registration cleanup still running: that changes
+        nothing about the runner, so following ends here."""
+        return self.view.tombstoned and bool(self.view.background)
+
+    def text(self) -> str:
+        if not self.view.status:
+            return ""
+        text = view_text(self.view)
+        if self.retrying:
+            text += f"\n{'':16} retrying " + retrying_text(self.retrying)
+        return text
+
+
+async def _look_at(handle: WorkflowHandle[Any, Any]) -> _Seen | None:
+    view = await query(handle, "status", DeletionView)
+    if view is None:
         return None
+    calls: list[dict[str, Any]] = []
+    if view.waiting:
+        # Attempts are Temporal's retries now: the pending call holds the last answer.
+        try:
+            calls = retrying(await describe(handle))
+        except RPCError:  # the server is restarting: the next look asks again
+            calls = []
+    return _Seen(view, calls)
 
 
 @dataclass
@@ -149,7 +191,7 @@ class Followed:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-async def follow(handle: WorkflowHandle[Any, DeletionResult], out: Output) -> Followed:
+async def follow_deletion(handle: WorkflowHandle[Any, DeletionResult], out: Output) -> Followed:
     """Follows the deletion until it ends, or until the record is tombstoned (what is left
     then runs in the background and changes nothing about the runner). Progress goes to
     stderr. Raises CommandFailed when the deletion fails."""
@@ -157,32 +199,26 @@ async def follow(handle: WorkflowHandle[Any, DeletionResult], out: Output) -> Fo
     workflow_keeps_running(
         f"the deletion {handle.id} keeps running",
         handle.id,
-        follow=f"keeper runner status {runner} --wait",
+        follow=f"keeper runner status {runner} --follow",
     )
-    result = asyncio.ensure_future(handle.result())
-    last = ""
-    view: DeletionView | None = None
-    while not result.done():
-        view = await _query(handle)
-        if view and view.tombstoned and view.background:
-            result.cancel()
-            return Followed(result_from_view(view), view.background, status="RUNNING")
-        if view and view.status and not out.json:
-            text = view_text(view)
-            if view.waiting:
-                # Attempts are Temporal's retries now: the pending call holds the last answer.
-                calls = retrying(await describe_or_none(handle))
-                if calls:
-                    text += f"\n{'':16} retrying " + retrying_text(calls)
-            if text != last:
-                out.note(text)
-                last = text
-        await asyncio.wait({result}, timeout=FOLLOW_TICK_S)
+    look = Look(
+        query=lambda: _look_at(handle),
+        page=lambda seen: Text(seen.text()),
+        line=_Seen.text,
+        until=lambda seen: seen.finishing,
+    )
+    console = None if out.json else Console(stderr=True, soft_wrap=True)
+    seen = await follow_workflow(
+        handle, look, console=console, note=out.note, interval=FOLLOW_TICK_S
+    )
+    if seen is not None and seen.finishing and is_running(await describe(handle)):
+        view = seen.view
+        return Followed(result_from_view(view), view.background, status="RUNNING")
     try:
-        return Followed(result.result())
+        return Followed(await result_of(handle, out.note))
     except WorkflowFailureError as err:
         raise CommandFailed(
-            f"runner {view.runner if view else handle.id}: deletion failed: "
+            f"runner {seen.view.runner if seen else handle.id}: deletion failed: "
             f"{terminal_text(_innermost(err))}",
             hint="`keeper runner status NAME` shows the record and the deletion's history.",
             workflow_id=handle.id,
@@ -228,17 +264,15 @@ def runner() -> None:
     help="Skip the busy wait and give up on provider errors after a few attempts; an "
     "instance left behind is recorded for the orphan sweep and shown in the result.",
 )
-@click.option(
-    "--wait",
-    is_flag=True,
-    help="Follow the deletion until the runner is deleted (a registration cleanup after the "
-    "tombstone goes on in the background).",
+@follow_option(
+    "Follow the deletion until the runner is deleted (a registration cleanup after the "
+    "tombstone goes on in the background)."
 )
 @click.option("--reason", default="", help=f"Why (at most {REASON_LIMIT} characters).")
 @json_options
 @pass_keeper
 def delete(
-    keeper: KeeperContext, name: str, force: bool, wait: bool, reason: str, out: Output
+    keeper: KeeperContext, name: str, force: bool, follow: bool, reason: str, out: Output
 ) -> None:
     """Delete runner NAME: start its deletion workflow, or join the one that runs.
 
@@ -246,7 +280,7 @@ def delete(
     its record is tombstoned a deletion has finished, and a request changes nothing (a new
     runner that took the name since is asked for again once that deletion has closed).
 
-    Exit status: 0 when the deletion took the request (or, with --wait, the runner is
+    Exit status: 0 when the deletion took the request (or, with --follow, the runner is
     deleted), 1 when it refused it, failed or the runner is unknown, 2 on a bad argument. A
     runner already deleted is reported and nothing is started.
     """
@@ -301,11 +335,11 @@ def delete(
             verb = "joined the deletion already running" if answer.joined else "started"
             out.line(f"runner {name}: {verb} ({workflow_id}{', force' if force else ''})")
             out.line(f"ui: {header['ui_url']}")
-        if not wait:
+        if not follow:
             if out.json:
                 out.data({**header, "status": "RUNNING"})
             return
-        _finished(await follow(handle, out), out, header)
+        _finished(await follow_deletion(handle, out), out, header)
 
     asyncio.run(run())
 
@@ -410,9 +444,9 @@ async def _deletion(client: Client, name: str) -> _Deletion:
     if desc is None:
         return _Deletion()
     found = _Deletion(
-        status=desc.status.name if desc.status else None,
+        status=status_name(desc),
         run_id=desc.run_id,
-        view=await _query(handle),
+        view=await query(handle, "status", DeletionView),
         retrying=retrying(desc),
     )
     if desc.status is WorkflowExecutionStatus.COMPLETED:
@@ -422,14 +456,10 @@ async def _deletion(client: Client, name: str) -> _Deletion:
 
 @runner.command()
 @click.argument("name")
-@click.option(
-    "--wait",
-    is_flag=True,
-    help="First follow the deletion until the runner is deleted (or the deletion fails).",
-)
+@follow_option("First follow the deletion until the runner is deleted (or the deletion fails).")
 @json_options
 @pass_keeper
-def status(keeper: KeeperContext, name: str, wait: bool, out: Output) -> None:
+def status(keeper: KeeperContext, name: str, follow: bool, out: Output) -> None:
     """Runner NAME: its record, its status history (audit), and its deletion workflow, with
     the next try of any call Temporal retries for it (when, and why)."""
     _check_name(name)
@@ -443,10 +473,10 @@ def status(keeper: KeeperContext, name: str, wait: bool, out: Output) -> None:
 
     async def deletion() -> _Deletion:
         client = await client_for(settings)
-        if wait:
+        if follow:
             handle = client.get_workflow_handle(workflow_id, result_type=DeletionResult)
             if await _describe(handle, name) is not None:
-                await follow(handle, out)
+                await follow_deletion(handle, out)
         return await _deletion(client, name)
 
     found = asyncio.run(deletion())

@@ -9,22 +9,18 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import click
 from pydantic import ValidationError
 from rich.console import Console
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
+from temporalio.client import WorkflowExecutionStatus as Status
 from temporalio.common import WorkflowIDConflictPolicy
-from temporalio.exceptions import (
-    ApplicationError,
-    CancelledError,
-    TerminatedError,
-    WorkflowAlreadyStartedError,
-)
-from temporalio.exceptions import TimeoutError as WorkflowTimedOut
+from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 
+from keeper.cli.connect import client_for
 from keeper.cli.context import KeeperContext, pass_keeper
 from keeper.cli.output import (
     FAILED,
@@ -35,8 +31,7 @@ from keeper.cli.output import (
     rfc3339,
     workflow_keeps_running,
 )
-from keeper.cli.temporal_ops import client_for, is_running
-from keeper.cli.tpu.lookup import SliceWorkflows, phase_child, slice_workflows, status_name
+from keeper.cli.tpu.lookup import SliceWorkflows, phase_child, slice_workflows
 from keeper.cli.tpu.params import (
     DURATION,
     SLICE_NAME,
@@ -44,8 +39,20 @@ from keeper.cli.tpu.params import (
     parse_labels,
     request_problem,
 )
-from keeper.cli.tpu.progress import follow, query_status, render, result_of
+from keeper.cli.tpu.progress import look, query_status, render
 from keeper.cli.tpu.sweeping import orphan_name, scheduled_sweep, unfinished
+from keeper.cli.workflow_view import (
+    CLOSED_WORDS,
+    closed_status,
+    ending,
+    follow_option,
+    is_running,
+    latest_runs,
+    list_query,
+    result_of,
+    status_name,
+)
+from keeper.cli.workflow_view import follow as follow_workflow
 from keeper.domain.common.untrusted import terminal_text
 from keeper.domain.tpu.models import (
     BootstrapFailure,
@@ -59,6 +66,8 @@ from keeper.domain.tpu.models import (
 from keeper.domain.tpu.naming import (
     BOOTSTRAP_WORKFLOW_TYPE,
     PROJECT_MEMO,
+    SWEEPER_WORKFLOW_TYPE,
+    TEARDOWN_WORKFLOW_TYPE,
     bootstrap_workflow_id,
     manual_sweep_workflow_id,
     teardown_workflow_id,
@@ -78,9 +87,6 @@ from keeper.domain.tpu.slice_request import Capacity, SliceRequest
 from keeper.domain.tpu.status_view import static_summary
 from keeper.runtime.settings import Settings
 from keeper.runtime.tpu import search_attributes as sa
-from keeper.workflows.tpu.bootstrap import TpuSliceBootstrap
-from keeper.workflows.tpu.sweeper import TpuSweeper
-from keeper.workflows.tpu.teardown import TpuSliceTeardown
 
 # The live view, notes and a failure's text: diagnostics, never data.
 F = TypeVar("F", bound=Callable[..., Any])
@@ -147,7 +153,7 @@ async def start_bootstrap(
         )
     try:
         return await client.start_workflow(
-            TpuSliceBootstrap.run,
+            BOOTSTRAP_WORKFLOW_TYPE,
             request,
             id=bootstrap_workflow_id(request.slice_name),
             task_queue=settings.temporal.family_queue("tpu"),
@@ -195,11 +201,6 @@ def _cleanup(failure: BootstrapFailure | None) -> tuple[str, bool]:
     return text, left_running(failure.compensation, failure.kind)
 
 
-# A close Temporal imposed: the bootstrap ran none of its code, its compensation included.
-# (WorkflowTimedOut is temporalio's TimeoutError, not the builtin one asyncio raises.)
-_IMPOSED_CLOSE = {TerminatedError: "TERMINATED", WorkflowTimedOut: "TIMED_OUT"}
-
-
 async def bootstrap_error(
     err: WorkflowFailureError,
     handle: WorkflowHandle[Any, BootstrapResult],
@@ -207,7 +208,8 @@ async def bootstrap_error(
     slice_name: str,
 ) -> CommandFailed:
     """How a command that waited for a bootstrap reports one that did not complete."""
-    if isinstance(err.cause, CancelledError):
+    closed = closed_status(err)
+    if closed == "CANCELED":
         final = await query_status(handle)
         cleanup = final.compensation if final and final.compensation else "unknown"
         return CommandFailed(
@@ -219,12 +221,12 @@ async def bootstrap_error(
             cleanup=cleanup,
             progress=final,
         )
-    closed = next((s for t, s in _IMPOSED_CLOSE.items() if isinstance(err.cause, t)), None)
-    if closed is not None:
-        how = "terminated" if closed == "TERMINATED" else "timed out"
+    if closed != "FAILED":
+        # A close Temporal imposed: the bootstrap ran none of its code, its compensation
+        # included.
         return CommandFailed(
-            f"the bootstrap of slice {slice_name} was {how} before it ended; it deleted "
-            "nothing itself (its phase workflow, cancelled with it, may have)",
+            f"the bootstrap of slice {slice_name} was {CLOSED_WORDS[closed]} before it ended; "
+            "it deleted nothing itself (its phase workflow, cancelled with it, may have)",
             hint=f"`keeper tpu status {slice_name}` shows what it left and who deleted what; "
             f"the sweeper deletes what is left on its next pass, `keeper tpu sweep` now.",
             **fields,
@@ -250,7 +252,7 @@ def _bootstrap_keeps_running(
     workflow_keeps_running(
         f"the bootstrap {handle.id} keeps running",
         handle.id,
-        follow=f"keeper tpu status {slice_name} --wait",
+        follow=f"keeper tpu status {slice_name} --follow",
         cancel=f"keeper tpu cancel {slice_name}",
         run_id=run_id,
     )
@@ -268,12 +270,12 @@ async def wait_and_report(
     """Waits for the bootstrap; 0 when the slice is ready, otherwise raises (exit 1)."""
     _bootstrap_keeps_running(handle, slice_name, run_id or handle.result_run_id)
     if show:
-        await follow(handle, console, _note)
+        await follow_workflow(handle, look(handle), console=console, note=_note)
     fields = _handle_fields(settings, handle, run_id or handle.result_run_id)
     try:
         result: BootstrapResult = await result_of(handle, _note)
     except WorkflowFailureError as err:
-        if out.json or isinstance(err.cause, (CancelledError, *_IMPOSED_CLOSE)):
+        if out.json or closed_status(err) != "FAILED":
             raise await bootstrap_error(err, handle, fields, slice_name) from None
         message, failure = failure_of(err)
         cleanup, left = _cleanup(failure)
@@ -360,7 +362,7 @@ def tpu() -> None:
     type=DURATION,
     help="Time between cloud reads while waiting (default: bootstrap.poll_interval, 30s).",
 )
-@click.option("--wait/--no-wait", default=False, help="Follow the phases live until the end.")
+@follow_option("Follow the phases live until the end.", negatable=True)
 @json_options
 @pass_keeper
 def bootstrap(keeper: KeeperContext, out: Output, **options: Any) -> None:
@@ -368,9 +370,9 @@ def bootstrap(keeper: KeeperContext, out: Output, **options: Any) -> None:
 
     The request is validated first; nothing is created when a field is wrong (exit 2). A
     slice that is live (bootstrapped and not released) is refused (exit 1). Exit codes with
-    --wait: 0 ready, 1 failed or cancelled (and cleaned up).
+    --follow: 0 ready, 1 failed or cancelled (and cleaned up).
     """
-    wait = options.pop("wait")
+    follow = options.pop("follow")
     deadlines = {phase.value: options.pop(f"{phase.value}_deadline") for phase in DEFAULT_DEADLINES}
     options["labels"] = parse_labels(options.pop("labels"))
     options["deadlines"] = {k: v for k, v in deadlines.items() if v}
@@ -378,60 +380,22 @@ def bootstrap(keeper: KeeperContext, out: Output, **options: Any) -> None:
         options.pop("node_count")
     settings = keeper.settings
     request = build_request(settings, options)
-    raise SystemExit(asyncio.run(_bootstrap(settings, request, wait, out)))
+    raise SystemExit(asyncio.run(_bootstrap(settings, request, follow, out)))
 
 
-async def _bootstrap(settings: Settings, request: SliceRequest, wait: bool, out: Output) -> int:
+async def _bootstrap(settings: Settings, request: SliceRequest, follow: bool, out: Output) -> int:
     client = await client_for(settings)
     handle = await start_bootstrap(client, settings, request)
     fields = _handle_fields(settings, handle, handle.result_run_id)
-    if not wait:
+    if not follow:
         if out.json:
             out.data({**fields, "status": "RUNNING"})
         else:
             out.line(handle.id)
-            out.note(f"started; follow it with `keeper tpu status {request.slice_name} --wait`")
+            out.note(f"started; follow it with `keeper tpu status {request.slice_name} --follow`")
             out.note(f"UI: {fields['ui_url']}")
         return 0
     return await wait_and_report(handle, settings, out, show=True, slice_name=request.slice_name)
-
-
-@tpu.command()
-@click.option(
-    "--name", "slice_name", default=None, type=SLICE_NAME, help="Slice name (default: demo-HHMMSS)."
-)
-@json_options
-@pass_keeper
-def demo(keeper: KeeperContext, out: Output, slice_name: str | None) -> None:
-    """Bootstrap a small reserved demo slice on the local stack and watch it go READY.
-
-    Uses the emulator's demo scenarios (emulators/scenarios/demo.yaml). Name the slice
-    demo-stockout (the queue fails), demo-unhealthy or demo-no-ip (a 10-minute deadline)
-    to watch a failure and its compensation.
-    """
-    settings = keeper.settings
-    name = slice_name or f"demo-{datetime.now(UTC):%H%M%S}"
-    request = build_request(
-        settings,
-        {
-            "slice_name": name,
-            "accelerator_type": "v4-32",
-            "runtime_version": "tpu-ubuntu2204-base",
-            "capacity": "reserved",
-            "reservation_name": "demo-reservation",
-            "poll_interval": timedelta(seconds=2),
-            "labels": {"purpose": "demo"},
-        },
-    )
-
-    async def run() -> int:
-        client = await client_for(settings)
-        handle = await start_bootstrap(client, settings, request)
-        url = settings.temporal.workflow_url(handle.id, handle.result_run_id)
-        out.note(f"bootstrapping {name}: {url}")
-        return await wait_and_report(handle, settings, out, show=True, slice_name=name)
-
-    raise SystemExit(asyncio.run(run()))
 
 
 def _unknown_slice(slice_name: str, settings: Settings) -> CommandFailed:
@@ -461,14 +425,11 @@ async def _teardown_view(found: SliceWorkflows) -> dict[str, Any] | None:
         view["summary"] = "deleting"
     elif found.teardown_status == "CANCELED":
         view["summary"] = "cancelled after its delete finished"
+    elif (error := (await ending(found.teardown)).reason) is not None:
+        view["error"] = error
+        view["summary"] = f"{found.teardown_status}: {error}"
     else:
-        try:
-            await found.teardown.result()
-        except WorkflowFailureError as err:
-            view["error"] = str(err.cause or err)
-            view["summary"] = f"{found.teardown_status}: {view['error']}"
-        else:
-            view["summary"] = str(found.teardown_status)
+        view["summary"] = str(found.teardown_status)
     return view
 
 
@@ -518,12 +479,12 @@ async def slice_status(
 async def _wait_for_status(
     client: Client, settings: Settings, out: Output, slice_name: str, found: SliceWorkflows
 ) -> int:
-    """`status --wait --json`: the live view on stderr, then the document `status --json`
+    """`status --follow --json`: the live view on stderr, then the document `status --json`
     prints once the bootstrap closed, with `result` (null unless it completed) and, for a
-    bootstrap that did not complete, the `error` a failed `--wait` reports (exit 1)."""
+    bootstrap that did not complete, the `error` a failed `--follow` reports (exit 1)."""
     handle = found.bootstrap
     _bootstrap_keeps_running(handle, slice_name, found.bootstrap_description.run_id)
-    await follow(handle, console, _note)
+    await follow_workflow(handle, look(handle), console=console, note=_note)
     problem: CommandFailed | None = None
     try:
         await result_of(handle, _note)
@@ -542,16 +503,16 @@ async def _wait_for_status(
 
 @tpu.command()
 @click.argument("slice_name", type=SLICE_NAME)
-@click.option("--wait", is_flag=True, help="Follow it live until it ends.")
+@follow_option("Follow it live until it ends.")
 @json_options
 @pass_keeper
-def status(keeper: KeeperContext, out: Output, slice_name: str, wait: bool) -> None:
+def status(keeper: KeeperContext, out: Output, slice_name: str, follow: bool) -> None:
     """Show where SLICE_NAME is: phase, deadline, QR state, VM counts, and its release.
 
     The slice's state reads the bootstrap and, once it handed the slice over, its teardown
     tpu-teardown-<slice>. A closed bootstrap shows when it closed and the QR state it last
     saw; one terminated or timed out shows the phase it cut short and what to do next.
-    With --wait --json, the same document once it closed, with its result or error.
+    With --follow --json, the same document once it closed, with its result or error.
     """
     settings = keeper.settings
 
@@ -561,7 +522,7 @@ def status(keeper: KeeperContext, out: Output, slice_name: str, wait: bool) -> N
         if not found.exists:
             raise _unknown_slice(slice_name, settings)
         handle, description = found.bootstrap, found.bootstrap_description
-        if wait and is_running(description):
+        if follow and is_running(description):
             if out.json:
                 return await _wait_for_status(client, settings, out, slice_name, found)
             return await wait_and_report(
@@ -632,22 +593,14 @@ def list_slices(keeper: KeeperContext, out: Output, limit: int, show_all: bool) 
 
     async def run() -> int:
         client = await client_for(settings)
-        query = f'WorkflowType="{BOOTSTRAP_WORKFLOW_TYPE}"'
-        if not show_all:
-            # A bootstrap that failed, was cancelled, terminated or timed out is over; a
-            # completed one handed its slice over, which is over only once released.
-            query += ' AND (ExecutionStatus="Running" OR ExecutionStatus="Completed")'
-        bootstraps: dict[str, Any] = {}
-        async for wf in client.list_workflows(query, limit=limit * 4):
-            # One row per slice: its latest run (a continued run shares the workflow id).
-            current = bootstraps.get(wf.id)
-            if current is None or wf.start_time > current.start_time:
-                bootstraps[wf.id] = wf
-        teardowns: dict[str, Any] = {}
-        async for wf in client.list_workflows('WorkflowType="TpuSliceTeardown"', limit=limit * 4):
-            current = teardowns.get(wf.id)
-            if current is None or wf.start_time > current.start_time:
-                teardowns[wf.id] = wf
+        # A bootstrap that failed, was cancelled, terminated or timed out is over; a
+        # completed one handed its slice over, which is over only once released.
+        not_over = () if show_all else (Status.RUNNING, Status.COMPLETED)
+        # One row per slice: its latest run.
+        bootstraps = await latest_runs(
+            client, list_query(BOOTSTRAP_WORKFLOW_TYPE, statuses=not_over), limit=limit * 4
+        )
+        teardowns = await latest_runs(client, list_query(TEARDOWN_WORKFLOW_TYPE), limit=limit * 4)
         rows: list[dict[str, Any]] = []
         for wf in sorted(bootstraps.values(), key=lambda w: w.start_time, reverse=True):
             if len(rows) == limit:
@@ -712,14 +665,14 @@ def list_slices(keeper: KeeperContext, out: Output, limit: int, show_all: bool) 
 
 @tpu.command()
 @click.argument("slice_name", type=SLICE_NAME)
-@click.option("--wait/--no-wait", default=True, show_default=True, help="Wait for compensation.")
+@follow_option("Follow the compensation until it ends.", default=True, negatable=True)
 @json_options
 @pass_keeper
-def cancel(keeper: KeeperContext, out: Output, slice_name: str, wait: bool) -> None:
+def cancel(keeper: KeeperContext, out: Output, slice_name: str, follow: bool) -> None:
     """Cancel the bootstrap of SLICE_NAME; its compensation deletes what it created.
 
     Exit 0 once the bootstrap is cancelled and compensated (or the cancel was requested,
-    with --no-wait); 1 when there is no running bootstrap or it ended another way.
+    with --no-follow); 1 when there is no running bootstrap or it ended another way.
     """
     settings = keeper.settings
 
@@ -738,7 +691,7 @@ def cancel(keeper: KeeperContext, out: Output, slice_name: str, wait: bool) -> N
             )
         await handle.cancel()
         fields = _handle_fields(settings, handle, description.run_id)
-        if not wait:
+        if not follow:
             if out.json:
                 out.data({**fields, "status": "CANCEL_REQUESTED"})
             else:
@@ -748,16 +701,16 @@ def cancel(keeper: KeeperContext, out: Output, slice_name: str, wait: bool) -> N
         workflow_keeps_running(
             f"the cancel was requested; the bootstrap {handle.id} keeps compensating",
             handle.id,
-            follow=f"keeper tpu status {slice_name} --wait",
+            follow=f"keeper tpu status {slice_name} --follow",
             run_id=description.run_id,
         )
         # The phases and the compensation as they go (a stuck one with its last error), as
-        # `status --wait` shows them: a compensation can take long, and never silently.
-        await follow(handle, console, _note)
+        # `status --follow` shows them: a compensation can take long, and never silently.
+        await follow_workflow(handle, look(handle), console=console, note=_note)
         try:
             await result_of(handle, _note)
         except WorkflowFailureError as err:
-            if not isinstance(err.cause, CancelledError):
+            if closed_status(err) != "CANCELED":
                 message, failure = failure_of(err)
                 cleanup, _ = _cleanup(failure)
                 raise CommandFailed(
@@ -797,11 +750,10 @@ def cancel(keeper: KeeperContext, out: Output, slice_name: str, wait: bool) -> N
     show_default=True,
     help="Why the slice is released; shown in the teardown's history.",
 )
-@click.option(
-    "--wait/--no-wait",
+@follow_option(
+    "Follow the teardown until it confirms every resource deleted.",
     default=True,
-    show_default=True,
-    help="Wait until the teardown confirms every resource deleted.",
+    negatable=True,
 )
 @json_options
 @pass_keeper
@@ -813,7 +765,7 @@ def delete(
     zone: str | None,
     node_count: int,
     reason: str,
-    wait: bool,
+    follow: bool,
 ) -> None:
     """Release a ready slice through its own workflow, tpu-teardown-<slice>.
 
@@ -846,7 +798,7 @@ def delete(
                 status="RUNNING",
             )
         handle = await client.start_workflow(
-            TpuSliceTeardown.run,
+            TEARDOWN_WORKFLOW_TYPE,
             request,
             id=teardown_workflow_id(slice_name),
             task_queue=settings.temporal.family_queue("tpu"),
@@ -856,7 +808,7 @@ def delete(
             result_type=DeletionReport,
         )
         fields = _handle_fields(settings, handle, handle.result_run_id)
-        if not wait:
+        if not follow:
             if out.json:
                 out.data({**fields, "status": "RUNNING"})
             else:
@@ -911,7 +863,7 @@ def sweep(keeper: KeeperContext, out: Output, dry_run: bool) -> None:
         if dry_run:
             # Deletes nothing, so it needs no turn: its own run, under its own id.
             handle = await client.start_workflow(
-                TpuSweeper.run,
+                SWEEPER_WORKFLOW_TYPE,
                 SweepRequest(project=settings.tpu.project, zone=settings.tpu.zone, dry_run=True),
                 id=manual_sweep_workflow_id(f"{datetime.now(UTC):%Y%m%dT%H%M%S}"),
                 task_queue=settings.temporal.family_queue("tpu"),

@@ -6,9 +6,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
+from temporalio.client import Client, WorkflowHandle
 
-from keeper.cli.temporal_ops import describe_as, describe_or_none
+from keeper.cli.workflow_view import describe, describe_as, query, status_name
 from keeper.domain.tpu.models import BootstrapResult, BootstrapStatus, DeletionReport
 from keeper.domain.tpu.naming import (
     BOOTSTRAP_WORKFLOW_TYPE,
@@ -18,12 +18,6 @@ from keeper.domain.tpu.naming import (
     teardown_workflow_id,
 )
 from keeper.domain.tpu.outcome import is_live, slice_state
-
-
-def status_name(description: Any) -> str | None:
-    if description is None or description.status is None:
-        return None
-    return WorkflowExecutionStatus(description.status).name
 
 
 @dataclass
@@ -84,15 +78,12 @@ async def phase_child(
     ((None, None): none found). A terminated supervisor records nothing more, while its
     child, cancelled with it, compensates and records what it deleted."""
     handle = client.get_workflow_handle(bootstrap_run_workflow_id(slice_name))
-    description = await describe_or_none(handle)
+    description = await describe(handle)
     # Only this run's own child: a child id outlives its parent run.
     if description is None or (description.parent_id, description.parent_run_id) != (
         bootstrap_id,
         bootstrap_run_id,
     ):
         return None, None
-    try:
-        view = await handle.query("status", result_type=BootstrapStatus)
-    except Exception:  # no worker serves its queue: the status says less, nothing more
-        view = None
-    return status_name(description), view
+    # No worker serves its queue: the status says less, nothing more.
+    return status_name(description), await query(handle, "status", BootstrapStatus)

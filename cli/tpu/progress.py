@@ -1,27 +1,21 @@
-"""The live view of a bootstrap: one row per phase with its deadline countdown.
-
-On a terminal it redraws in place. Anywhere else (a CI log, a file) it writes one line per
-change of state: the line holds the deadline as a time, not a countdown, so a 4-hour wait
-writes a handful of lines, not one a second. It keeps following through a Temporal server
-restart, reconnecting with a backoff and saying so on stderr.
+"""How a bootstrap looks while it is followed (cli/workflow_view.py's `follow`): the page,
+one row per phase with its deadline countdown, and the line a log gets per change of state.
+The line holds the deadline as a time, not a countdown, so a 4-hour wait writes a handful of
+lines, not one a second.
 """
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from rich.console import Console, Group
-from rich.live import Live
+from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 from temporalio.client import WorkflowHandle
-from temporalio.service import RPCError
 
 from keeper.cli.output import rfc3339
-from keeper.cli.reconnect import RECONNECT_FIRST, RECONNECT_MAX, is_transient
+from keeper.cli.workflow_view import Look, query
 from keeper.domain.common.durations import format_duration
 from keeper.domain.common.untrusted import terminal_text
 from keeper.domain.tpu.models import BootstrapStatus
@@ -35,9 +29,6 @@ STOPPED = (Phase.FAILED, Phase.CANCELLED, Phase.COMPENSATE, Phase.TERMINATED, Ph
 CUT_SHORT = {Phase.TERMINATED: "terminated", Phase.TIMED_OUT: "timed out"}
 # Failing VMs named in the live view and in a status line; `status --json` has them all.
 FAILING_SHOWN = 5
-# Reconnecting to a restarted server: the first wait, doubling up to the last.
-
-Note = Callable[[str], None]
 
 
 def _countdown(deadline: datetime | None, now: datetime) -> str:
@@ -148,58 +139,10 @@ def line(status: BootstrapStatus) -> str:
 
 
 async def query_status(handle: WorkflowHandle[Any, Any]) -> BootstrapStatus | None:
-    try:
-        return await handle.query("status", result_type=BootstrapStatus)
-    except Exception:  # the worker or the server may be restarting; the next tick asks again
-        return None
+    """The bootstrap's `status` query; None when no worker answers now."""
+    return await query(handle, "status", BootstrapStatus)
 
 
-async def result_of(handle: WorkflowHandle[Any, Any], note: Note) -> Any:
-    """The workflow's result, waiting through server restarts (the SDK reconnects its
-    channel on the next call; the wait is asked again after a backoff)."""
-    delay = RECONNECT_FIRST
-    while True:
-        try:
-            return await handle.result()
-        except RPCError as err:
-            if not is_transient(err):
-                raise
-            note(
-                f"lost the connection to Temporal ({err.status.name if err.status else '?'}: "
-                f"{err.message}); reconnecting in {delay:g}s and waiting on"
-            )
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, RECONNECT_MAX)
-
-
-async def follow(
-    handle: WorkflowHandle[Any, Any],
-    console: Console,
-    note: Note,
-    interval: float = 1.0,
-) -> None:
-    """Shows progress until the workflow closes; the caller then fetches the result."""
-    result = asyncio.ensure_future(result_of(handle, note))
-    status: BootstrapStatus | None = None
-    if console.is_terminal:
-        with Live(console=console, refresh_per_second=4, transient=False) as live:
-            while not result.done():
-                status = await query_status(handle) or status
-                if status:
-                    live.update(render(status))
-                await asyncio.wait([result], timeout=interval)
-            final = await query_status(handle) or status
-            if final:
-                live.update(render(final))
-    else:
-        last = ""
-        while not result.done():
-            status = await query_status(handle) or status
-            if status and (text := line(status)) != last:
-                console.print(text, markup=False, highlight=False, soft_wrap=True)
-                last = text
-            await asyncio.wait([result], timeout=interval)
-    # Leave the result (or its exception) for the caller's own await.
-    await asyncio.wait([result])
-    if not result.cancelled():
-        result.exception()
+def look(handle: WorkflowHandle[Any, Any]) -> Look[BootstrapStatus]:
+    """The bootstrap as `--follow` shows it."""
+    return Look(query=lambda: query_status(handle), page=render, line=line)

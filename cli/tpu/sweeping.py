@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
+from typing import Any
 
 from temporalio.client import (
     Client,
@@ -25,7 +26,6 @@ from keeper.cli.output import CommandFailed
 from keeper.domain.common.untrusted import terminal_text
 from keeper.domain.tpu.models import SweepReport
 from keeper.domain.tpu.naming import SWEEPER_SCHEDULE_ID
-from keeper.workflows.tpu.sweeper import TpuSweeper
 
 # The scheduler acts on a trigger within a second or so; a minute means it is not acting.
 TRIGGER_WITHIN_S = 60.0
@@ -35,7 +35,7 @@ MAX_NAMED = 10
 
 @dataclass(frozen=True)
 class ScheduledSweep:
-    handle: WorkflowHandle[TpuSweeper, SweepReport]
+    handle: WorkflowHandle[Any, SweepReport]
     # False when a sweep was already running and this is that one.
     started: bool
 
@@ -52,7 +52,7 @@ async def scheduled_sweep(client: Client) -> ScheduledSweep:
             f"there is no schedule {SWEEPER_SCHEDULE_ID} in namespace {client.namespace}, so "
             "no worker that serves the tpu family has started there to run a sweep; nothing "
             "was swept",
-            hint="Start one (`keeper worker`, or `keeper dev up` for the local stack): it "
+            hint="Start one (`keeper worker`, or `keeper-dev up` for the local stack): it "
             "creates the schedule. Then run `keeper tpu sweep` again.",
             schedule_id=SWEEPER_SCHEDULE_ID,
         ) from None
@@ -85,12 +85,10 @@ async def scheduled_sweep(client: Client) -> ScheduledSweep:
     return ScheduledSweep(_handle(client, action), started=not skipped)
 
 
-def _handle(
-    client: Client, action: ScheduleActionExecution
-) -> WorkflowHandle[TpuSweeper, SweepReport]:
+def _handle(client: Client, action: ScheduleActionExecution) -> WorkflowHandle[Any, SweepReport]:
     assert isinstance(action, ScheduleActionExecutionStartWorkflow), action
-    return client.get_workflow_handle_for(
-        TpuSweeper.run, action.workflow_id, run_id=action.first_execution_run_id
+    return client.get_workflow_handle(
+        action.workflow_id, run_id=action.first_execution_run_id, result_type=SweepReport
     )
 
 

@@ -17,11 +17,13 @@ from typing import Any
 
 import click
 from rich.console import Console
+from rich.text import Text
 from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
+from keeper.cli.connect import client_for
 from keeper.cli.context import KeeperContext, pass_keeper
 from keeper.cli.output import (
     FAILED,
@@ -34,9 +36,7 @@ from keeper.cli.output import (
     rfc3339,
     to_jsonable,
 )
-from keeper.cli.temporal_ops import client_for, list_query
 from keeper.cli.watch import launch
-from keeper.cli.watch.follow import follow
 from keeper.cli.watch.lookup import (
     CLOSED_EXIT,
     Watch,
@@ -44,10 +44,25 @@ from keeper.cli.watch.lookup import (
     find_watch,
     must_find,
     query_view,
+    reread,
     status_name,
     ui_url,
 )
-from keeper.cli.watch.render import decided_text, list_rows, result_text, status_lines
+from keeper.cli.watch.render import (
+    decided_text,
+    follow_line,
+    list_rows,
+    result_text,
+    status_lines,
+)
+from keeper.cli.workflow_view import (
+    Look,
+    follow,
+    follow_option,
+    latest_runs,
+    list_query,
+    until_closed,
+)
 from keeper.domain.common.untrusted import terminal_text
 from keeper.domain.watch.calls import JobWatchInput, JobWatchResult
 from keeper.domain.watch.models import (
@@ -142,12 +157,23 @@ async def _show_status(watch: Watch, settings: Settings, out: Output) -> None:
     out.line(f"ui: {ui_url(settings, watch.handle.id, watch.description.run_id)}")
 
 
+def _look(watch: Watch) -> Look[WatchView]:
+    """The watch as `--follow` shows it: the status page, or its line per change."""
+    return Look(
+        query=lambda: query_view(watch.handle),
+        page=lambda view: Text("\n".join(status_lines(watch.job_id, "RUNNING", view))),
+        line=follow_line,
+    )
+
+
 async def _follow_to_close(watch: Watch, settings: Settings, out: Output) -> int:
     """`--follow`: lines (stdout, or stderr under --json) until the watch closes; then how
     it ended, and the exit code that says whether it ended well."""
-    emit = out.note if out.json else out.line
-    console = None if out.json else Console(soft_wrap=True)
-    closed = await follow(watch, emit, out.note, console=console)
+    # Created here: click's test runner swaps stdout and stderr for each invocation.
+    console = Console(stderr=out.json, soft_wrap=True)
+    await follow(watch.handle, _look(watch), console=console, note=out.note)
+    # result() followed the runs a watch continues as new into: this is its last one.
+    closed = await reread(watch, out.note)
     if out.json:
         out.data(await _state_payload(closed, settings))
     else:
@@ -178,9 +204,7 @@ def job() -> None:
 @click.option(
     "--by", default=None, help=f"Who asks (default: $USER; at most {BY_LIMIT} characters)."
 )
-@click.option(
-    "--follow", "follow_it", is_flag=True, help="Then follow it as `status --follow` does."
-)
+@follow_option("Then follow it as `status --follow` does.", dest="follow_it")
 @json_options
 @pass_keeper
 def watch(keeper: KeeperContext, out: Output, job_id: str, by: str | None, follow_it: bool) -> None:
@@ -268,11 +292,11 @@ async def _watch(
 
 @job.command()
 @click.argument("job_id", metavar="JOB_ID")
-@click.option(
-    "--follow", "follow_it", is_flag=True,
-    help="Follow the watch until it closes: one line per change (redrawn on a terminal); "
-    "exit 0 if it completed (or was unwatched), 1 if it failed, was terminated or timed out.",
-)  # fmt: skip
+@follow_option(
+    "Follow the watch until it closes: one line per change (redrawn on a terminal); exit 0 "
+    "if it completed (or was unwatched), 1 if it failed, was terminated or timed out.",
+    dest="follow_it",
+)
 @json_options
 @pass_keeper
 def status(keeper: KeeperContext, out: Output, job_id: str, follow_it: bool) -> None:
@@ -346,13 +370,9 @@ def list_watches(
 
     async def run() -> int:
         client = await client_for(settings)
-        latest: dict[str, Any] = {}
         query = _list_query(verdict and verdict.lower(), state and state.lower(), not show_all)
-        async for wf in client.list_workflows(query, limit=limit * 4 if show_all else limit):
-            # One row per watch: its latest run (a continued run shares the workflow id).
-            seen = latest.get(wf.id)
-            if seen is None or wf.start_time > seen.start_time:
-                latest[wf.id] = wf
+        # One row per watch: its latest run.
+        latest = await latest_runs(client, query, limit=limit * 4 if show_all else limit)
         found = sorted(latest.values(), key=lambda w: w.start_time, reverse=True)[:limit]
         rows = []
         for wf in found:
@@ -648,7 +668,8 @@ def unwatch(keeper: KeeperContext, out: Output, job_id: str) -> None:
         was_running = watch.running
         if was_running:
             await watch.handle.cancel()
-            await _wait_closed(watch)
+            # Cancelled (or failed meanwhile): closed all the same; how is shown after.
+            await until_closed(watch.handle, out.note)
             watch = await must_find(client, job_id)
         result, error = await ending(watch)
         fields = watch.fields(settings)
@@ -672,13 +693,6 @@ def unwatch(keeper: KeeperContext, out: Output, job_id: str) -> None:
     raise SystemExit(asyncio.run(run()))
 
 
-async def _wait_closed(watch: Watch) -> None:
-    try:
-        await watch.handle.result()
-    except Exception:  # cancelled (or failed meanwhile): closed all the same; shown after
-        return
-
-
 @job.command(context_settings={"allow_interspersed_args": False})
 @click.argument("command", metavar="-- CMD...", nargs=-1, required=True)
 @click.option("--name", default=None, help="The iris job name (default: <program>-<UTC time>).")
@@ -693,9 +707,7 @@ async def _wait_closed(watch: Watch) -> None:
 @click.option(
     "--by", default=None, help=f"Who asks (default: $USER; at most {BY_LIMIT} characters)."
 )
-@click.option(
-    "--follow", "follow_it", is_flag=True, help="Then follow the watch as `status --follow` does."
-)
+@follow_option("Then follow the watch as `status --follow` does.", dest="follow_it")
 @json_options
 @pass_keeper
 def run(

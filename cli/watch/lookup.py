@@ -4,27 +4,22 @@ and how a closed one ended. Shared by every `keeper job` command."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import timedelta
 from typing import Any
 
 from temporalio.client import (
     Client,
     WorkflowExecutionDescription,
     WorkflowExecutionStatus,
-    WorkflowFailureError,
     WorkflowHandle,
 )
-from temporalio.exceptions import CancelledError, TerminatedError, TimeoutError
 
 from keeper.cli.output import FAILED, OK, CommandFailed
-from keeper.cli.temporal_ops import describe_or_none
+from keeper.cli.workflow_view import Note, describe, describe_as, is_running, patiently, query
+from keeper.cli.workflow_view import ending as ending_of
+from keeper.cli.workflow_view import status_name as _status_name
 from keeper.domain.watch.calls import JobWatchResult
 from keeper.domain.watch.models import STATUS_QUERY, WATCH_WORKFLOW_TYPE, WatchView, watch_id
 from keeper.runtime.settings import Settings
-
-# A query of a run no worker serves waits for one until the RPC deadline: bounded, so a
-# status of a closed watch answers in seconds.
-QUERY_TIMEOUT = timedelta(seconds=5)
 
 # How a watch that closed ends a command that waited for it (docs/cli.md#keeper-job). An
 # unwatch cancels the watch: that is an operator ending it on purpose, not a failure, and
@@ -38,12 +33,12 @@ CLOSED_EXIT: dict[WorkflowExecutionStatus, int] = {
 }
 
 
-def status_name(description: WorkflowExecutionDescription) -> str:
-    return WorkflowExecutionStatus(description.status).name if description.status else "UNKNOWN"
+# An unwatch cancels the watch: an operator ending it on purpose, the job left as it was.
+UNWATCHED = "the watch was cancelled (unwatched); the job itself was left running"
 
 
-def is_running(description: WorkflowExecutionDescription) -> bool:
-    return description.status is WorkflowExecutionStatus.RUNNING
+def status_name(execution: Any) -> str:
+    return _status_name(execution) or "UNKNOWN"
 
 
 def ui_url(settings: Settings, workflow_id: str, run_id: str | None) -> str:
@@ -97,17 +92,11 @@ class Watch:
 async def find_watch(client: Client, job_id: str) -> Watch | None:
     """The latest run of the job's watch, None when there never was one."""
     handle = client.get_workflow_handle(watch_id(job_id), result_type=JobWatchResult)
-    description = await describe_or_none(handle)
+    description = await describe_as(
+        handle, WATCH_WORKFLOW_TYPE, name_hint=f"Check the job id {job_id!r}"
+    )
     if description is None:
         return None
-    if description.workflow_type != WATCH_WORKFLOW_TYPE:
-        raise CommandFailed(
-            f"workflow {handle.id} is a {description.workflow_type}, not a "
-            f"{WATCH_WORKFLOW_TYPE}; nothing was done",
-            hint="Something else was started at this watch's id; remove it or watch from "
-            "another namespace.",
-            workflow_id=handle.id,
-        )
     return Watch(job_id, client, handle, description)
 
 
@@ -118,24 +107,20 @@ async def must_find(client: Client, job_id: str) -> Watch:
     return found
 
 
+async def reread(watch: Watch, note: Note) -> Watch:
+    """The watch as Temporal describes it now (its last run), waiting through a lost server."""
+    description = await patiently(lambda: describe(watch.handle), note)
+    return Watch(watch.job_id, watch.client, watch.handle, description or watch.description)
+
+
 async def query_view(handle: WorkflowHandle[Any, Any]) -> WatchView | None:
     """The watch's `status` query; None when no worker answers (closed, or restarting)."""
-    try:
-        return await handle.query(STATUS_QUERY, result_type=WatchView, rpc_timeout=QUERY_TIMEOUT)
-    except Exception:  # a closed run without a worker, a worker restarting: no view now
-        return None
+    return await query(handle, STATUS_QUERY, WatchView)
 
 
 async def ending(watch: Watch) -> tuple[JobWatchResult | None, str | None]:
     """How a closed watch ended: its result, or why there is none."""
-    try:
-        return await watch.run.result(follow_runs=False), None
-    except WorkflowFailureError as err:
-        cause = err.cause
-        if isinstance(cause, CancelledError):
-            return None, "the watch was cancelled (unwatched); the job itself was left running"
-        if isinstance(cause, TerminatedError):
-            return None, f"the watch was terminated: {cause.message or 'no reason given'}"
-        if isinstance(cause, TimeoutError):
-            return None, "the watch timed out"
-        return None, str(cause or err)
+    ended = await ending_of(watch.run)
+    if ended.status == "CANCELED":
+        return None, UNWATCHED
+    return ended.result, ended.words("watch")

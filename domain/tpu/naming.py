@@ -10,6 +10,7 @@ import re
 
 BOOTSTRAP_WORKFLOW_TYPE = "TpuSliceBootstrap"
 TEARDOWN_WORKFLOW_TYPE = "TpuSliceTeardown"
+SWEEPER_WORKFLOW_TYPE = "TpuSweeper"
 BOOTSTRAP_PREFIX = "tpu-bootstrap-"
 # '.' never appears in a slice name, so no supervisor id can end like a child id (a "-run"
 # suffix could: the child of slice X would be the supervisor id of slice "X-run").

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import secrets
 
-from keeper.cli.devstack.layout import github_emulator_address, github_token_file
+from dev.devstack.layout import github_emulator_address, github_token_file
 from keeper.runtime.settings import Settings
 
 

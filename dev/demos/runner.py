@@ -1,4 +1,4 @@
-"""`keeper runner demo`: seed the local stack's emulators with a scale set, then delete a
+"""`keeper-dev demo runner`: seed the local stack's emulators with a scale set, then delete a
 runner through its workflow with live progress."""
 
 from __future__ import annotations
@@ -10,12 +10,11 @@ from urllib.parse import urlsplit
 import click
 import httpx
 
+from keeper.cli.connect import client_for
 from keeper.cli.context import KeeperContext, pass_keeper
-from keeper.cli.dev_only import require_emulator
 from keeper.cli.output import CommandFailed, Output, UsageProblem, json_options
-from keeper.cli.runners.commands import Followed, _store, ask_deletion, follow, runner
+from keeper.cli.runners.commands import Followed, _store, ask_deletion, follow_deletion
 from keeper.cli.runners.render import result_text
-from keeper.cli.temporal_ops import client_for
 from keeper.domain.runners.models import (
     DeletionRequest,
     Requester,
@@ -36,7 +35,7 @@ def _check_local(settings: Settings) -> None:
     if not is_local(url.hostname or "") or settings.runners.provider.executable is not None:
         raise CommandFailed(
             "the runner demo seeds keeper's emulators: runners.github.api_url must point at the "
-            "GitHub emulator and runners.provider.executable must be unset. Run `keeper dev up` "
+            "GitHub emulator and runners.provider.executable must be unset. Run `keeper-dev up` "
             "with the default temporal-dev.yaml."
         )
 
@@ -83,7 +82,7 @@ def seed(settings: Settings, prefix: str, count: int) -> list[RunnerRecord]:
     except httpx.HTTPError as err:
         raise CommandFailed(
             f"cannot reach the GitHub emulator at {settings.runners.github.api_url}: {err}\n"
-            "Start the local stack with `keeper dev up`."
+            "Start the local stack with `keeper-dev up`."
         ) from err
     finally:
         store.close()
@@ -98,7 +97,7 @@ def _check_count(_ctx: click.Context, _param: click.Parameter, count: int) -> in
     return count
 
 
-@runner.command()
+@click.command()
 @click.option(
     "--count",
     type=int,
@@ -114,7 +113,6 @@ def demo(keeper: KeeperContext, count: int, out: Output) -> None:
     record), then delete the first one through its workflow, showing each step."""
     settings = keeper.settings
     _check_local(settings)
-    require_emulator("emulators.provider", "`keeper runner demo`")
     prefix = f"demo-{datetime.now(UTC):%H%M%S}"
     records = seed(settings, prefix, count)
     out.note(
@@ -129,12 +127,12 @@ def demo(keeper: KeeperContext, count: int, out: Output) -> None:
             client,
             settings,
             target,
-            DeletionRequest(requested_by=Requester.OPERATOR, reason="keeper runner demo"),
+            DeletionRequest(requested_by=Requester.OPERATOR, reason="keeper-dev demo runner"),
         )
         handle = requested.handle
         url = settings.temporal.workflow_url(handle.id, handle.result_run_id)
         out.note(f"Deleting {target}: {url}")
-        return await follow(handle, out)
+        return await follow_deletion(handle, out)
 
     followed = asyncio.run(run())
     store = _store(settings)

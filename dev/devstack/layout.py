@@ -7,9 +7,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from keeper.cli.local_stack import run_dir
 from keeper.runtime.dev_ports import dial_host, is_local, split_address
 from keeper.runtime.search_attributes import registrations as search_attribute_registrations
-from keeper.runtime.settings import Settings, TpuEndpoint
+from keeper.runtime.settings import Settings
+from keeper.runtime.settings.tpu import TpuEndpoint
 from keeper.runtime.tools import find_tool
 
 TEMPORAL = "temporal"
@@ -37,7 +39,7 @@ class Port:
 @dataclass(frozen=True)
 class Component:
     name: str
-    # "managed": started and stopped by `keeper dev`; "external": a remote Temporal that is
+    # "managed": started and stopped by `keeper-dev`; "external": a remote Temporal that is
     # only checked; "disabled": not part of this configuration (the emulator with tpu=gcp).
     mode: str
     argv: tuple[str, ...]
@@ -51,19 +53,6 @@ class Component:
     @property
     def managed(self) -> bool:
         return self.mode == "managed"
-
-
-def run_dir(settings: Settings) -> Path:
-    """Pid files live in `run/` beside the dev database (`.dev/run` by default)."""
-    return settings.temporal.db_file.parent / "run"
-
-
-STACK_RECORD = "stack.json"
-
-
-def stack_record_file(settings: Settings) -> Path:
-    """Where `keeper dev up` records the settings the running stack was started with."""
-    return run_dir(settings) / STACK_RECORD
 
 
 def temporal_binary() -> str | None:

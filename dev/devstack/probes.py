@@ -27,7 +27,7 @@ RPC_TIMEOUT = 3.0
 HTTP_TIMEOUT = 2.0
 
 
-MAKE_CURRENT_IDENTITY = "keeper dev up"
+MAKE_CURRENT_IDENTITY = "keeper-dev up"
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""`keeper dev up`, `down` and `status`: start, stop and inspect the local stack."""
+"""`keeper-dev up`, `down` and `status`: start, stop and inspect the local stack."""
 
 from __future__ import annotations
 
@@ -16,8 +16,7 @@ from typing import Any, NoReturn
 
 import click
 
-from keeper.cli.dev_only import CHECKOUT_HINT, emulator_installed
-from keeper.cli.devstack.layout import (
+from dev.devstack.layout import (
     EMULATOR,
     GITHUB,
     IRIS,
@@ -31,16 +30,13 @@ from keeper.cli.devstack.layout import (
     emulator_address_mismatch,
     metrics_url,
     plan,
-    run_dir,
     split_address,
-    stack_record_file,
     temporal_binary,
     temporal_cli_env,
 )
-from keeper.cli.devstack.probes import Health, Poller, Probes, own_pollers, worker_health
-from keeper.cli.devstack.procs import (
+from dev.devstack.probes import Health, Poller, Probes, own_pollers, worker_health
+from dev.devstack.procs import (
     PidRecord,
-    StackRecord,
     exclusive,
     is_ours,
     pid_alive,
@@ -53,7 +49,8 @@ from keeper.cli.devstack.procs import (
     tail,
     write_pid_file,
 )
-from keeper.cli.devstack.runner_files import prepare_runner_files
+from dev.devstack.runner_files import prepare_runner_files
+from keeper.cli.local_stack import StackRecord, run_dir, stack_record_file
 from keeper.cli.output import UsageProblem
 from keeper.runtime.dev_ports import PORT_BASE_ENV
 from keeper.runtime.search_attributes import drop_retired, register_missing
@@ -66,14 +63,14 @@ from keeper.runtime.settings import (
     load_settings,
 )
 
-# The checkout keeper runs from (the emulators ship with the source, so `keeper dev` is a
+# The checkout keeper runs from (the emulators ship with the source, so `keeper-dev` is a
 # checkout's command): its temporal-dev.yaml is the stack's settings file when none is named
 # and the working directory has none.
 CHECKOUT = Path(__file__).resolve().parents[2]
 
 
 def settings_file(config_file: str | None, env: Mapping[str, str]) -> Path | None:
-    """The settings file `keeper dev` reads, absolute: --config, else KEEPER_CONFIG (a
+    """The settings file `keeper-dev` reads, absolute: --config, else KEEPER_CONFIG (a
     relative name read from the working directory), else ./temporal-dev.yaml, else the
     checkout's temporal-dev.yaml; None when there is none (the built-in defaults)."""
     named = config_file or env.get(CONFIG_ENV)
@@ -127,21 +124,6 @@ def _load(config_file: str | Path | None, env: dict[str, str], port_base: int | 
 
 POLL_INTERVAL = 0.25
 LOCK_FILE = "dev.lock"
-
-# The components that run one of keeper's emulators (a checkout's, not the wheel's): the
-# emulator, the setting that points at it, and how to point keeper at a real service instead.
-_EMULATED: tuple[tuple[str, str, str, str], ...] = (
-    (EMULATOR, "emulators.tpu", "tpu.endpoint", "set KEEPER_TPU_ENDPOINT=gcp"),
-    (GITHUB, "emulators.github", "runners.github.api_url", "set KEEPER_GITHUB_API_URL"),
-    (SPUR, "emulators.spur", "reclaim.controller_address", "set KEEPER_SPUR_CONTROLLER"),
-    (IRIS, "emulators.iris", "watch.controller_url", "set KEEPER_IRIS_CONTROLLER"),
-    (
-        WORKER,
-        "emulators.provider",
-        "runners.provider.executable (unset)",
-        "set KEEPER_PROVIDER_EXECUTABLE to a GARM provider",
-    ),
-)
 LOG_TAIL_LINES = 20
 
 
@@ -210,7 +192,7 @@ class Stack:
     followed: StackRecord | None = None
     # The settings file read (absolute; None: the defaults), and the stack's home, its
     # directory: relative paths in the settings are taken from it, whatever the working
-    # directory of `keeper dev`, and the components run in it.
+    # directory of `keeper-dev`, and the components run in it.
     settings_file: Path | None = None
     home: Path = field(default_factory=lambda: Path.cwd().resolve())
     components: dict[str, Component] = field(init=False)
@@ -274,7 +256,7 @@ class Stack:
     def _lock(self) -> contextlib.AbstractContextManager[None]:
         return exclusive(
             run_dir(self.settings) / LOCK_FILE,
-            lambda: click.echo("Waiting for another `keeper dev up`/`down` to finish..."),
+            lambda: click.echo("Waiting for another `keeper-dev up`/`down` to finish..."),
         )
 
     @property
@@ -352,7 +334,7 @@ class Stack:
                 False,
                 f"{polling.detail}, build {build}, but worker deployment {name} has "
                 f"{f'build {current}' if current else 'no version'} current, so no tasks "
-                "reach it: `keeper dev up` makes it current",
+                "reach it: `keeper-dev up` makes it current",
             )
         problem = await probes.make_current(version)
         if problem:
@@ -404,7 +386,7 @@ class Stack:
                 f"{' and '.join(drifted)} {'is' if len(drifted) == 1 else 'are'} running with "
                 f"other settings than the config now asks for{started}: ports, paths or config "
                 "file changed.\n"
-                "Apply the new settings with `keeper dev down` and then `keeper dev up`; a "
+                "Apply the new settings with `keeper-dev down` and then `keeper-dev up`; a "
                 "second stack beside it needs a directory of its own (another checkout) and "
                 "another --port-base."
             )
@@ -465,8 +447,8 @@ class Stack:
         if metrics:
             click.echo(f"  metrics      {metrics}")
         click.echo(f"  logs         {_rel(self.settings.worker.log_dir)}/")
-        click.echo("  status       keeper dev status")
-        click.echo("  stop         keeper dev down")
+        click.echo("  status       keeper-dev status")
+        click.echo("  stop         keeper-dev down")
 
     def _live_record(self, comp: Component) -> PidRecord | None:
         """The pid record of a live process started by an earlier `up`; cleans stale files."""
@@ -489,7 +471,7 @@ class Stack:
                 say(
                     comp.name,
                     f"still running from an earlier `up` (pid {record.pid}); left alone "
-                    f"({why}); `keeper dev down` stops it",
+                    f"({why}); `keeper-dev down` stops it",
                 )
 
     def _check_ports(self, to_start: list[Component]) -> None:
@@ -525,24 +507,15 @@ class Stack:
         if problems:
             raise StackError(
                 "cannot start the dev stack:\n  " + "\n  ".join(problems) + "\n"
-                "Nothing was started. Components that `keeper dev up` started are tracked by "
+                "Nothing was started. Components that `keeper-dev up` started are tracked by "
                 "pid files and never conflict; a stack started from another directory or "
-                "with another config is stopped by `keeper dev down` there."
+                "with another config is stopped by `keeper-dev down` there."
             )
 
     def _check_runnable(self, to_start: list[Component]) -> None:
         names = {c.name for c in to_start}
         if TEMPORAL in names and temporal_binary() is None:
             raise StackError(TEMPORAL_MISSING.format(python=sys.executable))
-        for component, module, setting, remedy in _EMULATED:
-            if component not in names or emulator_installed(module):
-                continue
-            if module == "emulators.provider" and self.settings.runners.provider.executable:
-                continue
-            raise StackError(
-                f"{setting} points at keeper's emulator {module}, which this installation "
-                f"does not include.\n{CHECKOUT_HINT} Or {remedy} to use a real one."
-            )
 
     async def _register_search_attributes(self, probes: Probes) -> None:
         """A database an older keeper made lacks the newer attributes (`--search-attribute`
@@ -553,7 +526,7 @@ class Stack:
             dropped = await drop_retired(client)
             added = await register_missing(client)
         except ValueError as err:
-            raise StackError(f"{err}; or start afresh with `keeper dev down --purge`") from None
+            raise StackError(f"{err}; or start afresh with `keeper-dev down --purge`") from None
         if dropped:
             retired = ", ".join(dropped)
             say(TEMPORAL, f"removed the search attributes keeper retired at 1.0: {retired}")
@@ -639,15 +612,15 @@ class Stack:
         else:
             cleanup = (
                 f" It was started by an earlier `up` (pid {running.record.pid}) and left "
-                "alone: `keeper dev down` and `keeper dev up` restart it."
+                "alone: `keeper-dev down` and `keeper-dev up` restart it."
             )
         log = _rel(comp.log_file)
         body = "\n".join(f"    {line}" for line in lines) if lines else "    (the log is empty)"
         raise StackError(
             f"{comp.name} {reason}.{cleanup}\n"
             f"  last {len(lines)} lines of {log}:\n{body}\n"
-            "Components that are already up keep running: `keeper dev status` shows them, "
-            "`keeper dev down` stops them."
+            "Components that are already up keep running: `keeper-dev status` shows them, "
+            "`keeper-dev down` stops them."
         )
 
     # -- down -----------------------------------------------------------------------------
@@ -668,7 +641,7 @@ class Stack:
                     remove_pid_file(comp.pid_file)
                     say(name, "removed an unreadable pid file")
                 elif comp.mode == "external":
-                    say(name, f"{comp.address} is not managed by keeper dev; left alone")
+                    say(name, f"{comp.address} is not managed by keeper-dev; left alone")
                 else:
                     say(name, "not running")
                 continue
@@ -771,8 +744,8 @@ class Stack:
             if port_problem(port.host, port.number):
                 holder = port_holder(port.number)
                 by = f"pid {holder[0]} ({holder[1]})" if holder else "another process"
-                notes.append(f"port {port.number} is held by {by}, not started by keeper dev")
+                notes.append(f"port {port.number} is held by {by}, not started by keeper-dev")
         if comp.name == WORKER and not notes:
-            notes.append("start it with `keeper dev up`")
+            notes.append("start it with `keeper-dev up`")
         entry["detail"] = "; ".join(notes)
         return entry

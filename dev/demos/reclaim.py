@@ -1,7 +1,7 @@
-"""`keeper reclaim demo`: on the local stack, make one spur agent keep a job the controller
+"""`keeper-dev demo reclaim`: on the local stack, make one spur agent keep a job the controller
 has finished, and watch job reclaim release it without touching the job still running there.
 
-The spur emulator (`keeper dev up` starts it) does the leaking through its control API; its
+The spur emulator (`keeper-dev up` starts it) does the leaking through its control API; its
 agents heartbeat through `keeper reclaim tap`, whose intake starts the JobReclaim workflow
 once the job has been over for reclaim.timing.end_grace; the worker sends the cancel. The
 emulator's cancel log is the judge: it records, for every CancelJob an agent received,
@@ -20,11 +20,11 @@ import click
 import httpx
 from temporalio.client import Client, WorkflowExecutionStatus
 
+from dev.emulator_spur import SpurControl, holdings_of
+from keeper.cli.connect import client_for
 from keeper.cli.context import KeeperContext, pass_keeper
-from keeper.cli.emulator_spur import SpurControl, holdings_of
 from keeper.cli.output import CommandFailed, Output, json_options
 from keeper.cli.reclaim.runs import reclaims_of
-from keeper.cli.temporal_ops import client_for
 from keeper.domain.common.durations import format_duration
 from keeper.domain.reclaim.identity import NodeNameError, canonical_node
 from keeper.domain.reclaim.state import JobReclaimResult
@@ -88,14 +88,14 @@ def _check_stack(settings: Settings, control: SpurControl, node: str | None) -> 
             "but send nothing, so the demo cannot show a release",
             hint="The dev stack's temporal-dev.yaml sets `reclaim.mode: act`; with another "
             "config, set it there (or KEEPER_RECLAIM_MODE=act) and restart the stack with "
-            "`keeper dev down` and `keeper dev up`.",
+            "`keeper-dev down` and `keeper-dev up`.",
         )
     state = control.state()
     agents = [a for a in state.get("agents", []) if a.get("registered")]
     if not agents:
         raise CommandFailed(
             "no spur agent has registered through the tap yet",
-            hint="`keeper dev status` shows the spur emulator and the tap; `keeper dev up` "
+            hint="`keeper-dev status` shows the spur emulator and the tap; `keeper-dev up` "
             "starts what is missing.",
         )
     names = [str(a["node"]) for a in agents]
@@ -112,7 +112,7 @@ def _check_stack(settings: Settings, control: SpurControl, node: str | None) -> 
     except httpx.HTTPError as err:
         raise CommandFailed(
             f"keeper's reclaim tap is not answering at {url} (reclaim.intake_address): {err}",
-            hint="Start the local stack with `keeper dev up`; `keeper dev status` shows the tap.",
+            hint="Start the local stack with `keeper-dev up`; `keeper-dev status` shows the tap.",
         ) from err
     return node or names[0]
 
@@ -276,7 +276,7 @@ def demo(keeper: KeeperContext, node: str | None, timeout: float, out: Output) -
     Progress goes to stderr, one line per change.
 
     Exit status: 0 when the job was released and no live job was cancelled, 1 otherwise
-    (including a stack that is not up: `keeper dev up` first). Needs reclaim.mode `act`, as
+    (including a stack that is not up: `keeper-dev up` first). Needs reclaim.mode `act`, as
     the dev stack's temporal-dev.yaml sets it.
 
     \b

@@ -1,4 +1,4 @@
-"""`keeper emulator spur`: read and drive the spur emulator (emulators/spur) through its
+"""`keeper-dev emulator spur`: read and drive the spur emulator (emulators/spur) through its
 control API, on emulator.host:emulator.spur_control_port (docs/spur-emulator.md)."""
 
 from __future__ import annotations
@@ -49,14 +49,14 @@ class SpurControl:
             raise CommandFailed(
                 f"The spur emulator is not running at {self.base} "
                 f"(emulator.host/emulator.spur_control_port): {err}",
-                hint="Start it with `keeper dev up`.",
+                hint="Start it with `keeper-dev up`.",
             ) from err
         except httpx.HTTPError as err:
             raise CommandFailed(f"{method} {url} failed: {err}") from err
         if response.status_code in (400, 404, 409):
             raise CommandFailed(
                 f"the spur emulator refused {method} {path}: {_error_text(response)}",
-                hint="`keeper emulator spur state` shows its jobs and nodes.",
+                hint="`keeper-dev emulator spur state` shows its jobs and nodes.",
             )
         if response.status_code >= 300:
             raise CommandFailed(
@@ -125,7 +125,7 @@ def _table(headers: tuple[str, ...], rows: list[tuple[Any, ...]]) -> list[str]:
 
 
 def render_spur_state(state: Mapping[str, Any]) -> str:
-    """`keeper emulator spur state` as text: jobs, nodes, agents, cancels, drains."""
+    """`keeper-dev emulator spur state` as text: jobs, nodes, agents, cancels, drains."""
     lines = [f"clock {state.get('clock')}, next job id {state.get('next_job_id')}"]
     jobs = state.get("jobs", [])
     lines.append(f"\njobs ({len(jobs)})")
@@ -210,7 +210,7 @@ def render_spur_state(state: Mapping[str, Any]) -> str:
 def spur() -> None:
     """Read and script the spur emulator job reclaim runs against.
 
-    `keeper dev up` starts it (`python -m emulators.spur`): a controller on
+    `keeper-dev up` starts it (`python -m emulators.spur`): a controller on
     emulator.spur_controller_port and agents gpu-node-01 .. NN that dial reclaim.tap_address
     as their controller. These commands talk to its control API on
     emulator.spur_control_port (docs/spur-emulator.md).

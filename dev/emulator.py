@@ -1,4 +1,4 @@
-"""`keeper emulator`: run the TPU emulator and drive it through its control API."""
+"""`keeper-dev emulator`: run the TPU emulator and drive it through its control API."""
 
 from __future__ import annotations
 
@@ -17,22 +17,16 @@ import httpx
 import yaml
 from pydantic import ValidationError
 
+from dev.emulator_iris import iris
+from dev.emulator_spur import spur
+from emulators.tpu.faults import ERROR_CODES, FAULT_METHODS
 from keeper.cli.context import KeeperContext, pass_keeper
-from keeper.cli.dev_only import require_emulator
-from keeper.cli.devstack.other_base import other_base_advice
-from keeper.cli.emulator_iris import iris
-from keeper.cli.emulator_spur import spur
+from keeper.cli.local_stack import other_base_advice
 from keeper.cli.output import CommandFailed, OneOf, Output, UsageProblem, json_options, rfc3339
 from keeper.domain.common.durations import documented_duration
 from keeper.domain.tpu.slice_request import SLICE_NAME_PATTERN
 from keeper.runtime.dev_ports import PORT_OFFSETS
 from keeper.runtime.settings import EmulatorSettings
-
-try:
-    from emulators.tpu.faults import ERROR_CODES, FAULT_METHODS
-except ModuleNotFoundError:
-    # A wheel install has no emulators; the group refuses the commands that need them.
-    ERROR_CODES, FAULT_METHODS = (), ()
 
 # The scenario id that replaces the default scenario (PUT /scenarios/_default).
 DEFAULT_SCENARIO = "_default"
@@ -40,10 +34,8 @@ DEFAULT_SCENARIO = "_default"
 HTTP_TIMEOUT = 10.0
 
 
-# A wheel install has no fault lists to check against; the command refuses to run there,
-# after `--help` has been shown.
-METHOD_TYPE = OneOf(["*", *FAULT_METHODS], metavar="METHOD") if FAULT_METHODS else click.STRING
-CODE_TYPE = OneOf(ERROR_CODES, metavar="CODE") if ERROR_CODES else click.STRING
+METHOD_TYPE = OneOf(["*", *FAULT_METHODS], metavar="METHOD")
+CODE_TYPE = OneOf(ERROR_CODES, metavar="CODE")
 
 
 @click.group()
@@ -53,8 +45,8 @@ def emulator() -> None:
     The emulator serves the Cloud TPU v2 gRPC API on emulator.host:emulator.grpc_port
     (what the worker dials when tpu.endpoint is `emulator`) and a small HTTP control API
     on emulator.control_port, which every command here except `serve` talks to.
-    `keeper dev up` starts it in the background; `keeper emulator serve` runs it in the
-    foreground instead. `keeper emulator spur ...` drives the spur emulator job reclaim
+    `keeper-dev up` starts it in the background; `keeper-dev emulator serve` runs it in the
+    foreground instead. `keeper-dev emulator spur ...` drives the spur emulator job reclaim
     runs against.
     """
 
@@ -92,7 +84,7 @@ def _call(keeper: KeeperContext, method: str, path: str, body: Any = None) -> An
         served = url.rsplit(path, 1)[0]
         raise CommandFailed(
             f"The TPU emulator is not running at {served} ({origin}): {err}",
-            hint="Start it with `keeper dev up` (or `keeper emulator serve`); "
+            hint="Start it with `keeper-dev up` (or `keeper-dev emulator serve`); "
             f"{other_base_advice(keeper.settings, keeper.config_file)}.",
             url=served,
         ) from err
@@ -139,9 +131,8 @@ def serve(keeper: KeeperContext, log_level: str) -> None:
     """Run the emulator in the foreground with the `emulator:` settings (Ctrl-C stops it).
 
     Uses emulator.host, grpc_port, control_port, ip_prefix, vm_health_port and
-    scenario_file. Do not run it while `keeper dev up` has one running on the same ports.
+    scenario_file. Do not run it while `keeper-dev up` has one running on the same ports.
     """
-    require_emulator("emulators.tpu", "`keeper emulator serve`")
     from emulators.tpu import EmulatorConfig
     from emulators.tpu import serve as serve_emulator
 
@@ -330,10 +321,9 @@ def scenario(
 
     \b
     Examples:
-      keeper emulator scenario train-a --inline '{"assign_after": 5, "active_after": 2}'
-      keeper emulator scenario _default -f emulators/scenarios/demo.yaml
+      keeper-dev emulator scenario train-a --inline '{"assign_after": 5, "active_after": 2}'
+      keeper-dev emulator scenario _default -f emulators/scenarios/demo.yaml
     """
-    require_emulator("emulators.tpu", "`keeper emulator scenario`")
     from emulators.tpu import Scenario
 
     if (file is None) == (inline is None):
@@ -404,10 +394,9 @@ def fault(
 
     \b
     Examples:
-      keeper emulator fault CreateQueuedResource RESOURCE_EXHAUSTED
-      keeper emulator fault GetQueuedResource UNAVAILABLE --count 3
+      keeper-dev emulator fault CreateQueuedResource RESOURCE_EXHAUSTED
+      keeper-dev emulator fault GetQueuedResource UNAVAILABLE --count 3
     """
-    require_emulator("emulators.tpu", "`keeper emulator fault`")
     body = {"method": method, "code": code, "count": count, "slice": slice_name, "when": when}
     answer = _call(keeper, "POST", "/faults", body)
     added = answer.get("fault") if isinstance(answer, Mapping) else None

@@ -15,12 +15,14 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
+from keeper.cli.local_stack import StackRecord
+
 _PROC = Path("/proc")
 
 
 @dataclass(frozen=True)
 class PidRecord:
-    """What `keeper dev up` writes to `<run dir>/<component>.pid`."""
+    """What `keeper-dev up` writes to `<run dir>/<component>.pid`."""
 
     pid: int
     argv: list[str]
@@ -51,41 +53,6 @@ class PidRecord:
             # A bare pid (written by hand or by an older keeper) is still honoured.
             with contextlib.suppress(ValueError):
                 return cls(pid=int(text.strip()), argv=[], cwd="", log_file="")
-            return None
-
-
-@dataclass(frozen=True)
-class StackRecord:
-    """What `keeper dev up` was started with, in `<run dir>/stack.json`: `status` and `down`
-    given no settings of their own read the running stack's, not the defaults."""
-
-    config_file: str | None  # absolute, or None for ./temporal-dev.yaml and the defaults
-    port_base: int | None
-    cwd: str
-    started_at: str = field(default_factory=lambda: datetime.now(UTC).isoformat(timespec="seconds"))
-
-    def dump(self) -> str:
-        return json.dumps(asdict(self), indent=2) + "\n"
-
-    def describe(self) -> str:
-        parts = [f"--config {self.config_file}"] if self.config_file else []
-        if self.port_base is not None:
-            parts.append(f"--port-base {self.port_base}")
-        return " ".join(parts) or "the default settings"
-
-    @classmethod
-    def load(cls, path: Path) -> StackRecord | None:
-        """The record in `path`; None when there is none or it is unreadable."""
-        try:
-            data = json.loads(path.read_text())
-            base = data.get("port_base")
-            return cls(
-                config_file=str(data["config_file"]) if data.get("config_file") else None,
-                port_base=int(base) if base is not None else None,
-                cwd=str(data.get("cwd", "")),
-                started_at=str(data.get("started_at", "")),
-            )
-        except (OSError, ValueError, KeyError, TypeError, AttributeError):
             return None
 
 
@@ -128,7 +95,7 @@ def process_cmdline(pid: int) -> list[str] | None:
 
 
 def is_ours(record: PidRecord) -> bool:
-    """Whether `record.pid` is still the process `keeper dev up` started (not a reused pid)."""
+    """Whether `record.pid` is still the process `keeper-dev up` started (not a reused pid)."""
     if not pid_alive(record.pid):
         return False
     if not record.argv:
@@ -196,7 +163,7 @@ class StopResult:
 def stop_group(pid: int, grace: float) -> StopResult:
     """SIGTERM to the process group led by `pid`, SIGKILL after `grace` seconds.
 
-    `keeper dev up` starts every component as a session leader, so its pgid is its pid and
+    `keeper-dev up` starts every component as a session leader, so its pgid is its pid and
     its children (if any) are in the same group.
     """
     started = time.monotonic()
@@ -220,7 +187,7 @@ def stop_group(pid: int, grace: float) -> StopResult:
 
 @contextlib.contextmanager
 def exclusive(lock_file: Path, on_wait: Callable[[], None]) -> Iterator[None]:
-    """Serialises `keeper dev up`/`down` runs that share a run directory."""
+    """Serialises `keeper-dev up`/`down` runs that share a run directory."""
     lock_file.parent.mkdir(parents=True, exist_ok=True)
     with lock_file.open("a") as handle:
         try:

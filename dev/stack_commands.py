@@ -1,5 +1,5 @@
-"""`keeper dev`: the local stack (Temporal dev server, emulators, reclaim tap, worker) in one
-command."""
+"""`keeper-dev up`, `down` and `status`: the local stack (Temporal dev server, emulators,
+reclaim tap, worker) in one command."""
 
 from __future__ import annotations
 
@@ -17,9 +17,9 @@ from keeper.cli.output import INTERRUPTED, Output, json_options, rfc3339
 from keeper.runtime.dev_ports import PORT_BASE_MAX, PORT_BASE_MIN
 
 if TYPE_CHECKING:
-    from keeper.cli.devstack.stack import Stack
+    from dev.devstack.stack import Stack
 
-# `keeper dev status` only: the check ran and found the stack unhealthy, which scripts
+# `keeper-dev status` only: the check ran and found the stack unhealthy, which scripts
 # (`make status`, a readiness loop) tell apart from a check that could not run (1).
 EXIT_UNHEALTHY = 3
 
@@ -27,38 +27,17 @@ EXIT_UNHEALTHY = 3
 def _stack(
     keeper: KeeperContext, port_base: int | None = None, *, follow_record: bool = False
 ) -> Stack:
-    # Imported here so `keeper --help` does not pay for the Temporal SDK.
-    from keeper.cli.devstack.stack import Stack
+    # Imported here so `keeper-dev --help` does not pay for the Temporal SDK.
+    from dev.devstack.stack import Stack
 
     stack = Stack.open(keeper.config_file, port_base, follow_record=follow_record)
     if stack.followed is not None:
         click.echo(
-            f"(the running stack's settings: {stack.followed.describe()}, as `keeper dev up` "
+            f"(the running stack's settings: {stack.followed.describe()}, as `keeper-dev up` "
             "recorded them)",
             err=True,
         )
     return stack
-
-
-@click.group()
-def dev() -> None:
-    """Run keeper's local stack: a Temporal dev server, the emulators, the tap and a worker.
-
-    \b
-      keeper dev up        start whatever is not running yet and wait until it is healthy
-      keeper dev status    show each component (exit 3 when one is not healthy)
-      keeper dev down      stop what `up` started
-
-    Everything comes from the settings file (--config, else ./temporal-dev.yaml, else the
-    checkout's temporal-dev.yaml) and the environment on top of it. The stack lives beside
-    that file: relative paths in it are taken from its directory, whatever directory
-    `keeper dev` runs in. Each component runs detached in its own process group, in that
-    directory, logs to <worker.log_dir>/<component>.log (default .dev/logs/) and is
-    tracked by a pid file in run/ next to temporal.db_file (default .dev/run/).
-
-    With --json, `up`, `down` and `status` print the status report (`keeper dev status
-    --help`) on stdout and their progress lines on stderr.
-    """
 
 
 @contextlib.contextmanager
@@ -72,7 +51,7 @@ def _progress_to_stderr(out: Output) -> Iterator[None]:
 
 
 def _report(keeper: KeeperContext) -> dict[str, Any]:
-    """`keeper dev status`'s report, its timestamps in the one format (RFC 3339 UTC)."""
+    """`keeper-dev status`'s report, its timestamps in the one format (RFC 3339 UTC)."""
     report = asyncio.run(_stack(keeper, follow_record=True).status())
     for comp in report["components"].values():
         started = comp.get("started_at")
@@ -82,7 +61,7 @@ def _report(keeper: KeeperContext) -> dict[str, Any]:
     return report
 
 
-@dev.command()
+@click.command()
 @click.option(
     "--timeout",
     type=click.FloatRange(min=1),
@@ -165,14 +144,14 @@ def up(
     except KeyboardInterrupt:
         out.note(
             "\nInterrupted. Components started so far keep running: "
-            "`keeper dev status` shows them, `keeper dev down` stops them."
+            "`keeper-dev status` shows them, `keeper-dev down` stops them."
         )
         sys.exit(INTERRUPTED)
     if out.json:
         out.data(_report(keeper))
 
 
-@dev.command()
+@click.command()
 @click.option(
     "--purge",
     is_flag=True,
@@ -189,7 +168,7 @@ def up(
 @json_options
 @pass_keeper
 def down(keeper: KeeperContext, purge: bool, timeout: float, out: Output) -> None:
-    """Stop the processes that `keeper dev up` started.
+    """Stop the processes that `keeper-dev up` started.
 
     Only processes recorded in the pid files are stopped (worker first, then the tap, the
     emulators, and Temporal last): SIGTERM to the process group, then SIGKILL after
@@ -244,10 +223,10 @@ def _print_status(report: dict[str, Any]) -> None:
     if report["metrics_url"]:
         click.echo(f"Metrics: {report['metrics_url']}")
     if not report["healthy"]:
-        click.echo("Not everything is healthy: `keeper dev up` starts what is missing.", err=True)
+        click.echo("Not everything is healthy: `keeper-dev up` starts what is missing.", err=True)
 
 
-@dev.command()
+@click.command()
 @json_options
 @pass_keeper
 def status(keeper: KeeperContext, out: Output) -> None:
@@ -257,7 +236,7 @@ def status(keeper: KeeperContext, out: Output) -> None:
     healthy, 3 otherwise (a disabled component is not needed, e.g. the TPU emulator when
     tpu.endpoint is `gcp`). A
     versioned worker whose build is not the current version gets no tasks and is reported
-    unhealthy; `keeper dev up` makes it current.
+    unhealthy; `keeper-dev up` makes it current.
 
     \b
     Without --config (or KEEPER_CONFIG), it reads the settings the running stack was

@@ -1,4 +1,4 @@
-"""`keeper emulator iris`: read and drive the iris emulator (emulators/iris) through its
+"""`keeper-dev emulator iris`: read and drive the iris emulator (emulators/iris) through its
 control API under /control/ on the emulator's one port (docs/iris-emulator.md)."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from typing import Any
 import click
 import httpx
 
+from dev.devstack.layout import iris_emulator_serves
 from keeper.cli.context import KeeperContext, current_keeper
-from keeper.cli.devstack.layout import iris_emulator_serves
-from keeper.cli.devstack.other_base import other_base_advice
+from keeper.cli.local_stack import other_base_advice
 from keeper.cli.output import CommandFailed, Output, json_options
 from keeper.runtime.dev_ports import PORT_BASE_ENV, PORT_OFFSETS, dial_host
 
@@ -39,7 +39,7 @@ def emulator_address(url: str | None, given_by: str = "--url") -> IrisAddress:
             url,
             given_by,
             f"Check {given_by}, or leave it out to use the dev stack's emulator "
-            "(emulator.iris_port; `keeper dev up` starts it).",
+            "(emulator.iris_port; `keeper-dev up` starts it).",
         )
     settings = (current_keeper() or KeeperContext()).settings
     emu = settings.emulator
@@ -50,12 +50,12 @@ def emulator_address(url: str | None, given_by: str = "--url") -> IrisAddress:
         origin = "emulator.host/emulator.iris_port"
     elsewhere = f"{other_base_advice(settings)}; an emulator elsewhere: --url or {URL_ENV}."
     if iris_emulator_serves(settings):
-        start = "Start the dev stack with `keeper dev up` (it runs the iris emulator there); "
+        start = "Start the dev stack with `keeper-dev up` (it runs the iris emulator there); "
     else:
         # The stack would not start one: the worker watches a real controller.
         start = (
             f"watch.controller_url is {settings.watch.controller_url}, not the emulator, so "
-            "`keeper dev up` runs none; "
+            "`keeper-dev up` runs none; "
         )
     return IrisAddress(f"http://{dial_host(emu.host)}:{emu.iris_port}", origin, start + elsewhere)
 
@@ -90,8 +90,8 @@ class IrisControl:
             raise CommandFailed(
                 f"the iris emulator refused {method} {path}: {text}",
                 hint=(refused or {}).get(response.status_code)
-                or "`keeper emulator iris scenario` lists the scenarios it plays, "
-                "`keeper emulator iris state` its jobs.",
+                or "`keeper-dev emulator iris scenario` lists the scenarios it plays, "
+                "`keeper-dev emulator iris state` its jobs.",
                 url=self.base,
                 http_status=response.status_code,
             )
@@ -124,7 +124,7 @@ def _url_option(func: Any) -> Any:
 def iris() -> None:
     """Read and script the iris emulator job watch runs against.
 
-    `keeper dev up` runs it (`python -m emulators.iris`) on emulator.iris_port (10000, or
+    `keeper-dev up` runs it (`python -m emulators.iris`) on emulator.iris_port (10000, or
     base + 10 with dev.port_base / KEEPER_DEV_PORT_BASE): iris's Connect-JSON controller
     API and, on the same port, a control API under /control/ that these commands use.
     They talk to that port unless --url (KEEPER_IRIS_EMULATOR_URL) names another.
@@ -167,7 +167,7 @@ def launch(
     job_id = name if name.startswith("/") else f"/{user}/{name}"
     taken = (
         f"Job {job_id} is still running: launch under another NAME (or --user), or again once "
-        "it has finished; `keeper emulator iris state` lists the jobs."
+        "it has finished; `keeper-dev emulator iris state` lists the jobs."
     )
     job = _control(url).call("POST", "/jobs", body, refused={409: taken})
     if out.json:

@@ -1,10 +1,10 @@
-"""`keeper job demo`: on the local stack, launch a zephyr job whose workers are KILLED and
+"""`keeper-dev demo job`: on the local stack, launch a zephyr job whose workers are KILLED and
 retried, and watch keeper follow it to the latest attempt and to its end, touching nothing.
 
-The job is launched through keeper's own iris client on the dev stack's iris emulator (`keeper
-dev up` starts it), asking for its `killed-retry` scenario; the JobWatch workflow on the worker
-does the watching. The emulator's action log is the judge of "touching nothing": the only
-call on it that changes anything must be the demo's own launch.
+The job is launched through keeper's own iris client on the dev stack's iris emulator
+(`keeper-dev up` starts it), asking for its `killed-retry` scenario; the JobWatch workflow on
+the worker does the watching. The emulator's action log is the judge of "touching nothing":
+the only call on it that changes anything must be the demo's own launch.
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ from typing import Any
 import click
 import httpx
 
+from keeper.cli.connect import client_for
 from keeper.cli.context import KeeperContext, pass_keeper
 from keeper.cli.output import CommandFailed, Output, json_options
-from keeper.cli.temporal_ops import client_for
-from keeper.cli.watch.commands import job, start_watch
+from keeper.cli.watch.commands import start_watch
 from keeper.cli.watch.lookup import query_view
 from keeper.domain.watch.calls import JobWatchResult
 from keeper.domain.watch.models import WatchOutcome, WatchView
@@ -50,7 +50,7 @@ def _emulator_actions(settings: Settings) -> list[dict[str, Any]]:
         raise CommandFailed(
             f"watch.controller_url {settings.watch.controller_url} is not the iris emulator "
             f"({type(err).__name__}): the demo plays one of its scenarios",
-            hint="Start the local stack with `keeper dev up` (it starts the iris emulator), "
+            hint="Start the local stack with `keeper-dev up` (it starts the iris emulator), "
             "or leave watch.controller_url unset.",
         ) from None
 
@@ -82,7 +82,7 @@ def demo(keeper: KeeperContext, timeout: float, out: Output) -> None:
     Progress goes to stderr, one line per change.
 
     Exit status: 0 when all of that held, 1 otherwise (including a stack that is not up:
-    `keeper dev up` first).
+    `keeper-dev up` first).
 
     \b
     --json prints {"job_id", "workflow_id", "outcome", "followed_retry",
@@ -90,7 +90,7 @@ def demo(keeper: KeeperContext, timeout: float, out: Output) -> None:
 
     \b
     Example:
-      keeper job demo --timeout 300     # after `keeper dev up`
+      keeper-dev demo job --timeout 300     # after `keeper-dev up`
     """
     settings = keeper.settings
     before = [a for a in _emulator_actions(settings) if a.get("method") != "LaunchJob"]
@@ -177,6 +177,3 @@ async def _demo(settings: Settings, out: Output, within: float, actions_before: 
             f"{len(stale_seen)} stale coordinator(s) and stopped nothing "
             f"({summary['seconds']}s)"
         )
-
-
-job.add_command(demo)

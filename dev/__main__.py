@@ -1,0 +1,5 @@
+"""`python -m dev ...` is `keeper-dev ...`."""
+
+from dev.main import main
+
+main()
