@@ -18,13 +18,14 @@ from typing import Any
 
 import click
 import httpx
-from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.client import Client
 
 from dev.emulator_spur import SpurControl, holdings_of
 from keeper.cli.connect import client_for
 from keeper.cli.context import KeeperContext, pass_keeper
 from keeper.cli.output import CommandFailed, Output, json_options
 from keeper.cli.reclaim.runs import reclaims_of
+from keeper.cli.workflow_view import status_name
 from keeper.domain.common.durations import format_duration
 from keeper.domain.reclaim.identity import NodeNameError, canonical_node
 from keeper.domain.reclaim.state import JobReclaimResult
@@ -229,7 +230,7 @@ async def _follow(
             if step and step != seen.step:
                 seen.step = step
                 progress.line(f"step {step}")
-            status = WorkflowExecutionStatus(wf.status).name if wf.status else None
+            status = status_name(wf)
             if status != "RUNNING":
                 seen.status = status
                 if status == "COMPLETED":

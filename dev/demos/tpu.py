@@ -1,6 +1,6 @@
 """`keeper-dev demo tpu`: bootstrap a small reserved slice on the local stack, against the TPU
 emulator's demo scenarios, and follow it to READY (or through a failure and its
-compensation) with the live progress view of `keeper tpu bootstrap --wait`."""
+compensation) with the live progress view of `keeper tpu bootstrap --follow`."""
 
 from __future__ import annotations
 
