@@ -372,7 +372,7 @@ async def test_each_run_reads_the_workers_settings_once_and_a_change_reaches_the
         handle = await start(time_env, worker.task_queue, request)
         result = asyncio.create_task(failure_of(handle))
         latest = time_env.client.get_workflow_handle(handle.id)
-        stuck = await wait_for_status(latest, lambda s: s.compensation_stuck)
+        stuck = await wait_for_status(latest, lambda s: s.compensation_stuck, within=240)
         monkeypatch.setattr(workflow.Info, "is_continue_as_new_suggested", lambda self: False)
         clocked_emu.clear_faults()
         await asyncio.wait_for(result, 120)
