@@ -75,7 +75,7 @@ postgres: ## install Debian's postgresql server if no server binaries are found
 		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq postgresql >/dev/null \
 		|| { echo "could not install postgresql; install it (apt-get install postgresql) and rerun" >&2; exit 1; }; fi
 
-# The alert rule tests (tests/test_alert_rules.py) run a real Prometheus' promtool on
+# The alert rule tests (tests/common/test_alert_rules.py) run a real Prometheus' promtool on
 # deploy/prometheus: `promtool check rules` and `promtool test rules`.
 promtool: ## install Debian's prometheus package (it has promtool) if no promtool is found
 	@if command -v promtool >/dev/null 2>&1; then :; \
@@ -86,14 +86,14 @@ promtool: ## install Debian's prometheus package (it has promtool) if no promtoo
 		|| { echo "could not install prometheus; install it (apt-get install prometheus), or put \
 a promtool from prometheus.io on PATH, and rerun" >&2; exit 1; }; fi
 
-# The real_iris tests (tests/test_watch_real_iris.py) run the real iris controller, marin-iris's
+# The real_iris tests (tests/watch/test_watch_real_iris.py) run the real iris controller, marin-iris's
 # LocalCluster, which needs Python 3.12 or 3.13: it gets a venv of its own inside keeper's
 # (.venv/iris, so `make clean` removes it), re-installed only when its pinned requirements
 # change. IRIS_PYTHON is the first of python3.13, python3.12, python3 and pyenv's 3.13 and 3.12
 # that runs and is 3.12 or 3.13; a machine without one is an error, never a skip.
 IRIS_VENV ?= $(VENV)/iris
 IRIS_STAMP := $(IRIS_VENV)/.installed
-IRIS_REQUIREMENTS := tests/real_iris/requirements.txt
+IRIS_REQUIREMENTS := tests/watch/real_iris/requirements.txt
 IRIS_OK := import sys; sys.exit(not (3, 12) <= sys.version_info[:2] < (3, 14))
 PYENV_VERSIONS := $${PYENV_ROOT:-$$HOME/.pyenv}/versions
 IRIS_PYTHON ?= $(shell for p in python3.13 python3.12 python3 $(PYENV_VERSIONS)/3.13*/bin/python3 \
@@ -155,7 +155,7 @@ fmt: $(STAMP) ## apply ruff's fixes and formatting
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
 
-# The stubs are committed; tests/test_spur_wire.py fails when they no longer match the .proto.
+# The stubs are committed; tests/reclaim/test_spur_wire.py fails when they no longer match the .proto.
 # They import as keeper.wire.spur, the installed name: protoc sees the checkout as keeper/.
 proto: $(STAMP) ## regenerate the gRPC stubs in wire/ from their .proto files
 	rm -rf .dev/proto && mkdir -p .dev/proto

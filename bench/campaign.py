@@ -3,7 +3,7 @@ audit of what the emulators still hold against what the workflows say they own.
 
 Run from the repository root:
 
-    python bench/campaign.py                  # the short draw of tests/test_campaign.py
+    python bench/campaign.py                  # the short draw of tests/common/test_campaign.py
     python bench/campaign.py --seed 7 --bootstraps 40 --deletions 40
     python bench/campaign.py --long           # 500 bootstraps, 2,000 deletions, SIGKILLed
                                               # workers, the property tests at 10,000 examples
@@ -63,8 +63,8 @@ MAX_RUNNER_PROPERTY_BATCH = 50
 # Bootstraps and deletions in flight across each dev-server restart.
 RESTART_RUNS = 10
 # The property tests the long version runs at PROPERTY_EXAMPLES, each a pytest subprocess.
-RUNNER_PROPERTIES = "tests/test_runner_properties.py"
-RECLAIM_PROPERTIES = "tests/test_reclaim_properties.py"
+RUNNER_PROPERTIES = "tests/runners/test_runner_properties.py"
+RECLAIM_PROPERTIES = "tests/reclaim/test_reclaim_properties.py"
 
 
 def parse(argv: list[str]) -> argparse.Namespace:

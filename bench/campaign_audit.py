@@ -114,7 +114,7 @@ async def audit_tpu(
 
 
 async def audit_runners(client: Client, world: Any) -> list[Finding]:
-    """`world` is a tests.runner_world.RunnerWorld (store, GitHub emulator, provider)."""
+    """`world` is a tests.runners.world.RunnerWorld (store, GitHub emulator, provider)."""
     findings: list[Finding] = []
     records = await asyncio.to_thread(world.store.list, include_deleted=True)
     live: dict[str, Any] = {}
@@ -167,7 +167,7 @@ async def audit_runners(client: Client, world: Any) -> list[Finding]:
 
 
 async def audit_reclaim(client: Client, world: Any, nodes: Iterable[str]) -> list[Finding]:
-    """`world` is a tests.reclaim_world.ReclaimWorld."""
+    """`world` is a tests.reclaim.world.ReclaimWorld."""
     findings: list[Finding] = []
     cluster = world.emu.cluster
     for node in nodes:

@@ -22,7 +22,7 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureEr
 from bench.campaign_plan import RunSpec
 from bench.campaign_report import RunOutcome
 from bench.campaign_workers import Killable
-from tests.reclaim_world import FAST, ReclaimWorld, until
+from tests.reclaim.world import FAST, ReclaimWorld, until
 
 HOUR = 3600.0
 # Upper bounds, generous for a SIGKILL: a call the dead worker held is retried after its

@@ -29,7 +29,7 @@ from keeper.domain.tpu.phases import Phase
 from keeper.runtime.tpu.client import emulator_client
 from keeper.workers.main import build_worker
 from tests.harness import RestartableServer, settings_for_tests, slice_request
-from tests.runner_world import eventually, runner_world
+from tests.runners.world import eventually, runner_world
 
 # Long enough in assign that the restart lands while every bootstrap still waits there.
 HELD = Scenario(assign_after=20, active_after=0.5, ips_after=0.2, delete_duration=0.3)

@@ -52,10 +52,10 @@ from keeper.workers.versioning import workflow_runner
 from keeper.workflows.reclaim.job_reclaim import JobReclaim
 from tests.conftest import claimed_ip_prefix
 from tests.harness import free_port, register_search_attributes, settings_for_tests, tool_path
-from tests.reclaim_world import reclaim_world
-from tests.runner_world import TOKEN as GITHUB_TOKEN
-from tests.runner_world import runner_world
-from tests.watch_world import SPEED, WatchWorld, watch_world
+from tests.reclaim.world import reclaim_world
+from tests.runners.world import TOKEN as GITHUB_TOKEN
+from tests.runners.world import runner_world
+from tests.watch.world import SPEED, WatchWorld, watch_world
 from tests.webhook_receiver import webhook_receiver
 from tests.worker_processes import write_family_worker_config
 

@@ -21,7 +21,7 @@ from bench.campaign_plan import RunSpec
 from bench.campaign_report import RunOutcome
 from bench.campaign_workers import Killable
 from emulators.provider import state as provider_state
-from tests.runner_world import RunnerWorld, eventually
+from tests.runners.world import RunnerWorld, eventually
 
 # Upper bounds, generous for a SIGKILL: an activity the dead worker held is retried only once
 # its timeout has passed.

@@ -19,7 +19,7 @@ from temporalio.client import WorkflowFailureError
 from bench.campaign_plan import RunSpec
 from bench.campaign_report import RunOutcome
 from bench.campaign_workers import Killable
-from tests.watch_world import WatchWorld
+from tests.watch.world import WatchWorld
 
 # Upper bounds, generous for a SIGKILL: a new worker process takes seconds to poll on a busy
 # host, and the check the dead one held runs again after its heartbeat timeout (30 s).

@@ -23,7 +23,7 @@ from pathlib import Path
 from temporalio.worker import Worker
 
 from tests.e2e_support import start_worker_process
-from tests.runner_world import RunnerWorld
+from tests.runners.world import RunnerWorld
 from tests.worker_processes import write_worker_config
 
 
@@ -77,7 +77,7 @@ def write_tpu_worker_config(path: Path, address: str, grpc_target: str, task_que
 
 def write_runner_worker_config(path: Path, address: str, world: RunnerWorld, token: str) -> Path:
     """Settings for a worker process serving only the runner family of `world`, with the
-    deletion timings of tests/runner_world.py's FAST_POLICY."""
+    deletion timings of tests/runners/world.py's FAST_POLICY."""
     token_file = path.parent / "github-token"
     token_file.write_text(token + "\n")
     return write_worker_config(

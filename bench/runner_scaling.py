@@ -13,7 +13,7 @@ database (a throwaway server from the machine's binaries, tests/postgres_server.
 --store-url names one). Each phase adds N runners (a record in the store, a registration in
 the GitHub emulator, an instance in the emulated GARM provider, mode "normal"), starts W
 worker processes, `keeper worker --family runners` from one settings file (one task queue,
-one store URL; tests/worker_processes.py, as tests/test_scale_out.py), waits until each
+one store URL; tests/worker_processes.py, as tests/common/test_scale_out.py), waits until each
 polls, runs one deletion alone, then submits all N at once through keeper's own request
 path (bench/runner_deletion.py's batch) and times the first submit to the last close. At
 the end every record must be `deleted` and no instance or registration may remain.

@@ -6,7 +6,7 @@ replays, so a metric counts what happened once) and activities through
 a metric or label the table does not declare. The endpoint is the SDK's own Prometheus
 exporter, so the SDK's `temporal_*` metrics (pollers, task latencies, slots) share it.
 
-docs/operations.md#metrics-and-logs lists this table; tests/test_metrics.py checks that the
+docs/operations.md#metrics-and-logs lists this table; tests/common/test_metrics.py checks that the
 list, the alert rules and the dashboard name only metrics that exist.
 """
 

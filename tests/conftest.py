@@ -21,7 +21,7 @@ from keeper.runtime import search_attributes as sa
 from keeper.store import RunnerStore, open_store
 from tests.harness import env_flag, register_search_attributes, tool_path
 from tests.postgres_server import PostgresServer, postgres_server
-from tests.runner_world import RunnerWorld, runner_world
+from tests.runners.world import RunnerWorld, runner_world
 
 
 @pytest.fixture(autouse=True)
@@ -163,6 +163,6 @@ def runner_store(store_url: str) -> Iterator[RunnerStore]:
 
 @pytest.fixture
 async def world(tmp_path: Path) -> AsyncIterator[RunnerWorld]:
-    """A runner world: SQLite store, GitHub emulator, emulated provider (tests/runner_world.py)."""
+    """A runner world: SQLite store, GitHub emulator, emulated provider (tests/runners/world.py)."""
     async with runner_world(tmp_path) as w:
         yield w

@@ -1,7 +1,7 @@
 """Writes constraints.txt, keeper's lock: every distribution keeper-temporal and its dev
 extra need (the whole tree, not only what pyproject.toml names), each pinned at the version
 installed in this interpreter's environment. `make constraints` runs it with .venv's python;
-tests/test_constraints.py checks the file against pyproject.toml and .venv.
+tests/common/test_constraints.py checks the file against pyproject.toml and .venv.
 
     python tests/constraints.py [OUT]    (default: constraints.txt at the checkout's root)
 """
@@ -24,7 +24,7 @@ HEADER = """\
 # keeper's pinned dependencies: every distribution keeper-temporal and its dev extra need,
 # the whole tree, at the versions the tests last passed with (keeper itself is not listed).
 # pip takes the file as constraints (-c): `make venv` (and so `make test`), the Dockerfile's
-# install of the wheel and the clean-venv wheel test (tests/test_packaging.py) install
+# install of the wheel and the clean-venv wheel test (tests/common/test_packaging.py) install
 # exactly these versions, so two images built from one commit hold the same code. A
 # constraint installs nothing by itself: the wheel's install takes the runtime ones only.
 #
@@ -32,7 +32,7 @@ HEADER = """\
 # (tests/constraints.py). To add a dependency: add it to pyproject.toml, `make venv` (pip
 # takes the newest release for a name this file does not pin yet), `make constraints`. To
 # move a pin: `.venv/bin/pip install 'NAME==VERSION'` (or `-U NAME`), `make constraints`,
-# then `make test`. tests/test_constraints.py fails while a requirement of pyproject.toml is
+# then `make test`. tests/common/test_constraints.py fails while a requirement of pyproject.toml is
 # missing here or pinned outside its range.
 """
 

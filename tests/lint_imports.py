@@ -3,7 +3,7 @@
 Installed, the design card's folders are the package `keeper` (keeper.domain, keeper.cli, ...);
 in a checkout that package exists only through the editable install's import hook, which
 import-linter cannot walk. So this lays out a real `keeper/` of links to the checkout's
-folders and runs lint-imports with it first on the path. `make lint` and tests/test_layers.py
+folders and runs lint-imports with it first on the path. `make lint` and tests/common/test_layers.py
 run it: python tests/lint_imports.py [ROOT]."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""Recording workflow histories for tests/test_replay.py, on demand:
+"""Recording workflow histories for tests/common/test_replay.py, on demand:
 
-    KEEPER_RECORD_HISTORIES=1 KEEPER_HISTORY_DIR=<folder> pytest tests/test_<family>_recordings.py
+    KEEPER_RECORD_HISTORIES=1 KEEPER_HISTORY_DIR=<folder> pytest tests/<family>/test_*_recordings.py
 
 writes into tests/histories/<folder>/ (today's date when unset) and never overwrites a file:
 a recording is never edited or removed (docs/operations.md, Rollouts).

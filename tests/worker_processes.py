@@ -1,7 +1,7 @@
 """Several `keeper worker` processes on one task queue base: started from one settings file,
 waited for until each polls, killed one by one, and read from /proc.
 
-Shared by tests/test_scale_out.py and the scale-out benchmarks (bench/scale_out.py,
+Shared by tests/common/test_scale_out.py and the scale-out benchmarks (bench/scale_out.py,
 bench/runner_scaling.py), so the suite and the figures run the same workers.
 """
 

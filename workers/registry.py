@@ -23,7 +23,7 @@ from keeper.workers.input_guard import InputGuard, InputHelp
 WORKFLOWS: list[type] = [wf for family in FAMILIES.values() for wf in family.workflows]
 
 # What a workflow started with no input (or several) tells its caller, by workflow type.
-# Every entry of WORKFLOWS has one, and each example is a valid input (tests/test_inputs.py).
+# Every entry of WORKFLOWS has one, and each example is a valid input (tests/common/test_inputs.py).
 INPUT_HELP: dict[str, InputHelp] = {
     name: help for family in FAMILIES.values() for name, help in family.input_help.items()
 }

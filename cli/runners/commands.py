@@ -74,7 +74,7 @@ S = InstanceStatus
 NAME_RULE = "1-64 characters: letters, digits, '.', '_' and '-', starting with a letter or digit"
 REASON_LIMIT = DeletionRequest.model_fields["reason"].metadata[0].max_length
 FOLLOW_TICK_S = 0.5
-# The renderers' earlier names here (tests/test_untrusted.py checks them for inert output).
+# The renderers' earlier names here (tests/common/test_untrusted.py checks them for inert output).
 _view_text = view_text
 _result_text = result_text
 

@@ -1,7 +1,7 @@
 """What a runner deletion knows, as one frozen `DeletionState`, and every change to it.
 
 The workflow holds one state and replaces it through the pure functions here (table-tested
-in tests/test_runner_state.py); the `status` query, the UI's details and the result are
+in tests/runners/test_runner_state.py); the `status` query, the UI's details and the result are
 rendered from it (domain.runners.deletion_view), and a run that rolls over hands it whole to
 the next one (`RunnerDeletionInput.carry`). The record itself is never carried: each step
 reads it again from the store.

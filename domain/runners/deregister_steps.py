@@ -3,7 +3,7 @@ answer, a force arriving mid-call, a forced call giving up), the next move.
 
 `RunnerDeletion._deregister` only carries the moves out: it asks GitHub in the mode the
 state says, and stops on DONE or LEAVE. Every rule is here, in one pure function per event,
-with table tests (tests/test_deregister_steps.py).
+with table tests (tests/runners/test_deregister_steps.py).
 
 | event | mode | answer | act | the deletion shows |
 |---|---|---|---|---|

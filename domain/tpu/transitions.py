@@ -3,7 +3,7 @@
 The phase child and its supervisor each keep one immutable state (PhaseRunState,
 SupervisorState in domain/tpu/models.py) and replace it only with what a function here
 returns; the workflow then publishes it (status_view.render_details, the KeeperStep search
-attribute) and the child signals it to its supervisor. tests/test_tpu_transitions.py
+attribute) and the child signals it to its supervisor. tests/tpu/test_tpu_transitions.py
 tables them.
 
 | who        | event                                   | function                | phase after |
