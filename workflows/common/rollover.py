@@ -12,9 +12,13 @@ from collections.abc import Callable
 from temporalio import workflow
 
 
-def history_is_long(events_limit: int) -> bool:
+def history_is_long(events_limit: int | None = None) -> bool:
+    """The server suggests continuing as new, or the history passed the family's limit (a
+    family without one, such as the TPU workflows, goes by the server alone)."""
     info = workflow.info()
-    return info.is_continue_as_new_suggested() or info.get_current_history_length() >= events_limit
+    if info.is_continue_as_new_suggested():
+        return True
+    return events_limit is not None and info.get_current_history_length() >= events_limit
 
 
 async def handlers_finished(unless: Callable[[], bool] = lambda: False) -> bool:

@@ -58,7 +58,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from keeper.runtime.tpu import search_attributes as sa
     from keeper.workflows.common.publishing import Publisher
-    from keeper.workflows.common.rollover import handlers_finished
+    from keeper.workflows.common.rollover import handlers_finished, history_is_long
     from keeper.workflows.common.shielded import run_to_completion
     from keeper.workflows.tpu import calls, metrics
     from keeper.workflows.tpu.bootstrap_run import PROGRESS_SIGNAL, TpuSliceBootstrapRun
@@ -194,7 +194,7 @@ class TpuSliceBootstrap:
         self._set(supervisor_compensation_seen(self._state, progress, workflow.now()))
         if turned_stuck(before, self._state.status):
             metrics.compensation("stuck")
-        if workflow.info().is_continue_as_new_suggested():
+        if history_is_long():
             # The owner stays the run that created the resources (their labels name it).
             workflow.logger.warning(
                 "compensation of %s still running after %d windows; continuing as new",

@@ -72,7 +72,7 @@ with workflow.unsafe.imports_passed_through():
         revised,
     )
     from keeper.workflows.common.publishing import Publisher
-    from keeper.workflows.common.rollover import handlers_finished
+    from keeper.workflows.common.rollover import handlers_finished, history_is_long
     from keeper.workflows.common.shielded import run_to_completion
     from keeper.workflows.tpu import activity_options as opts
     from keeper.workflows.tpu import calls, metrics
@@ -299,7 +299,7 @@ class TpuSliceBootstrapRun:
         status = compensation_seen(self._status, progress, workflow.now())
         self._update(status, tell_supervisor=not self._state.orphaned)
         self._count_orphaned()
-        if workflow.info().is_continue_as_new_suggested():
+        if history_is_long():
             # However long it stays stuck, the history stays bounded; the owner rides in
             # the input, so ownership checks are the same in the next run.
             workflow.logger.warning(

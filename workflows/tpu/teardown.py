@@ -31,7 +31,7 @@ with workflow.unsafe.imports_passed_through():
     from keeper.domain.tpu.status_view import render_teardown
     from keeper.runtime.tpu import search_attributes as sa
     from keeper.workflows.common.publishing import Publisher
-    from keeper.workflows.common.rollover import handlers_finished
+    from keeper.workflows.common.rollover import handlers_finished, history_is_long
     from keeper.workflows.common.shielded import run_to_completion
     from keeper.workflows.tpu import calls
     from keeper.workflows.tpu.compensation import delete_slice, deletion
@@ -86,7 +86,7 @@ class TpuSliceTeardown:
     async def _progress(self, progress: CompensationProgress) -> None:
         note = describe_progress(progress, workflow.now())
         self._set(self._state.model_copy(update={"deletion": note, "progress": progress}), DELETING)
-        if workflow.info().is_continue_as_new_suggested():
+        if history_is_long():
             # However long the delete stays stuck, the history stays bounded.
             workflow.logger.warning(
                 "teardown of %s still deleting after %d windows; continuing as new",
