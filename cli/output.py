@@ -20,15 +20,16 @@ gcloud's global `--format`; a command's own `--json` / `-o` does the same for it
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import enum
 import functools
 import json
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 import click
 from click.shell_completion import CompletionItem
@@ -40,6 +41,7 @@ USAGE = 2
 INTERRUPTED = 130
 
 F = TypeVar("F", bound=Callable[..., Any])
+P = ParamSpec("P")
 
 # Whether the running command was asked for JSON; errors raised anywhere below it read it.
 _json_mode: contextvars.ContextVar[bool] = contextvars.ContextVar("keeper_json", default=False)
@@ -77,6 +79,16 @@ def to_jsonable(value: Any) -> Any:
 
 def dumps(payload: Any) -> str:
     return json.dumps(to_jsonable(payload), indent=2, default=str)
+
+
+def table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
+    """Aligned columns, two spaces apart, the last one left ragged."""
+    body = [header, *rows]
+    widths = [max(len(row[i]) for row in body) for i in range(len(header) - 1)]
+    return [
+        "  ".join([*(c.ljust(w) for c, w in zip(row[:-1], widths, strict=True)), row[-1]]).rstrip()
+        for row in body
+    ]
 
 
 class Output:
@@ -130,6 +142,16 @@ def json_options(func: F) -> F:
         return func(*args, out=Output(wanted), **kwargs)
 
     return wrapper  # type: ignore[return-value]
+
+
+def exits(body: Callable[P, Awaitable[int]]) -> Callable[P, None]:
+    """A command whose body is async: the process exits with the code it returns."""
+
+    @functools.wraps(body)
+    def command(*args: P.args, **kwargs: P.kwargs) -> None:
+        raise SystemExit(asyncio.run(body(*args, **kwargs)))
+
+    return command
 
 
 def use_json(wanted: bool) -> None:

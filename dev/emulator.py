@@ -3,42 +3,34 @@
 from __future__ import annotations
 
 import asyncio
-import dataclasses
-import inspect
 import json
 import logging
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any, TextIO
 
 import click
-import httpx
 import yaml
 from pydantic import ValidationError
 
+from dev.control_api import at_stack, indented_table, show
 from dev.emulator_iris import iris
 from dev.emulator_spur import spur
 from emulators.tpu.faults import ERROR_CODES, FAULT_METHODS
 from keeper.cli.context import KeeperContext, pass_keeper
-from keeper.cli.local_stack import other_base_advice
-from keeper.cli.output import CommandFailed, OneOf, Output, UsageProblem, json_options, rfc3339
+from keeper.cli.output import OneOf, Output, UsageProblem, json_options, rfc3339
 from keeper.domain.common.durations import documented_duration
 from keeper.domain.tpu.slice_request import SLICE_NAME_PATTERN
-from keeper.runtime.dev_ports import PORT_OFFSETS
-from keeper.runtime.settings import EmulatorSettings
+from keeper.runtime.dev_ports import dial_host
 
 # The scenario id that replaces the default scenario (PUT /scenarios/_default).
 DEFAULT_SCENARIO = "_default"
-
-HTTP_TIMEOUT = 10.0
-
-
 METHOD_TYPE = OneOf(["*", *FAULT_METHODS], metavar="METHOD")
 CODE_TYPE = OneOf(ERROR_CODES, metavar="CODE")
 
 
-@click.group()
+@click.group(commands=[spur, iris])
 def emulator() -> None:
     """Run the TPU emulator and script it: scenarios, injected faults, its clock.
 
@@ -51,71 +43,13 @@ def emulator() -> None:
     """
 
 
-def _control_url(settings: EmulatorSettings, path: str) -> str:
-    host = f"[{settings.host}]" if ":" in settings.host else settings.host
-    return f"http://{host}:{settings.control_port}{path}"
-
-
-def _server_error(response: httpx.Response) -> str:
-    try:
-        body = response.json()
-    except ValueError:
-        return response.text.strip() or response.reason_phrase
-    if isinstance(body, Mapping):
-        for key in ("error", "detail", "message"):
-            if body.get(key):
-                value = body[key]
-                return value if isinstance(value, str) else json.dumps(value)
-    return json.dumps(body)
-
-
 def _call(keeper: KeeperContext, method: str, path: str, body: Any = None) -> Any:
-    """One control-API request; the decoded JSON answer (or text), or CommandFailed."""
-    settings = keeper.settings.emulator
-    url = _control_url(settings, path)
-    try:
-        response = httpx.request(method, url, json=body, timeout=HTTP_TIMEOUT)
-    except httpx.ConnectError as err:
-        base = keeper.settings.dev.port_base
-        if base is not None:
-            origin = f"dev.port_base {base} + {PORT_OFFSETS['emulator.control_port']}"
-        else:
-            origin = "emulator.host/emulator.control_port"
-        served = url.rsplit(path, 1)[0]
-        raise CommandFailed(
-            f"The TPU emulator is not running at {served} ({origin}): {err}",
-            hint="Start it with `keeper-dev up` (or `keeper-dev emulator serve`); "
-            f"{other_base_advice(keeper.settings, keeper.config_file)}.",
-            url=served,
-        ) from err
-    except httpx.HTTPError as err:
-        raise CommandFailed(f"{method} {url} failed: {err}") from err
-    if response.status_code == 400:
-        raise CommandFailed(f"the emulator rejected it: {_server_error(response)}")
-    if response.status_code >= 300:
-        raise CommandFailed(
-            f"{method} {url}: HTTP {response.status_code}: {_server_error(response)}"
-        )
-    if not response.content:
-        return None
-    try:
-        return response.json()
-    except ValueError:
-        return response.text
+    start = "Start it with `keeper-dev up` (or `keeper-dev emulator serve`)"
+    control = at_stack(keeper.settings, "TPU emulator", "emulator.control_port", start)
+    return control.call(method, path, body)
 
 
 # -- serve ---------------------------------------------------------------------------------
-
-
-def _config_kwargs(config_type: Any, settings: EmulatorSettings) -> dict[str, Any]:
-    values = settings.model_dump()
-    if dataclasses.is_dataclass(config_type):
-        accepted = {f.name for f in dataclasses.fields(config_type)}
-    elif hasattr(config_type, "model_fields"):
-        accepted = set(config_type.model_fields)
-    else:
-        accepted = set(inspect.signature(config_type).parameters)
-    return {key: value for key, value in values.items() if key in accepted}
 
 
 @emulator.command()
@@ -140,127 +74,54 @@ def serve(keeper: KeeperContext, log_level: str) -> None:
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     settings = keeper.settings.emulator
-    config = EmulatorConfig(**_config_kwargs(EmulatorConfig, settings))
+    config = EmulatorConfig(**settings.model_dump(include=set(EmulatorConfig.model_fields)))
     click.echo(
         f"TPU emulator: gRPC {settings.host}:{settings.grpc_port}, "
-        f"control {_control_url(settings, '/')}",
+        f"control http://{dial_host(settings.host)}:{settings.control_port}/",
         err=True,
     )
     try:
-        result = serve_emulator(config)
-        if inspect.isawaitable(result):
-            asyncio.run(_await(result))
+        asyncio.run(serve_emulator(config))
     except KeyboardInterrupt:
         click.echo("stopped", err=True)
-
-
-async def _await(awaitable: Any) -> Any:
-    return await awaitable
 
 
 # -- state ---------------------------------------------------------------------------------
 
 
-def _items(value: Any, id_key: str = "id") -> list[dict[str, Any]]:
-    """A list of records from either a list of dicts or a dict keyed by id."""
-    if isinstance(value, Mapping):
-        out = []
-        for key, item in value.items():
-            record = dict(item) if isinstance(item, Mapping) else {"state": item}
-            record.setdefault(id_key, key)
-            out.append(record)
-        return out
-    if isinstance(value, list):
-        return [dict(item) if isinstance(item, Mapping) else {id_key: item} for item in value]
-    return []
-
-
-def _pick(record: Mapping[str, Any], *keys: str, default: Any = "-") -> Any:
-    for key in keys:
-        if record.get(key) not in (None, ""):
-            return record[key]
-    return default
-
-
-def _count(value: Any) -> int:
-    if isinstance(value, int):
-        return value
-    if isinstance(value, Iterable) and not isinstance(value, str | bytes):
-        return len(list(value))
-    return 0
-
-
-def _table(headers: tuple[str, ...], rows: list[tuple[Any, ...]]) -> list[str]:
-    cells = [tuple(str(c) for c in row) for row in rows]
-    widths = [max(len(h), *(len(r[i]) for r in cells)) for i, h in enumerate(headers)]
-    lines = ["  " + "  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True))]
-    lines += [
-        "  " + "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
-        for row in cells
-    ]
-    return lines
-
-
 def render_state(state: Mapping[str, Any]) -> str:
     """A compact, human summary of the emulator's GET /state answer."""
-    lines: list[str] = []
-    clock = _pick(state, "now", default=None)
-    if clock is not None:
-        lines.append(f"emulator clock: {clock}")
-
-    qrs = _items(_pick(state, "queued_resources", default=[]))
+    lines = [f"emulator clock: {state['now']}"] if state.get("now") else []
+    qrs = state.get("queued_resources", [])
     lines.append(f"queued resources ({len(qrs)}):")
     if qrs:
-        lines += _table(
-            ("ID", "STATE", "DELETED_AT"),
-            [
-                (
-                    _pick(qr, "id", "name"),
-                    _pick(qr, "state"),
-                    _pick(qr, "deleted_at"),
-                )
-                for qr in qrs
-            ],
-        )
-
-    nodes = _items(_pick(state, "nodes", default=[]))
+        rows = [(qr["id"], qr["state"], qr.get("deleted_at") or "-") for qr in qrs]
+        lines += indented_table(("ID", "STATE", "DELETED_AT"), rows)
+    nodes = state.get("nodes", [])
     lines.append(f"nodes ({len(nodes)}):")
     if nodes:
-        lines += _table(
-            ("ID", "STATE", "IPS"),
-            [
-                (
-                    _pick(node, "id", "name"),
-                    _pick(node, "state"),
-                    _count(_pick(node, "ips", default=[])),
-                )
-                for node in nodes
-            ],
+        lines += indented_table(
+            ("ID", "STATE", "IPS"), [(n["id"], n["state"], len(n["ips"])) for n in nodes]
         )
-
-    vms = _items(_pick(state, "vms", default=[]))
-    booted = sum(1 for vm in vms if vm.get("booted_at") or vm.get("booted") is True)
-    phoned = sum(1 for vm in vms if vm.get("phoned_home_at") or vm.get("phoned_home") is True)
-    stopped = sum(1 for vm in vms if vm.get("stopped_at"))
+    vms = state.get("vms", [])
+    booted, phoned, stopped = (
+        sum(1 for vm in vms if vm.get(key)) for key in ("booted_at", "phoned_home_at", "stopped_at")
+    )
     lines.append(f"VMs: {len(vms)} total, {booted} booted, {phoned} phoned home, {stopped} stopped")
-
-    calls = _pick(state, "calls", "api_calls", default={})
-    if isinstance(calls, Mapping) and calls:
-        total = sum(v for v in calls.values() if isinstance(v, int))
-        lines.append(f"API calls ({total}):")
-        width = max(len(str(k)) for k in calls)
-        lines += [f"  {str(k).ljust(width)}  {v}" for k, v in sorted(calls.items())]
+    calls = state.get("calls", {})
+    if calls:
+        lines.append(f"API calls ({sum(calls.values())}):")
+        width = max(len(k) for k in calls)
+        lines += [f"  {k.ljust(width)}  {v}" for k, v in sorted(calls.items())]
     else:
         lines.append("API calls: none")
-
-    faults = _pick(state, "faults", default=[])
-    if isinstance(faults, list) and faults:
+    faults = state.get("faults", [])
+    if faults:
         lines.append(f"pending faults ({len(faults)}):")
         lines += [
-            f"  {_pick(f, 'method')} -> {_pick(f, 'code')} x{_pick(f, 'count')}"
+            f"  {f['method']} -> {f['code']} x{f['count']}"
             + (f" (slice {f['slice']})" if f.get("slice") else "")
             for f in faults
-            if isinstance(f, Mapping)
         ]
     return "\n".join(lines)
 
@@ -277,12 +138,7 @@ def state(keeper: KeeperContext, out: Output) -> None:
     the emulator's state document as it is.
     """
     answer = _call(keeper, "GET", "/state")
-    if out.json:
-        out.data(answer)
-    elif isinstance(answer, Mapping):
-        out.line(render_state(answer))
-    else:
-        out.line(str(answer))
+    show(out, answer, render_state(answer))
 
 
 # -- scripting -----------------------------------------------------------------------------
@@ -340,14 +196,9 @@ def scenario(
             f"{'.'.join(str(p) for p in e['loc']) or 'scenario'}: {e['msg']}" for e in err.errors()
         )
         raise UsageProblem(f"not a scenario: {problems} (docs/emulator.md)", flag) from None
-    answer = _call(keeper, "PUT", f"/scenarios/{slice_id}", body)
-    accepted = answer.get("scenario") if isinstance(answer, Mapping) else None
-    if out.json:
-        out.data({"slice_id": slice_id, "scenario": accepted})
-        return
-    out.line(f"scenario set for {slice_id}")
-    if accepted:
-        out.line("  " + json.dumps(accepted, separators=(", ", ": ")))
+    accepted = _call(keeper, "PUT", f"/scenarios/{slice_id}", body)["scenario"]
+    text = f"scenario set for {slice_id}\n  " + json.dumps(accepted, separators=(", ", ": "))
+    show(out, {"slice_id": slice_id, "scenario": accepted}, text)
 
 
 @emulator.command()
@@ -398,17 +249,12 @@ def fault(
       keeper-dev emulator fault GetQueuedResource UNAVAILABLE --count 3
     """
     body = {"method": method, "code": code, "count": count, "slice": slice_name, "when": when}
-    answer = _call(keeper, "POST", "/faults", body)
-    added = answer.get("fault") if isinstance(answer, Mapping) else None
-    added = added if isinstance(added, Mapping) else body
-    if out.json:
-        out.data({"fault": added})
-        return
-    out.line(
-        f"fault added: the next {added.get('count', count)} call(s) of "
-        f"{added.get('method', method)} fail with {added.get('code', code)}"
-        + (f" (slice {slice_name})" if slice_name else "")
+    added = _call(keeper, "POST", "/faults", body)["fault"]
+    text = (
+        f"fault added: the next {added['count']} call(s) of {added['method']} fail with "
+        f"{added['code']}" + (f" (slice {slice_name})" if slice_name else "")
     )
+    show(out, {"fault": added}, text)
 
 
 @emulator.command()
@@ -423,12 +269,12 @@ def advance(keeper: KeeperContext, seconds: str, out: Output) -> None:
     """
     amount = _positive_seconds(seconds)
     answer = _call(keeper, "POST", "/clock/advance", {"seconds": amount})
-    now = answer.get("now") if isinstance(answer, Mapping) else None
-    if out.json:
-        out.data({"advanced_by": amount, "now": _utc(now)})
-        return
-    clock = f"; emulator time is now {_utc(now)}" if now else ""
-    out.line(f"clock advanced by {amount:g}s{clock}")
+    now = rfc3339(datetime.fromisoformat(answer["now"]))
+    show(
+        out,
+        {"advanced_by": amount, "now": now},
+        f"clock advanced by {amount:g}s; emulator time is now {now}",
+    )
 
 
 def _positive_seconds(text: str) -> float:
@@ -445,20 +291,7 @@ def _positive_seconds(text: str) -> float:
     return amount.total_seconds()
 
 
-def _utc(moment: Any) -> Any:
-    """The emulator's clock in keeper's one timestamp format."""
-    if not isinstance(moment, str):
-        return moment
-    try:
-        return rfc3339(datetime.fromisoformat(moment))
-    except ValueError:
-        return moment
-
-
 # The lists come from the emulator itself, so the help never names a method it lacks.
 fault.help = (fault.help or "").format(
     methods=", ".join(FAULT_METHODS), codes=", ".join(ERROR_CODES)
 )
-
-emulator.add_command(spur)
-emulator.add_command(iris)

@@ -3,121 +3,64 @@ control API under /control/ on the emulator's one port (docs/iris-emulator.md)."
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
-
 import click
-import httpx
 
+from dev.control_api import ControlAPI, at_stack, show
 from dev.devstack.layout import iris_emulator_serves
 from keeper.cli.context import KeeperContext, current_keeper
-from keeper.cli.local_stack import other_base_advice
-from keeper.cli.output import CommandFailed, Output, json_options
-from keeper.runtime.dev_ports import PORT_BASE_ENV, PORT_OFFSETS, dial_host
+from keeper.cli.output import Output, json_options
+from keeper.runtime.dev_ports import PORT_BASE_ENV
 
-HTTP_TIMEOUT = 10.0
 URL_ENV = "KEEPER_IRIS_EMULATOR_URL"
+# The scenarios and the jobs: what to look at when the emulator refuses a call.
+LOOK = (
+    "`keeper-dev emulator iris scenario` lists the scenarios it plays, "
+    "`keeper-dev emulator iris state` its jobs."
+)
 
 
-@dataclass(frozen=True)
-class IrisAddress:
-    """Where the commands find the emulator, and how the operator came to point there."""
-
-    url: str
-    # The settings or option that gave the URL, as an error names it.
-    origin: str
-    # What to do when nothing answers there.
-    hint: str
-
-
-def emulator_address(url: str | None, given_by: str = "--url") -> IrisAddress:
-    """The URL given (--url or KEEPER_IRIS_EMULATOR_URL), else the one the dev stack runs the
-    emulator on: emulator.host and emulator.iris_port, which the port base moves, as every
+def _control(url: str | None) -> ControlAPI:
+    """The control API at --url (or KEEPER_IRIS_EMULATOR_URL), else where the dev stack runs
+    the emulator: emulator.host and emulator.iris_port, which the port base moves, as every
     other emulator command's address follows the stack's settings."""
     if url:
-        return IrisAddress(
-            url,
-            given_by,
+        source = click.get_current_context().get_parameter_source("url")
+        given_by = URL_ENV if source is click.core.ParameterSource.ENVIRONMENT else "--url"
+        hint = (
             f"Check {given_by}, or leave it out to use the dev stack's emulator "
-            "(emulator.iris_port; `keeper-dev up` starts it).",
+            "(emulator.iris_port; `keeper-dev up` starts it)."
         )
+        return ControlAPI("iris emulator", url.rstrip("/"), given_by, hint, LOOK, "/control")
     settings = (current_keeper() or KeeperContext()).settings
-    emu = settings.emulator
-    base = settings.dev.port_base
-    if base is not None:
-        origin = f"dev.port_base {base} + {PORT_OFFSETS['emulator.iris_port']}"
-    else:
-        origin = "emulator.host/emulator.iris_port"
-    elsewhere = f"{other_base_advice(settings)}; an emulator elsewhere: --url or {URL_ENV}."
     if iris_emulator_serves(settings):
-        start = "Start the dev stack with `keeper-dev up` (it runs the iris emulator there); "
+        start = "Start the dev stack with `keeper-dev up` (it runs the iris emulator there)"
     else:
         # The stack would not start one: the worker watches a real controller.
         start = (
             f"watch.controller_url is {settings.watch.controller_url}, not the emulator, so "
-            "`keeper-dev up` runs none; "
+            "`keeper-dev up` runs none"
         )
-    return IrisAddress(f"http://{dial_host(emu.host)}:{emu.iris_port}", origin, start + elsewhere)
-
-
-class IrisControl:
-    """The iris emulator's control API; every failure is a CommandFailed that says what to do."""
-
-    def __init__(self, address: IrisAddress) -> None:
-        self.address = address
-        self.base = address.url.rstrip("/")
-
-    def call(
-        self, method: str, path: str, body: Any = None, refused: dict[int, str] | None = None
-    ) -> Any:
-        """`refused`: what to do next when the emulator answers with that HTTP status."""
-        url = f"{self.base}/control{path}"
-        try:
-            response = httpx.request(method, url, json=body, timeout=HTTP_TIMEOUT)
-        except httpx.ConnectError as err:
-            raise CommandFailed(
-                f"The iris emulator is not running at {self.base} ({self.address.origin}): {err}",
-                hint=self.address.hint,
-                url=self.base,
-            ) from err
-        except httpx.HTTPError as err:
-            raise CommandFailed(f"{method} {url} failed: {err}") from err
-        if response.status_code >= 300:
-            try:
-                text = str(response.json().get("error", response.text))
-            except ValueError:
-                text = response.text
-            raise CommandFailed(
-                f"the iris emulator refused {method} {path}: {text}",
-                hint=(refused or {}).get(response.status_code)
-                or "`keeper-dev emulator iris scenario` lists the scenarios it plays, "
-                "`keeper-dev emulator iris state` its jobs.",
-                url=self.base,
-                http_status=response.status_code,
-            )
-        return response.json()
-
-
-def _control(url: str | None) -> IrisControl:
-    """The control API at --url (or KEEPER_IRIS_EMULATOR_URL), else the dev stack's."""
-    context = click.get_current_context(silent=True)
-    from_env = (
-        context is not None
-        and context.get_parameter_source("url") is click.core.ParameterSource.ENVIRONMENT
+    also = f"; an emulator elsewhere: --url or {URL_ENV}"
+    return at_stack(
+        settings,
+        "iris emulator",
+        "emulator.iris_port",
+        start,
+        also,
+        refused_hint=LOOK,
+        prefix="/control",
     )
-    return IrisControl(emulator_address(url, URL_ENV if from_env else "--url"))
 
 
-def _url_option(func: Any) -> Any:
-    return click.option(
-        "--url",
-        envvar=URL_ENV,
-        default=None,
-        metavar="URL",
-        help=f"The emulator's address (or ${URL_ENV}). Default: the dev stack's, "
-        "http://emulator.host:emulator.iris_port, which the port base moves "
-        f"(dev.port_base, {PORT_BASE_ENV}: base + 10).",
-    )(func)
+URL_OPTION = click.option(
+    "--url",
+    envvar=URL_ENV,
+    default=None,
+    metavar="URL",
+    help=f"The emulator's address (or ${URL_ENV}). Default: the dev stack's, "
+    "http://emulator.host:emulator.iris_port, which the port base moves "
+    f"(dev.port_base, {PORT_BASE_ENV}: base + 10).",
+)
 
 
 @click.group()
@@ -132,24 +75,21 @@ def iris() -> None:
 
 
 @iris.command()
-@_url_option
+@URL_OPTION
 @json_options
 def state(url: str | None, out: Output) -> None:
     """Show every job (its scenario, children, task states, CPU rates), the faults and every
     LaunchJob/TerminateJob call received (the action log)."""
     snapshot = _control(url).call("GET", "/state")
-    if out.json:
-        out.data(snapshot)
-        return
-    out.line(f"next scenario {snapshot['next_scenario']}, speed {snapshot['speed']}x")
+    lines = [f"next scenario {snapshot['next_scenario']}, speed {snapshot['speed']}x"]
     for job in snapshot["jobs"]:
-        out.line(f"\n{job['job_id']}  scenario {job['scenario']}  t={job['t']:.0f}s")
+        lines.append(f"\n{job['job_id']}  scenario {job['scenario']}  t={job['t']:.0f}s")
         for child in job["children"]:
             states = sorted({task["state"] for task in child["tasks"]})
-            out.line(f"  {child['job_id']}  {child['state']}  tasks: {', '.join(states)}")
-    out.line(f"\nactions ({len(snapshot['actions'])})")
-    for action in snapshot["actions"]:
-        out.line(f"  {action['method']} {action['job_id']} -> {action.get('outcome')}")
+            lines.append(f"  {child['job_id']}  {child['state']}  tasks: {', '.join(states)}")
+    lines.append(f"\nactions ({len(snapshot['actions'])})")
+    lines += [f"  {a['method']} {a['job_id']} -> {a.get('outcome')}" for a in snapshot["actions"]]
+    show(out, snapshot, "\n".join(lines))
 
 
 @iris.command()
@@ -157,7 +97,7 @@ def state(url: str | None, out: Output) -> None:
 @click.option("--scenario", default="healthy", show_default=True, help="What the job plays.")
 @click.option("--user", default="alice", show_default=True, help="The job id is /USER/NAME.")
 @click.option("--seed", type=int, default=None, help="Fixes names and culprits.")
-@_url_option
+@URL_OPTION
 @json_options
 def launch(
     name: str, scenario: str, user: str, seed: int | None, url: str | None, out: Output
@@ -170,15 +110,12 @@ def launch(
         "it has finished; `keeper-dev emulator iris state` lists the jobs."
     )
     job = _control(url).call("POST", "/jobs", body, refused={409: taken})
-    if out.json:
-        out.data(job)
-    else:
-        out.line(f"{job['job_id']} playing {job['scenario']}")
+    show(out, job, f"{job['job_id']} playing {job['scenario']}")
 
 
 @iris.command()
 @click.option("--next", "next_name", default=None, help="Make LaunchJob play this one.")
-@_url_option
+@URL_OPTION
 @json_options
 def scenario(next_name: str | None, url: str | None, out: Output) -> None:
     """List the scenarios (with --next, set the one the next LaunchJob plays)."""
@@ -186,9 +123,8 @@ def scenario(next_name: str | None, url: str | None, out: Output) -> None:
     if next_name:
         control.call("POST", "/next-scenario", {"scenario": next_name})
     listing = control.call("GET", "/scenarios")
-    if out.json:
-        out.data(listing)
-        return
-    for row in listing["scenarios"]:
-        mark = "*" if row["name"] == listing["default"] else " "
-        out.line(f"{mark} {row['name']:<20} {row['summary']}")
+    rows = [
+        f"{'*' if row['name'] == listing['default'] else ' '} {row['name']:<20} {row['summary']}"
+        for row in listing["scenarios"]
+    ]
+    show(out, listing, "\n".join(rows))

@@ -3,83 +3,56 @@ control API, on emulator.host:emulator.spur_control_port (docs/spur-emulator.md)
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from datetime import UTC, datetime
+from collections.abc import Callable, Mapping
+from datetime import datetime
 from typing import Any
 
 import click
-import httpx
 
+from dev.control_api import at_stack, indented_table, show
 from keeper.cli.context import KeeperContext, pass_keeper
 from keeper.cli.output import CommandFailed, OneOf, Output, json_options, rfc3339
-from keeper.domain.common.untrusted import terminal_text
-from keeper.runtime.dev_ports import dial_host
 from keeper.runtime.settings import Settings
 
-HTTP_TIMEOUT = 10.0
 TERMINAL_STATES = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL")
 
 
-def control_url(settings: Settings) -> str:
-    emu = settings.emulator
-    return f"http://{dial_host(emu.host)}:{emu.spur_control_port}"
-
-
-def _error_text(response: httpx.Response) -> str:
-    try:
-        body = response.json()
-    except ValueError:
-        return response.text.strip() or response.reason_phrase
-    if isinstance(body, Mapping) and isinstance(body.get("error"), str):
-        return str(body["error"])
-    return str(body)
-
-
 class SpurControl:
-    """The spur emulator's control API; every failure is a CommandFailed that says what to do."""
+    """The calls the spur commands and the reclaim demo make on its control API."""
 
     def __init__(self, settings: Settings) -> None:
-        self.base = control_url(settings)
-
-    def call(self, method: str, path: str, body: Any = None) -> Any:
-        url = f"{self.base}{path}"
-        try:
-            response = httpx.request(method, url, json=body, timeout=HTTP_TIMEOUT)
-        except httpx.ConnectError as err:
-            raise CommandFailed(
-                f"The spur emulator is not running at {self.base} "
-                f"(emulator.host/emulator.spur_control_port): {err}",
-                hint="Start it with `keeper-dev up`.",
-            ) from err
-        except httpx.HTTPError as err:
-            raise CommandFailed(f"{method} {url} failed: {err}") from err
-        if response.status_code in (400, 404, 409):
-            raise CommandFailed(
-                f"the spur emulator refused {method} {path}: {_error_text(response)}",
-                hint="`keeper-dev emulator spur state` shows its jobs and nodes.",
-            )
-        if response.status_code >= 300:
-            raise CommandFailed(
-                f"{method} {url}: HTTP {response.status_code}: {_error_text(response)}"
-            )
-        return response.json()
+        self.api = at_stack(
+            settings,
+            "spur emulator",
+            "emulator.spur_control_port",
+            "Start it with `keeper-dev up`",
+            refused_hint="`keeper-dev emulator spur state` shows its jobs and nodes.",
+        )
 
     def state(self) -> dict[str, Any]:
-        state = with_rfc3339(self.call("GET", "/state"))
-        assert isinstance(state, dict)
-        return state
+        return with_rfc3339(self.api.call("GET", "/state"))
 
     def submit(self, node: str, name: str = "job") -> dict[str, Any]:
         """A job dispatched and committed on `node` at once: RUNNING there."""
-        answer = self.call("POST", "/jobs", {"name": name, "nodes": [node]})
-        job = answer["jobs"][0]
-        assert isinstance(job, dict)
-        return job
+        self.known_node(node)
+        return self.api.call("POST", "/jobs", {"name": name, "nodes": [node]})["jobs"][0]
+
+    def known_node(self, node: str, registered: bool = False) -> None:
+        """Refuses a node the emulator has no agent on (with `registered`, none registered)."""
+        agents = [
+            a for a in self.state().get("agents", []) if a.get("registered") or not registered
+        ]
+        nodes = [str(a.get("node")) for a in agents]
+        if node not in nodes:
+            what = "registered " if registered else ""
+            raise CommandFailed(
+                f"the spur emulator has no {what}agent on node {node!r}; nothing was done",
+                hint=f"Its {what}nodes: {', '.join(nodes) or 'none'}.",
+                node=node,
+            )
 
     def complete(self, job_id: int, state: str = "COMPLETED", leak: bool = False) -> dict[str, Any]:
-        job = self.call("POST", f"/jobs/{job_id}/complete", {"state": state, "leak": leak})
-        assert isinstance(job, dict)
-        return job
+        return self.api.call("POST", f"/jobs/{job_id}/complete", {"state": state, "leak": leak})
 
 
 _TIME_KEYS = frozenset(
@@ -95,12 +68,7 @@ def with_rfc3339(value: Any, key: str = "") -> Any:
     if isinstance(value, list):
         return [with_rfc3339(v, key) for v in value]
     if key in _TIME_KEYS and isinstance(value, str):
-        try:
-            return rfc3339(datetime.fromisoformat(value))
-        except ValueError:
-            return value
-    if key in _TIME_KEYS and isinstance(value, int | float) and not isinstance(value, bool):
-        return rfc3339(datetime.fromtimestamp(value, UTC))
+        return rfc3339(datetime.fromisoformat(value))
     return value
 
 
@@ -111,99 +79,58 @@ def holdings_of(state: Mapping[str, Any], node: str) -> list[int]:
     return []
 
 
-def _agent_nodes(state: Mapping[str, Any]) -> list[str]:
-    return [str(a.get("node")) for a in state.get("agents", [])]
+def _joined(items: list[Any] | None) -> str:
+    return ",".join(map(str, items or [])) or "-"
 
 
-def _table(headers: tuple[str, ...], rows: list[tuple[Any, ...]]) -> list[str]:
-    cells = [headers, *[tuple(terminal_text(str(c)) for c in row) for row in rows]]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
-    return [
-        "  " + "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
-        for row in cells
-    ]
+def _holds(agent: Mapping[str, Any]) -> str:
+    holdings = agent.get("holdings", [])
+    return ", ".join(f"{h['job_id']} ({h.get('kind')}, {h.get('status')})" for h in holdings) or "-"
+
+
+Row = Callable[[Mapping[str, Any]], tuple[Any, ...]]
+# The sections of `spur state` as text: the list in GET /state, its columns, a row per item.
+_SECTIONS: tuple[tuple[str, tuple[str, ...], Row], ...] = (
+    ("jobs", ("JOB", "NAME", "STATE", "NODES", "ENDED"), lambda j: (
+        j["job_id"], j.get("name", ""), j.get("state", ""), _joined(j.get("allocated_nodes")),
+        j.get("end_time") or "-")),
+    ("nodes", ("NODE", "STATE", "REASON", "LAST HEARTBEAT", "JOBS IN IT"), lambda n: (
+        n["name"], n.get("state", ""), n.get("state_reason") or "-",
+        n.get("last_heartbeat") or "-", _joined(n.get("last_running_jobs")))),
+    ("agents", ("NODE", "TARGET", "REGISTERED", "HOLDS"), lambda a: (
+        a.get("node"), a.get("target", ""), "yes" if a.get("registered") else "no", _holds(a))),
+    ("cancels", ("AT", "NODE", "JOB", "SIGNAL", "LIVE HERE", "ACTION"), lambda c: (
+        c.get("at"), c.get("node"), c.get("job_id"), c.get("signal"),
+        "YES" if c.get("live_here") else "no",
+        c.get("action", "") + (f" -> {c['followup']}" if c.get("followup") else ""))),
+    ("drains", ("AT", "NODE", "STATE", "REASON"), lambda d: (
+        d.get("at"), d.get("name"), d.get("actual_state"), d.get("reason"))),
+)  # fmt: skip
 
 
 def render_spur_state(state: Mapping[str, Any]) -> str:
     """`keeper-dev emulator spur state` as text: jobs, nodes, agents, cancels, drains."""
-    lines = [f"clock {state.get('clock')}, next job id {state.get('next_job_id')}"]
-    jobs = state.get("jobs", [])
-    lines.append(f"\njobs ({len(jobs)})")
-    if jobs:
-        lines += _table(
-            ("JOB", "NAME", "STATE", "NODES", "ENDED"),
-            [
-                (
-                    j["job_id"],
-                    j.get("name", ""),
-                    j.get("state", ""),
-                    ",".join(j.get("allocated_nodes") or []) or "-",
-                    j.get("end_time") or "-",
-                )
-                for j in jobs
-            ],
-        )
-    nodes = state.get("nodes", [])
-    lines.append(f"\nnodes ({len(nodes)})")
-    if nodes:
-        lines += _table(
-            ("NODE", "STATE", "REASON", "LAST HEARTBEAT", "JOBS IN IT"),
-            [
-                (
-                    n["name"],
-                    n.get("state", ""),
-                    n.get("state_reason") or "-",
-                    n.get("last_heartbeat") or "-",
-                    ",".join(map(str, n.get("last_running_jobs") or [])) or "-",
-                )
-                for n in nodes
-            ],
-        )
-    agents = state.get("agents", [])
-    lines.append(f"\nagents ({len(agents)})")
-    if agents:
-        lines += _table(
-            ("NODE", "TARGET", "REGISTERED", "HOLDS"),
-            [
-                (
-                    a.get("node"),
-                    a.get("target", ""),
-                    "yes" if a.get("registered") else "no",
-                    ", ".join(
-                        f"{h['job_id']} ({h.get('kind')}, {h.get('status')})"
-                        for h in a.get("holdings", [])
-                    )
-                    or "-",
-                )
-                for a in agents
-            ],
-        )
     cancels = state.get("cancels", [])
     live = sum(1 for c in cancels if c.get("live_here"))
-    lines.append(f"\ncancels received ({len(cancels)}, {live} of a job live there)")
-    if cancels:
-        lines += _table(
-            ("AT", "NODE", "JOB", "SIGNAL", "LIVE HERE", "ACTION"),
-            [
-                (
-                    c.get("at"),
-                    c.get("node"),
-                    c.get("job_id"),
-                    c.get("signal"),
-                    "YES" if c.get("live_here") else "no",
-                    c.get("action", "") + (f" -> {c['followup']}" if c.get("followup") else ""),
-                )
-                for c in cancels
-            ],
-        )
-    drains = state.get("drains", [])
-    lines.append(f"\ndrains ({len(drains)})")
-    if drains:
-        lines += _table(
-            ("AT", "NODE", "STATE", "REASON"),
-            [(d.get("at"), d.get("name"), d.get("actual_state"), d.get("reason")) for d in drains],
-        )
+    titles = {"cancels": f"cancels received ({len(cancels)}, {live} of a job live there)"}
+    lines = [f"clock {state.get('clock')}, next job id {state.get('next_job_id')}"]
+    for key, headers, row in _SECTIONS:
+        items = state.get(key, [])
+        lines.append("\n" + titles.get(key, f"{key} ({len(items)})"))
+        if items:
+            lines += indented_table(headers, [row(item) for item in items])
     return "\n".join(lines)
+
+
+# `leak` and `complete`: how the job ends.
+END_STATE = click.option(
+    "--state",
+    "end_state",
+    type=OneOf(TERMINAL_STATES, metavar="STATE"),
+    default="COMPLETED",
+    show_default=True,
+    help="How the job ends.",
+)
 
 
 @click.group()
@@ -235,10 +162,7 @@ def state(keeper: KeeperContext, out: Output) -> None:
        "drains": [{"at", "name", "reason", "actual_state"}], "updates": [...]}
     """
     snapshot = SpurControl(keeper.settings).state()
-    if out.json:
-        out.data(snapshot)
-    else:
-        out.line(render_spur_state(snapshot))
+    show(out, snapshot, render_spur_state(snapshot))
 
 
 @spur.command()
@@ -248,25 +172,13 @@ def state(keeper: KeeperContext, out: Output) -> None:
 @pass_keeper
 def submit(keeper: KeeperContext, node: str, name: str, out: Output) -> None:
     """Submit a job and run it on NODE (its agent holds it while it runs)."""
-    control = SpurControl(keeper.settings)
-    _known_node(control, node)
-    job = control.submit(node, name)
-    if out.json:
-        out.data(job)
-    else:
-        out.line(f"job {job['job_id']} {job['state']} on {node}")
+    job = SpurControl(keeper.settings).submit(node, name)
+    show(out, job, f"job {job['job_id']} {job['state']} on {node}")
 
 
 @spur.command()
 @click.argument("node")
-@click.option(
-    "--state",
-    "end_state",
-    type=OneOf(TERMINAL_STATES, metavar="STATE"),
-    default="COMPLETED",
-    show_default=True,
-    help="How the job ends.",
-)
+@END_STATE
 @json_options
 @pass_keeper
 def leak(keeper: KeeperContext, node: str, end_state: str, out: Output) -> None:
@@ -274,42 +186,18 @@ def leak(keeper: KeeperContext, node: str, end_state: str, out: Output) -> None:
     job reclaim exists to release. Its next heartbeats list the job; once the job has been
     over for reclaim.timing.end_grace, keeper's tap starts a reclaim."""
     control = SpurControl(keeper.settings)
-    _known_node(control, node)
     job = control.submit(node, "leaked")
     ended = control.complete(int(job["job_id"]), end_state.upper(), leak=True)
-    if out.json:
-        out.data(ended)
-    else:
-        out.line(f"job {ended['job_id']} {ended['state']}; {node}'s agent still holds it")
+    show(out, ended, f"job {ended['job_id']} {ended['state']}; {node}'s agent still holds it")
 
 
 @spur.command()
 @click.argument("job_id", type=click.IntRange(1, 2**32 - 1))
-@click.option(
-    "--state",
-    "end_state",
-    type=OneOf(TERMINAL_STATES, metavar="STATE"),
-    default="COMPLETED",
-    show_default=True,
-    help="How the job ends.",
-)
+@END_STATE
 @click.option("--leak", is_flag=True, help="Its agents keep holding it.")
 @json_options
 @pass_keeper
 def complete(keeper: KeeperContext, job_id: int, end_state: str, leak: bool, out: Output) -> None:
     """End JOB_ID; its agents let go of it unless --leak."""
     ended = SpurControl(keeper.settings).complete(job_id, end_state.upper(), leak=leak)
-    if out.json:
-        out.data(ended)
-    else:
-        out.line(f"job {ended['job_id']} {ended['state']}")
-
-
-def _known_node(control: SpurControl, node: str) -> None:
-    nodes = _agent_nodes(control.state())
-    if node not in nodes:
-        raise CommandFailed(
-            f"the spur emulator has no agent on node {node!r}; nothing was done",
-            hint=f"Its nodes: {', '.join(nodes) or 'none'}.",
-            node=node,
-        )
+    show(out, ended, f"job {ended['job_id']} {ended['state']}")

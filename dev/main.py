@@ -54,9 +54,8 @@ keeper_dev = click.Group(
     help=HELP,
     invoke_without_command=True,
     context_settings={"help_option_names": ["-h", "--help"]},
+    commands=[up, down, status, emulator, demo],
 )
-for command in (up, down, status, emulator, demo):
-    keeper_dev.add_command(command)
 
 
 def run(args: list[str] | None = None) -> int:

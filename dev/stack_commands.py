@@ -6,14 +6,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sys
-from collections.abc import Iterator
-from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import click
 
 from keeper.cli.context import KeeperContext, pass_keeper
-from keeper.cli.output import INTERRUPTED, Output, json_options, rfc3339
+from keeper.cli.output import INTERRUPTED, Output, json_options
 from keeper.runtime.dev_ports import PORT_BASE_MAX, PORT_BASE_MIN
 
 if TYPE_CHECKING:
@@ -40,25 +38,14 @@ def _stack(
     return stack
 
 
-@contextlib.contextmanager
-def _progress_to_stderr(out: Output) -> Iterator[None]:
+def _progress_to_stderr(out: Output) -> contextlib.AbstractContextManager[Any]:
     """Under --json the stack's progress lines are diagnostics: stdout holds the JSON."""
-    if not out.json:
-        yield
-        return
-    with contextlib.redirect_stdout(sys.stderr):
-        yield
+    return contextlib.redirect_stdout(sys.stderr) if out.json else contextlib.nullcontext()
 
 
 def _report(keeper: KeeperContext) -> dict[str, Any]:
-    """`keeper-dev status`'s report, its timestamps in the one format (RFC 3339 UTC)."""
-    report = asyncio.run(_stack(keeper, follow_record=True).status())
-    for comp in report["components"].values():
-        started = comp.get("started_at")
-        if isinstance(started, str):
-            with contextlib.suppress(ValueError):
-                comp["started_at"] = rfc3339(datetime.fromisoformat(started))
-    return report
+    """`keeper-dev status`'s report."""
+    return asyncio.run(_stack(keeper, follow_record=True).status())
 
 
 @click.command()
@@ -172,9 +159,9 @@ def down(keeper: KeeperContext, purge: bool, timeout: float, out: Output) -> Non
 
     Only processes recorded in the pid files are stopped (worker first, then the tap, the
     emulators, and Temporal last): SIGTERM to the process group, then SIGKILL after
-    --timeout seconds.
-    Pid files are removed. Anything else, including a Temporal server or worker you
-    started yourself, is left alone. The dev database is kept unless --purge is given.
+    --timeout seconds. Pid files are removed. Anything else, including a Temporal server or
+    worker you started yourself, is left alone. The dev database is kept unless --purge is
+    given.
     """
     out.note("Stopping the dev stack")
     with _progress_to_stderr(out):
@@ -183,17 +170,17 @@ def down(keeper: KeeperContext, purge: bool, timeout: float, out: Output) -> Non
         out.data(_report(keeper))
 
 
+# A component's health as `status` shows it (None: not needed here).
+HEALTH = {
+    None: "-",
+    True: click.style("healthy", fg="green"),
+    False: click.style("UNHEALTHY", fg="red"),
+}
+
+
 def _print_status(report: dict[str, Any]) -> None:
     rows = []
     for name, comp in report["components"].items():
-        if comp["healthy"] is None:
-            health = "-"
-        else:
-            health = (
-                click.style("healthy", fg="green")
-                if comp["healthy"]
-                else click.style("UNHEALTHY", fg="red")
-            )
         ports = ", ".join(f"{role} {port}" for role, port in comp["ports"].items())
         rows.append(
             (
@@ -201,7 +188,7 @@ def _print_status(report: dict[str, Any]) -> None:
                 comp["state"],
                 f"pid {comp['pid']}" if comp["pid"] else "-",
                 comp["address"] + (f" ({ports})" if ports else ""),
-                health,
+                HEALTH[comp["healthy"]],
                 comp["log_file"],
                 comp["detail"],
             )
@@ -234,9 +221,8 @@ def status(keeper: KeeperContext, out: Output) -> None:
 
     Also prints the Temporal UI URL. Exit code 0 when every component the settings need is
     healthy, 3 otherwise (a disabled component is not needed, e.g. the TPU emulator when
-    tpu.endpoint is `gcp`). A
-    versioned worker whose build is not the current version gets no tasks and is reported
-    unhealthy; `keeper-dev up` makes it current.
+    tpu.endpoint is `gcp`). A versioned worker whose build is not the current version gets
+    no tasks and is reported unhealthy; `keeper-dev up` makes it current.
 
     \b
     Without --config (or KEEPER_CONFIG), it reads the settings the running stack was

@@ -2,9 +2,7 @@
 watches, end one, and launch a job watched from the start.
 
 A watch is the JobWatch workflow `job-watch-<job id>` on the watch family's task queue: one
-per job. Every command follows cli/output.py: data on stdout, diagnostics on stderr,
-`--json` / `-o json` for one JSON document, exit 0 (done), 1 (failed, with what to do next)
-or 2 (a bad argument, named, before anything is sent).
+per job. Every command speaks as cli/output.py says.
 """
 
 from __future__ import annotations
@@ -13,7 +11,7 @@ import asyncio
 import os
 import uuid
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, get_args
 
 import click
 from rich.console import Console
@@ -32,8 +30,8 @@ from keeper.cli.output import (
     OneOf,
     Output,
     UsageProblem,
+    exits,
     json_options,
-    rfc3339,
     to_jsonable,
 )
 from keeper.cli.watch import launch
@@ -46,9 +44,9 @@ from keeper.cli.watch.lookup import (
     query_view,
     reread,
     status_name,
-    ui_url,
 )
 from keeper.cli.watch.render import (
+    as_decided,
     decided_text,
     follow_line,
     list_rows,
@@ -76,6 +74,7 @@ from keeper.domain.watch.models import (
     Proposal,
     ProposalKind,
     ProposalState,
+    Verdict,
     WatchView,
     check_job_id,
     watch_id,
@@ -90,7 +89,6 @@ from keeper.runtime.watch.iris_errors import IrisError
 BY_LIMIT = JobWatchInput.model_fields["requested_by"].metadata[0].max_length
 NOTE_LIMIT = Decision.model_fields["note"].metadata[0].max_length
 PROPOSAL_LIMIT = Decision.model_fields["proposal"].metadata[0].max_length
-VERDICTS = ("running", "stalled", "unknown", "finished")
 # The iris job states as a watch's KeeperStep search attribute holds them (lower case),
 # `unknown` before its first check.
 JOB_STATES = (*(phase.value for phase in JobPhase), "unknown")
@@ -100,24 +98,20 @@ JOB_STATES = (*(phase.value for phase in JobPhase), "unknown")
 UPDATE_TIMEOUT = 180.0
 
 
-def _job(value: str, param: str = "JOB_ID") -> str:
+def _job(value: str) -> str:
     try:
         return check_job_id(value)
     except JobIdError as err:
-        raise UsageProblem(f"{err}; nothing was done", param) from None
+        raise UsageProblem(f"{err}; nothing was done", "JOB_ID") from None
 
 
-def _operator(by: str | None, param: str = "--by", required: bool = False) -> str:
+def _operator(by: str | None, required: bool = False) -> str:
     name = (by if by is not None else os.environ.get("USER", "")).strip()
     if required and not name:
-        raise UsageProblem("name who decides: --by NAME (USER is not set)", param)
+        raise UsageProblem("name who decides: --by NAME (USER is not set)", "--by")
     if len(name) > BY_LIMIT:
-        raise UsageProblem(f"at most {BY_LIMIT} characters, got {len(name)}", param)
+        raise UsageProblem(f"at most {BY_LIMIT} characters, got {len(name)}", "--by")
     return name
-
-
-def _watch_queue(settings: Settings) -> str:
-    return settings.temporal.family_queue("watch")
 
 
 def _closed_exit(watch: Watch) -> int:
@@ -125,21 +119,27 @@ def _closed_exit(watch: Watch) -> int:
     return CLOSED_EXIT.get(status, FAILED) if status is not None else FAILED
 
 
+async def _ended(watch: Watch) -> tuple[WatchView | None, JobWatchResult | None, str | None]:
+    """What the watch knows (None when no worker answers) and, once closed, how it ended."""
+    view = await query_view(watch.handle if watch.running else watch.run)
+    result, error = (None, None) if watch.running else await ending(watch)
+    return view, result, error
+
+
 async def _state_payload(watch: Watch, settings: Settings) -> dict[str, Any]:
     """`status --json`: the shared fields, the watch's view under `view` (as `watch --json`
     and the other families' status documents have it; null when no worker answers) and,
     once closed, its result or error."""
-    view = await query_view(watch.handle if watch.running else watch.run)
-    payload: dict[str, Any] = dict(watch.fields(settings))
-    payload["started_at"] = watch.description.start_time
-    payload["closed_at"] = watch.description.close_time
-    payload["view"] = to_jsonable(view) if view is not None else None
-    payload["result"] = None
-    if not watch.running:
-        result, error = await ending(watch)
-        payload["result"] = result
-        if error is not None:
-            payload["error"] = {"message": error}
+    view, result, error = await _ended(watch)
+    payload: dict[str, Any] = {
+        **watch.fields(settings),
+        "started_at": watch.description.start_time,
+        "closed_at": watch.description.close_time,
+        "view": to_jsonable(view) if view is not None else None,
+        "result": result,
+    }
+    if error is not None:
+        payload["error"] = {"message": error}
     return payload
 
 
@@ -147,23 +147,9 @@ async def _show_status(watch: Watch, settings: Settings, out: Output) -> None:
     if out.json:
         out.data(await _state_payload(watch, settings))
         return
-    view = await query_view(watch.handle if watch.running else watch.run)
-    result: JobWatchResult | None = None
-    error: str | None = None
-    if not watch.running:
-        result, error = await ending(watch)
-    for text in status_lines(watch.job_id, watch.status, view, result, error):
+    for text in status_lines(watch.job_id, watch.status, *await _ended(watch)):
         out.line(text)
-    out.line(f"ui: {ui_url(settings, watch.handle.id, watch.description.run_id)}")
-
-
-def _look(watch: Watch) -> Look[WatchView]:
-    """The watch as `--follow` shows it: the status page, or its line per change."""
-    return Look(
-        query=lambda: query_view(watch.handle),
-        page=lambda view: Text("\n".join(status_lines(watch.job_id, "RUNNING", view))),
-        line=follow_line,
-    )
+    out.line(f"ui: {watch.fields(settings)['ui_url']}")
 
 
 async def _follow_to_close(watch: Watch, settings: Settings, out: Output) -> int:
@@ -171,7 +157,13 @@ async def _follow_to_close(watch: Watch, settings: Settings, out: Output) -> int
     it ended, and the exit code that says whether it ended well."""
     # Created here: click's test runner swaps stdout and stderr for each invocation.
     console = Console(stderr=out.json, soft_wrap=True)
-    await follow(watch.handle, _look(watch), console=console, note=out.note)
+    # The watch as it goes: the status page, or its line per change.
+    look: Look[WatchView] = Look(
+        query=lambda: query_view(watch.handle),
+        page=lambda view: Text("\n".join(status_lines(watch.job_id, "RUNNING", view))),
+        line=follow_line,
+    )
+    await follow(watch.handle, look, console=console, note=out.note)
     # result() followed the runs a watch continues as new into: this is its last one.
     closed = await reread(watch, out.note)
     if out.json:
@@ -181,6 +173,15 @@ async def _follow_to_close(watch: Watch, settings: Settings, out: Output) -> int
         how = result_text(result) if result else (terminal_text(error) if error else "")
         out.line(f"{closed.job_id}: watch {closed.status}" + (f"; {how}" if how else ""))
     return _closed_exit(closed)
+
+
+async def _then(watch: Watch, settings: Settings, out: Output, follow_it: bool) -> int:
+    """After `watch` or `run`: the watch's UI, then how to see it, or (--follow) its end."""
+    out.line(f"ui: {watch.fields(settings)['ui_url']}")
+    if not follow_it:
+        out.note(f"see it with `keeper job status {watch.job_id}` (--follow to follow it)")
+        return OK
+    return await _follow_to_close(watch, settings, out)
 
 
 @click.group()
@@ -207,7 +208,10 @@ def job() -> None:
 @follow_option("Then follow it as `status --follow` does.", dest="follow_it")
 @json_options
 @pass_keeper
-def watch(keeper: KeeperContext, out: Output, job_id: str, by: str | None, follow_it: bool) -> None:
+@exits
+async def watch(
+    keeper: KeeperContext, out: Output, job_id: str, by: str | None, follow_it: bool
+) -> int:
     """Start watching JOB_ID, an iris job id (/<user>/<job>).
 
     Idempotent: a watch already running is left as it is and shown (exit 0); a closed
@@ -221,45 +225,6 @@ def watch(keeper: KeeperContext, out: Output, job_id: str, by: str | None, follo
     settings = keeper.settings
     job_id = _job(job_id)
     requested_by = _operator(by)
-    raise SystemExit(asyncio.run(_watch(settings, out, job_id, requested_by, follow_it)))
-
-
-async def start_watch(
-    client: Client,
-    settings: Settings,
-    job_id: str,
-    requested_by: str,
-    held: HeldLaunch | None = None,
-) -> tuple[Watch, bool]:
-    """Starts the job's watch, or finds the one running: (the watch, whether it started).
-    `held`: the request keeper launched the job with, for a restart."""
-    try:
-        await client.start_workflow(
-            WATCH_WORKFLOW_TYPE,
-            JobWatchInput(job_id=job_id, requested_by=requested_by, launch=held),
-            id=watch_id(job_id),
-            task_queue=_watch_queue(settings),
-            # One watch per job: never a second beside a running one, but a closed watch's
-            # id may be started again.
-            id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
-            id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
-            search_attributes=sa.for_job(job_id),
-            static_summary=f"watch {job_id}",
-            static_details=(
-                f"Watches the iris job {job_id} for {requested_by or 'an operator'}: liveness "
-                f"verdicts with evidence; stops and restarts wait for `keeper job approve`."
-            ),
-            result_type=JobWatchResult,
-        )
-        started = True
-    except WorkflowAlreadyStartedError:
-        started = False
-    return await must_find(client, job_id), started
-
-
-async def _watch(
-    settings: Settings, out: Output, job_id: str, requested_by: str, follow_it: bool
-) -> int:
     client = await client_for(settings)
     found = await find_watch(client, job_id)
     if found is None or not found.running:
@@ -283,11 +248,40 @@ async def _watch(
             else ""
         )
         out.line(f"already watching {job_id}: {watch.handle.id} {watch.status}{state}")
-    out.line(f"ui: {fields['ui_url']}")
-    if not follow_it:
-        out.note(f"see it with `keeper job status {job_id}` (--follow to follow it)")
-        return OK
-    return await _follow_to_close(watch, settings, out)
+    return await _then(watch, settings, out, follow_it)
+
+
+async def start_watch(
+    client: Client,
+    settings: Settings,
+    job_id: str,
+    requested_by: str,
+    held: HeldLaunch | None = None,
+) -> tuple[Watch, bool]:
+    """Starts the job's watch, or finds the one running: (the watch, whether it started).
+    `held`: the request keeper launched the job with, for a restart."""
+    try:
+        await client.start_workflow(
+            WATCH_WORKFLOW_TYPE,
+            JobWatchInput(job_id=job_id, requested_by=requested_by, launch=held),
+            id=watch_id(job_id),
+            task_queue=settings.temporal.family_queue("watch"),
+            # One watch per job: never a second beside a running one, but a closed watch's
+            # id may be started again.
+            id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+            id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
+            search_attributes=sa.for_job(job_id),
+            static_summary=f"watch {job_id}",
+            static_details=(
+                f"Watches the iris job {job_id} for {requested_by or 'an operator'}: liveness "
+                f"verdicts with evidence; stops and restarts wait for `keeper job approve`."
+            ),
+            result_type=JobWatchResult,
+        )
+        started = True
+    except WorkflowAlreadyStartedError:
+        started = False
+    return await must_find(client, job_id), started
 
 
 @job.command()
@@ -299,7 +293,8 @@ async def _watch(
 )
 @json_options
 @pass_keeper
-def status(keeper: KeeperContext, out: Output, job_id: str, follow_it: bool) -> None:
+@exits
+async def status(keeper: KeeperContext, out: Output, job_id: str, follow_it: bool) -> int:
     """Show what the watch of JOB_ID knows: phase, job state, verdict and its evidence, the
     attempt judged, progress, stale coordinators, escalations, the pending proposals with
     the commands that answer them, and the last timeline entries. A closed watch shows how
@@ -311,16 +306,12 @@ def status(keeper: KeeperContext, out: Output, job_id: str, follow_it: bool) -> 
     """
     settings = keeper.settings
     job_id = _job(job_id)
-
-    async def run() -> int:
-        client = await client_for(settings)
-        watch = await must_find(client, job_id)
-        if follow_it and watch.running:
-            return await _follow_to_close(watch, settings, out)
-        await _show_status(watch, settings, out)
-        return _closed_exit(watch) if follow_it else OK
-
-    raise SystemExit(asyncio.run(run()))
+    client = await client_for(settings)
+    watch = await must_find(client, job_id)
+    if follow_it and watch.running:
+        return await _follow_to_close(watch, settings, out)
+    await _show_status(watch, settings, out)
+    return _closed_exit(watch) if follow_it else OK
 
 
 def _one(value: str | list[str] | None) -> str | None:
@@ -330,15 +321,9 @@ def _one(value: str | list[str] | None) -> str | None:
     return value
 
 
-def _list_query(verdict: str | None, state: str | None, running: bool) -> str:
-    return list_query(
-        WATCH_WORKFLOW_TYPE, running, **{sa.VERDICT.name: verdict, sa.KEEPER_STEP.name: state}
-    )
-
-
 @job.command(name="list")
 @click.option(
-    "--verdict", type=OneOf(VERDICTS), default=None, help="Only watches with this verdict."
+    "--verdict", type=OneOf(get_args(Verdict)), default=None, help="Only watches with this verdict."
 )
 @click.option(
     "--state", type=OneOf(JOB_STATES), default=None,
@@ -351,14 +336,15 @@ def _list_query(verdict: str | None, state: str | None, running: bool) -> str:
 )  # fmt: skip
 @json_options
 @pass_keeper
-def list_watches(
+@exits
+async def list_watches(
     keeper: KeeperContext,
     out: Output,
     verdict: str | None,
     state: str | None,
     show_all: bool,
     limit: int,
-) -> None:
+) -> int:
     """List the job watches (running ones unless --all): job, job state, verdict, status,
     started. Read from the search attributes, so a long list costs one call.
 
@@ -367,44 +353,42 @@ def list_watches(
       keeper job list --verdict stalled
     """
     settings = keeper.settings
-
-    async def run() -> int:
-        client = await client_for(settings)
-        query = _list_query(verdict and verdict.lower(), state and state.lower(), not show_all)
-        # One row per watch: its latest run.
-        latest = await latest_runs(client, query, limit=limit * 4 if show_all else limit)
-        found = sorted(latest.values(), key=lambda w: w.start_time, reverse=True)[:limit]
-        rows = []
-        for wf in found:
-            attrs = wf.typed_search_attributes
-            rows.append(
-                {
-                    "job_id": attrs.get(sa.JOB_ID),
-                    "job_state": attrs.get(sa.KEEPER_STEP),
-                    "verdict": _one(attrs.get(sa.VERDICT)),
-                    "status": status_name(wf),
-                    "started_at": wf.start_time,
-                    "closed_at": wf.close_time,
-                    "workflow_id": wf.id,
-                    "run_id": wf.run_id,
-                    "ui_url": ui_url(settings, wf.id, wf.run_id),
-                }
-            )
-        if out.json:
-            out.data({"watches": rows})
-            return OK
-        if not rows:
-            out.note(
-                "no watches"
-                + ("" if show_all else " running (--all shows closed ones)")
-                + "; start one with `keeper job watch JOB_ID`"
-            )
-            return OK
-        for text in list_rows(rows):
-            out.line(text)
+    client = await client_for(settings)
+    # OneOf gives each value as its choices spell it: lower case, as the attributes hold it.
+    equal = {sa.VERDICT.name: verdict, sa.KEEPER_STEP.name: state}
+    query = list_query(WATCH_WORKFLOW_TYPE, not show_all, **equal)
+    # One row per watch: its latest run.
+    latest = await latest_runs(client, query, limit=limit * 4 if show_all else limit)
+    found = sorted(latest.values(), key=lambda w: w.start_time, reverse=True)[:limit]
+    rows = []
+    for wf in found:
+        attrs = wf.typed_search_attributes
+        rows.append(
+            {
+                "job_id": attrs.get(sa.JOB_ID),
+                "job_state": attrs.get(sa.KEEPER_STEP),
+                "verdict": _one(attrs.get(sa.VERDICT)),
+                "status": status_name(wf),
+                "started_at": wf.start_time,
+                "closed_at": wf.close_time,
+                "workflow_id": wf.id,
+                "run_id": wf.run_id,
+                "ui_url": settings.temporal.workflow_url(wf.id, wf.run_id),
+            }
+        )
+    if out.json:
+        out.data({"watches": rows})
         return OK
-
-    raise SystemExit(asyncio.run(run()))
+    if not rows:
+        out.note(
+            "no watches"
+            + ("" if show_all else " running (--all shows closed ones)")
+            + "; start one with `keeper job watch JOB_ID`"
+        )
+        return OK
+    for text in list_rows(rows):
+        out.line(text)
+    return OK
 
 
 def _resolve(view: WatchView | None, job_id: str, wanted: str) -> str:
@@ -449,7 +433,8 @@ def decision_command(update: str, verb: str) -> click.Command:
     )
     @json_options
     @pass_keeper
-    def decide(
+    @exits
+    async def decide(
         keeper: KeeperContext,
         out: Output,
         job_id: str,
@@ -457,7 +442,7 @@ def decision_command(update: str, verb: str) -> click.Command:
         by: str | None,
         note: str,
         command: tuple[str, ...] = (),
-    ) -> None:
+    ) -> int:
         settings = keeper.settings
         job_id = _job(job_id)
         relaunch = _relaunch_command(command)
@@ -474,7 +459,7 @@ def decision_command(update: str, verb: str) -> click.Command:
 
         wanted_state = ProposalState.DONE if update == APPROVE_UPDATE else ProposalState.DENIED
 
-        async def answer(watch: Watch, proposal: Proposal, already: bool) -> int:
+        def answer(watch: Watch, proposal: Proposal, already: bool) -> int:
             """The proposal as decided, and whether that is what this command asked for."""
             if out.json:
                 out.data(
@@ -484,7 +469,7 @@ def decision_command(update: str, verb: str) -> click.Command:
                 out.line(decided_text(proposal))
             if already:
                 out.note(
-                    f"proposal {proposal.id} was already {_as_decided(proposal)}; this {update} "
+                    f"proposal {proposal.id} was already {as_decided(proposal)}; this {update} "
                     "changed nothing"
                 )
             # An approval succeeds when its step was carried out; one that failed (or was
@@ -517,71 +502,63 @@ def decision_command(update: str, verb: str) -> click.Command:
                     return None
                 settling = found.state is ProposalState.APPROVED and watch.running
                 if not settling or loop.time() > deadline:
-                    return await answer(watch, found, already=True)
+                    return answer(watch, found, already=True)
                 await asyncio.sleep(0.5)
 
-        async def run() -> int:
-            client = await client_for(settings)
-            watch = await must_find(client, job_id)
-            if not watch.running:
-                settled = await decided_elsewhere(client, wanted)
-                if settled is not None:
-                    return settled
-                raise CommandFailed(
-                    f"the watch of {job_id} is closed ({watch.status}); nothing was {verb}",
-                    hint=f"`keeper job status {job_id}` shows how it ended.",
-                    **watch.fields(settings),
-                )
-            view = await query_view(watch.handle)
-            proposal_id = _resolve(view, job_id, wanted)
-            decision = Decision(proposal=proposal_id, by=who, note=note, command=relaunch)
-            try:
-                decided = await asyncio.wait_for(
-                    watch.handle.execute_update(update, decision, result_type=Proposal),
-                    UPDATE_TIMEOUT,
-                )
-            except WorkflowUpdateFailedError as err:
-                settled = await decided_elsewhere(client, proposal_id)
-                if settled is not None:
-                    return settled
+        client = await client_for(settings)
+        watch = await must_find(client, job_id)
+        if not watch.running:
+            settled = await decided_elsewhere(client, wanted)
+            if settled is not None:
+                return settled
+            raise CommandFailed(
+                f"the watch of {job_id} is closed ({watch.status}); nothing was {verb}",
+                hint=f"`keeper job status {job_id}` shows how it ended.",
+                **watch.fields(settings),
+            )
+        view = await query_view(watch.handle)
+        proposal_id = _resolve(view, job_id, wanted)
+        decision = Decision(proposal=proposal_id, by=who, note=note, command=relaunch)
+        try:
+            decided = await asyncio.wait_for(
+                watch.handle.execute_update(update, decision, result_type=Proposal),
+                UPDATE_TIMEOUT,
+            )
+        except (WorkflowUpdateFailedError, RPCError) as err:
+            if isinstance(err, RPCError) and err.status is not RPCStatusCode.NOT_FOUND:
+                raise
+            # Refused, or the watch closed between this command's look and its update
+            # (another decision carried out, or the job ended): what became of the proposal.
+            settled = await decided_elsewhere(client, proposal_id)
+            if settled is not None:
+                return settled
+            if isinstance(err, WorkflowUpdateFailedError):
                 cause = err.cause
-                message = (
-                    cause.message if isinstance(cause, ApplicationError) else str(cause or err)
-                )
+                why = cause.message if isinstance(cause, ApplicationError) else str(cause or err)
                 raise CommandFailed(
-                    f"the watch of {job_id} refused: {terminal_text(message)}; nothing was {verb}",
+                    f"the watch of {job_id} refused: {terminal_text(why)}; nothing was {verb}",
                     hint=f"`keeper job status {job_id}` shows the pending proposals.",
                     **watch.fields(settings),
                     proposal=proposal_id,
                 ) from None
-            except RPCError as err:
-                if err.status is not RPCStatusCode.NOT_FOUND:
-                    raise
-                # The watch closed between this command's look and its update (another
-                # decision carried out, or the job ended): what became of the proposal.
-                settled = await decided_elsewhere(client, proposal_id)
-                if settled is not None:
-                    return settled
-                closed = await must_find(client, job_id)
-                raise CommandFailed(
-                    f"the watch of {job_id} closed ({closed.status}) before the {update} of "
-                    f"{proposal_id} reached it; nothing was {verb}",
-                    hint=f"`keeper job status {job_id}` shows how it ended.",
-                    **closed.fields(settings),
-                    proposal=proposal_id,
-                ) from None
-            except TimeoutError:
-                raise CommandFailed(
-                    f"no worker took the {update} of {proposal_id} within {UPDATE_TIMEOUT:g}s; "
-                    f"it may still be {verb} when one does",
-                    hint=f"Check that a worker serves {_watch_queue(settings)} "
-                    "(`keeper worker --check`), then `keeper job status " + job_id + "`.",
-                    **watch.fields(settings),
-                    proposal=proposal_id,
-                ) from None
-            return await answer(watch, decided, already=False)
-
-        raise SystemExit(asyncio.run(run()))
+            closed = await must_find(client, job_id)
+            raise CommandFailed(
+                f"the watch of {job_id} closed ({closed.status}) before the {update} of "
+                f"{proposal_id} reached it; nothing was {verb}",
+                hint=f"`keeper job status {job_id}` shows how it ended.",
+                **closed.fields(settings),
+                proposal=proposal_id,
+            ) from None
+        except TimeoutError:
+            raise CommandFailed(
+                f"no worker took the {update} of {proposal_id} within {UPDATE_TIMEOUT:g}s; "
+                f"it may still be {verb} when one does",
+                hint=f"Check that a worker serves {settings.temporal.family_queue('watch')} "
+                "(`keeper worker --check`), then `keeper job status " + job_id + "`.",
+                **watch.fields(settings),
+                proposal=proposal_id,
+            ) from None
+        return answer(watch, decided, already=False)
 
     decide.help = (
         f"{update.capitalize()} a proposal of the watch of JOB_ID: PROPOSAL is its id "
@@ -629,19 +606,6 @@ def _relaunch_command(command: tuple[str, ...]) -> list[str] | None:
     return list(command)
 
 
-def _as_decided(proposal: Proposal) -> str:
-    """`carried out (approved by bob at T): relaunched as /alice/x-r1`, `denied by carol at
-    T`: what became of a proposal someone else decided."""
-    by = f" by {terminal_text(proposal.decided_by)}" if proposal.decided_by else ""
-    at = f" at {rfc3339(proposal.decided_at)}" if proposal.decided_at else ""
-    state = {
-        ProposalState.DONE: f"carried out (approved{by}{at})",
-        ProposalState.FAILED: f"approved{by}{at} and failed",
-        ProposalState.APPROVED: f"approved{by}{at}, and is still being carried out",
-    }.get(proposal.state, f"{proposal.state.value}{by}{at}")
-    return state + (f": {terminal_text(proposal.outcome)}" if proposal.outcome else "")
-
-
 job.add_command(decision_command(APPROVE_UPDATE, "approved"))
 job.add_command(decision_command(DENY_UPDATE, "denied"))
 
@@ -650,7 +614,8 @@ job.add_command(decision_command(DENY_UPDATE, "denied"))
 @click.argument("job_id", metavar="JOB_ID")
 @json_options
 @pass_keeper
-def unwatch(keeper: KeeperContext, out: Output, job_id: str) -> None:
+@exits
+async def unwatch(keeper: KeeperContext, out: Output, job_id: str) -> int:
     """Stop watching JOB_ID: the watch is cancelled and this waits for it to close. The
     job itself keeps running; nothing is sent to iris. A watch already closed is left as it
     is (exit 0).
@@ -661,36 +626,32 @@ def unwatch(keeper: KeeperContext, out: Output, job_id: str) -> None:
     """
     settings = keeper.settings
     job_id = _job(job_id)
-
-    async def run() -> int:
-        client = await client_for(settings)
+    client = await client_for(settings)
+    watch = await must_find(client, job_id)
+    was_running = watch.running
+    if was_running:
+        await watch.handle.cancel()
+        # Cancelled (or failed meanwhile): closed all the same; how is shown after.
+        await until_closed(watch.handle, out.note)
         watch = await must_find(client, job_id)
-        was_running = watch.running
-        if was_running:
-            await watch.handle.cancel()
-            # Cancelled (or failed meanwhile): closed all the same; how is shown after.
-            await until_closed(watch.handle, out.note)
-            watch = await must_find(client, job_id)
-        result, error = await ending(watch)
-        fields = watch.fields(settings)
-        if was_running and watch.status not in ("COMPLETED", "CANCELED"):
-            raise CommandFailed(
-                f"the watch of {job_id} ended {watch.status} before the cancel took effect: "
-                f"{terminal_text(error or '')}",
-                hint=f"`keeper job status {job_id}` shows how it ended; the job itself was "
-                "not touched.",
-                **fields,
-            )
-        if out.json:
-            out.data({**fields, "cancelled": was_running, "result": result})
-        else:
-            said = "unwatched" if was_running else "the watch was already closed"
-            out.line(f"{job_id}: {said} ({watch.status}); the job itself keeps running")
-            if result is not None:
-                out.line(f"result: {result_text(result)}")
-        return OK
-
-    raise SystemExit(asyncio.run(run()))
+    result, error = await ending(watch)
+    fields = watch.fields(settings)
+    if was_running and watch.status not in ("COMPLETED", "CANCELED"):
+        raise CommandFailed(
+            f"the watch of {job_id} ended {watch.status} before the cancel took effect: "
+            f"{terminal_text(error or '')}",
+            hint=f"`keeper job status {job_id}` shows how it ended; the job itself was "
+            "not touched.",
+            **fields,
+        )
+    if out.json:
+        out.data({**fields, "cancelled": was_running, "result": result})
+    else:
+        said = "unwatched" if was_running else "the watch was already closed"
+        out.line(f"{job_id}: {said} ({watch.status}); the job itself keeps running")
+        if result is not None:
+            out.line(f"result: {result_text(result)}")
+    return OK
 
 
 @job.command(context_settings={"allow_interspersed_args": False})
@@ -710,7 +671,8 @@ def unwatch(keeper: KeeperContext, out: Output, job_id: str) -> None:
 @follow_option("Then follow the watch as `status --follow` does.", dest="follow_it")
 @json_options
 @pass_keeper
-def run(
+@exits
+async def run(
     keeper: KeeperContext,
     out: Output,
     command: tuple[str, ...],
@@ -720,7 +682,7 @@ def run(
     env: tuple[str, ...],
     by: str | None,
     follow_it: bool,
-) -> None:
+) -> int:
     """Launch CMD as an iris job (LaunchJob at watch.controller_url) and watch it from the
     start, as `keeper job watch` does. Temporal is reached first, so a job is never launched
     that keeper could not watch. Exit 1 names what iris said, and whether the job may exist.
@@ -741,47 +703,38 @@ def run(
     )
     requested_by = _operator(by)
 
-    async def go() -> int:
-        client = await client_for(settings)
-        token = launch.iris_token(settings)
-        # Kept before the launch: a restart resends this request, never iris's redacted one.
-        held = launch.keep_launch(settings, request, f"run/{uuid.uuid4().hex}")
-        async with iris_controller(settings.watch, token) as iris:
-            try:
-                job_id = await iris.launch_job(request)
-            except IrisError as err:
-                raise launch.launch_failure(settings, job_name, err) from None
-        launched = {"name": job_name, "controller_url": settings.watch.controller_url}
+    client = await client_for(settings)
+    token = launch.iris_token(settings)
+    # Kept before the launch: a restart resends this request, never iris's redacted one.
+    held = launch.keep_launch(settings, request, f"run/{uuid.uuid4().hex}")
+    async with iris_controller(settings.watch, token) as iris:
         try:
-            job_id = check_job_id(job_id)
-        except JobIdError as err:
-            raise CommandFailed(
-                f"iris launched {job_name} but answered a job id keeper cannot watch: {err}",
-                hint="The job runs unwatched; stop it in iris, or report the id to keeper's "
-                "maintainers.",
-                **launched,
-            ) from None
-        out.note(f"launched {job_id} at {settings.watch.controller_url}")
-        try:
-            watch, started = await start_watch(client, settings, job_id, requested_by, held)
-        except Exception as err:
-            raise CommandFailed(
-                f"launched {job_id}, but its watch could not be started: {err}",
-                hint=f"The job runs unwatched: watch it with `keeper job watch {job_id}`.",
-                job_id=job_id,
-                **launched,
-            ) from None
-        fields = watch.fields(settings)
-        if out.json and not follow_it:
-            out.data({**fields, **launched, "started": started, "secrets_kept": held.secrets})
-            return OK
-        out.line(
-            f"launched {job_id}; watching it: {watch.handle.id} (run {watch.description.run_id})"
-        )
-        out.line(f"ui: {fields['ui_url']}")
-        if not follow_it:
-            out.note(f"see it with `keeper job status {job_id}` (--follow to follow it)")
-            return OK
-        return await _follow_to_close(watch, settings, out)
-
-    raise SystemExit(asyncio.run(go()))
+            job_id = await iris.launch_job(request)
+        except IrisError as err:
+            raise launch.launch_failure(settings, job_name, err) from None
+    launched = {"name": job_name, "controller_url": settings.watch.controller_url}
+    try:
+        job_id = check_job_id(job_id)
+    except JobIdError as err:
+        raise CommandFailed(
+            f"iris launched {job_name} but answered a job id keeper cannot watch: {err}",
+            hint="The job runs unwatched; stop it in iris, or report the id to keeper's "
+            "maintainers.",
+            **launched,
+        ) from None
+    out.note(f"launched {job_id} at {settings.watch.controller_url}")
+    try:
+        watch, started = await start_watch(client, settings, job_id, requested_by, held)
+    except Exception as err:
+        raise CommandFailed(
+            f"launched {job_id}, but its watch could not be started: {err}",
+            hint=f"The job runs unwatched: watch it with `keeper job watch {job_id}`.",
+            job_id=job_id,
+            **launched,
+        ) from None
+    fields = watch.fields(settings)
+    if out.json and not follow_it:
+        out.data({**fields, **launched, "started": started, "secrets_kept": held.secrets})
+        return OK
+    out.line(f"launched {job_id}; watching it: {watch.handle.id} (run {watch.description.run_id})")
+    return await _then(watch, settings, out, follow_it)

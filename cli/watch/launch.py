@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 
 from keeper.cli.output import CommandFailed, UsageProblem
@@ -54,8 +54,6 @@ _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(i?B?)\s*$", re.IGNORECASE)
 _UNIT = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 _REGION = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,254}$")
-DEFAULT_REPLICAS = 1
-DEFAULT_PREEMPTION_RETRIES = 1000
 # The iris constraint that pins a job to one region (iris.cluster.types: key "region", EQ).
 REGION_KEY = "region"
 
@@ -98,11 +96,10 @@ def region(text: str) -> str:
     return text
 
 
-def env_vars(pairs: Sequence[str], environ: Mapping[str, str] | None = None) -> dict[str, str]:
+def env_vars(pairs: Sequence[str]) -> dict[str, str]:
     """`--env NAME=VALUE`, or `--env NAME` for the value of keeper's own variable NAME (so a
     secret need not be typed on a command line); each NAME once."""
     found: dict[str, str] = {}
-    environ = os.environ if environ is None else environ
     for pair in pairs:
         name, eq, value = pair.partition("=")
         if not _ENV_NAME.fullmatch(name):
@@ -113,13 +110,13 @@ def env_vars(pairs: Sequence[str], environ: Mapping[str, str] | None = None) -> 
                 "--env",
             )
         if not eq:
-            if name not in environ:
+            if name not in os.environ:
                 raise UsageProblem(
                     f"{name} is not set in keeper's environment: export it, or give "
                     f"{name}=VALUE; nothing was launched",
                     "--env",
                 )
-            value = environ[name]
+            value = os.environ[name]
         if name in found:
             raise UsageProblem(f"{name} is given twice; nothing was launched", "--env")
         found[name] = value
@@ -139,8 +136,8 @@ def launch_request(
         "submit_argv": list(argv),
         # iris's own client's defaults: the controller fails a job of 0 replicas at once,
         # and a budget of 0 preemptions ends the job at its first preemption.
-        "replicas": DEFAULT_REPLICAS,
-        "max_retries_preemption": DEFAULT_PREEMPTION_RETRIES,
+        "replicas": 1,
+        "max_retries_preemption": 1000,
     }
     if env:
         fields["environment"] = EnvironmentConfig(env_vars=dict(env))
@@ -197,16 +194,14 @@ def launch_failure(settings: Settings, name: str, err: IrisError) -> CommandFail
             f"iris at {url} did not answer; nothing was launched",
             f"Check watch.controller_url (KEEPER_IRIS_CONTROLLER): is iris up at {url}?",
         ),
+        (
+            IrisError,
+            f"the launch of {name} failed",
+            f"Check the iris controller at {url} (watch.controller_url).",
+        ),
     ]
-    for kind, message, hint in rows:
-        if isinstance(err, kind):
-            return CommandFailed(f"{message}: {err}", hint=hint, name=name, controller_url=url)
-    return CommandFailed(
-        f"the launch of {name} failed: {err}",
-        hint=f"Check the iris controller at {url} (watch.controller_url).",
-        name=name,
-        controller_url=url,
-    )
+    message, hint = next((m, h) for kind, m, h in rows if isinstance(err, kind))
+    return CommandFailed(f"{message}: {err}", hint=hint, name=name, controller_url=url)
 
 
 async def require_known_job(settings: Settings, job_id: str) -> str | None:

@@ -31,27 +31,11 @@ CLOSED_EXIT: dict[WorkflowExecutionStatus, int] = {
     WorkflowExecutionStatus.TERMINATED: FAILED,
     WorkflowExecutionStatus.TIMED_OUT: FAILED,
 }
-
-
-# An unwatch cancels the watch: an operator ending it on purpose, the job left as it was.
 UNWATCHED = "the watch was cancelled (unwatched); the job itself was left running"
 
 
 def status_name(execution: Any) -> str:
     return _status_name(execution) or "UNKNOWN"
-
-
-def ui_url(settings: Settings, workflow_id: str, run_id: str | None) -> str:
-    return settings.temporal.workflow_url(workflow_id, run_id)
-
-
-def no_watch(job_id: str) -> CommandFailed:
-    return CommandFailed(
-        f"no watch of {job_id}; start one with `keeper job watch {job_id}`",
-        hint="`keeper job list --all` shows every watch keeper knows.",
-        job_id=job_id,
-        workflow_id=watch_id(job_id),
-    )
 
 
 @dataclass
@@ -84,7 +68,7 @@ class Watch:
             "job_id": self.job_id,
             "workflow_id": self.handle.id,
             "run_id": self.description.run_id,
-            "ui_url": ui_url(settings, self.handle.id, self.description.run_id),
+            "ui_url": settings.temporal.workflow_url(self.handle.id, self.description.run_id),
             "status": self.status,
         }
 
@@ -103,7 +87,12 @@ async def find_watch(client: Client, job_id: str) -> Watch | None:
 async def must_find(client: Client, job_id: str) -> Watch:
     found = await find_watch(client, job_id)
     if found is None:
-        raise no_watch(job_id)
+        raise CommandFailed(
+            f"no watch of {job_id}; start one with `keeper job watch {job_id}`",
+            hint="`keeper job list --all` shows every watch keeper knows.",
+            job_id=job_id,
+            workflow_id=watch_id(job_id),
+        )
     return found
 
 

@@ -7,10 +7,10 @@ came from outside keeper, so every value passes through terminal_text: one inert
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-from keeper.cli.output import rfc3339
+from keeper.cli.output import rfc3339, table
 from keeper.domain.common.untrusted import terminal_text
 from keeper.domain.watch.calls import JobWatchResult
 from keeper.domain.watch.models import (
@@ -33,18 +33,6 @@ VALUE_LIMIT = 300
 
 def _t(value: object) -> str:
     return terminal_text(value, limit=VALUE_LIMIT)
-
-
-def decide_commands(job_id: str, proposal_id: str, needs_command: bool = False) -> tuple[str, str]:
-    """The command lines that answer a proposal, ready to paste: a job id holds no shell
-    metacharacter (check_job_id allows letters, digits, '.', '_', '-' and '/'). A restart
-    keeper holds no launch request for is approved with the command to run."""
-    return (
-        approve_with_command(job_id, proposal_id)
-        if needs_command
-        else f"keeper job approve {job_id} {proposal_id}",
-        f"keeper job deny {job_id} {proposal_id}",
-    )
 
 
 def progress_text(progress: ProgressView) -> str:
@@ -72,8 +60,13 @@ def _evidence(lines: Sequence[str], indent: str) -> list[str]:
 
 
 def proposal_lines(job_id: str, proposal: Proposal) -> list[str]:
-    """A pending proposal with the exact commands that answer it."""
-    approve, deny = decide_commands(job_id, proposal.id, needs_command(proposal))
+    """A pending proposal with the exact commands that answer it, ready to paste: a job id
+    holds no shell metacharacter (check_job_id allows letters, digits, '.', '_', '-' and
+    '/'). A restart keeper holds no launch request for is approved with the command to run."""
+    if needs_command(proposal):
+        approve = approve_with_command(job_id, proposal.id)
+    else:
+        approve = f"keeper job approve {job_id} {proposal.id}"
     return [
         f"  {proposal.id} ({proposal.kind.value}), proposed {rfc3339(proposal.created_at)}: "
         f"{_t(proposal.reason)}",
@@ -81,22 +74,36 @@ def proposal_lines(job_id: str, proposal: Proposal) -> list[str]:
         *([f"    relaunches: {_t(proposal.relaunch)}"] if proposal.relaunch else []),
         *_evidence(proposal.evidence, "      "),
         f"    approve: {approve}",
-        f"    deny:    {deny}",
+        f"    deny:    keeper job deny {job_id} {proposal.id}",
     ]
+
+
+def _by_at(proposal: Proposal) -> str:
+    """` by bob at T`: who decided the proposal, and when."""
+    by = f" by {_t(proposal.decided_by)}" if proposal.decided_by else ""
+    return by + (f" at {rfc3339(proposal.decided_at)}" if proposal.decided_at else "")
 
 
 def decided_text(proposal: Proposal) -> str:
     """One line for a proposal that is no longer pending."""
-    text = f"{proposal.id} ({proposal.kind.value}): {proposal.state.value}"
-    if proposal.decided_by:
-        text += f" by {_t(proposal.decided_by)}"
-    if proposal.decided_at:
-        text += f" at {rfc3339(proposal.decided_at)}"
+    text = f"{proposal.id} ({proposal.kind.value}): {proposal.state.value}{_by_at(proposal)}"
     if proposal.note:
         text += f", note: {_t(proposal.note)}"
     if proposal.outcome:
         text += f"; {_t(proposal.outcome)}"
     return text
+
+
+def as_decided(proposal: Proposal) -> str:
+    """`carried out (approved by bob at T): relaunched as /alice/x-r1`, `denied by carol at
+    T`: what became of a proposal someone else decided."""
+    by_at = _by_at(proposal)
+    state = {
+        ProposalState.DONE: f"carried out (approved{by_at})",
+        ProposalState.FAILED: f"approved{by_at} and failed",
+        ProposalState.APPROVED: f"approved{by_at}, and is still being carried out",
+    }.get(proposal.state, f"{proposal.state.value}{by_at}")
+    return state + (f": {_t(proposal.outcome)}" if proposal.outcome else "")
 
 
 def result_text(result: JobWatchResult) -> str:
@@ -191,17 +198,6 @@ def follow_line(view: WatchView) -> str:
     if pending:
         text += " pending=" + ",".join(p.id for p in pending)
     return text
-
-
-def table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
-    """Aligned columns, the last one left ragged."""
-    body = [header, *rows]
-    widths = [max(len(row[i]) for row in body) for i in range(len(header) - 1)]
-    out = []
-    for row in body:
-        cells = [c.ljust(w) for c, w in zip(row[:-1], widths, strict=True)] + [row[-1]]
-        out.append("  ".join(cells).rstrip())
-    return out
 
 
 def list_rows(rows: Sequence[dict[str, Any]]) -> list[str]:

@@ -11,7 +11,9 @@ from dev.demos.runner import demo as runner_demo
 from dev.demos.tpu import demo as tpu_demo
 
 
-@click.group()
+@click.group(
+    commands={"job": job_demo, "reclaim": reclaim_demo, "runner": runner_demo, "tpu": tpu_demo}
+)
 def demo() -> None:
     """Run one workflow family's demo on the local stack (`keeper-dev up` first).
 
@@ -21,9 +23,3 @@ def demo() -> None:
       keeper-dev demo reclaim  leak a job on a spur agent and watch keeper release it
       keeper-dev demo job      launch a job that is killed and retried, and watch it
     """
-
-
-demo.add_command(job_demo, "job")
-demo.add_command(reclaim_demo, "reclaim")
-demo.add_command(runner_demo, "runner")
-demo.add_command(tpu_demo, "tpu")

@@ -19,20 +19,14 @@ import httpx
 
 from keeper.cli.connect import client_for
 from keeper.cli.context import KeeperContext, pass_keeper
-from keeper.cli.output import CommandFailed, Output, json_options
+from keeper.cli.output import OK, CommandFailed, Output, exits, json_options
 from keeper.cli.watch.commands import start_watch
+from keeper.cli.watch.launch import launch_request
 from keeper.cli.watch.lookup import query_view
-from keeper.domain.watch.calls import JobWatchResult
 from keeper.domain.watch.models import WatchOutcome, WatchView
 from keeper.runtime.settings import Settings
 from keeper.runtime.watch.deps import iris_controller
 from keeper.runtime.watch.iris_errors import IrisError
-from keeper.wire.iris.messages import (
-    CommandEntrypoint,
-    EnvironmentConfig,
-    LaunchJobRequest,
-    RuntimeEntrypoint,
-)
 
 SCENARIO = "killed-retry"
 # The iris emulator reads it from a launch request's environment (emulators/iris).
@@ -40,12 +34,13 @@ SCENARIO_ENV = "IRIS_EMULATOR_SCENARIO"
 POLL_INTERVAL = 0.5
 
 
-def _emulator_actions(settings: Settings) -> list[dict[str, Any]]:
+def _touches(settings: Settings) -> list[dict[str, Any]]:
+    """The calls the iris emulator logged that change a job, but for launches."""
     url = f"{settings.watch.controller_url}/control/actions"
     try:
         answer = httpx.get(url, timeout=5)
         answer.raise_for_status()
-        return list(answer.json()["actions"])
+        return [a for a in answer.json()["actions"] if a.get("method") != "LaunchJob"]
     except (httpx.HTTPError, ValueError, KeyError) as err:
         raise CommandFailed(
             f"watch.controller_url {settings.watch.controller_url} is not the iris emulator "
@@ -55,15 +50,19 @@ def _emulator_actions(settings: Settings) -> list[dict[str, Any]]:
         ) from None
 
 
-def _line(view: WatchView) -> tuple[Any, ...]:
+def _line(view: WatchView) -> str:
     attempt = f"p{view.attempt.pipeline}-a{view.attempt.attempt}" if view.attempt else "-"
     stage = view.progress.stage if view.progress else "-"
-    return (view.phase.value, view.job_state, view.verdict, attempt, stage)
+    return (
+        f"{view.phase.value:<9} job {view.job_state:<9} verdict {view.verdict:<8} "
+        f"attempt {attempt:<6} {stage}"
+    )
 
 
 @click.command()
 @click.option(
     "--timeout",
+    "within",
     type=click.FloatRange(10, 3600),
     default=240.0,
     show_default=True,
@@ -71,7 +70,8 @@ def _line(view: WatchView) -> tuple[Any, ...]:
 )
 @json_options
 @pass_keeper
-def demo(keeper: KeeperContext, timeout: float, out: Output) -> None:
+@exits
+async def demo(keeper: KeeperContext, within: float, out: Output) -> int:
     """Launch a job that is KILLED and retried on the dev stack, and watch keeper follow it.
 
     keeper launches a zephyr job on the iris emulator (scenario killed-retry: the first
@@ -93,21 +93,12 @@ def demo(keeper: KeeperContext, timeout: float, out: Output) -> None:
       keeper-dev demo job --timeout 300     # after `keeper-dev up`
     """
     settings = keeper.settings
-    before = [a for a in _emulator_actions(settings) if a.get("method") != "LaunchJob"]
-    asyncio.run(_demo(settings, out, timeout, len(before)))
-
-
-async def _demo(settings: Settings, out: Output, within: float, actions_before: int) -> None:
+    touched_before = len(_touches(settings))
     began = time.monotonic()
     client = await client_for(settings)
     name = f"demo-{datetime.now(UTC).strftime('%H%M%S')}"
-    request = LaunchJobRequest(
-        name=name,
-        entrypoint=RuntimeEntrypoint(
-            run_command=CommandEntrypoint(argv=["python", "-m", "pipelines.tokenize"])
-        ),
-        environment=EnvironmentConfig(env_vars={SCENARIO_ENV: SCENARIO}),
-    )
+    argv = ["python", "-m", "pipelines.tokenize"]
+    request = launch_request(name, argv, None, None, {SCENARIO_ENV: SCENARIO})
     try:
         async with iris_controller(settings.watch) as iris:
             job_id = await iris.launch_job(request)
@@ -117,7 +108,7 @@ async def _demo(settings: Settings, out: Output, within: float, actions_before: 
     watch, _ = await start_watch(client, settings, job_id, "keeper-demo")
     out.note(f"watching it: {watch.handle.id}; `keeper job status {job_id}` shows it too")
 
-    last: tuple[Any, ...] | None = None
+    last = ""
     stale_seen: list[str] = []
     view: WatchView | None = None
     while time.monotonic() - began < within:
@@ -128,11 +119,7 @@ async def _demo(settings: Settings, out: Output, within: float, actions_before: 
                 out.note(f"  stale coordinator reported: {stale_seen[0]}")
             if _line(view) != last:
                 last = _line(view)
-                phase, job_state, verdict, attempt, stage = last
-                out.note(
-                    f"  {time.monotonic() - began:5.1f}s  {phase:<9} job {job_state:<9} "
-                    f"verdict {verdict:<8} attempt {attempt:<6} {stage}"
-                )
+                out.note(f"  {time.monotonic() - began:5.1f}s  {last}")
         description = await watch.handle.describe()
         if description.status is not None and description.status.name != "RUNNING":
             break
@@ -144,11 +131,8 @@ async def _demo(settings: Settings, out: Output, within: float, actions_before: 
             "(.dev/logs/worker.log).",
         )
     result = await watch.handle.result()
-    assert isinstance(result, JobWatchResult)
     view = await query_view(watch.handle) or view
-    touched = [a for a in _emulator_actions(settings) if a.get("method") != "LaunchJob"][
-        actions_before:
-    ]
+    touched = _touches(settings)[touched_before:]
     followed = view is not None and view.attempt is not None and view.attempt.attempt >= 1
     problems = [
         *([] if result.outcome is WatchOutcome.SUCCEEDED else [f"outcome {result.outcome}"]),
@@ -177,3 +161,4 @@ async def _demo(settings: Settings, out: Output, within: float, actions_before: 
             f"{len(stale_seen)} stale coordinator(s) and stopped nothing "
             f"({summary['seconds']}s)"
         )
+    return OK

@@ -13,13 +13,12 @@ from __future__ import annotations
 import asyncio
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import click
-import httpx
-from temporalio.client import Client
 
+from dev.devstack.probes import Probes
 from dev.emulator_spur import SpurControl, holdings_of
 from keeper.cli.connect import client_for
 from keeper.cli.context import KeeperContext, pass_keeper
@@ -30,7 +29,6 @@ from keeper.domain.common.durations import format_duration
 from keeper.domain.reclaim.identity import NodeNameError, canonical_node
 from keeper.domain.reclaim.state import JobReclaimResult
 from keeper.domain.reclaim.steps import Mode, Outcome
-from keeper.runtime.dev_ports import dial_host, split_address
 from keeper.runtime.reclaim import search_attributes as sa
 from keeper.runtime.settings import Settings
 
@@ -40,8 +38,11 @@ SIGNALS = {0: "graceful (signal 0)", 9: "forced kill (signal 9)"}
 
 @dataclass
 class _Seen:
-    """What the demo has reported so far: a line is printed only when one of these changes."""
+    """The demo's two jobs and what it has reported of the reclaim: a line is printed only
+    when one of these changes."""
 
+    live_id: int
+    job_id: int
     workflow_id: str | None = None
     run_id: str | None = None
     step: str | None = None
@@ -49,7 +50,7 @@ class _Seen:
     cancels: int = 0
     drains: int = 0
     held: bool = True
-    lines: list[str] = field(default_factory=list)
+    result: JobReclaimResult | None = None
 
 
 class _Progress:
@@ -62,23 +63,20 @@ class _Progress:
         self._drawn = False
 
     def line(self, text: str) -> None:
-        self._clear()
+        self.clear()
         self.out.note(f"  {time.monotonic() - self.began:5.1f}s  {text}")
 
     def waiting(self, what: str) -> None:
         if not self.tty:
             return
-        self._clear()
+        self.clear()
         click.echo(f"  {time.monotonic() - self.began:5.1f}s  ({what})", err=True, nl=False)
         self._drawn = True
 
-    def _clear(self) -> None:
+    def clear(self) -> None:
         if self._drawn:
             click.echo("\r\033[K", err=True, nl=False)
             self._drawn = False
-
-    def done(self) -> None:
-        self._clear()
 
 
 def _check_stack(settings: Settings, control: SpurControl, node: str | None) -> str:
@@ -99,31 +97,15 @@ def _check_stack(settings: Settings, control: SpurControl, node: str | None) -> 
             hint="`keeper-dev status` shows the spur emulator and the tap; `keeper-dev up` "
             "starts what is missing.",
         )
-    names = [str(a["node"]) for a in agents]
-    if node is not None and node not in names:
+    node = node or str(agents[0]["node"])
+    control.known_node(node, registered=True)
+    tap = asyncio.run(Probes(settings).reclaim_tap())  # as `keeper-dev status` checks it
+    if not tap.ok:
         raise CommandFailed(
-            f"the spur emulator has no registered agent on node {node!r}; nothing was done",
-            hint=f"Its registered nodes: {', '.join(names)}.",
-            node=node,
-        )
-    host, port = split_address(settings.reclaim.intake_address, "reclaim.intake_address")
-    url = f"http://{dial_host(host)}:{port}/healthz"
-    try:
-        httpx.get(url, timeout=5).raise_for_status()
-    except httpx.HTTPError as err:
-        raise CommandFailed(
-            f"keeper's reclaim tap is not answering at {url} (reclaim.intake_address): {err}",
+            f"keeper's reclaim tap is not answering on reclaim.intake_address: {tap.detail}",
             hint="Start the local stack with `keeper-dev up`; `keeper-dev status` shows the tap.",
-        ) from err
-    return node or names[0]
-
-
-async def _find(client: Client, node_id: str, job_id: int, earlier: set[str]) -> Any:
-    """The reclaim of the holding the demo made: a run of (node, job) that did not exist
-    when it leaked the job (a restarted stack issues job ids again, and keeper's reclaims of
-    the last stack's job of that id stay in Temporal), running first, then the newest."""
-    found = [wf for wf in await reclaims_of(client, node_id, job_id) if wf.run_id not in earlier]
-    return found[0] if found else None
+        )
+    return node
 
 
 def _since(records: list[dict[str, Any]], since: str) -> list[dict[str, Any]]:
@@ -150,14 +132,6 @@ def _cancel_text(cancel: dict[str, Any]) -> str:
     )
 
 
-@dataclass
-class _Leak:
-    live_id: int
-    job_id: int
-    seen: _Seen
-    result: JobReclaimResult | None
-
-
 async def _leak_and_follow(
     settings: Settings,
     control: SpurControl,
@@ -166,44 +140,25 @@ async def _leak_and_follow(
     out: Output,
     progress: _Progress,
     within: float,
-) -> _Leak:
+) -> _Seen:
     """Runs a job that keeps running and one that ends while the agent keeps holding it,
     then follows the reclaim keeper starts for the leaked one."""
     client = await client_for(settings)
     node_id = canonical_node(node, settings.reclaim.node_aliases)
     live = control.submit(node, "demo-running")
-    leaked = control.submit(node, "demo-leaked")
-    job_id = int(leaked["job_id"])
+    seen = _Seen(int(live["job_id"]), int(control.submit(node, "demo-leaked")["job_id"]))
+    job_id = seen.job_id
     # Still running on its node: keeper spares it, so no reclaim of this holding exists yet;
     # every run of (node, job) there is now is another holding's.
     earlier = {wf.run_id for wf in await reclaims_of(client, node_id, job_id)}
     control.complete(job_id, leak=True)
+    grace = format_duration(settings.reclaim.timing.end_grace)
     out.note(
         f"Job {job_id} finished on {node} but its agent keeps holding it; job "
-        f"{live['job_id']} keeps running there. keeper spares a job that ended less than "
-        f"{format_duration(settings.reclaim.timing.end_grace)} ago, then reclaims it:"
+        f"{seen.live_id} keeps running there. keeper spares a job that ended less than "
+        f"{grace} ago, then reclaims it:"
     )
-    seen, result = await _follow(
-        client, settings, control, (node, node_id), job_id, (earlier, since), progress, within
-    )
-    return _Leak(int(live["job_id"]), job_id, seen, result)
-
-
-async def _follow(
-    client: Client,
-    settings: Settings,
-    control: SpurControl,
-    names: tuple[str, str],
-    job_id: int,
-    before: tuple[set[str], str],
-    progress: _Progress,
-    within: float,
-) -> tuple[_Seen, JobReclaimResult | None]:
-    node, node_id = names
-    earlier, since = before
-    seen = _Seen()
     deadline = time.monotonic() + within
-    grace = format_duration(settings.reclaim.timing.end_grace)
     progress.waiting(f"waiting for the tap: spared while it ended less than {grace} ago")
     while True:
         state = control.state()
@@ -220,7 +175,11 @@ async def _follow(
             progress.line(f"{node}'s agent let go of job {job_id}")
         seen.held = held
 
-        wf = await _find(client, node_id, job_id, earlier)
+        # The reclaim of the holding the demo made: a run that did not exist when it leaked
+        # the job (a restarted stack issues job ids again, and keeper's reclaims of the last
+        # stack's job of that id stay in Temporal), running first, then the newest.
+        runs = await reclaims_of(client, node_id, job_id)
+        wf = next((run for run in runs if run.run_id not in earlier), None)
         if wf is not None:
             if seen.workflow_id != wf.id:
                 seen.workflow_id, seen.run_id = wf.id, wf.run_id
@@ -230,24 +189,22 @@ async def _follow(
             if step and step != seen.step:
                 seen.step = step
                 progress.line(f"step {step}")
-            status = status_name(wf)
-            if status != "RUNNING":
-                seen.status = status
-                if status == "COMPLETED":
-                    handle = client.get_workflow_handle(wf.id, result_type=JobReclaimResult)
-                    result = await handle.result()
-                    progress.line(f"reclaim ended: {result.outcome.value}")
-                    return seen, result
-                progress.line(f"reclaim ended: {status}")
-                return seen, None
-            seen.status = status
+            seen.status = status_name(wf)
+            if seen.status == "COMPLETED":
+                handle = client.get_workflow_handle(wf.id, result_type=JobReclaimResult)
+                seen.result = await handle.result()
+                progress.line(f"reclaim ended: {seen.result.outcome.value}")
+                return seen
+            if seen.status != "RUNNING":
+                progress.line(f"reclaim ended: {seen.status}")
+                return seen
             progress.waiting(
                 "waiting for heartbeats that show the release"
                 if not held
                 else f"waiting in step {step}"
             )
         if time.monotonic() >= deadline:
-            return seen, None
+            return seen
         await asyncio.sleep(POLL_INTERVAL)
 
 
@@ -297,52 +254,42 @@ def demo(keeper: KeeperContext, node: str | None, timeout: float, out: Output) -
     since = str(control.state().get("clock", ""))
     progress = _Progress(out, began)
     try:
-        leak = asyncio.run(_leak_and_follow(settings, control, node, since, out, progress, timeout))
+        seen = asyncio.run(_leak_and_follow(settings, control, node, since, out, progress, timeout))
     finally:
-        progress.done()
+        progress.clear()
     seconds = time.monotonic() - began
-    job_id, seen, result = leak.job_id, leak.seen, leak.result
+    job_id, result = seen.job_id, seen.result
 
     state = control.state()
-    cancels = _cancels(state, node, job_id, since)
     live_cancels = [c for c in _since(state.get("cancels", []), since) if c.get("live_here")]
-    live_id = leak.live_id
-    live_held = live_id in holdings_of(state, node)
+    summary = {
+        "node": node,
+        "job_id": job_id,
+        "live_job_id": seen.live_id,
+        "workflow_id": seen.workflow_id,
+        "run_id": seen.run_id,
+        "ui_url": settings.temporal.workflow_url(seen.workflow_id, seen.run_id)
+        if seen.workflow_id
+        else None,
+        "status": seen.status,
+        "outcome": result.outcome.value if result else None,
+        "mode": result.mode.value if result else settings.reclaim.mode.value,
+        "cancels_sent": result.attempts if result else None,
+        "drained": result.drained if result else None,
+        "undrained": result.undrained if result else None,
+        "cancels": _cancels(state, node, job_id, since),
+        "live_cancels": live_cancels,
+        "live_job_held": seen.live_id in holdings_of(state, node),
+        "seconds": round(seconds, 1),
+    }
     # The running job has done its part (it kept the heartbeats non-empty): end it cleanly.
-    control.complete(live_id)
-
-    outcome = result.outcome.value if result else None
-    ok = result is not None and result.outcome is Outcome.RELEASED and not live_cancels
-    ui_url = (
-        settings.temporal.workflow_url(seen.workflow_id, seen.run_id) if seen.workflow_id else None
-    )
+    control.complete(seen.live_id)
     if out.json:
-        out.data(
-            {
-                "node": node,
-                "job_id": job_id,
-                "live_job_id": live_id,
-                "workflow_id": seen.workflow_id,
-                "run_id": seen.run_id,
-                "ui_url": ui_url,
-                "status": seen.status,
-                "outcome": outcome,
-                "mode": result.mode.value if result else settings.reclaim.mode.value,
-                "cancels_sent": result.attempts if result else None,
-                "drained": result.drained if result else None,
-                "undrained": result.undrained if result else None,
-                "cancels": cancels,
-                "live_cancels": live_cancels,
-                "live_job_held": live_held,
-                "seconds": round(seconds, 1),
-            }
-        )
+        out.data(summary)
     else:
-        _print_outcome(
-            out, node, job_id, (live_id, live_held), seen, result, cancels, live_cancels, ui_url
-        )
+        _print_outcome(out, summary)
         out.line(f"  took     {seconds:.1f}s")
-    if not ok:
+    if result is None or result.outcome is not Outcome.RELEASED or live_cancels:
         if result is None and seen.status in (None, "RUNNING"):
             where = (
                 f"`keeper reclaim status {node} {job_id}` shows where it is"
@@ -353,33 +300,28 @@ def demo(keeper: KeeperContext, node: str | None, timeout: float, out: Output) -
         raise SystemExit(1)
 
 
-def _print_outcome(
-    out: Output,
-    node: str,
-    job_id: int,
-    live: tuple[int, bool],
-    seen: _Seen,
-    result: JobReclaimResult | None,
-    cancels: list[dict[str, Any]],
-    live_cancels: list[dict[str, Any]],
-    ui_url: str | None,
-) -> None:
-    if result is not None and result.outcome is Outcome.RELEASED:
-        out.line(f"Released job {job_id} on {node}.")
-    elif result is not None:
-        out.line(f"Job {job_id} on {node} was not released: {result.outcome.value}.")
+def _print_outcome(out: Output, summary: dict[str, Any]) -> None:
+    """The demo's --json document as text."""
+    job, node, outcome = f"job {summary['job_id']}", summary["node"], summary["outcome"]
+    if outcome == Outcome.RELEASED.value:
+        out.line(f"Released {job} on {node}.")
+    elif outcome is not None:
+        out.line(f"{job.capitalize()} on {node} was not released: {outcome}.")
     else:
-        out.line(f"Job {job_id} on {node} was not released ({seen.status or 'no reclaim'}).")
-    out.line(f"  workflow {seen.workflow_id or '-'}")
-    out.line(f"  UI       {ui_url or '-'}")
-    if cancels:
-        for cancel in cancels:
-            out.line(f"  sent     {_cancel_text(cancel)}")
-    else:
+        status = summary["status"] or "no reclaim"
+        out.line(f"{job.capitalize()} on {node} was not released ({status}).")
+    out.line(f"  workflow {summary['workflow_id'] or '-'}")
+    out.line(f"  UI       {summary['ui_url'] or '-'}")
+    for cancel in summary["cancels"]:
+        out.line(f"  sent     {_cancel_text(cancel)}")
+    if not summary["cancels"]:
         out.line("  sent     nothing")
-    if result is not None:
-        drain = "drained and lifted" if result.undrained else "drained" if result.drained else "no"
-        out.line(f"  drain    {drain}")
+    if outcome is not None:
+        drained, undrained = summary["drained"], summary["undrained"]
+        out.line(
+            f"  drain    {'drained and lifted' if undrained else 'drained' if drained else 'no'}"
+        )
+    live_cancels = summary["live_cancels"]
     if live_cancels:
         out.line(f"  LIVE JOBS CANCELLED: {len(live_cancels)}")
         for cancel in live_cancels:
@@ -388,6 +330,5 @@ def _print_outcome(
         out.line(
             "  live     no live job was cancelled during the demo (the spur emulator's cancel log)"
         )
-    live_id, held = live
-    kept = "kept running" if held else "was NOT held any more"
-    out.line(f"  running  job {live_id} {kept} on {node} (the demo ends it now)")
+    kept = "kept running" if summary["live_job_held"] else "was NOT held any more"
+    out.line(f"  running  job {summary['live_job_id']} {kept} on {node} (the demo ends it now)")

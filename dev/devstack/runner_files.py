@@ -6,12 +6,12 @@ from __future__ import annotations
 import os
 import secrets
 
-from dev.devstack.layout import github_emulator_address, github_token_file
+from dev.devstack.layout import github_emulator_serves, github_token_file
 from keeper.runtime.settings import Settings
 
 
 def prepare_runner_files(settings: Settings) -> None:
-    if github_emulator_address(settings)[2]:
+    if github_emulator_serves(settings):
         token_file = github_token_file(settings)
         if not token_file.exists():
             token_file.parent.mkdir(parents=True, exist_ok=True)

@@ -30,8 +30,6 @@ from dev.devstack.layout import (
     emulator_address_mismatch,
     metrics_url,
     plan,
-    split_address,
-    temporal_binary,
     temporal_cli_env,
 )
 from dev.devstack.probes import Health, Poller, Probes, own_pollers, worker_health
@@ -43,7 +41,6 @@ from dev.devstack.procs import (
     port_holder,
     port_problem,
     process_cwd,
-    remove_pid_file,
     spawn_detached,
     stop_group,
     tail,
@@ -51,7 +48,7 @@ from dev.devstack.procs import (
 )
 from dev.devstack.runner_files import prepare_runner_files
 from keeper.cli.local_stack import StackRecord, run_dir, stack_record_file
-from keeper.cli.output import UsageProblem
+from keeper.cli.output import UsageProblem, rfc3339
 from keeper.runtime.dev_ports import PORT_BASE_ENV
 from keeper.runtime.search_attributes import drop_retired, register_missing
 from keeper.runtime.settings import (
@@ -62,6 +59,7 @@ from keeper.runtime.settings import (
     SettingsError,
     load_settings,
 )
+from keeper.runtime.tools import find_tool
 
 # The checkout keeper runs from (the emulators ship with the source, so `keeper-dev` is a
 # checkout's command): its temporal-dev.yaml is the stack's settings file when none is named
@@ -114,25 +112,22 @@ def anchored(settings: Settings, home: Path) -> Settings:
 def _load(config_file: str | Path | None, env: dict[str, str], port_base: int | None) -> Settings:
     try:
         return load_settings(config_file, env)
-    except SettingsConflict as err:
-        if port_base is not None:
-            raise UsageProblem(str(err), param_hint="--port-base") from None
-        raise StackError(f"{err}\nFix the file or the variable and retry.") from None
     except SettingsError as err:
+        if port_base is not None and isinstance(err, SettingsConflict):
+            raise UsageProblem(str(err), param_hint="--port-base") from None
         raise StackError(f"{err}\nFix the file or the variable and retry.") from None
 
 
 POLL_INTERVAL = 0.25
 LOCK_FILE = "dev.lock"
-LOG_TAIL_LINES = 20
 
 
 class StackError(click.ClickException):
     """Exit code 1 with a message on stderr, phrased for the person at the terminal."""
 
 
-def say(name: str, message: str, *, err: bool = False) -> None:
-    click.echo(f"  {name:<9} {message}", err=err)
+def say(name: str, message: str) -> None:
+    click.echo(f"  {name:<9} {message}")
 
 
 def _rel(path: Path) -> str:
@@ -259,10 +254,6 @@ class Stack:
             lambda: click.echo("Waiting for another `keeper-dev up`/`down` to finish..."),
         )
 
-    @property
-    def temporal_host(self) -> str:
-        return split_address(self.settings.temporal.address)[0]
-
     def temporal_cli_lines(self) -> list[str]:
         """How the `temporal` CLI reaches this stack's own server: it dials localhost:7233
         unless told otherwise, so a moved stack needs its address exported. A remote server
@@ -284,20 +275,19 @@ class Stack:
             grpc = await probes.temporal_grpc()
             if not grpc.ok or not comp.managed:
                 return grpc
-            ui = await probes.temporal_ui(self.temporal_host)
+            ui = await probes.temporal_ui()
             if not ui.ok:
                 return Health(False, f"UI {ui.detail}")
             return Health(True, f"{grpc.detail}, UI {self.settings.temporal.ui_base}")
-        if comp.name == EMULATOR:
-            return await probes.emulator()
-        if comp.name == GITHUB:
-            return await probes.github_emulator()
-        if comp.name == SPUR:
-            return await probes.spur_emulator()
-        if comp.name == TAP:
-            return await probes.reclaim_tap()
-        if comp.name == IRIS:
-            return await probes.iris_emulator()
+        served = {
+            EMULATOR: probes.emulator,
+            GITHUB: probes.github_emulator,
+            SPUR: probes.spur_emulator,
+            TAP: probes.reclaim_tap,
+            IRIS: probes.iris_emulator,
+        }
+        if comp.name in served:
+            return await served[comp.name]()
         if running is None:
             return Health(False, "not running")
         # Healthy once it polls the queue of every family it serves.
@@ -391,7 +381,8 @@ class Stack:
                 "another --port-base."
             )
         self._check_ports(to_start)
-        self._check_runnable(to_start)
+        if self.components[TEMPORAL] in to_start and find_tool("temporal") is None:
+            raise StackError(TEMPORAL_MISSING.format(python=sys.executable))
         write_pid_file(stack_record_file(self.settings), self.record)
 
         temporal = self.components[TEMPORAL]
@@ -456,7 +447,7 @@ class Stack:
         if record is not None and is_ours(record):
             return record
         if comp.pid_file.exists():
-            remove_pid_file(comp.pid_file)
+            comp.pid_file.unlink(missing_ok=True)
             what = f"pid {record.pid} is not running" if record else "unreadable"
             say(comp.name, f"removed a stale pid file ({what})")
         return None
@@ -512,11 +503,6 @@ class Stack:
                 "with another config is stopped by `keeper-dev down` there."
             )
 
-    def _check_runnable(self, to_start: list[Component]) -> None:
-        names = {c.name for c in to_start}
-        if TEMPORAL in names and temporal_binary() is None:
-            raise StackError(TEMPORAL_MISSING.format(python=sys.executable))
-
     async def _register_search_attributes(self, probes: Probes) -> None:
         """A database an older keeper made lacks the newer attributes (`--search-attribute`
         only applies to a new one) and may hold the ones keeper retired at 1.0, which the
@@ -544,8 +530,7 @@ class Stack:
             raise StackError(
                 f"Temporal at {address} is not reachable: {health.detail}\n"
                 "Check TEMPORAL_PROFILE / TEMPORAL_ADDRESS / TEMPORAL_TLS* / TEMPORAL_API_KEY, "
-                "or use a local "
-                "dev server (temporal.address: 127.0.0.1:7233)."
+                "or use a local dev server (temporal.address: 127.0.0.1:7233)."
             )
         say(TEMPORAL, f"reachable: {health.detail}")
 
@@ -602,23 +587,22 @@ class Stack:
 
     def _fail(self, running: _Running, reason: str) -> NoReturn:
         comp = running.component
-        lines = tail(comp.log_file, LOG_TAIL_LINES)
+        lines = tail(comp.log_file)
         cleanup = ""
         if running.started_here:
             if running.alive():
                 stop_group(running.record.pid, grace=5)
                 cleanup = " It was stopped."
-            remove_pid_file(comp.pid_file)
+            comp.pid_file.unlink(missing_ok=True)
         else:
             cleanup = (
                 f" It was started by an earlier `up` (pid {running.record.pid}) and left "
                 "alone: `keeper-dev down` and `keeper-dev up` restart it."
             )
-        log = _rel(comp.log_file)
         body = "\n".join(f"    {line}" for line in lines) if lines else "    (the log is empty)"
         raise StackError(
             f"{comp.name} {reason}.{cleanup}\n"
-            f"  last {len(lines)} lines of {log}:\n{body}\n"
+            f"  last {len(lines)} lines of {_rel(comp.log_file)}:\n{body}\n"
             "Components that are already up keep running: `keeper-dev status` shows them, "
             "`keeper-dev down` stops them."
         )
@@ -638,7 +622,7 @@ class Stack:
             record = PidRecord.load(comp.pid_file)
             if record is None:
                 if comp.pid_file.exists():
-                    remove_pid_file(comp.pid_file)
+                    comp.pid_file.unlink(missing_ok=True)
                     say(name, "removed an unreadable pid file")
                 elif comp.mode == "external":
                     say(name, f"{comp.address} is not managed by keeper-dev; left alone")
@@ -646,7 +630,7 @@ class Stack:
                     say(name, "not running")
                 continue
             if not is_ours(record):
-                remove_pid_file(comp.pid_file)
+                comp.pid_file.unlink(missing_ok=True)
                 say(name, f"was not running (removed the stale pid file of pid {record.pid})")
                 continue
             wait = grace
@@ -655,7 +639,7 @@ class Stack:
                 drain = self.settings.worker.graceful_shutdown.total_seconds()
                 wait = max(grace, drain + 5)
             result = stop_group(record.pid, wait)
-            remove_pid_file(comp.pid_file)
+            comp.pid_file.unlink(missing_ok=True)
             if result.killed:
                 say(name, f"did not stop within {wait:g}s; killed (pid {record.pid})")
             else:
@@ -686,25 +670,21 @@ class Stack:
 
     async def status(self) -> dict[str, Any]:
         probes = Probes(self.settings)
-        components: dict[str, dict[str, Any]] = {}
         try:
-            for comp in self.components.values():
-                components[comp.name] = await self._component_status(comp, probes)
+            components = {
+                c.name: await self._component_status(c, probes) for c in self.components.values()
+            }
         finally:
             probes.close()
         required = [c for c in components.values() if c["mode"] != "disabled"]
         return {
             "healthy": all(c["healthy"] for c in required),
             "ui_url": self.settings.temporal.ui_base,
-            # Where the `temporal` CLI reaches the server, and what to export for it to
-            # ({} when its defaults do).
             "temporal_address": self.settings.temporal.address,
             "temporal_env": temporal_cli_env(self.settings),
-            # The worker's Prometheus endpoint (null: it serves none).
             "metrics_url": metrics_url(self.settings),
             "config_file": self.shown_config,
             "port_base": self.settings.dev.port_base,
-            # Whether the settings are the ones `up` recorded for the running stack.
             "recorded": self.followed is not None,
             "run_dir": str(run_dir(self.settings)),
             "components": components,
@@ -730,7 +710,8 @@ class Stack:
             running = _Running(comp, record)
             health = await self.check(comp, probes, running)
             entry.update(state="running", pid=record.pid, healthy=health.ok, detail=health.detail)
-            entry["started_at"] = record.started_at
+            # In the one timestamp format (RFC 3339 UTC), as long as it parses.
+            entry["started_at"] = rfc3339(_started_at(record)) or record.started_at
             if comp.mode == "disabled":
                 entry["detail"] += f" (not needed: {comp.disabled_because})"
             return entry

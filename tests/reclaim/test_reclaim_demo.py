@@ -171,7 +171,8 @@ def test_the_demo_without_a_stack_says_to_start_one() -> None:
     assert result.exit_code == 1
     assert f"The spur emulator is not running at http://127.0.0.1:{port}" in result.output
     assert "emulator.spur_control_port" in result.output
-    assert "Start it with `keeper-dev up`." in result.output
+    # As every emulator command's: how to start it, and how to reach a stack on another base.
+    assert "Start it with `keeper-dev up`; a stack on another port base" in result.output
 
 
 @pytest.mark.parametrize(
