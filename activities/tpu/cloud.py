@@ -423,34 +423,27 @@ class TpuActivities:
 
     async def list_owned(self, project: str, zone: str) -> list[OwnedResource]:
         parent = naming.parent(project, zone)
-        owned: list[OwnedResource] = []
+        owned: list[OwnedResource | None] = []
         qr_pager = await self._client.list_queued_resources(parent=parent, timeout=self._timeout)
         async for qr in qr_pager:
-            labels = _labels_of_qr(qr)
-            if labels.get(naming.LABEL_MANAGED) == "true":
-                owned.append(
-                    OwnedResource(
-                        kind="queued_resource",
-                        id=qr.name.rsplit("/", 1)[-1],
-                        name=qr.name,
-                        state=qr.state.state.name,
-                        owner_workflow_id=labels.get(naming.LABEL_OWNER, ""),
-                        owner_run_id=labels.get(naming.LABEL_RUN),
-                    )
-                )
+            owned.append(_owned("queued_resource", qr.name, qr.state.state.name, _labels_of_qr(qr)))
         node_pager = await self._client.list_nodes(parent=parent, timeout=self._timeout)
         async for node in node_pager:
-            labels = dict(node.labels)
             # Nodes of a queued resource go with it; only stand-alone nodes are listed.
-            if labels.get(naming.LABEL_MANAGED) == "true" and not node.queued_resource:
-                owned.append(
-                    OwnedResource(
-                        kind="node",
-                        id=node.name.rsplit("/", 1)[-1],
-                        name=node.name,
-                        state=node.state.name,
-                        owner_workflow_id=labels.get(naming.LABEL_OWNER, ""),
-                        owner_run_id=labels.get(naming.LABEL_RUN),
-                    )
-                )
-        return owned
+            if not node.queued_resource:
+                owned.append(_owned("node", node.name, node.state.name, dict(node.labels)))
+        return [resource for resource in owned if resource is not None]
+
+
+def _owned(kind: str, name: str, state: str, labels: dict[str, str]) -> OwnedResource | None:
+    """A resource keeper labelled as its own; None for any other."""
+    if labels.get(naming.LABEL_MANAGED) != "true":
+        return None
+    return OwnedResource(
+        kind=kind,
+        id=name.rsplit("/", 1)[-1],
+        name=name,
+        state=state,
+        owner_workflow_id=labels.get(naming.LABEL_OWNER, ""),
+        owner_run_id=labels.get(naming.LABEL_RUN),
+    )

@@ -7,8 +7,9 @@ failed or cancelled bootstrap that was waited for, or an unknown slice) / 2 (a b
 
 from __future__ import annotations
 
-import asyncio
+import functools
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
@@ -27,11 +28,13 @@ from keeper.cli.output import (
     CommandFailed,
     Output,
     error_document,
+    exits,
     json_options,
     rfc3339,
+    table,
     workflow_keeps_running,
 )
-from keeper.cli.tpu.lookup import SliceWorkflows, phase_child, slice_workflows
+from keeper.cli.tpu.lookup import SliceWorkflows, phase_child, released_after, slice_workflows
 from keeper.cli.tpu.params import (
     DURATION,
     SLICE_NAME,
@@ -88,32 +91,17 @@ from keeper.domain.tpu.status_view import static_summary
 from keeper.runtime.settings import Settings
 from keeper.runtime.tpu import search_attributes as sa
 
-# The live view, notes and a failure's text: diagnostics, never data.
 F = TypeVar("F", bound=Callable[..., Any])
+# The live view, notes and a failure's text: diagnostics, never data.
 console = Console(stderr=True)
-
-
-def _data_console() -> Console:
-    # Created per call: click's test runner swaps stdout for each invocation.
-    return Console(soft_wrap=True)
-
-
-def _shown(value: object) -> str:
-    """Outside text (GCP errors, resource and VM names, labels) as plain terminal text."""
-    return terminal_text(value)
-
-
-def _markup(value: object) -> str:
-    """Outside text as inert rich markup, for the stderr console."""
-    return terminal_text(value, markup=True)
 
 
 def print_failure(message: str, url: str, cleanup: str | None = None, left: bool = True) -> None:
     """A failed bootstrap on stderr: what happened, what compensation did, what next."""
     # Unwrapped: a log keeps each statement on its line, however long.
-    lines = [f"[red]bootstrap failed:[/] {_markup(message)}"]
+    lines = [f"[red]bootstrap failed:[/] {terminal_text(message, markup=True)}"]
     if cleanup is not None:
-        lines.append(f"Compensation: {_markup(cleanup)}.")
+        lines.append(f"Compensation: {terminal_text(cleanup, markup=True)}.")
     if not left:
         lines.append("Nothing of this bootstrap is left running.")
     lines.append(
@@ -122,10 +110,6 @@ def print_failure(message: str, url: str, cleanup: str | None = None, left: bool
     lines.append(f"Its details in the Temporal UI: {url}")
     for text in lines:
         console.print(text, soft_wrap=True)
-
-
-def _note(text: str) -> None:
-    click.echo(text, err=True)
 
 
 def _handle_fields(
@@ -159,10 +143,7 @@ async def start_bootstrap(
             task_queue=settings.temporal.family_queue("tpu"),
             id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
             static_summary=static_summary(
-                request.slice_name,
-                request.accelerator_type,
-                request.capacity.value,
-                request.zone,
+                request.slice_name, request.accelerator_type, request.capacity.value, request.zone
             ),
             search_attributes=sa.for_slice(request.slice_name, request.zone, Phase.SUBMIT.value),
             # Findable by the sweeper even before the workflow's first task writes it.
@@ -177,9 +158,17 @@ async def start_bootstrap(
         ) from None
 
 
-def failure_of(err: WorkflowFailureError) -> tuple[str, BootstrapFailure | None]:
-    """What failed, and the failure. The message is the failure's own: the workflow's error
-    text ends with "; compensation: ...", which the CLI shows once, on a line of its own."""
+@dataclass(frozen=True)
+class _Failed:
+    # The failure's own message: the workflow's error text ends with "; compensation: ...",
+    # which the CLI shows once, on a line of its own.
+    message: str
+    failure: BootstrapFailure | None
+    cleanup: str  # what compensation did (older payloads carry only the report)
+    left: bool  # whether something of the bootstrap may still run
+
+
+def failure_of(err: WorkflowFailureError) -> _Failed:
     cause = err.cause
     if isinstance(cause, ApplicationError) and cause.details:
         try:
@@ -187,18 +176,11 @@ def failure_of(err: WorkflowFailureError) -> tuple[str, BootstrapFailure | None]
         except ValidationError:
             pass
         else:
-            return failure.message, failure
-    return str(cause or err), None
-
-
-def _cleanup(failure: BootstrapFailure | None) -> tuple[str, bool]:
-    """What compensation did (from the failure; older payloads carry only the report)."""
-    if failure is None:
-        return "unknown (the failure carries no report; see the history)", True
-    text = failure.cleanup or cleanup_summary(
-        failure.compensation, kind=failure.kind, slice_name=""
-    )
-    return text, left_running(failure.compensation, failure.kind)
+            cleanup = failure.cleanup or cleanup_summary(failure.compensation, kind=failure.kind)
+            left = left_running(failure.compensation, failure.kind)
+            return _Failed(failure.message, failure, cleanup, left)
+    unknown = "unknown (the failure carries no report; see the history)"
+    return _Failed(str(cause or err), None, unknown, True)
 
 
 async def bootstrap_error(
@@ -213,7 +195,8 @@ async def bootstrap_error(
         final = await query_status(handle)
         cleanup = final.compensation if final and final.compensation else "unknown"
         return CommandFailed(
-            f"the bootstrap of slice {slice_name} was cancelled; compensation: {_shown(cleanup)}",
+            f"the bootstrap of slice {slice_name} was cancelled; "
+            f"compensation: {terminal_text(cleanup)}",
             hint=f"Its details in the Temporal UI: {fields['ui_url']}",
             **fields,
             slice=slice_name,
@@ -233,15 +216,14 @@ async def bootstrap_error(
             slice=slice_name,
             status=closed,
         )
-    message, failure = failure_of(err)
-    cleanup, _ = _cleanup(failure)
+    failed = failure_of(err)
     return CommandFailed(
-        f"bootstrap failed: {_shown(message)}",
-        hint=f"Compensation: {_shown(cleanup)}.",
+        f"bootstrap failed: {terminal_text(failed.message)}",
+        hint=f"Compensation: {terminal_text(failed.cleanup)}.",
         **fields,
         status="FAILED",
-        cleanup=cleanup,
-        failure=failure,
+        cleanup=failed.cleanup,
+        failure=failed.failure,
     )
 
 
@@ -268,26 +250,28 @@ async def wait_and_report(
     slice_name: str,
 ) -> int:
     """Waits for the bootstrap; 0 when the slice is ready, otherwise raises (exit 1)."""
-    _bootstrap_keeps_running(handle, slice_name, run_id or handle.result_run_id)
+    run_id = run_id or handle.result_run_id
+    _bootstrap_keeps_running(handle, slice_name, run_id)
     if show:
-        await follow_workflow(handle, look(handle), console=console, note=_note)
-    fields = _handle_fields(settings, handle, run_id or handle.result_run_id)
+        await follow_workflow(handle, look(handle), console=console, note=out.note)
+    fields = _handle_fields(settings, handle, run_id)
     try:
-        result: BootstrapResult = await result_of(handle, _note)
+        result: BootstrapResult = await result_of(handle, out.note)
     except WorkflowFailureError as err:
         if out.json or closed_status(err) != "FAILED":
             raise await bootstrap_error(err, handle, fields, slice_name) from None
-        message, failure = failure_of(err)
-        cleanup, left = _cleanup(failure)
-        print_failure(message, fields["ui_url"], cleanup, left)
+        failed = failure_of(err)
+        print_failure(failed.message, fields["ui_url"], failed.cleanup, failed.left)
         return FAILED
     if out.json:
         out.data({**fields, "status": "COMPLETED", "result": result})
         return 0
     took = ", ".join(f"{k} {v:.0f}s" for k, v in result.phase_seconds.items())
-    out.line(f"slice {_shown(result.slice_name)} is ready: {len(result.vms)} VMs healthy ({took})")
+    out.line(
+        f"slice {terminal_text(result.slice_name)} is ready: {len(result.vms)} VMs healthy ({took})"
+    )
     for vm in result.vms[:8]:
-        out.line(f"  {_shown(vm.node)}/{vm.index} {_shown(vm.ip)}")
+        out.line(f"  {terminal_text(vm.node)}/{vm.index} {terminal_text(vm.ip)}")
     if len(result.vms) > 8:
         out.line(f"  ... {len(result.vms) - 8} more (keeper tpu status --json)")
     out.note(f"UI: {fields['ui_url']}")
@@ -365,7 +349,8 @@ def tpu() -> None:
 @follow_option("Follow the phases live until the end.", negatable=True)
 @json_options
 @pass_keeper
-def bootstrap(keeper: KeeperContext, out: Output, **options: Any) -> None:
+@exits
+async def bootstrap(keeper: KeeperContext, out: Output, **options: Any) -> int:
     """Start the bootstrap of SLICE_NAME (also its queued-resource and node id).
 
     The request is validated first; nothing is created when a field is wrong (exit 2). A
@@ -380,10 +365,6 @@ def bootstrap(keeper: KeeperContext, out: Output, **options: Any) -> None:
         options.pop("node_count")
     settings = keeper.settings
     request = build_request(settings, options)
-    raise SystemExit(asyncio.run(_bootstrap(settings, request, follow, out)))
-
-
-async def _bootstrap(settings: Settings, request: SliceRequest, follow: bool, out: Output) -> int:
     client = await client_for(settings)
     handle = await start_bootstrap(client, settings, request)
     fields = _handle_fields(settings, handle, handle.result_run_id)
@@ -398,13 +379,18 @@ async def _bootstrap(settings: Settings, request: SliceRequest, follow: bool, ou
     return await wait_and_report(handle, settings, out, show=True, slice_name=request.slice_name)
 
 
-def _unknown_slice(slice_name: str, settings: Settings) -> CommandFailed:
-    return CommandFailed(
-        f"no slice named {slice_name}: keeper has no bootstrap {bootstrap_workflow_id(slice_name)} "
-        f"in namespace {settings.temporal.namespace}",
-        hint="List the slices keeper knows with `keeper tpu list`.",
-        slice=slice_name,
-    )
+async def _known_slice(settings: Settings, slice_name: str) -> tuple[Client, SliceWorkflows]:
+    """The slice's workflows; refused (exit 1) when keeper has no bootstrap of that name."""
+    client = await client_for(settings)
+    found = await slice_workflows(client, slice_name)
+    if not found.exists:
+        raise CommandFailed(
+            f"no slice named {slice_name}: keeper has no bootstrap "
+            f"{bootstrap_workflow_id(slice_name)} in namespace {settings.temporal.namespace}",
+            hint="List the slices keeper knows with `keeper tpu list`.",
+            slice=slice_name,
+        )
+    return client, found
 
 
 async def _teardown_view(found: SliceWorkflows) -> dict[str, Any] | None:
@@ -484,10 +470,10 @@ async def _wait_for_status(
     bootstrap that did not complete, the `error` a failed `--follow` reports (exit 1)."""
     handle = found.bootstrap
     _bootstrap_keeps_running(handle, slice_name, found.bootstrap_description.run_id)
-    await follow_workflow(handle, look(handle), console=console, note=_note)
+    await follow_workflow(handle, look(handle), console=console, note=out.note)
     problem: CommandFailed | None = None
     try:
-        await result_of(handle, _note)
+        await result_of(handle, out.note)
     except WorkflowFailureError as err:
         fields = _handle_fields(settings, handle, found.bootstrap_description.run_id)
         problem = await bootstrap_error(err, handle, fields, slice_name)
@@ -506,7 +492,8 @@ async def _wait_for_status(
 @follow_option("Follow it live until it ends.")
 @json_options
 @pass_keeper
-def status(keeper: KeeperContext, out: Output, slice_name: str, follow: bool) -> None:
+@exits
+async def status(keeper: KeeperContext, out: Output, slice_name: str, follow: bool) -> int:
     """Show where SLICE_NAME is: phase, deadline, QR state, VM counts, and its release.
 
     The slice's state reads the bootstrap and, once it handed the slice over, its teardown
@@ -515,56 +502,40 @@ def status(keeper: KeeperContext, out: Output, slice_name: str, follow: bool) ->
     With --follow --json, the same document once it closed, with its result or error.
     """
     settings = keeper.settings
-
-    async def run() -> int:
-        client = await client_for(settings)
-        found = await slice_workflows(client, slice_name)
-        if not found.exists:
-            raise _unknown_slice(slice_name, settings)
-        handle, description = found.bootstrap, found.bootstrap_description
-        if follow and is_running(description):
-            if out.json:
-                return await _wait_for_status(client, settings, out, slice_name, found)
-            return await wait_and_report(
-                handle, settings, out, show=True, run_id=description.run_id, slice_name=slice_name
-            )
-        shown = await slice_status(client, settings, slice_name, found)
+    client, found = await _known_slice(settings, slice_name)
+    handle, description = found.bootstrap, found.bootstrap_description
+    if follow and is_running(description):
         if out.json:
-            out.data(shown)
-            return 0
-        progress: BootstrapStatus | None = shown["progress"]
-        teardown = shown["teardown"]
-        console = _data_console()
-        closed = f", closed {rfc3339(shown['closed_at'])}" if shown["closed_at"] else ""
-        console.print(
-            f"{handle.id}: {shown['slice_state']} (bootstrap {shown['status']}){closed}",
-            markup=False,
-            highlight=False,
+            return await _wait_for_status(client, settings, out, slice_name, found)
+        return await wait_and_report(
+            handle, settings, out, show=True, run_id=description.run_id, slice_name=slice_name
         )
-        if teardown is not None:
-            console.print(
-                f"teardown {teardown['workflow_id']}: {teardown['status']}, "
-                f"{_shown(teardown['summary'])}",
-                markup=False,
-                highlight=False,
-            )
-        if progress:
-            console.print(
-                render(_released_view(progress, teardown), seen_at=shown["qr_state_seen_at"])
-            )
-            if progress.compensation_stuck:
-                console.print(
-                    f"compensation stuck since {rfc3339(progress.compensation_stuck_since)}: "
-                    f"{_shown(progress.compensation)}",
-                    markup=False,
-                    highlight=False,
-                )
-        if shown["next_step"]:
-            console.print(f"next: {shown['next_step']}", markup=False, highlight=False)
-        out.note(f"UI: {shown['ui_url']}")
+    shown = await slice_status(client, settings, slice_name, found)
+    if out.json:
+        out.data(shown)
         return 0
-
-    raise SystemExit(asyncio.run(run()))
+    progress: BootstrapStatus | None = shown["progress"]
+    teardown = shown["teardown"]
+    console = Console(soft_wrap=True)  # data, on the stdout of this invocation
+    say = functools.partial(console.print, markup=False, highlight=False)
+    closed = f", closed {rfc3339(shown['closed_at'])}" if shown["closed_at"] else ""
+    say(f"{handle.id}: {shown['slice_state']} (bootstrap {shown['status']}){closed}")
+    if teardown is not None:
+        say(
+            f"teardown {teardown['workflow_id']}: {teardown['status']}, "
+            f"{terminal_text(teardown['summary'])}"
+        )
+    if progress:
+        console.print(render(_released_view(progress, teardown), seen_at=shown["qr_state_seen_at"]))
+        if progress.compensation_stuck:
+            say(
+                f"compensation stuck since {rfc3339(progress.compensation_stuck_since)}: "
+                f"{terminal_text(progress.compensation)}"
+            )
+    if shown["next_step"]:
+        say(f"next: {shown['next_step']}")
+    out.note(f"UI: {shown['ui_url']}")
+    return 0
 
 
 @tpu.command(name="list")
@@ -583,84 +554,73 @@ def status(keeper: KeeperContext, out: Output, slice_name: str, follow: bool) ->
 )
 @json_options
 @pass_keeper
-def list_slices(keeper: KeeperContext, out: Output, limit: int, show_all: bool) -> None:
+@exits
+async def list_slices(keeper: KeeperContext, out: Output, limit: int, show_all: bool) -> int:
     """List the slices keeper knows (their bootstraps), newest first.
 
     Like the other lists, closed ones only with --all: without it, the slices that are not
     over (a bootstrap running; a ready slice, one being released or whose release failed).
     """
     settings = keeper.settings
-
-    async def run() -> int:
-        client = await client_for(settings)
-        # A bootstrap that failed, was cancelled, terminated or timed out is over; a
-        # completed one handed its slice over, which is over only once released.
-        not_over = () if show_all else (Status.RUNNING, Status.COMPLETED)
-        # One row per slice: its latest run.
-        bootstraps = await latest_runs(
-            client, list_query(BOOTSTRAP_WORKFLOW_TYPE, statuses=not_over), limit=limit * 4
+    client = await client_for(settings)
+    # A bootstrap that failed, was cancelled, terminated or timed out is over; a
+    # completed one handed its slice over, which is over only once released.
+    not_over = () if show_all else (Status.RUNNING, Status.COMPLETED)
+    # One row per slice: its latest run.
+    bootstraps = await latest_runs(
+        client, list_query(BOOTSTRAP_WORKFLOW_TYPE, statuses=not_over), limit=limit * 4
+    )
+    teardowns = await latest_runs(client, list_query(TEARDOWN_WORKFLOW_TYPE), limit=limit * 4)
+    rows: list[dict[str, Any]] = []
+    for wf in sorted(bootstraps.values(), key=lambda w: w.start_time, reverse=True):
+        if len(rows) == limit:
+            break
+        attrs = wf.typed_search_attributes
+        name = attrs.get(sa.SLICE_NAME) or wf.id.removeprefix("tpu-bootstrap-")
+        phase = attrs.get(sa.KEEPER_STEP)
+        bootstrap_state = status_name(wf) or "UNKNOWN"
+        teardown = teardowns.get(teardown_workflow_id(name))
+        released_by = status_name(teardown) if released_after(teardown, wf) else None
+        if not show_all and slice_is_over(bootstrap_state, released_by):
+            continue
+        rows.append(
+            {
+                "slice": name,
+                "zone": attrs.get(sa.ZONE),
+                "phase": phase,
+                "status": bootstrap_state,
+                "slice_state": slice_state(bootstrap_state, phase, released_by),
+                "started_at": wf.start_time,
+                "workflow_id": wf.id,
+                "run_id": wf.run_id,
+            }
         )
-        teardowns = await latest_runs(client, list_query(TEARDOWN_WORKFLOW_TYPE), limit=limit * 4)
-        rows: list[dict[str, Any]] = []
-        for wf in sorted(bootstraps.values(), key=lambda w: w.start_time, reverse=True):
-            if len(rows) == limit:
-                break
-            attrs = wf.typed_search_attributes
-            name = attrs.get(sa.SLICE_NAME) or wf.id.removeprefix("tpu-bootstrap-")
-            phase = attrs.get(sa.KEEPER_STEP)
-            bootstrap_state = status_name(wf) or "UNKNOWN"
-            teardown = teardowns.get(teardown_workflow_id(name))
-            released_by = (
-                status_name(teardown)
-                if teardown is not None
-                and wf.close_time is not None
-                and teardown.start_time >= wf.close_time
-                else None
-            )
-            if not show_all and slice_is_over(bootstrap_state, released_by):
-                continue
-            rows.append(
-                {
-                    "slice": name,
-                    "zone": attrs.get(sa.ZONE),
-                    "phase": phase,
-                    "status": bootstrap_state,
-                    "slice_state": slice_state(bootstrap_state, phase, released_by),
-                    "started_at": wf.start_time,
-                    "workflow_id": wf.id,
-                    "run_id": wf.run_id,
-                }
-            )
-        if out.json:
-            out.data({"slices": rows})
-            return 0
-        if not rows:
-            if show_all:
-                out.note("no slices yet; start one with `keeper tpu bootstrap`")
-            else:
-                out.note(
-                    "no slice is running or live; `keeper tpu list --all` also shows the "
-                    "ones that are over"
-                )
-            return 0
-        header = ("SLICE", "ZONE", "PHASE", "STATUS", "STATE", "STARTED")
-        table = [header] + [
-            (
-                _shown(r["slice"]),
-                _shown(r["zone"] or "-"),
-                _shown(r["phase"] or "-"),
-                r["status"],
-                r["slice_state"],
-                rfc3339(r["started_at"]) or "-",
-            )
-            for r in rows
-        ]
-        widths = [max(len(row[i]) for row in table) for i in range(len(header))]
-        for row in table:
-            out.line("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+    if out.json:
+        out.data({"slices": rows})
         return 0
-
-    raise SystemExit(asyncio.run(run()))
+    if not rows:
+        if show_all:
+            out.note("no slices yet; start one with `keeper tpu bootstrap`")
+        else:
+            out.note(
+                "no slice is running or live; `keeper tpu list --all` also shows the "
+                "ones that are over"
+            )
+        return 0
+    cells = [
+        (
+            terminal_text(r["slice"]),
+            terminal_text(r["zone"] or "-"),
+            terminal_text(r["phase"] or "-"),
+            r["status"],
+            r["slice_state"],
+            rfc3339(r["started_at"]) or "-",
+        )
+        for r in rows
+    ]
+    for line in table(("SLICE", "ZONE", "PHASE", "STATUS", "STATE", "STARTED"), cells):
+        out.line(line)
+    return 0
 
 
 @tpu.command()
@@ -668,75 +628,68 @@ def list_slices(keeper: KeeperContext, out: Output, limit: int, show_all: bool) 
 @follow_option("Follow the compensation until it ends.", default=True, negatable=True)
 @json_options
 @pass_keeper
-def cancel(keeper: KeeperContext, out: Output, slice_name: str, follow: bool) -> None:
+@exits
+async def cancel(keeper: KeeperContext, out: Output, slice_name: str, follow: bool) -> int:
     """Cancel the bootstrap of SLICE_NAME; its compensation deletes what it created.
 
     Exit 0 once the bootstrap is cancelled and compensated (or the cancel was requested,
     with --no-follow); 1 when there is no running bootstrap or it ended another way.
     """
     settings = keeper.settings
-
-    async def run() -> int:
-        client = await client_for(settings)
-        found = await slice_workflows(client, slice_name)
-        if not found.exists:
-            raise _unknown_slice(slice_name, settings)
-        handle, description = found.bootstrap, found.bootstrap_description
-        if not is_running(description):
-            raise CommandFailed(
-                f"no running bootstrap of {slice_name} ({found.bootstrap_status})",
-                hint=f"To release a ready slice use `keeper tpu delete {slice_name}`.",
-                workflow_id=handle.id,
-                status=found.bootstrap_status,
-            )
-        await handle.cancel()
-        fields = _handle_fields(settings, handle, description.run_id)
-        if not follow:
-            if out.json:
-                out.data({**fields, "status": "CANCEL_REQUESTED"})
-            else:
-                out.line(f"cancel requested for {handle.id}")
-                out.note("compensation runs in the workflow; watch it with `keeper tpu status`")
-            return 0
-        workflow_keeps_running(
-            f"the cancel was requested; the bootstrap {handle.id} keeps compensating",
-            handle.id,
-            follow=f"keeper tpu status {slice_name} --follow",
-            run_id=description.run_id,
+    _, found = await _known_slice(settings, slice_name)
+    handle, description = found.bootstrap, found.bootstrap_description
+    if not is_running(description):
+        raise CommandFailed(
+            f"no running bootstrap of {slice_name} ({found.bootstrap_status})",
+            hint=f"To release a ready slice use `keeper tpu delete {slice_name}`.",
+            workflow_id=handle.id,
+            status=found.bootstrap_status,
         )
-        # The phases and the compensation as they go (a stuck one with its last error), as
-        # `status --follow` shows them: a compensation can take long, and never silently.
-        await follow_workflow(handle, look(handle), console=console, note=_note)
-        try:
-            await result_of(handle, _note)
-        except WorkflowFailureError as err:
-            if closed_status(err) != "CANCELED":
-                message, failure = failure_of(err)
-                cleanup, _ = _cleanup(failure)
-                raise CommandFailed(
-                    f"the bootstrap failed before the cancel took effect: {message}",
-                    hint=f"Compensation: {cleanup}.",
-                    **fields,
-                    status="FAILED",
-                    failure=failure,
-                ) from None
-        else:
-            raise CommandFailed(
-                f"the bootstrap of {slice_name} completed before the cancel took effect",
-                hint=f"Release the slice with `keeper tpu delete {slice_name}`.",
-                **fields,
-                status="COMPLETED",
-            )
-        final = await query_status(handle)
-        cleanup = final.compensation if final and final.compensation else "unknown"
+    await handle.cancel()
+    fields = _handle_fields(settings, handle, description.run_id)
+    if not follow:
         if out.json:
-            out.data({**fields, "status": "CANCELED", "cleanup": cleanup, "progress": final})
+            out.data({**fields, "status": "CANCEL_REQUESTED"})
         else:
-            out.line(f"{slice_name}: cancelled; compensation: {_shown(cleanup)}")
-            out.note(f"UI: {fields['ui_url']}")
+            out.line(f"cancel requested for {handle.id}")
+            out.note("compensation runs in the workflow; watch it with `keeper tpu status`")
         return 0
-
-    raise SystemExit(asyncio.run(run()))
+    workflow_keeps_running(
+        f"the cancel was requested; the bootstrap {handle.id} keeps compensating",
+        handle.id,
+        follow=f"keeper tpu status {slice_name} --follow",
+        run_id=description.run_id,
+    )
+    # The phases and the compensation as they go (a stuck one with its last error), as
+    # `status --follow` shows them: a compensation can take long, and never silently.
+    await follow_workflow(handle, look(handle), console=console, note=out.note)
+    try:
+        await result_of(handle, out.note)
+    except WorkflowFailureError as err:
+        if closed_status(err) != "CANCELED":
+            failed = failure_of(err)
+            raise CommandFailed(
+                f"the bootstrap failed before the cancel took effect: {failed.message}",
+                hint=f"Compensation: {failed.cleanup}.",
+                **fields,
+                status="FAILED",
+                failure=failed.failure,
+            ) from None
+    else:
+        raise CommandFailed(
+            f"the bootstrap of {slice_name} completed before the cancel took effect",
+            hint=f"Release the slice with `keeper tpu delete {slice_name}`.",
+            **fields,
+            status="COMPLETED",
+        )
+    final = await query_status(handle)
+    cleanup = final.compensation if final and final.compensation else "unknown"
+    if out.json:
+        out.data({**fields, "status": "CANCELED", "cleanup": cleanup, "progress": final})
+    else:
+        out.line(f"{slice_name}: cancelled; compensation: {terminal_text(cleanup)}")
+        out.note(f"UI: {fields['ui_url']}")
+    return 0
 
 
 @tpu.command()
@@ -757,7 +710,8 @@ def cancel(keeper: KeeperContext, out: Output, slice_name: str, follow: bool) ->
 )
 @json_options
 @pass_keeper
-def delete(
+@exits
+async def delete(
     keeper: KeeperContext,
     out: Output,
     slice_name: str,
@@ -766,7 +720,7 @@ def delete(
     node_count: int,
     reason: str,
     follow: bool,
-) -> None:
+) -> int:
     """Release a ready slice through its own workflow, tpu-teardown-<slice>.
 
     Only resources labelled as created by tpu-bootstrap-<slice> are deleted. A bootstrap
@@ -785,58 +739,52 @@ def delete(
     except ValidationError as err:
         raise request_problem(err, what="teardown request") from None
 
-    async def run() -> int:
-        client = await client_for(settings)
-        found = await slice_workflows(client, slice_name)
-        if not found.exists:
-            raise _unknown_slice(slice_name, settings)
-        if is_running(found.bootstrap_description):
-            raise CommandFailed(
-                f"the bootstrap of {slice_name} is still running",
-                hint=f"Stop it with `keeper tpu cancel {slice_name}` (that deletes the slice too).",
-                workflow_id=found.bootstrap.id,
-                status="RUNNING",
-            )
-        handle = await client.start_workflow(
-            TEARDOWN_WORKFLOW_TYPE,
-            request,
-            id=teardown_workflow_id(slice_name),
-            task_queue=settings.temporal.family_queue("tpu"),
-            # Joins a teardown already running (the type was checked above).
-            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-            static_summary=f"release TPU slice {slice_name} ({request.zone})",
-            result_type=DeletionReport,
+    client, found = await _known_slice(settings, slice_name)
+    if is_running(found.bootstrap_description):
+        raise CommandFailed(
+            f"the bootstrap of {slice_name} is still running",
+            hint=f"Stop it with `keeper tpu cancel {slice_name}` (that deletes the slice too).",
+            workflow_id=found.bootstrap.id,
+            status="RUNNING",
         )
-        fields = _handle_fields(settings, handle, handle.result_run_id)
-        if not follow:
-            if out.json:
-                out.data({**fields, "status": "RUNNING"})
-            else:
-                out.line(handle.id)
-                out.note(f"started: {fields['ui_url']}")
-            return 0
-        workflow_keeps_running(
-            f"the teardown {handle.id} keeps running",
-            handle.id,
-            follow=f"keeper tpu status {slice_name}",
-            run_id=fields["run_id"],
-        )
-        try:
-            report: DeletionReport = await result_of(handle, _note)
-        except WorkflowFailureError as err:
-            raise CommandFailed(
-                f"the teardown of {slice_name} did not finish: {err.cause or err}",
-                hint=f"The sweeper deletes what a closed teardown released; see {fields['ui_url']}",
-                **fields,
-                status="FAILED",
-            ) from None
+    handle = await client.start_workflow(
+        TEARDOWN_WORKFLOW_TYPE,
+        request,
+        id=teardown_workflow_id(slice_name),
+        task_queue=settings.temporal.family_queue("tpu"),
+        # Joins a teardown already running (the type was checked above).
+        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+        static_summary=f"release TPU slice {slice_name} ({request.zone})",
+        result_type=DeletionReport,
+    )
+    fields = _handle_fields(settings, handle, handle.result_run_id)
+    if not follow:
         if out.json:
-            out.data({**fields, "status": "COMPLETED", "result": report})
+            out.data({**fields, "status": "RUNNING"})
         else:
-            out.line(f"{_shown(slice_name)}: {_shown(deletion_summary(report))}")
+            out.line(handle.id)
+            out.note(f"started: {fields['ui_url']}")
         return 0
-
-    raise SystemExit(asyncio.run(run()))
+    workflow_keeps_running(
+        f"the teardown {handle.id} keeps running",
+        handle.id,
+        follow=f"keeper tpu status {slice_name}",
+        run_id=fields["run_id"],
+    )
+    try:
+        report: DeletionReport = await result_of(handle, out.note)
+    except WorkflowFailureError as err:
+        raise CommandFailed(
+            f"the teardown of {slice_name} did not finish: {err.cause or err}",
+            hint=f"The sweeper deletes what a closed teardown released; see {fields['ui_url']}",
+            **fields,
+            status="FAILED",
+        ) from None
+    if out.json:
+        out.data({**fields, "status": "COMPLETED", "result": report})
+    else:
+        out.line(f"{terminal_text(slice_name)}: {terminal_text(deletion_summary(report))}")
+    return 0
 
 
 @tpu.command()
@@ -847,7 +795,8 @@ def delete(
 )
 @json_options
 @pass_keeper
-def sweep(keeper: KeeperContext, out: Output, dry_run: bool) -> None:
+@exits
+async def sweep(keeper: KeeperContext, out: Output, dry_run: bool) -> int:
     """Run the sweeper now: delete labelled TPU resources whose owner closed unsuccessfully.
 
     Sweeps run one at a time: this runs the worker's schedule tpu-sweeper now (it also runs
@@ -856,77 +805,73 @@ def sweep(keeper: KeeperContext, out: Output, dry_run: bool) -> None:
     location could not be listed, naming them.
     """
     settings = keeper.settings
-
-    async def run() -> int:
-        client = await client_for(settings)
-        handle: WorkflowHandle[Any, SweepReport]
-        if dry_run:
-            # Deletes nothing, so it needs no turn: its own run, under its own id.
-            handle = await client.start_workflow(
-                SWEEPER_WORKFLOW_TYPE,
-                SweepRequest(project=settings.tpu.project, zone=settings.tpu.zone, dry_run=True),
-                id=manual_sweep_workflow_id(f"{datetime.now(UTC):%Y%m%dT%H%M%S}"),
-                task_queue=settings.temporal.family_queue("tpu"),
-                result_type=SweepReport,
+    client = await client_for(settings)
+    handle: WorkflowHandle[Any, SweepReport]
+    if dry_run:
+        # Deletes nothing, so it needs no turn: its own run, under its own id.
+        handle = await client.start_workflow(
+            SWEEPER_WORKFLOW_TYPE,
+            SweepRequest(project=settings.tpu.project, zone=settings.tpu.zone, dry_run=True),
+            id=manual_sweep_workflow_id(f"{datetime.now(UTC):%Y%m%dT%H%M%S}"),
+            task_queue=settings.temporal.family_queue("tpu"),
+            result_type=SweepReport,
+        )
+        started = True
+    else:
+        found = await scheduled_sweep(client)
+        handle, started = found.handle, found.started
+        if not started:
+            out.note(
+                f"a sweep is already running: {handle.id}; sweeps run one at a time, so "
+                "this waits for that one and reports it"
             )
-            started = True
-        else:
-            found = await scheduled_sweep(client)
-            handle, started = found.handle, found.started
-            if not started:
-                _note(
-                    f"a sweep is already running: {handle.id}; sweeps run one at a time, so "
-                    "this waits for that one and reports it"
-                )
-        fields = {
-            **_handle_fields(settings, handle, handle.run_id or handle.result_run_id),
-            "started": started,
-        }
-        try:
-            report: SweepReport = await result_of(handle, _note)
-        except WorkflowFailureError as err:
-            raise CommandFailed(
-                f"the sweep {handle.id} failed: {err.cause or err}",
-                hint=f"See {fields['ui_url']}; the next scheduled sweep tries again.",
-                **fields,
-                status="FAILED",
-            ) from None
-        here = f"{settings.tpu.project}/{settings.tpu.zone}"
-        if report.locations and here not in report.locations:
-            # The schedule's request names the worker's location, not this shell's.
-            _note(
-                f"{here} (this shell's tpu.project/tpu.zone) was not swept: the schedule "
-                "sweeps the worker's location and every one keeper bootstrapped in; "
-                "`keeper tpu sweep --dry-run` lists what keeper labelled there"
-            )
-        undone = unfinished(report)
-        if out.json:
-            if undone is None:
-                # The report's fields at the top, as before, next to the shared ones.
-                out.data({**report.model_dump(mode="python"), **fields, "status": "COMPLETED"})
-        else:
-            verb = "would delete" if dry_run else "deleted"
-            out.line(f"examined {report.examined}; {verb} {len(report.deleted)}")
+    fields = {
+        **_handle_fields(settings, handle, handle.run_id or handle.result_run_id),
+        "started": started,
+    }
+    try:
+        report: SweepReport = await result_of(handle, out.note)
+    except WorkflowFailureError as err:
+        raise CommandFailed(
+            f"the sweep {handle.id} failed: {err.cause or err}",
+            hint=f"See {fields['ui_url']}; the next scheduled sweep tries again.",
+            **fields,
+            status="FAILED",
+        ) from None
+    here = f"{settings.tpu.project}/{settings.tpu.zone}"
+    if report.locations and here not in report.locations:
+        # The schedule's request names the worker's location, not this shell's.
+        out.note(
+            f"{here} (this shell's tpu.project/tpu.zone) was not swept: the schedule "
+            "sweeps the worker's location and every one keeper bootstrapped in; "
+            "`keeper tpu sweep --dry-run` lists what keeper labelled there"
+        )
+    undone = unfinished(report)
+    if out.json:
+        if undone is None:
+            # The report's fields at the top, as before, next to the shared ones.
+            out.data({**report.model_dump(mode="python"), **fields, "status": "COMPLETED"})
+    else:
+        verb = "would delete" if dry_run else "deleted"
+        out.line(f"examined {report.examined}; {verb} {len(report.deleted)}")
+        for what, items in (
+            (verb, report.deleted),
+            ("unknown owner, left alone", report.unknown_owner),
+            ("not deleted (the next sweep tries again)", report.failed),
+            ("error", report.errors),
+        ):
             # Items name cloud resources and owners read from their labels: outside text.
-            for item in report.deleted:
-                out.line(f"  {verb}: {_shown(item)}")
-            for item in report.unknown_owner:
-                out.line(f"  unknown owner, left alone: {_shown(item)}")
-            for item in report.failed:
-                out.line(f"  not deleted (the next sweep tries again): {_shown(item)}")
-            for item in report.errors:
-                out.line(f"  error: {_shown(item)}")
-        if undone is not None:
-            raise CommandFailed(
-                f"the sweep {handle.id} did not finish its work: {undone}",
-                hint="Fix what each error says (the cloud's own words: a PermissionDenied "
-                "means the worker's account lacks a role), then run `keeper tpu sweep` "
-                f"again; the scheduled sweep also retries them. The sweep: {fields['ui_url']}",
-                **report.model_dump(mode="python"),
-                **fields,
-                status="COMPLETED",
-                not_deleted=[orphan_name(item) for item in report.failed],
-            )
-        return 0
-
-    raise SystemExit(asyncio.run(run()))
+            for item in items:
+                out.line(f"  {what}: {terminal_text(item)}")
+    if undone is not None:
+        raise CommandFailed(
+            f"the sweep {handle.id} did not finish its work: {undone}",
+            hint="Fix what each error says (the cloud's own words: a PermissionDenied "
+            "means the worker's account lacks a role), then run `keeper tpu sweep` "
+            f"again; the scheduled sweep also retries them. The sweep: {fields['ui_url']}",
+            **report.model_dump(mode="python"),
+            **fields,
+            status="COMPLETED",
+            not_deleted=[orphan_name(item) for item in report.failed],
+        )
+    return 0

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 from temporalio.client import Client, WorkflowHandle
@@ -18,6 +17,7 @@ from keeper.domain.tpu.naming import (
     teardown_workflow_id,
 )
 from keeper.domain.tpu.outcome import is_live, slice_state
+from keeper.domain.tpu.sweep import counts_as_release
 
 
 @dataclass
@@ -49,10 +49,10 @@ class SliceWorkflows:
         return slice_state(self.bootstrap_status, phase, self.teardown_status)
 
 
-def _after(teardown: Any, bootstrap: Any) -> bool:
-    closed: datetime | None = getattr(bootstrap, "close_time", None)
-    started: datetime | None = getattr(teardown, "start_time", None)
-    return closed is not None and started is not None and started >= closed
+def released_after(teardown: Any, bootstrap: Any) -> bool:
+    """Whether `teardown` (None: none) started after `bootstrap` closed: it released that
+    bootstrap's slice, not an earlier one of the same name."""
+    return teardown is not None and counts_as_release(bootstrap.close_time, teardown.start_time)
 
 
 async def slice_workflows(client: Client, slice_name: str) -> SliceWorkflows:
@@ -66,7 +66,7 @@ async def slice_workflows(client: Client, slice_name: str) -> SliceWorkflows:
     check = f"Check the slice name {slice_name!r}"
     described = await describe_as(bootstrap, BOOTSTRAP_WORKFLOW_TYPE, name_hint=check)
     teardown_described = await describe_as(teardown, TEARDOWN_WORKFLOW_TYPE, name_hint=check)
-    if described is None or not _after(teardown_described, described):
+    if described is None or not released_after(teardown_described, described):
         teardown_described = None
     return SliceWorkflows(bootstrap, described, teardown, teardown_described)
 

@@ -16,7 +16,7 @@ from pydantic import ValidationError
 from keeper.cli.output import UsageProblem
 from keeper.domain.common.durations import FORMS, documented_duration
 from keeper.domain.tpu.naming import SLICE_NAME_RULE, slice_name_problem
-from keeper.domain.tpu.phases import DEFAULT_DEADLINES, Phase
+from keeper.domain.tpu.phases import DEFAULT_DEADLINES
 from keeper.domain.tpu.slice_request import SliceRequest
 from keeper.domain.tpu.topology import topology_problem
 from keeper.runtime.settings import Settings
@@ -37,10 +37,7 @@ FLAGS = {
     "health_path": "--health-path",
     "labels": "--label",
     "poll_interval": "--poll-interval (or bootstrap.poll_interval in the settings)",
-    "deadlines.assign": "--assign-deadline",
-    "deadlines.provision": "--provision-deadline",
-    "deadlines.ready": "--ready-deadline",
-    "deadlines.health": "--health-deadline",
+    **{f"deadlines.{phase.value}": f"--{phase.value}-deadline" for phase in DEFAULT_DEADLINES},
 }
 
 
@@ -52,16 +49,16 @@ class Duration(click.ParamType):
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         if isinstance(value, timedelta):
             return value
-        if isinstance(value, str) and value.strip().startswith("-"):
-            self.fail(f"{value!r}: a duration must be longer than 0, e.g. 10m", param, ctx)
         try:
             parsed = documented_duration(value)
         except ValueError:
-            self.fail(f"{value!r} is not a duration: expected {FORMS}", param, ctx)
+            parsed = None
+        if str(value).strip().startswith("-") or (
+            isinstance(parsed, timedelta) and parsed <= timedelta(0)
+        ):
+            self.fail(f"{value!r}: a duration must be longer than 0, e.g. 10m", param, ctx)
         if not isinstance(parsed, timedelta):
             self.fail(f"{value!r} is not a duration: expected {FORMS}", param, ctx)
-        if parsed <= timedelta(0):
-            self.fail(f"{value!r}: a duration must be longer than 0, e.g. 10m", param, ctx)
         return parsed
 
 
@@ -163,18 +160,12 @@ def request_problem(
 
 def build_request(settings: Settings, fields: dict[str, Any]) -> SliceRequest:
     """Validates the whole request before anything is started (exit 2 naming the flags)."""
-    configured = {
-        Phase.ASSIGN: settings.bootstrap.assign,
-        Phase.PROVISION: settings.bootstrap.provision,
-        Phase.READY: settings.bootstrap.ready,
-        Phase.HEALTH: settings.bootstrap.health,
-    }
     # Only budgets that differ from the defaults become overrides, so the size rule for
     # ready/health still applies to a stock configuration.
     deadlines = {
-        phase.value: value
-        for phase, value in configured.items()
-        if value != DEFAULT_DEADLINES[phase]
+        phase.value: configured
+        for phase, default in DEFAULT_DEADLINES.items()
+        if (configured := getattr(settings.bootstrap, phase.value)) != default
     }
     deadlines.update(fields.pop("deadlines", {}) or {})
     merged = {

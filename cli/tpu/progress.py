@@ -22,8 +22,8 @@ from keeper.domain.tpu.models import BootstrapStatus
 from keeper.domain.tpu.outcome import FINAL_PHASES
 from keeper.domain.tpu.phases import Phase
 from keeper.domain.tpu.status_view import failing_vm_list, format_duration_seconds
+from keeper.domain.tpu.transitions import TIMED
 
-PHASE_ORDER = [Phase.SUBMIT, Phase.ASSIGN, Phase.PROVISION, Phase.READY, Phase.HEALTH]
 STOPPED = (Phase.FAILED, Phase.CANCELLED, Phase.COMPENSATE, Phase.TERMINATED, Phase.TIMED_OUT)
 # A phase cut short by a close Temporal imposed (domain/tpu/outcome.py, closed_view).
 CUT_SHORT = {Phase.TERMINATED: "terminated", Phase.TIMED_OUT: "timed out"}
@@ -86,16 +86,14 @@ def render(
     for column in ("phase", "state", "took / deadline"):
         table.add_column(column)
     timings = {t.phase: t for t in status.timings}
-    for phase in PHASE_ORDER:
+    for phase in TIMED:
         word, style = phase_state(status, phase)
         timing = timings.get(phase)
-        if timing is None:
-            when = ""
-        elif timing.ended_at is not None:
+        when = ""
+        if timing is not None and timing.ended_at is not None:
             when = format_duration_seconds(timing.seconds or 0.0)
-        elif status.phase in FINAL_PHASES:
-            when = ""
-        else:
+        elif timing is not None and status.phase not in FINAL_PHASES:
+            # Nothing runs after the end: no countdown then.
             when = _countdown(timing.deadline_at, now)
         table.add_row(phase.value, Text(word, style=style), when)
     qr = terminal_text(status.qr_state or "-")

@@ -100,18 +100,15 @@ def orphan_name(item: str) -> str:
 def unfinished(report: SweepReport) -> str | None:
     """What a sweep left undone, in one sentence; None when it did all it could."""
     parts = []
-    if report.failed:
-        names = [orphan_name(item) for item in report.failed]
-        more = len(names) - MAX_NAMED
-        parts.append(
-            f"{len(names)} orphan(s) could not be deleted: {', '.join(names[:MAX_NAMED])}"
-            + (f" and {more} more (see `failed`)" if more > 0 else "")
-        )
-    if report.errors:
-        shown = "; ".join(terminal_text(error) for error in report.errors[:MAX_NAMED])
-        more = len(report.errors) - MAX_NAMED
-        parts.append(
-            f"{len(report.errors)} location(s) or owner(s) could not be read: {shown}"
-            + (f" and {more} more (see `errors`)" if more > 0 else "")
-        )
+    for field, what, named, sep in (
+        ("failed", "orphan(s) could not be deleted", orphan_name, ", "),
+        ("errors", "location(s) or owner(s) could not be read", terminal_text, "; "),
+    ):
+        if items := getattr(report, field):
+            more = len(items) - MAX_NAMED
+            shown = sep.join(named(item) for item in items[:MAX_NAMED])
+            parts.append(
+                f"{len(items)} {what}: {shown}"
+                + (f" and {more} more (see `{field}`)" if more > 0 else "")
+            )
     return "; ".join(parts) or None

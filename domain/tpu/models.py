@@ -16,7 +16,7 @@ from keeper.domain.tpu import naming
 from keeper.domain.tpu.naming import SLICE_NAME_PATTERN
 from keeper.domain.tpu.observation import VmEndpoint
 from keeper.domain.tpu.phases import Phase
-from keeper.domain.tpu.slice_request import SliceRequest
+from keeper.domain.tpu.slice_request import PROJECT_PATTERN, ZONE_PATTERN, SliceRequest
 
 
 class _Message(BaseModel):
@@ -152,10 +152,6 @@ class DeletionReport(_Message):
     # Of `deleted`: those an earlier attempt sent the delete for, before it was cut short
     # (a killed worker); the attempt that reported found them gone.
     deleted_earlier: list[str] = []
-
-    @property
-    def touched_anything(self) -> bool:
-        return bool(self.deleted)
 
 
 class PhaseTiming(_Message):
@@ -304,8 +300,8 @@ class TeardownRequest(_Message):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     slice_name: str = Field(pattern=SLICE_NAME_PATTERN)
-    project: str = Field(pattern=r"^[a-z][a-z0-9-]{4,28}[a-z0-9]$")
-    zone: str = Field(pattern=r"^[a-z]+-[a-z]+[0-9]+-[a-z]$")
+    project: str = Field(pattern=PROJECT_PATTERN)
+    zone: str = Field(pattern=ZONE_PATTERN)
     node_count: int = Field(default=1, ge=1, le=64, strict=True)
     reason: str = "operator teardown"
 
@@ -324,8 +320,8 @@ class SweepRequest(_Message):
 
     # The configured location; every other one keeper has bootstrapped in is found from
     # its workflows' Zone search attribute and project memo.
-    project: str = Field(pattern=r"^[a-z][a-z0-9-]{4,28}[a-z0-9]$")
-    zone: str = Field(pattern=r"^[a-z]+-[a-z]+[0-9]+-[a-z]$")
+    project: str = Field(pattern=PROJECT_PATTERN)
+    zone: str = Field(pattern=ZONE_PATTERN)
     dry_run: bool = Field(default=False, strict=True)
 
 

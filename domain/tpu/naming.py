@@ -112,3 +112,5 @@ def wrong_id_message(workflow_type: str, actual: str, expected: str) -> str:
 
 # Memo key of a slice workflow's GCP project (the zone is the Zone search attribute).
 PROJECT_MEMO = "project"
+# Memo key of the state a continued run of a long compensation or delete goes on from.
+CARRY_MEMO = "keeper-carry"

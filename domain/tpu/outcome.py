@@ -127,11 +127,13 @@ _COMPLETED_AND_TEARDOWN = {
     "TERMINATED": "release interrupted",
     "TIMED_OUT": "release interrupted",
 }
+# A bootstrap closed without handing its slice over: how it reads, and the phase its status
+# ends in (a completed one recorded its end, done, before it returned).
 _BOOTSTRAP_CLOSED = {
-    "FAILED": "failed",
-    "CANCELED": "cancelled",
-    "TERMINATED": "terminated",
-    "TIMED_OUT": "timed out",
+    "FAILED": ("failed", Phase.FAILED),
+    "CANCELED": ("cancelled", Phase.CANCELLED),
+    "TERMINATED": ("terminated", Phase.TERMINATED),
+    "TIMED_OUT": ("timed out", Phase.TIMED_OUT),
 }
 
 
@@ -151,7 +153,7 @@ def slice_state(bootstrap: str, phase: str | None, teardown: str | None) -> str:
     if bootstrap == "COMPLETED":
         return _COMPLETED_AND_TEARDOWN.get(teardown, f"teardown {teardown}")
     if bootstrap in _BOOTSTRAP_CLOSED:
-        return _BOOTSTRAP_CLOSED[bootstrap]
+        return _BOOTSTRAP_CLOSED[bootstrap][0]
     return phase or "starting"
 
 
@@ -176,13 +178,6 @@ def is_live(bootstrap: str, teardown: str | None) -> bool:
 FINAL_PHASES = frozenset(
     {Phase.DONE, Phase.FAILED, Phase.CANCELLED, Phase.TERMINATED, Phase.TIMED_OUT}
 )
-# A completed bootstrap recorded its end (done) before it returned; its result says the rest.
-_CLOSED_AS = {
-    "FAILED": Phase.FAILED,
-    "CANCELED": Phase.CANCELLED,
-    "TERMINATED": Phase.TERMINATED,
-    "TIMED_OUT": Phase.TIMED_OUT,
-}
 
 
 def _at(when: datetime | None) -> str:
@@ -206,10 +201,9 @@ def closed_view(
     its own when its supervisor is terminated, or nobody yet. A status that ended on its own
     (done, failed, cancelled) and a running bootstrap are returned as they are.
     """
-    ended = _CLOSED_AS.get(bootstrap)
-    if ended is None or status.phase in FINAL_PHASES:
+    if bootstrap not in _BOOTSTRAP_CLOSED or status.phase in FINAL_PHASES:
         return status
-    word = _BOOTSTRAP_CLOSED[bootstrap]
+    word, ended = _BOOTSTRAP_CLOSED[bootstrap]
     was_compensating = status.phase is Phase.COMPENSATE
     stopped = status.failed_phase if was_compensating else status.phase
     if stopped is None:

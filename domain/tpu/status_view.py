@@ -3,7 +3,7 @@ bootstrap's status, a teardown and a sweep, each rendered whole from its state."
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from keeper.domain.common.durations import format_duration
 from keeper.domain.common.untrusted import md_text
@@ -78,8 +78,6 @@ def failing_vm_list(failing: list[VmFailure], count: int | None = None, shown: i
 
 
 def format_duration_seconds(seconds: float) -> str:
-    from datetime import timedelta
-
     return format_duration(timedelta(seconds=round(seconds)))
 
 

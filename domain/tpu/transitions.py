@@ -47,9 +47,10 @@ from keeper.domain.tpu.outcome import cleanup_summary, merge_reports
 from keeper.domain.tpu.phases import Phase
 from keeper.domain.tpu.slice_request import SliceRequest
 
-# Phases with a timing of their own: entering one closes the open timing and opens its own;
-# entering any other (done, failed, compensate, cancelled) only closes the open one.
-TIMED = frozenset({Phase.SUBMIT, Phase.ASSIGN, Phase.PROVISION, Phase.READY, Phase.HEALTH})
+# Phases with a timing of their own, in their order: entering one closes the open timing
+# and opens its own; entering any other (done, failed, compensate, cancelled) only closes
+# the open one.
+TIMED = (Phase.SUBMIT, Phase.ASSIGN, Phase.PROVISION, Phase.READY, Phase.HEALTH)
 # Where the bootstrap's own phase is no longer what it stopped in.
 _AFTER_THE_PHASES = frozenset({Phase.COMPENSATE, Phase.FAILED, Phase.CANCELLED})
 SUPERVISOR_COMPENSATING = "running: force-delete, then confirm NotFound"

@@ -23,6 +23,7 @@ from temporalio.exceptions import ApplicationError, CancelledError, ChildWorkflo
 from temporalio.workflow import ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
+    from keeper.domain.tpu import transitions
     from keeper.domain.tpu.models import (
         BootstrapFailure,
         BootstrapResult,
@@ -36,6 +37,7 @@ with workflow.unsafe.imports_passed_through():
         TpuPolicy,
     )
     from keeper.domain.tpu.naming import (
+        CARRY_MEMO,
         PROJECT_MEMO,
         bootstrap_run_workflow_id,
         bootstrap_workflow_id,
@@ -43,30 +45,13 @@ with workflow.unsafe.imports_passed_through():
     from keeper.domain.tpu.phases import Phase
     from keeper.domain.tpu.slice_request import SliceRequest
     from keeper.domain.tpu.status_view import render_details, static_summary
-    from keeper.domain.tpu.transitions import (
-        cancel_seen,
-        closed,
-        done,
-        heard,
-        outcome,
-        phases_ended,
-        stopped_in,
-        supervisor_compensating,
-        supervisor_compensation_seen,
-        takes,
-        turned_stuck,
-    )
     from keeper.runtime.tpu import search_attributes as sa
     from keeper.workflows.common.publishing import Publisher
-    from keeper.workflows.common.rollover import handlers_finished, history_is_long
     from keeper.workflows.common.shielded import run_to_completion
     from keeper.workflows.tpu import calls, metrics
     from keeper.workflows.tpu.bootstrap_run import PROGRESS_SIGNAL, TpuSliceBootstrapRun
-    from keeper.workflows.tpu.compensation import delete_slice, deletion
+    from keeper.workflows.tpu.compensation import continue_if_long, delete_slice, deletion
     from keeper.workflows.tpu.errors import FAILURE_TYPE, child_failure, require_id
-
-# A continued run of a long compensation finds the state it goes on from here.
-CARRY_MEMO = "keeper-carry"
 
 
 @workflow.defn(
@@ -87,14 +72,14 @@ class TpuSliceBootstrap:
     def progress(self, status: BootstrapStatus) -> None:
         # Signals arrive out of order (the highest revision wins) and after compensation
         # started (the supervisor's own status wins).
-        if self._held is None or not takes(self._held, status):
+        if self._held is None or not transitions.takes(self._held, status):
             return
-        if turned_stuck(self._held.status, status):
+        if transitions.turned_stuck(self._held.status, status):
             # The phase child's own compensation (a cancel's) turned stuck. This supervisor
             # counts a cancel's compensation whoever deletes, into the series its own
             # compensation counts into, the one the worker publishes at 0 for the alert.
             metrics.compensation("stuck")
-        self._set(heard(self._held, status))
+        self._set(transitions.heard(self._held, status))
 
     @workflow.run
     async def run(self, request: SliceRequest) -> BootstrapResult:
@@ -118,15 +103,16 @@ class TpuSliceBootstrap:
         try:
             result = await self._run_the_phases()
         except ChildWorkflowError as err:
-            failure = child_failure(err, stopped_in(self._state.status))
-            self._set(phases_ended(self._state, failure, isinstance(err.cause, CancelledError)))
+            failure = child_failure(err, transitions.stopped_in(self._state.status))
+            cancelled = isinstance(err.cause, CancelledError)
+            self._set(transitions.phases_ended(self._state, failure, cancelled))
             await self._compensate_and_close(policy)
         except asyncio.CancelledError:
-            phase = stopped_in(self._state.status)
+            phase = transitions.stopped_in(self._state.status)
             failure = BootstrapFailure(phase=phase, kind="cancelled", message="bootstrap cancelled")
-            self._set(phases_ended(self._state, failure, True))
+            self._set(transitions.phases_ended(self._state, failure, True))
             await self._compensate_and_close(policy)
-        self._set(done(self._state, result, workflow.now()))
+        self._set(transitions.done(self._state, result, workflow.now()))
         metrics.bootstrap_closed(Phase.DONE, Phase.DONE, self._state.status.timings)
         return result
 
@@ -158,13 +144,15 @@ class TpuSliceBootstrap:
         report: DeletionReport | None = None
         if failure.kind != "taken":  # else nothing of this run exists: another run's stays
             report, _ = await run_to_completion(
-                self._compensate(policy), on_cancel=lambda: self._set(cancel_seen(self._state))
+                self._compensate(policy),
+                on_cancel=lambda: self._set(transitions.cancel_seen(self._state)),
             )
-        self._set(closed(self._state, report, self._ref.queued))
+        self._set(transitions.closed(self._state, report, self._ref.queued))
         state = self._state
         assert state.failure is not None
-        metrics.bootstrap_closed(outcome(state), state.failure.phase, state.status.timings)
-        if outcome(state) is Phase.CANCELLED:
+        outcome = transitions.outcome(state)
+        metrics.bootstrap_closed(outcome, state.failure.phase, state.status.timings)
+        if outcome is Phase.CANCELLED:
             raise asyncio.CancelledError(state.failure.message)
         raise ApplicationError(
             f"{state.failure.message}; compensation: {state.failure.cleanup}",
@@ -177,7 +165,7 @@ class TpuSliceBootstrap:
         state = self._state
         assert state.failure is not None
         if state.progress is None:  # not a compensation an earlier run started
-            self._set(supervisor_compensating(state, workflow.now()))
+            self._set(transitions.supervisor_compensating(state, workflow.now()))
             metrics.compensation("started")
         owner = state.owner
         report = await delete_slice(
@@ -191,21 +179,18 @@ class TpuSliceBootstrap:
 
     async def _compensation_progress(self, progress: CompensationProgress) -> None:
         before = self._state.status
-        self._set(supervisor_compensation_seen(self._state, progress, workflow.now()))
-        if turned_stuck(before, self._state.status):
+        self._set(transitions.supervisor_compensation_seen(self._state, progress, workflow.now()))
+        if transitions.turned_stuck(before, self._state.status):
             metrics.compensation("stuck")
-        if history_is_long():
-            # The owner stays the run that created the resources (their labels name it).
-            workflow.logger.warning(
-                "compensation of %s still running after %d windows; continuing as new",
-                self._ref.slice_name,
-                progress.windows_ended,
-            )
-            await handlers_finished()
-            workflow.continue_as_new(
+        # The owner stays the run that created the resources (their labels name it).
+        await continue_if_long(
+            f"compensation of {self._ref.slice_name}",
+            progress,
+            lambda: workflow.continue_as_new(
                 self._request,
                 memo={PROJECT_MEMO: self._request.project, CARRY_MEMO: self._state},
-            )
+            ),
+        )
 
     @property
     def _state(self) -> SupervisorState:

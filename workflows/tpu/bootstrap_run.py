@@ -32,15 +32,7 @@ from temporalio.common import VersioningBehavior
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, RetryState
 
 with workflow.unsafe.imports_passed_through():
-    from keeper.domain.tpu.failures import (
-        cancel_closing,
-        continued_compensation_finished,
-        deadline_failure,
-        health_failure,
-        orphan_closing,
-        phase_error,
-        terminal_failure,
-    )
+    from keeper.domain.tpu import failures, transitions
     from keeper.domain.tpu.models import (
         BootstrapFailure,
         BootstrapResult,
@@ -57,26 +49,11 @@ with workflow.unsafe.imports_passed_through():
     from keeper.domain.tpu.observation import SliceObservation, bucket, progress_key
     from keeper.domain.tpu.phases import Phase, WaitStep, backstop, deadlines, reached, wait_plan
     from keeper.domain.tpu.status_view import render_details
-    from keeper.domain.tpu.transitions import (
-        bootstrap_result,
-        compensated_on_cancel,
-        compensating,
-        compensation_seen,
-        continued,
-        counted,
-        entered,
-        health_seen,
-        observed,
-        orphan_counts,
-        phases_failed,
-        revised,
-    )
     from keeper.workflows.common.publishing import Publisher
-    from keeper.workflows.common.rollover import handlers_finished, history_is_long
     from keeper.workflows.common.shielded import run_to_completion
     from keeper.workflows.tpu import activity_options as opts
     from keeper.workflows.tpu import calls, metrics
-    from keeper.workflows.tpu.compensation import delete_slice, deletion
+    from keeper.workflows.tpu.compensation import continue_if_long, delete_slice, deletion
     from keeper.workflows.tpu.errors import (
         CANCELLED_TYPE,
         FAILURE_TYPE,
@@ -131,25 +108,25 @@ class TpuSliceBootstrapRun:
             await self._health(obs)
         except PhaseFailed as failed:
             # The supervisor compensates; this failure tells it why.
-            self._update(phases_failed(self._status, failed.failure, workflow.now()))
+            self._update(transitions.phases_failed(self._status, failed.failure, workflow.now()))
             await self._flush_signals()
             raise ApplicationError(
                 failed.failure.message, failed.failure, type=FAILURE_TYPE, non_retryable=True
             ) from None
         except asyncio.CancelledError:
-            self._update(compensating(self._status, workflow.now()))
+            self._update(transitions.compensating(self._status, workflow.now()))
             await self._compensate_on_cancel()
             raise
-        self._update(entered(self._status, Phase.DONE, workflow.now()))
+        self._update(transitions.entered(self._status, Phase.DONE, workflow.now()))
         await self._flush_signals()
-        return bootstrap_result(req, self._ref.node_ids, self._status, obs)
+        return transitions.bootstrap_result(req, self._ref.node_ids, self._status, obs)
 
     # -- the phases ----------------------------------------------------------------------
 
     async def _submit(self) -> SliceObservation:
         """Creates the QR or the node; every retry sends the same request id."""
         req = self._inp.request
-        self._update(entered(self._status, Phase.SUBMIT, workflow.now()))
+        self._update(transitions.entered(self._status, Phase.SUBMIT, workflow.now()))
         assign_budget = self._budgets.get(Phase.ASSIGN, timedelta(0))
         create = CreateSliceInput(
             request=req,
@@ -162,7 +139,7 @@ class TpuSliceBootstrapRun:
         except ActivityError as err:
             reraise_cancellation(err)
             kind = "taken" if name_taken(err) else "error"
-            raise PhaseFailed(phase_error(Phase.SUBMIT, kind, cause_text(err))) from None
+            raise PhaseFailed(failures.phase_error(Phase.SUBMIT, kind, cause_text(err))) from None
         return SliceObservation(
             expected_nodes=len(self._ref.node_ids), expected_vms=req.expected_vms
         )
@@ -175,7 +152,7 @@ class TpuSliceBootstrapRun:
         phase, budget = step.phase, self._budgets[step.phase]
         deadline_at = started_at + budget
         self._update(
-            entered(
+            transitions.entered(
                 self._status, phase, workflow.now(), deadline_at=deadline_at, started_at=started_at
             )
         )
@@ -184,29 +161,26 @@ class TpuSliceBootstrapRun:
             _raise_if_terminal(phase, obs)
             left = deadline_at - workflow.now()
             if left <= timedelta(0):
-                raise PhaseFailed(deadline_failure(phase, budget, obs, self._ref.queued))
+                raise PhaseFailed(failures.deadline_failure(phase, budget, obs, self._ref.queued))
             poll = self._observe_input(phase, obs)
             try:
                 obs = await calls.observe(
                     poll, left, self._inp.request.poll_interval, step.what, deadline_at
                 )
             except ActivityError as err:
-                reraise_cancellation(err)
-                if err.retry_state is not RetryState.TIMEOUT:
-                    raise PhaseFailed(phase_error(phase, "error", cause_text(err))) from None
                 final = None
-                if await self._slept_to_deadline(phase, deadline_at):
+                if await self._last_look_due(err, phase, deadline_at):
                     final = await calls.last_look(self._observe_input(phase, obs, final=True))
                 if final is not None:
                     obs = final
-                    self._update(observed(self._status, obs, workflow.now()))
+                    self._update(transitions.observed(self._status, obs, workflow.now()))
                 if final is None or not reached(obs, step.goal):
                     _raise_if_terminal(phase, obs)
                     raise PhaseFailed(
-                        deadline_failure(phase, budget, obs, self._ref.queued)
+                        failures.deadline_failure(phase, budget, obs, self._ref.queued)
                     ) from None
                 continue
-            self._update(observed(self._status, obs, workflow.now()))
+            self._update(transitions.observed(self._status, obs, workflow.now()))
         _raise_if_terminal(phase, obs)
         return obs
 
@@ -217,44 +191,42 @@ class TpuSliceBootstrapRun:
         budget = self._budgets[Phase.HEALTH]
         started_at = workflow.now()
         deadline_at = started_at + budget
-        self._update(entered(self._status, Phase.HEALTH, started_at, deadline_at=deadline_at))
+        self._update(
+            transitions.entered(self._status, Phase.HEALTH, started_at, deadline_at=deadline_at)
+        )
         interval = opts.health_interval(req.poll_interval)
         report = HealthReport(total=len(obs.endpoints), healthy=0)
-        last_bucket = -1
+        # A round returns once the healthy count moved past the last one's bucket; the
+        # last round at the deadline (-1) returns whatever it sees.
+        first = HealthCheckInput(targets=obs.endpoints, port=req.health_port, path=req.health_path)
+        probe = first
         while not report.all_healthy:
             self._raise_if_cancel_requested()
             left = deadline_at - workflow.now()
-            probe = HealthCheckInput(
-                targets=obs.endpoints,
-                port=req.health_port,
-                path=req.health_path,
-                last_bucket=last_bucket,
-            )
             try:
                 report = await calls.health_round(probe, left, interval, deadline_at)
             except ActivityError as err:
-                reraise_cancellation(err)
-                if err.retry_state is not RetryState.TIMEOUT:
-                    raise PhaseFailed(phase_error(Phase.HEALTH, "error", cause_text(err))) from None
                 final = None
-                if await self._slept_to_deadline(Phase.HEALTH, deadline_at):
-                    final = await calls.last_health_round(
-                        HealthCheckInput(
-                            targets=obs.endpoints, port=req.health_port, path=req.health_path
-                        )
-                    )
+                if await self._last_look_due(err, Phase.HEALTH, deadline_at):
+                    final = await calls.last_health_round(first)
                 if final is None or not final.all_healthy:
                     seen = final or last_health_report(err)
                     raise PhaseFailed(
-                        health_failure(budget, len(obs.endpoints), seen, self._status.failing_vms)
+                        failures.health_failure(
+                            budget, len(obs.endpoints), seen, self._status.failing_vms
+                        )
                     ) from None
                 report = final
-            last_bucket = bucket(report.healthy, report.total)
-            self._update(health_seen(self._status, report, workflow.now()))
+            probe = first.model_copy(update={"last_bucket": bucket(report.healthy, report.total)})
+            self._update(transitions.health_seen(self._status, report, workflow.now()))
 
-    async def _slept_to_deadline(self, phase: Phase, deadline_at: datetime) -> bool:
-        """The server ended a wait early (its next retry would land past the budget): sleep
-        to the deadline, for one last look then; False when the deadline has passed."""
+    async def _last_look_due(self, err: ActivityError, phase: Phase, deadline_at: datetime) -> bool:
+        """A wait's call failed: the phase fails, unless its retries ran out at the deadline
+        (the server ends them early when the next would land past it). Then sleep to the
+        deadline, for one last look; False when the deadline has passed."""
+        reraise_cancellation(err)
+        if err.retry_state is not RetryState.TIMEOUT:
+            raise PhaseFailed(failures.phase_error(phase, "error", cause_text(err))) from None
         left = deadline_at - workflow.now()
         if left <= timedelta(0):
             return False
@@ -287,7 +259,7 @@ class TpuSliceBootstrapRun:
                 delete, self._policy.compensation, self._compensation_progress, self._state.progress
             )
         )
-        self._update(compensated_on_cancel(self._status, report, workflow.now()))
+        self._update(transitions.compensated_on_cancel(self._status, report, workflow.now()))
         await self._flush_signals()
         if self._state.orphaned:
             metrics.compensation("finished")
@@ -296,19 +268,15 @@ class TpuSliceBootstrapRun:
         self._state = self._state.model_copy(update={"progress": progress})
         # The supervisor, waiting for this child, shows and counts its progress; once a
         # signal found it gone, this child's own details are what shows.
-        status = compensation_seen(self._status, progress, workflow.now())
+        status = transitions.compensation_seen(self._status, progress, workflow.now())
         self._update(status, tell_supervisor=not self._state.orphaned)
         self._count_orphaned()
-        if history_is_long():
-            # However long it stays stuck, the history stays bounded; the owner rides in
-            # the input, so ownership checks are the same in the next run.
-            workflow.logger.warning(
-                "compensation of %s still running after %d windows; continuing as new",
-                self._ref.slice_name,
-                progress.windows_ended,
-            )
-            await handlers_finished()
-            workflow.continue_as_new(self._inp.model_copy(update={"carry": self._state}))
+        # The owner rides in the input, so ownership checks are the same in the next run.
+        await continue_if_long(
+            f"compensation of {self._ref.slice_name}",
+            progress,
+            lambda: workflow.continue_as_new(self._inp.model_copy(update={"carry": self._state})),
+        )
 
     async def _finish_continued_compensation(self, carry: PhaseRunState) -> NoReturn:
         """A continued run of a stuck cancel-path compensation: it compensates, then closes
@@ -316,20 +284,20 @@ class TpuSliceBootstrapRun:
         assert carry.progress is not None
         req = self._inp.request
         self._state = carry
-        self._update(continued(carry.status, carry.progress, workflow.now()))
+        self._update(transitions.continued(carry.status, carry.progress, workflow.now()))
         await self._compensate_on_cancel()
-        finished = continued_compensation_finished(self._status.compensation)
+        finished = failures.continued_compensation_finished(self._status.compensation)
         supervisor = self._inp.parent_workflow_id
         if self._state.orphaned:
             raise ApplicationError(
-                orphan_closing(req.slice_name, supervisor, finished),
+                failures.orphan_closing(req.slice_name, supervisor, finished),
                 type=CANCELLED_TYPE,
                 non_retryable=True,
             )
         # Its supervisor waits for it (the last signal, with the report, reached it) and
         # closes the bootstrap as cancelled on a cancelled failure; an ApplicationError would
         # read to it as the phases failing.
-        raise CancelledError(cancel_closing(req.slice_name, supervisor, finished))
+        raise CancelledError(failures.cancel_closing(req.slice_name, supervisor, finished))
 
     # -- the status, and the supervisor told of it ---------------------------------------
 
@@ -350,7 +318,7 @@ class TpuSliceBootstrapRun:
         """The one way the status changes: shown in the details and, as a new revision,
         signalled to the supervisor."""
         if tell_supervisor:
-            status = revised(status)
+            status = transitions.revised(status)
         self._state = self._state.model_copy(update={"status": status})
         self._publisher.publish(render_details(status))
         if tell_supervisor:
@@ -375,11 +343,11 @@ class TpuSliceBootstrapRun:
             if status.compensation_stuck:
                 # The supervisor took it and counted the compensation stuck: should it be
                 # terminated later, this child's own count skips stuck.
-                self._state = counted(self._state, "stuck")
+                self._state = transitions.counted(self._state, "stuck")
 
     def _count_orphaned(self) -> None:
         """A compensation nobody else counts (transitions.orphan_counts)."""
-        self._state, due = orphan_counts(self._state)
+        self._state, due = transitions.orphan_counts(self._state)
         for event in due:
             metrics.compensation(event)
 
@@ -396,6 +364,6 @@ class TpuSliceBootstrapRun:
 
 
 def _raise_if_terminal(phase: Phase, obs: SliceObservation) -> None:
-    failure = terminal_failure(phase, obs)
+    failure = failures.terminal_failure(phase, obs)
     if failure is not None:
         raise PhaseFailed(failure)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
+from typing import NoReturn
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, RetryState
@@ -29,6 +30,7 @@ with workflow.unsafe.imports_passed_through():
         SliceRef,
     )
     from keeper.workflows.common.alerts import raise_alert
+    from keeper.workflows.common.rollover import handlers_finished, history_is_long
     from keeper.workflows.tpu import activity_options as opts
     from keeper.workflows.tpu.errors import last_error, reraise_cancellation
 
@@ -101,6 +103,20 @@ async def delete_slice_within(inp: DeleteSliceInput, budget: timedelta) -> Delet
     except ActivityError as err:
         reraise_cancellation(err)
         raise DeletionUnfinished(last_error(err)) from None
+
+
+async def continue_if_long(
+    what: str, progress: CompensationProgress, carry_on: Callable[[], NoReturn]
+) -> None:
+    """However long a deletion stays stuck, the history stays bounded: once it is long, the
+    run continues as new (`carry_on`, called only after every handler finished, so it
+    carries what they changed)."""
+    if history_is_long():
+        workflow.logger.warning(
+            "%s still running after %d windows; continuing as new", what, progress.windows_ended
+        )
+        await handlers_finished()
+        carry_on()
 
 
 def deletion(

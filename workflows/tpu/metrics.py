@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from keeper.domain.tpu.models import PhaseTiming, SweepReport
+    from keeper.domain.tpu.models import CompensationEvent, PhaseTiming, SweepReport
     from keeper.domain.tpu.phases import Phase
     from keeper.runtime import metrics as m
 
@@ -29,8 +29,7 @@ def bootstrap_closed(outcome: Phase, ended_in: Phase, timings: Sequence[PhaseTim
         m.observe(meter, m.PHASE_DURATION, seconds, phase=timing.phase.value)
 
 
-def compensation(event: str) -> None:
-    """started, finished or stuck."""
+def compensation(event: CompensationEvent) -> None:
     m.count(workflow.metric_meter(), m.COMPENSATIONS, family=FAMILY, event=event)
 
 

@@ -26,19 +26,21 @@ with workflow.unsafe.imports_passed_through():
         TeardownRequest,
         TeardownState,
     )
-    from keeper.domain.tpu.naming import bootstrap_workflow_id, node_ids, teardown_workflow_id
+    from keeper.domain.tpu.naming import (
+        CARRY_MEMO,
+        bootstrap_workflow_id,
+        node_ids,
+        teardown_workflow_id,
+    )
     from keeper.domain.tpu.outcome import deletion_summary
     from keeper.domain.tpu.status_view import render_teardown
     from keeper.runtime.tpu import search_attributes as sa
     from keeper.workflows.common.publishing import Publisher
-    from keeper.workflows.common.rollover import handlers_finished, history_is_long
     from keeper.workflows.common.shielded import run_to_completion
     from keeper.workflows.tpu import calls
-    from keeper.workflows.tpu.compensation import delete_slice, deletion
+    from keeper.workflows.tpu.compensation import continue_if_long, delete_slice, deletion
     from keeper.workflows.tpu.errors import require_id
 
-# A continued run of a stuck delete finds the state it goes on from here.
-CARRY_MEMO = "keeper-carry"
 DELETING = "teardown"
 RELEASED = "released"
 
@@ -86,15 +88,11 @@ class TpuSliceTeardown:
     async def _progress(self, progress: CompensationProgress) -> None:
         note = describe_progress(progress, workflow.now())
         self._set(self._state.model_copy(update={"deletion": note, "progress": progress}), DELETING)
-        if history_is_long():
-            # However long the delete stays stuck, the history stays bounded.
-            workflow.logger.warning(
-                "teardown of %s still deleting after %d windows; continuing as new",
-                self._req.slice_name,
-                progress.windows_ended,
-            )
-            await handlers_finished()
-            workflow.continue_as_new(self._req, memo={CARRY_MEMO: self._state})
+        await continue_if_long(
+            f"teardown of {self._req.slice_name}",
+            progress,
+            lambda: workflow.continue_as_new(self._req, memo={CARRY_MEMO: self._state}),
+        )
 
     def _set(self, state: TeardownState, step: str) -> None:
         """The one way the state changes: the details and the search attributes follow."""
