@@ -12,6 +12,7 @@ import contextlib
 import re
 import signal
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any
 
 import click
@@ -33,13 +34,12 @@ from keeper.cli.output import (
     rfc3339,
     workflow_keeps_running,
 )
-from keeper.cli.reclaim.runs import reclaims_of, run_json
+from keeper.cli.reclaim.runs import query_of, reclaims_of, run_json
 from keeper.cli.workflow_view import (
     Look,
     describe,
     follow_option,
     is_running,
-    list_query,
     patiently,
     query,
     status_name,
@@ -48,7 +48,7 @@ from keeper.cli.workflow_view import follow as follow_workflow
 from keeper.domain.common.untrusted import terminal_text
 from keeper.domain.reclaim.calls import OperatorRelease
 from keeper.domain.reclaim.identity import NodeNameError, canonical_node
-from keeper.domain.reclaim.models import RECLAIM_WORKFLOW_TYPE, RELEASE_UPDATE, STATUS_QUERY
+from keeper.domain.reclaim.models import RELEASE_UPDATE, STATUS_QUERY
 from keeper.domain.reclaim.state import JobReclaimResult
 from keeper.domain.reclaim.view import ReclaimView, render_details
 from keeper.runtime.metrics import MetricsEndpointError
@@ -125,10 +125,6 @@ def _spur_failure(settings: Settings, err: Exception) -> CommandFailed:
     )
 
 
-def _query_for(node: str | None, job: int | None, running: bool) -> str:
-    return list_query(RECLAIM_WORKFLOW_TYPE, running, **{sa.NODE.name: node, sa.JOB_ID.name: job})
-
-
 async def _view(client: Client, workflow_id: str, run_id: str | None = None) -> ReclaimView | None:
     # Bounded: a list of old reclaims no worker serves answers in seconds.
     return await query(
@@ -136,7 +132,7 @@ async def _view(client: Client, workflow_id: str, run_id: str | None = None) -> 
     )
 
 
-def _row(wf: Any, view: ReclaimView | None) -> dict[str, Any]:
+def _row(wf: Any, view: ReclaimView | None, settings: Settings) -> dict[str, Any]:
     attrs = wf.typed_search_attributes
     last = view.last.decision if view and view.last else None
     return {
@@ -149,13 +145,11 @@ def _row(wf: Any, view: ReclaimView | None) -> dict[str, Any]:
         "mode": view.mode.value if view else None,
         "verdict": last.verdict.value if last else None,
         "reason": last.reason.value if last else None,
-        "cancels_sent": (
-            (view.attempts if view.cancels_sent is None else view.cancels_sent) if view else None
-        ),
+        "cancels_sent": view.sent if view else None,
         "drained": view.drained if view else None,
         "last_action": view.actions[-1] if view and view.actions else None,
         "started_at": rfc3339(wf.start_time),
-        "ui_url": None,
+        "ui_url": settings.temporal.workflow_url(wf.id, wf.run_id),
     }
 
 
@@ -180,13 +174,11 @@ def list_reclaims(
         client = await client_for(settings)
         found = [
             wf
-            async for wf in client.list_workflows(_query_for(node, None, not show_all), limit=limit)
+            async for wf in client.list_workflows(query_of(node, None, not show_all), limit=limit)
         ]
         found.sort(key=lambda w: w.start_time, reverse=True)
         views = await asyncio.gather(*(_view(client, wf.id, wf.run_id) for wf in found))
-        rows = [_row(wf, v) for wf, v in zip(found, views, strict=True)]
-        for r in rows:
-            r["ui_url"] = settings.temporal.workflow_url(r["workflow_id"], r["run_id"])
+        rows = [_row(wf, v, settings) for wf, v in zip(found, views, strict=True)]
         if out.json:
             out.data({"mode": settings.reclaim.mode.value, "reclaims": rows})
             return 0
@@ -224,11 +216,10 @@ def _follow_line(view: ReclaimView) -> str:
     """One line per change: nothing in it moves while the reclaim stands still."""
     h = view.holding
     last = view.last.decision if view.last else None
-    sent = view.attempts if view.cancels_sent is None else view.cancels_sent
     verdict = f"{last.verdict.value} ({last.reason.value})" if last else "-"
     text = (
         f"{terminal_text(h.node)} job {h.job_id}: step={view.step.value} "
-        f"mode={view.mode.value} verdict={verdict} cancels={sent}"
+        f"mode={view.mode.value} verdict={verdict} cancels={view.sent}"
     )
     if view.drained:
         text += " drained"
@@ -295,8 +286,7 @@ def status(keeper: KeeperContext, out: Output, node_name: str, job: int, follow:
         # With --follow, the exit code says how it ended.
         code = (OK if status_name(wf) == "COMPLETED" else FAILED) if follow else OK
         view = await _view(client, wf.id, wf.run_id)
-        row = _row(wf, view)
-        row["ui_url"] = settings.temporal.workflow_url(wf.id, wf.run_id)
+        row = _row(wf, view, settings)
         if out.json:
             out.data(
                 {
@@ -467,7 +457,7 @@ def release(
 
     async def run() -> int:
         client = await client_for(settings)
-        found = [wf async for wf in client.list_workflows(_query_for(node, job, True), limit=20)]
+        found = [wf async for wf in client.list_workflows(query_of(node, job, True), limit=20)]
         if not found:
             raise CommandFailed(
                 f"no reclaim of job {job} on {node} is running; nothing was released",
@@ -521,15 +511,12 @@ def tap(keeper: KeeperContext) -> None:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
 
-        async def reconnect() -> Client:
-            return await client_for(settings)
-
         try:
-            async with run_tap(settings, client, reconnect) as (_tap, _intake, intake_port):
+            async with run_tap(settings, client, partial(client_for, settings)) as (_, _, port):
                 metrics_at = settings.reclaim.metrics_address
                 click.echo(
                     f"tap on {settings.reclaim.tap_address} -> "
-                    f"{settings.reclaim.controller_address}; intake on port {intake_port}; "
+                    f"{settings.reclaim.controller_address}; intake on port {port}; "
                     f"mode {settings.reclaim.mode.value}"
                     + (f"; metrics on http://{metrics_at}/metrics" if metrics_at else ""),
                     err=True,

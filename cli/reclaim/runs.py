@@ -24,7 +24,8 @@ from keeper.runtime.reclaim import search_attributes as sa
 LIMIT = 200
 
 
-def _query(node: str, job_id: int, running: bool) -> str:
+def query_of(node: str | None, job_id: int | None, running: bool) -> str:
+    """The reclaims of `node` and `job_id` (None: any), running ones only when asked."""
     return list_query(
         RECLAIM_WORKFLOW_TYPE, running, **{sa.NODE.name: node, sa.JOB_ID.name: job_id}
     )
@@ -35,7 +36,7 @@ async def reclaims_of(client: Client, node: str, job_id: int) -> list[WorkflowEx
     are read on their own as well, so no number of closed ones can hide them."""
     found: dict[tuple[str, str], WorkflowExecution] = {}
     for running in (True, False):
-        async for wf in client.list_workflows(_query(node, job_id, running), limit=LIMIT):
+        async for wf in client.list_workflows(query_of(node, job_id, running), limit=LIMIT):
             found.setdefault((wf.id, wf.run_id), wf)
     return current_first(found.values())
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+from contextlib import closing
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,13 +30,7 @@ from keeper.cli.output import (
     rfc3339,
     workflow_keeps_running,
 )
-from keeper.cli.runners.render import (
-    result_from_view,
-    result_text,
-    retrying,
-    retrying_text,
-    view_text,
-)
+from keeper.cli.runners.render import result_text, retrying, retrying_text, view_text
 from keeper.cli.workflow_view import (
     Look,
     describe,
@@ -49,10 +44,12 @@ from keeper.cli.workflow_view import (
 from keeper.cli.workflow_view import follow as follow_workflow
 from keeper.domain.common.untrusted import terminal_text
 from keeper.domain.runners.deletion_view import DeletionView
+from keeper.domain.runners.deletion_view import result_of as deletion_result
 from keeper.domain.runners.models import (
     DELETE_PREFIX,
     DELETION_WORKFLOW_TYPE,
     RUNNER_NAME_RE,
+    DeletionOutcome,
     DeletionRequest,
     DeletionResult,
     Requester,
@@ -74,24 +71,19 @@ S = InstanceStatus
 NAME_RULE = "1-64 characters: letters, digits, '.', '_' and '-', starting with a letter or digit"
 REASON_LIMIT = DeletionRequest.model_fields["reason"].metadata[0].max_length
 FOLLOW_TICK_S = 0.5
-# The renderers' earlier names here (tests/common/test_untrusted.py checks them for inert output).
-_view_text = view_text
-_result_text = result_text
 
 
-def _check_name(name: str) -> str:
+def _check_name(name: str) -> None:
     if not RUNNER_NAME_RE.match(name):
         raise UsageProblem(f"{name!r} is invalid ({NAME_RULE}); nothing was started", "NAME")
-    return name
 
 
-def _check_reason(reason: str) -> str:
+def _check_reason(reason: str) -> None:
     if len(reason) > REASON_LIMIT:
         raise UsageProblem(
             f"at most {REASON_LIMIT} characters, got {len(reason)}; nothing was started",
             "--reason",
         )
-    return reason
 
 
 def _store(settings: Settings) -> RunnerStore:
@@ -186,9 +178,7 @@ class Followed:
 
     result: DeletionResult
     background: str | None = None
-    run_id: str | None = None
     status: str = "COMPLETED"
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 async def follow_deletion(handle: WorkflowHandle[Any, DeletionResult], out: Output) -> Followed:
@@ -213,7 +203,8 @@ async def follow_deletion(handle: WorkflowHandle[Any, DeletionResult], out: Outp
     )
     if seen is not None and seen.finishing and is_running(await describe(handle)):
         view = seen.view
-        return Followed(result_from_view(view), view.background, status="RUNNING")
+        ended = deletion_result(view, DeletionOutcome.DELETED)
+        return Followed(ended, view.background, status="RUNNING")
     try:
         return Followed(await result_of(handle, out.note))
     except WorkflowFailureError as err:
@@ -235,14 +226,6 @@ def _innermost(err: BaseException) -> str:
         last = str(cause) or last
         cause = getattr(cause, "cause", None) or cause.__cause__
     return last
-
-
-def _finished(followed: Followed, out: Output, header: dict[str, Any]) -> None:
-    """Shows a followed deletion's end."""
-    if out.json:
-        out.data({**header, "status": followed.status, "result": followed.result})
-    else:
-        out.line(result_text(followed.result, followed.background))
 
 
 @click.group()
@@ -287,11 +270,8 @@ def delete(
     _check_name(name)
     _check_reason(reason)
     settings = keeper.settings
-    store = _store(settings)
-    try:
+    with closing(_store(settings)) as store:
         record = _require(store, name)
-    finally:
-        store.close()
     workflow_id = deletion_workflow_id(name)
     url = settings.temporal.workflow_url(workflow_id)
     if record.instance_status is S.DELETED:
@@ -339,7 +319,11 @@ def delete(
             if out.json:
                 out.data({**header, "status": "RUNNING"})
             return
-        _finished(await follow_deletion(handle, out), out, header)
+        followed = await follow_deletion(handle, out)
+        if out.json:
+            out.data({**header, "status": followed.status, "result": followed.result})
+        else:
+            out.line(result_text(followed.result, followed.background))
 
     asyncio.run(run())
 
@@ -355,8 +339,7 @@ def list_runners(
     """Runners with their status and lane, and per scale set the live count (what
     autoscaling counts: pending_create, creating, running, stopped, error) and the
     deletion lane (never counted)."""
-    store = _store(keeper.settings)
-    try:
+    with closing(_store(keeper.settings)) as store:
         # A row that fails the record check is reported below, never a reason to stop.
         found = store.scan(scale_set, include_deleted=include_deleted)
         records = found.records
@@ -373,8 +356,6 @@ def list_runners(
             for s in sets
         }
         leaks = store.leaks()
-    finally:
-        store.close()
     for bad in found.bad:
         out.note(
             f"warning: runner {shown(bad.name)} skipped: {'; '.join(bad.problems)}; "
@@ -438,22 +419,6 @@ async def _describe(handle: WorkflowHandle[Any, Any], name: str) -> Any:
     )
 
 
-async def _deletion(client: Client, name: str) -> _Deletion:
-    handle = client.get_workflow_handle(deletion_workflow_id(name), result_type=DeletionResult)
-    desc = await _describe(handle, name)
-    if desc is None:
-        return _Deletion()
-    found = _Deletion(
-        status=status_name(desc),
-        run_id=desc.run_id,
-        view=await query(handle, "status", DeletionView),
-        retrying=retrying(desc),
-    )
-    if desc.status is WorkflowExecutionStatus.COMPLETED:
-        found.result = await handle.result()
-    return found
-
-
 @runner.command()
 @click.argument("name")
 @follow_option("First follow the deletion until the runner is deleted (or the deletion fails).")
@@ -464,29 +429,33 @@ def status(keeper: KeeperContext, name: str, follow: bool, out: Output) -> None:
     the next try of any call Temporal retries for it (when, and why)."""
     _check_name(name)
     settings = keeper.settings
-    store = _store(settings)
-    try:
+    with closing(_store(settings)) as store:
         _require(store, name)
-    finally:
-        store.close()
     workflow_id = deletion_workflow_id(name)
 
     async def deletion() -> _Deletion:
         client = await client_for(settings)
-        if follow:
-            handle = client.get_workflow_handle(workflow_id, result_type=DeletionResult)
-            if await _describe(handle, name) is not None:
-                await follow_deletion(handle, out)
-        return await _deletion(client, name)
+        handle = client.get_workflow_handle(workflow_id, result_type=DeletionResult)
+        if follow and await _describe(handle, name) is not None:
+            await follow_deletion(handle, out)
+        desc = await _describe(handle, name)
+        if desc is None:
+            return _Deletion()
+        found = _Deletion(
+            status=status_name(desc),
+            run_id=desc.run_id,
+            view=await query(handle, "status", DeletionView),
+            retrying=retrying(desc),
+        )
+        if desc.status is WorkflowExecutionStatus.COMPLETED:
+            found.result = await handle.result()
+        return found
 
     found = asyncio.run(deletion())
-    store = _store(settings)
-    try:
+    with closing(_store(settings)) as store:
         record = _require(store, name)
         audit = store.audit(name)
         leaks = [leak for leak in store.leaks(unresolved_only=False) if leak.runner == name]
-    finally:
-        store.close()
     url = settings.temporal.workflow_url(workflow_id, found.run_id)
     if out.json:
         out.data(
@@ -550,8 +519,7 @@ def report(keeper: KeeperContext, name: str, agent_status: str, out: Output) -> 
     _check_name(name)
     settings = keeper.settings
     workflow_id = deletion_workflow_id(name)
-    store = _store(settings)
-    try:
+    with closing(_store(settings)) as store:
         for _ in range(10):
             record = _require(store, name)
             if record.instance_status is S.DELETED:
@@ -568,8 +536,6 @@ def report(keeper: KeeperContext, name: str, agent_status: str, out: Output) -> 
             raise CommandFailed(
                 f"runner {name}: the record kept changing", hint="Run the report again."
             )
-    finally:
-        store.close()
     requested = agent_status == AgentStatus.TERMINATED
     if requested:
 

@@ -10,7 +10,7 @@ from typing import Any
 from keeper.cli.output import rfc3339
 from keeper.domain.common.untrusted import terminal_text
 from keeper.domain.runners.deletion_view import DeletionView
-from keeper.domain.runners.models import DeletionOutcome, DeletionResult
+from keeper.domain.runners.models import DeletionResult
 
 # Why a retried call waits, by activity, when its failure does not say (provider deletes
 # back off through their retry policy).
@@ -106,18 +106,3 @@ def result_text(result: DeletionResult, background: str | None = None) -> str:
             "the orphan sweep (`keeper runner status` lists it)"
         )
     return "\n".join(lines)
-
-
-def result_from_view(view: DeletionView) -> DeletionResult:
-    """A tombstoned deletion's result while only its registration cleanup still runs."""
-    return DeletionResult(
-        runner=view.runner,
-        outcome=DeletionOutcome.DELETED,
-        forced=view.force,
-        leaked_provider_id=view.leaked_provider_id,
-        registration=view.github,
-        provider=view.provider,
-        recovered=view.recovered,
-        busy_decision=view.decision,
-        requests=tuple(view.requests),
-    )

@@ -8,18 +8,14 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from keeper.domain.reclaim.evidence import Release
-from keeper.domain.reclaim.models import Decision, Holding
+from keeper.domain.reclaim.models import Decision, Frozen, Holding
 from keeper.domain.reclaim.steps import Mode, Outcome
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class NodeView(_Model):
+class NodeView(Frozen):
     """The holding's node as the controller lists it."""
 
     name: str = ""
@@ -29,7 +25,7 @@ class NodeView(_Model):
     drained_by_keeper: bool = False
 
 
-class Assessment(_Model):
+class Assessment(Frozen):
     """A fresh read of the controller, decided: what the next step acts on."""
 
     decision: Decision
@@ -43,18 +39,18 @@ class Assessment(_Model):
     released: Release | None = None
 
 
-class AssessCall(_Model):
+class AssessCall(Frozen):
     holding: Holding
     workflow_id: str
 
 
-class CancelCall(_Model):
+class CancelCall(Frozen):
     holding: Holding
     signal: int
     attempt: int
 
 
-class CancelResult(_Model):
+class CancelResult(Frozen):
     # The agent answered; it always answers Empty, so this says the cancel arrived, not what
     # it did (the heartbeats say that).
     delivered: bool
@@ -75,7 +71,7 @@ class CancelResult(_Model):
     skipped: bool
 
 
-class DrainCall(_Model):
+class DrainCall(Frozen):
     holding: Holding
     workflow_id: str
     reason: str
@@ -84,7 +80,7 @@ class DrainCall(_Model):
     chain: str
 
 
-class DrainResult(_Model):
+class DrainResult(Frozen):
     node: str
     actual_state: str
     # False: a fresh read in the same call no longer found the holding stale (`decision`
@@ -93,7 +89,7 @@ class DrainResult(_Model):
     decision: Decision
 
 
-class UndrainCall(_Model):
+class UndrainCall(Frozen):
     holding: Holding
     workflow_id: str
     # As DrainCall.chain: the undrain fences that chain's drains off the node. Empty for the
@@ -101,14 +97,14 @@ class UndrainCall(_Model):
     chain: str = ""
 
 
-class UndrainResult(_Model):
+class UndrainResult(Frozen):
     # The node was resumed; false when another drain (keeper's for another holding, or
     # anyone else's) keeps it drained.
     resumed: bool
     why: str
 
 
-class CloseCall(_Model):
+class CloseCall(Frozen):
     holding: Holding
     workflow_id: str
     outcome: Outcome
@@ -118,7 +114,7 @@ class CloseCall(_Model):
     fenced: bool = False
 
 
-class OperatorRelease(_Model):
+class OperatorRelease(Frozen):
     """`keeper reclaim release`: an operator vouches that the agent no longer holds the job."""
 
     by: str = Field(default="operator", max_length=200)

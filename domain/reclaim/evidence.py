@@ -35,8 +35,7 @@ from collections.abc import Collection
 from datetime import datetime
 from enum import StrEnum
 
-from pydantic import BaseModel, ConfigDict
-
+from keeper.domain.reclaim.models import Frozen
 from keeper.domain.reclaim.policy import ReclaimPolicy
 
 
@@ -58,10 +57,8 @@ def evidence_of(
     return BeatEvidence.HELD if job_id in reported else BeatEvidence.ABSENT
 
 
-class BeatReport(BaseModel):
+class BeatReport(Frozen):
     """One report's evidence about one holding, as the intake signals it to its workflow."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     evidence: BeatEvidence
     at: datetime
@@ -69,9 +66,7 @@ class BeatReport(BaseModel):
     boot: str = ""
 
 
-class ReleaseTally(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
+class ReleaseTally(Frozen):
     absent_in_a_row: int = 0
     last: BeatEvidence | None = None
     last_at: datetime | None = None
@@ -129,10 +124,8 @@ class ReleaseTally(BaseModel):
         return None
 
 
-class Release(BaseModel):
+class Release(Frozen):
     """What released a holding: the kind of evidence, and a sentence for the operator."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     by: BeatEvidence
     why: str

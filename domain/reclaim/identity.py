@@ -57,10 +57,6 @@ def _shown(name: str) -> str:
     return _cut(name) if len(name) <= 40 else f"{_cut(name)} ({len(name)} characters)"
 
 
-def _trimmed(name: str) -> str:
-    return name.strip().removesuffix(".")
-
-
 def _ip(trimmed: str) -> str | None:
     """The address written one way, when `trimmed` is an IP address."""
     if ":" not in trimmed and not _IPV4_FORM.fullmatch(trimmed):
@@ -95,7 +91,7 @@ def _refusal(trimmed: str) -> str | None:
 
 def _basic(name: str) -> str:
     """Steps 1 to 3: the name checked and lower-cased, whole; raises NodeNameError."""
-    trimmed = _trimmed(name)
+    trimmed = name.strip().removesuffix(".")  # step 1
     if not trimmed:
         raise NodeNameError("a node name must not be empty")
     address = _ip(trimmed)

@@ -23,11 +23,13 @@ DRAIN_REASON_PREFIX = "keeper-reclaim:"
 NODE_ID_RE = re.compile(r"^[a-z0-9_:][a-z0-9_.:-]{0,62}$")
 
 
-class _Frozen(BaseModel):
+class Frozen(BaseModel):
+    """The family's values: immutable, and refusing a field they do not know."""
+
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
-class JobView(_Frozen):
+class JobView(Frozen):
     """One job as one read of the controller showed it."""
 
     job_id: int = Field(ge=0, le=2**32 - 1)
@@ -53,7 +55,7 @@ class ControllerView:
         return max(self.jobs, default=0)
 
 
-class EpochState(_Frozen):
+class EpochState(Frozen):
     """keeper's memory of the controller's incarnation. Within one epoch, job ids grow with
     submit time; a job id at or below the highest seen that was submitted after it proves
     the controller reissued ids (it was wiped), and starts the next epoch."""
@@ -72,7 +74,7 @@ class EpochState(_Frozen):
         return self.high_id + 1
 
 
-class KnownJob(_Frozen):
+class KnownJob(Frozen):
     """keeper's memory of one job id in one epoch: proof it was issued, and how it last looked."""
 
     job_id: int
@@ -84,7 +86,7 @@ class KnownJob(_Frozen):
     last_seen: datetime
 
 
-class Holding(_Frozen):
+class Holding(Frozen):
     """A (node, job id) an agent reported holding, as keeper first saw it."""
 
     node: str
@@ -109,12 +111,8 @@ class Holding(_Frozen):
 
     @property
     def workflow_id(self) -> str:
-        return reclaim_workflow_id(self.node, self.job_id, self.incarnation)
-
-
-def reclaim_workflow_id(node: str, job_id: int, incarnation: str) -> str:
-    """One workflow per fence key (node, job id, controller epoch, sighting)."""
-    return f"reclaim-{node}-{job_id}-{incarnation}"
+        """One workflow per fence key (node, job id, controller epoch, sighting)."""
+        return f"reclaim-{self.node}-{self.job_id}-{self.incarnation}"
 
 
 class Verdict(StrEnum):
@@ -143,7 +141,7 @@ class Reason(StrEnum):
     UNKNOWN_NODE = "unknown-node"
 
 
-class Decision(_Frozen):
+class Decision(Frozen):
     verdict: Verdict
     reason: Reason
     # One sentence for the operator: what keeper saw and why that is the verdict.

@@ -9,20 +9,16 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from keeper.domain.reclaim.calls import Assessment, OperatorRelease, UndrainResult
 from keeper.domain.reclaim.evidence import Release, ReleaseTally
-from keeper.domain.reclaim.models import Decision, Holding
+from keeper.domain.reclaim.models import Decision, Frozen, Holding
 from keeper.domain.reclaim.steps import Mode, Outcome, Step
 
 # The actions a run keeps (newest last); the details show the last half of them.
 MAX_ACTIONS = 8
 KEPT_ACTIONS = MAX_ACTIONS * 2
-
-
-class _Model(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
 
 class Drain(StrEnum):
@@ -34,7 +30,7 @@ class Drain(StrEnum):
     MADE = "made"
 
 
-class ReclaimState(_Model):
+class ReclaimState(Frozen):
     holding: Holding
     step: Step = Step.ASSESS
     mode: Mode = Mode.OBSERVE
@@ -65,7 +61,7 @@ class ReclaimState(_Model):
     closed: bool = False
 
 
-class JobReclaimInput(_Model):
+class JobReclaimInput(Frozen):
     holding: Holding
     # The intake's verdict that started it; the workflow re-reads before acting on it.
     first: Decision
@@ -73,7 +69,7 @@ class JobReclaimInput(_Model):
     carry: ReclaimState | None = None
 
 
-class JobReclaimResult(_Model):
+class JobReclaimResult(Frozen):
     outcome: Outcome
     holding: Holding
     attempts: int

@@ -19,7 +19,8 @@ from keeper.domain.reclaim.steps import Mode, Outcome, Step
 
 
 class ReclaimView(BaseModel):
-    """The `status` query's answer."""
+    """The `status` query's answer: the state's fields of the same names (their meaning is
+    ReclaimState's), and whether keeper's drain is made."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -27,35 +28,24 @@ class ReclaimView(BaseModel):
     step: Step = Step.ASSESS
     mode: Mode = Mode.OBSERVE
     attempts: int = 0
-    # What keeper did (act) or would have done (observe), newest last, bounded.
     actions: tuple[str, ...] = ()
     tally: ReleaseTally = ReleaseTally()
     drained: bool = False
     attention: str = ""
     last: Assessment | None = None
-    # Cancels that may have reached the agent (keeper's send ledger, answers lost to a crash
-    # included); None until the first cancel call answered.
     cancels_sent: int | None = None
-    # The operator who released it, and how it ends, once decided.
     operator: OperatorRelease | None = None
     outcome: Outcome | None = None
 
+    @property
+    def sent(self) -> int:
+        """Cancels sent: the ledger's count once a cancel answered, else the tries spent."""
+        return self.attempts if self.cancels_sent is None else self.cancels_sent
+
 
 def render_view(state: ReclaimState) -> ReclaimView:
-    return ReclaimView(
-        holding=state.holding,
-        step=state.step,
-        mode=state.mode,
-        attempts=state.attempts,
-        actions=state.actions,
-        tally=state.tally,
-        drained=state.drain is Drain.MADE,
-        attention=state.attention,
-        last=state.last,
-        cancels_sent=state.cancels_sent,
-        operator=state.operator,
-        outcome=state.outcome,
-    )
+    shown = {name: getattr(state, name) for name in ReclaimView.model_fields if name != "drained"}
+    return ReclaimView(**shown, drained=state.drain is Drain.MADE)
 
 
 def _at(value: datetime) -> str:
@@ -64,11 +54,10 @@ def _at(value: datetime) -> str:
 
 def render_details(view: ReclaimView, policy: ReclaimPolicy) -> str:
     h = view.holding
-    sent = view.attempts if view.cancels_sent is None else view.cancels_sent
     lines = [
         f"**{h.node}** holds job **{h.job_id}** (incarnation {h.incarnation}, first seen "
         f"{_at(h.first_seen)})",
-        f"step: {view.step.value} · mode: {view.mode.value} · cancels sent: {sent}",
+        f"step: {view.step.value} · mode: {view.mode.value} · cancels sent: {view.sent}",
     ]
     if view.attention:
         lines.append(f"ATTENTION: {md_text(view.attention)}")

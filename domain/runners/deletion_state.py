@@ -214,7 +214,7 @@ def entered(state: DeletionState, record: RunnerRecord) -> DeletionState:
     state = _with(
         state,
         scale_set=record.scale_set,
-        scale_set_searchable=not _has_problem(record, "scale_set"),
+        scale_set_searchable=not any(p.startswith("scale_set:") for p in record.problems),
         status=record.instance_status.value,
         force=state.force or record.instance_status is S.PENDING_FORCE_DELETE,
     )
@@ -383,7 +383,3 @@ def cleanup_ended(
 def finished(state: DeletionState, record: RunnerRecord | None) -> DeletionState:
     """Done; `record` is the tombstone, or None when a new runner has taken the name."""
     return moved(state, DeletionStep.DONE, record.instance_status if record else None)
-
-
-def _has_problem(record: RunnerRecord, field: str) -> bool:
-    return any(problem.startswith(f"{field}:") for problem in record.problems)

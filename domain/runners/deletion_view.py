@@ -20,30 +20,30 @@ ERROR_LIMIT = 600
 
 
 class DeletionView(BaseModel):
-    """The `status` query's answer."""
+    """The `status` query's answer: the state's fields of the same names (their meaning is
+    DeletionState's), except that `error` includes a refused token's attention, and that a
+    tombstoned deletion shows step `done` and status `deleted`."""
 
     model_config = ConfigDict(frozen=True)
 
     runner: str
     scale_set: str = ""
     step: DeletionStep = DeletionStep.READ
-    status: str = ""  # the record's instance status as last read or written
+    status: str = ""
     force: bool = False
-    github: str = "-"  # the last GitHub answer
+    github: str = "-"
     github_attempts: int = 0
-    provider: str = "-"  # the last provider answer
+    provider: str = "-"
     provider_attempts: int = 0
     busy_since: datetime | None = None
-    decision: str | None = None  # busy-timeout decision, escalation, leak
+    decision: str | None = None
     requests: list[str] = Field(default_factory=list)
-    earlier_requests: int = 0  # asked too, no longer listed in `requests`
+    earlier_requests: int = 0
     cancel_requested: bool = False
-    error: str | None = None  # what an operator must do, a refused token's included
+    error: str | None = None
     escalated: bool = False
-    # What the deletion waits on while Temporal retries a call for it.
     waiting: str | None = None
-    run: int = 1  # which run of this deletion (continue-as-new rolls the history over)
-    # The record is tombstoned: the runner is deleted, and `background` says what still runs.
+    run: int = 1
     tombstoned: bool = False
     background: str | None = None
     leaked_provider_id: str | None = None
@@ -62,35 +62,18 @@ class RequestAnswer(BaseModel):
 
 def view_of(state: DeletionState) -> DeletionView:
     """The status query's answer and the source of the UI's details."""
-    return DeletionView(
-        runner=state.runner,
-        scale_set=state.scale_set,
-        # Once the tombstone is written the record says `deleted`, and so does the view,
-        # even while a registration cleanup still runs behind it.
-        step=DeletionStep.DONE if state.tombstoned else state.step,
-        status=InstanceStatus.DELETED.value if state.tombstoned else state.status,
-        force=state.force,
-        github=state.github,
-        github_attempts=state.github_attempts,
-        provider=state.provider,
-        provider_attempts=state.provider_attempts,
-        busy_since=state.busy_since,
-        decision=state.decision,
-        requests=list(state.requests),
-        earlier_requests=state.earlier_requests,
-        cancel_requested=state.cancel_requested,
-        error=state.attention or state.error,
-        escalated=state.escalated,
-        waiting=state.waiting,
-        run=state.run,
-        tombstoned=state.tombstoned,
-        background=state.background,
-        leaked_provider_id=state.leaked_provider_id,
-        recovered=state.recovered,
-    )
+    shown = {name: getattr(state, name) for name in DeletionView.model_fields}
+    shown["error"] = state.attention or state.error
+    # Once the tombstone is written the record says `deleted`, even while a registration
+    # cleanup still runs behind it.
+    if state.tombstoned:
+        shown.update(step=DeletionStep.DONE, status=InstanceStatus.DELETED.value)
+    return DeletionView(**shown)
 
 
-def result_of(state: DeletionState, outcome: DeletionOutcome) -> DeletionResult:
+def result_of(state: DeletionState | DeletionView, outcome: DeletionOutcome) -> DeletionResult:
+    """The result, from the state; or from the view of a tombstoned deletion while only its
+    registration cleanup still runs."""
     return DeletionResult(
         runner=state.runner,
         outcome=outcome,
@@ -100,17 +83,13 @@ def result_of(state: DeletionState, outcome: DeletionOutcome) -> DeletionResult:
         provider=state.provider,
         recovered=state.recovered,
         busy_decision=state.decision,
-        requests=state.requests,
+        requests=tuple(state.requests),
     )
 
 
 def summary(runner: str, scale_set: str | None, force: bool) -> str:
     where = f" in {md_text(scale_set)}" if scale_set else ""
     return f"{'force-' if force else ''}delete runner {md_text(runner)}{where}"
-
-
-def _when(at: datetime | None) -> str:
-    return at.strftime("%H:%M:%S UTC") if at else "-"
 
 
 def render_details(view: DeletionView) -> str:
@@ -129,7 +108,7 @@ def render_details(view: DeletionView) -> str:
         f"| provider | {md_text(view.provider)} (attempts: {view.provider_attempts}) |",
     ]
     if view.busy_since:
-        lines.append(f"| busy since | {_when(view.busy_since)} |")
+        lines.append(f"| busy since | {view.busy_since:%H:%M:%S UTC} |")
     if view.decision:
         lines.append(f"| decision | {md_text(view.decision)} |")
     if view.background:

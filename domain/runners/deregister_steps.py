@@ -30,7 +30,7 @@ from keeper.domain.runners.deletion_state import (
     DeletionState,
     moved,
 )
-from keeper.domain.runners.deregistration import DeregisterMode, Next, next_step
+from keeper.domain.runners.deregistration import TOKEN_SOURCES, DeregisterMode, Next, next_step
 from keeper.domain.runners.github import DeregistrationAnswer, DeregistrationOutcome
 from keeper.domain.runners.models import DeletionPolicy, DeletionStep
 
@@ -38,7 +38,6 @@ M = DeregisterMode
 # The modes in which a refused token comes back to the workflow once, so the deletion can
 # say it needs attention; a force or a cleanup is bounded and reports it when it gives up.
 REPORTS_AUTH = frozenset({M.WAIT, M.BUSY, M.RECHECK})
-TOKEN_SOURCES = "KEEPER_GITHUB_TOKEN or runners.github.token_file"
 
 
 class Act(StrEnum):

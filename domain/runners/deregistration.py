@@ -16,6 +16,9 @@ from keeper.domain.common.durations import format_duration
 from keeper.domain.runners.github import DeregistrationAnswer, DeregistrationOutcome
 from keeper.domain.runners.models import BusyTimeoutAction, DeletionPolicy
 
+# Where a worker reads its GitHub token, when it could not say which one it used.
+TOKEN_SOURCES = "KEEPER_GITHUB_TOKEN or runners.github.token_file"
+
 
 class DeregisterMode(StrEnum):
     """How patient one deregistration call is."""
@@ -46,12 +49,6 @@ def kind_of(answer: DeregistrationAnswer) -> Answered:
     return Answered.TRANSIENT
 
 
-class Wait(StrEnum):
-    BUSY_POLL = "busy_poll"
-    RECHECK = "recheck"
-    BACKOFF = "backoff"
-
-
 class Why(StrEnum):
     """Why the next try is when it is: shown beside the next try's time."""
 
@@ -62,17 +59,18 @@ class Why(StrEnum):
 
 
 # (mode, kind) -> the wait before asking again inside the activity; absent: answer the workflow.
-RETRY_TABLE: dict[tuple[DeregisterMode, Answered], Wait] = {
-    (DeregisterMode.WAIT, Answered.TRANSIENT): Wait.BACKOFF,
-    (DeregisterMode.BUSY, Answered.BUSY): Wait.BUSY_POLL,  # until the busy bound, see retry_of
-    (DeregisterMode.BUSY, Answered.TRANSIENT): Wait.BACKOFF,
-    (DeregisterMode.RECHECK, Answered.BUSY): Wait.RECHECK,
-    (DeregisterMode.RECHECK, Answered.REFUSED): Wait.RECHECK,
-    (DeregisterMode.RECHECK, Answered.TRANSIENT): Wait.BACKOFF,
-    (DeregisterMode.FORCE, Answered.TRANSIENT): Wait.BACKOFF,  # attempts capped by the policy
-    (DeregisterMode.CLEANUP, Answered.BUSY): Wait.BACKOFF,
-    (DeregisterMode.CLEANUP, Answered.REFUSED): Wait.BACKOFF,
-    (DeregisterMode.CLEANUP, Answered.TRANSIENT): Wait.BACKOFF,
+# A backoff's wait may be GitHub's own (retry-after), when it asks for longer.
+RETRY_TABLE: dict[tuple[DeregisterMode, Answered], Why] = {
+    (DeregisterMode.WAIT, Answered.TRANSIENT): Why.BACKOFF,
+    (DeregisterMode.BUSY, Answered.BUSY): Why.BUSY_POLL,  # until the busy bound, see retry_of
+    (DeregisterMode.BUSY, Answered.TRANSIENT): Why.BACKOFF,
+    (DeregisterMode.RECHECK, Answered.BUSY): Why.RECHECK,
+    (DeregisterMode.RECHECK, Answered.REFUSED): Why.RECHECK,
+    (DeregisterMode.RECHECK, Answered.TRANSIENT): Why.BACKOFF,
+    (DeregisterMode.FORCE, Answered.TRANSIENT): Why.BACKOFF,  # attempts capped by the policy
+    (DeregisterMode.CLEANUP, Answered.BUSY): Why.BACKOFF,
+    (DeregisterMode.CLEANUP, Answered.REFUSED): Why.BACKOFF,
+    (DeregisterMode.CLEANUP, Answered.TRANSIENT): Why.BACKOFF,
 }
 
 
@@ -108,21 +106,21 @@ def retry_of(
     wait = RETRY_TABLE.get((mode, kind))
     if wait is None:
         return None
-    if wait is Wait.BUSY_POLL:
+    if wait is Why.BUSY_POLL:
         if busy_left is None or busy_left <= timedelta(0):
             return None
         delay = min(policy.busy_poll, busy_left)
         return Retry(
             delay,
-            f"runner busy ({answer.message}); asking again in {_fmt(delay)}",
+            f"runner busy ({answer.message}); asking again in {format_duration(delay)}",
             True,
             Why.BUSY_POLL,
         )
-    if wait is Wait.RECHECK:
+    if wait is Why.RECHECK:
         return Retry(
             policy.escalation_recheck,
             f"escalated: {answer.message}; asking GitHub again every "
-            f"{_fmt(policy.escalation_recheck)} until an operator forces the deletion",
+            f"{format_duration(policy.escalation_recheck)} until an operator forces the deletion",
             True,
             Why.RECHECK,
         )
@@ -132,7 +130,7 @@ def retry_of(
         delay, why = timedelta(seconds=answer.retry_after_s), Why.RETRY_AFTER
     reason = answer.message
     if answer.outcome is DeregistrationOutcome.AUTH:
-        source = token_source or "KEEPER_GITHUB_TOKEN or runners.github.token_file"
+        source = token_source or TOKEN_SOURCES
         reason += (
             " (needs attention: GitHub refused keeper's token and the deletion cannot progress "
             f"by itself; the token comes from {source})"
@@ -166,7 +164,3 @@ def backoff(attempt: int, initial: timedelta, maximum: timedelta) -> timedelta:
     """Doubling from `initial` (attempt 1) up to `maximum`."""
     seconds = initial.total_seconds() * (2 ** max(0, min(attempt - 1, 30)))
     return timedelta(seconds=min(seconds, maximum.total_seconds()))
-
-
-def _fmt(delay: timedelta) -> str:
-    return format_duration(delay)

@@ -202,10 +202,6 @@ def _human_seconds(seconds: float) -> str:
     return f"{seconds:g}s"
 
 
-def _lower_keys(headers: Mapping[str, str]) -> dict[str, str]:
-    return {key.lower(): value for key, value in headers.items()}
-
-
 def _retry_after(headers: dict[str, str], now_epoch: float) -> float | None:
     """Seconds to wait from `retry-after` (seconds or HTTP date) or `x-ratelimit-reset`."""
     raw = headers.get("retry-after", "").strip()
@@ -260,7 +256,7 @@ def classify_deregistration(
     header names are matched case-insensitively. The wait the server asks for is kept in
     `asked_retry_after_s`; `retry_after_s` is at most `max_retry_after_s`.
     """
-    lowered = _lower_keys(headers)
+    lowered = {key.lower(): value for key, value in headers.items()}
     outcome: DeregistrationOutcome
     if 200 <= status_code < 300:
         outcome = DeregistrationOutcome.REMOVED

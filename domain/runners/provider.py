@@ -23,7 +23,6 @@ DEFAULT_LEASE_MARGIN = timedelta(seconds=15)
 # garm-provider-common maps ErrNotFound to this exit code (and ErrDuplicateEntity to 31).
 # GARM itself treats 30 from DeleteInstance as success: the instance is already gone.
 NOT_FOUND_EXIT_CODE = 30
-DUPLICATE_EXIT_CODE = 31
 
 # Enough of stderr to carry a provider's final error line (Go providers print it last)
 # without letting a chatty provider bloat workflow history.

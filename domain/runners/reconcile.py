@@ -45,14 +45,6 @@ class Mismatch(BaseModel):
     detail: str = ""
 
 
-def registration_key(scope: str, runner_id: int) -> str:
-    return f"{scope}#{runner_id}"
-
-
-def instance_key(pool: str, provider_id: str) -> str:
-    return f"{pool}#{provider_id}"
-
-
 def find_mismatches(
     records: Sequence[RunnerRecord],
     registrations: Mapping[str, Sequence[GitHubRunner]],
@@ -80,7 +72,7 @@ def find_mismatches(
             found.append(
                 Mismatch(
                     kind=MismatchKind.REGISTRATION,
-                    key=registration_key(scope, runner.id),
+                    key=f"{scope}#{runner.id}",
                     runner=runner.name,
                     scope=scope,
                     github_runner_id=runner.id,
@@ -98,7 +90,7 @@ def find_mismatches(
             found.append(
                 Mismatch(
                     kind=MismatchKind.INSTANCE,
-                    key=instance_key(pool, inst.provider_id),
+                    key=f"{pool}#{inst.provider_id}",
                     runner=inst.name,
                     pool=pool,
                     provider_id=inst.provider_id,

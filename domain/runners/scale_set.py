@@ -14,6 +14,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from keeper.domain.runners.models import RunnerRecord
 from keeper.domain.runners.status import LIVE, AgentStatus, InstanceStatus
 
+S = InstanceStatus
+
 RunnerCounter = Callable[[Sequence[RunnerRecord]], int]
 
 
@@ -37,11 +39,6 @@ class ScalePlan(BaseModel):
     remove: tuple[str, ...] = ()
 
 
-def _removable(record: RunnerRecord) -> bool:
-    # Idle or never-started live runners go first; a busy one is never a removal candidate.
-    return record.instance_status in LIVE and record.agent_status is not AgentStatus.ACTIVE
-
-
 def plan_scaling(
     records: Sequence[RunnerRecord],
     policy: ScalePolicy,
@@ -56,10 +53,10 @@ def plan_scaling(
     if counted == desired:
         return ScalePlan(desired=desired, counted=counted)
     # Removal candidates are live records only; lane records are not part of the count
-    # the delta came from, so they never consume it.
-    candidates = sorted(
-        (r for r in records if _removable(r)),
-        key=lambda r: (r.instance_status is InstanceStatus.RUNNING, r.created_at, r.name),
-    )
+    # the delta came from, so they never consume it. Idle or never-started live runners go
+    # first; a busy one is never a removal candidate.
+    busy = AgentStatus.ACTIVE
+    idle = [r for r in records if r.instance_status in LIVE and r.agent_status is not busy]
+    candidates = sorted(idle, key=lambda r: (r.instance_status is S.RUNNING, r.created_at, r.name))
     remove = tuple(r.name for r in candidates[: counted - desired])
     return ScalePlan(desired=desired, counted=counted, remove=remove)

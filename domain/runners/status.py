@@ -92,12 +92,10 @@ def on_lane(status: InstanceStatus) -> bool:
     return status in DELETION_LANE
 
 
+# Position on the lane: pending_delete and its forced twin share a rank.
+_LANE_RANK = {S.PENDING_DELETE: 0, S.PENDING_FORCE_DELETE: 0, S.DELETING: 1, S.DELETED: 2}
+
+
 def lane_rank(status: InstanceStatus) -> int:
-    """Position on the lane; -1 off it. pending_delete and its forced twin share a rank."""
-    if status in (S.PENDING_DELETE, S.PENDING_FORCE_DELETE):
-        return 0
-    if status is S.DELETING:
-        return 1
-    if status is S.DELETED:
-        return 2
-    return -1
+    """Position on the lane; -1 off it."""
+    return _LANE_RANK.get(status, -1)

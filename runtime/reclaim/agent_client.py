@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 from collections import OrderedDict
-from types import TracebackType
 
 import grpc
 
@@ -143,10 +142,5 @@ class SpurAgents:
     async def __aenter__(self) -> SpurAgents:
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()

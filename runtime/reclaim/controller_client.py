@@ -9,16 +9,15 @@ and keeps calling the leader it found until that leader stops answering.
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, Iterable
-from types import TracebackType
-from typing import TypeVar
+from collections.abc import Iterable
+from typing import Any
 
 import grpc
 from google.protobuf import empty_pb2
+from google.protobuf.message import Message
 
 from keeper.runtime.reclaim.credentials import SpurToken
 from keeper.runtime.reclaim.spur_errors import (
-    SpurError,
     SpurNotFound,
     SpurRedirectLoop,
     SpurTimedOut,
@@ -30,9 +29,6 @@ from keeper.wire.spur import slurm_pb2, slurm_pb2_grpc
 LEADER_HEADER = "x-spur-leader"
 DEFAULT_TIMEOUT_S = 10.0
 DEFAULT_MAX_HOPS = 3
-
-T = TypeVar("T")
-_Call = Callable[[slurm_pb2_grpc.SlurmControllerStub, float], Awaitable[T]]
 
 
 def leader_of(exc: grpc.aio.AioRpcError) -> str | None:
@@ -84,10 +80,6 @@ class SpurController:
         )
 
     @property
-    def target(self) -> str:
-        return self._target
-
-    @property
     def leader(self) -> str | None:
         """The leader a redirect named, which later calls go to first."""
         return self._leader
@@ -100,12 +92,7 @@ class SpurController:
     async def __aenter__(self) -> SpurController:
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
 
     # ------------------------------------------------------------- calls
@@ -123,33 +110,22 @@ class SpurController:
         request = slurm_pb2.GetJobsRequest(
             states=list(states), job_ids=list(job_ids), nodes=list(nodes), user=user
         )
-        response = await self._call(
-            "GetJobs", lambda stub, t: stub.GetJobs(request, timeout=t, metadata=self._md())
-        )
+        response = await self._call("GetJobs", request)
         return list(response.jobs)
 
     async def get_job(self, job_id: int) -> slurm_pb2.JobInfo | None:
         """The job, or None when the controller does not know it (never stored or evicted)."""
-        request = slurm_pb2.GetJobRequest(job_id=job_id)
         try:
-            return await self._call(
-                "GetJob", lambda stub, t: stub.GetJob(request, timeout=t, metadata=self._md())
-            )
+            return await self._call("GetJob", slurm_pb2.GetJobRequest(job_id=job_id))
         except SpurNotFound:
             return None
 
     async def get_nodes(self) -> list[slurm_pb2.NodeInfo]:
-        request = slurm_pb2.GetNodesRequest()
-        response = await self._call(
-            "GetNodes", lambda stub, t: stub.GetNodes(request, timeout=t, metadata=self._md())
-        )
+        response = await self._call("GetNodes", slurm_pb2.GetNodesRequest())
         return list(response.nodes)
 
     async def drain_node(self, name: str, reason: str) -> slurm_pb2.DrainNodeResponse:
-        request = slurm_pb2.DrainNodeRequest(name=name, reason=reason)
-        return await self._call(
-            "DrainNode", lambda stub, t: stub.DrainNode(request, timeout=t, metadata=self._md())
-        )
+        return await self._call("DrainNode", slurm_pb2.DrainNodeRequest(name=name, reason=reason))
 
     async def update_node(
         self,
@@ -164,20 +140,12 @@ class SpurController:
             request.state = state
         if reason is not None:
             request.reason = reason
-        await self._call(
-            "UpdateNode", lambda stub, t: stub.UpdateNode(request, timeout=t, metadata=self._md())
-        )
+        await self._call("UpdateNode", request)
 
     async def ping(self) -> slurm_pb2.PingResponse:
-        request = empty_pb2.Empty()
-        return await self._call(
-            "Ping", lambda stub, t: stub.Ping(request, timeout=t, metadata=self._md())
-        )
+        return await self._call("Ping", empty_pb2.Empty())
 
     # ------------------------------------------------------------- plumbing
-
-    def _md(self) -> tuple[tuple[str, str], ...] | None:
-        return self._token.metadata() if self._token is not None else None
 
     def _stub(self, address: str) -> slurm_pb2_grpc.SlurmControllerStub:
         entry = self._channels.get(address)
@@ -187,12 +155,14 @@ class SpurController:
             self._channels[address] = entry
         return entry[1]
 
-    async def _call(self, what: str, call: _Call[T]) -> T:
-        # One deadline for the whole call, redirects included: a caller's timeout means "by
-        # then", not "per replica".
+    async def _call(self, what: str, request: Message) -> Any:
+        """The answer of the method named `what`, from the leader once a redirect named one.
+        One deadline for the whole call, redirects included: a caller's timeout means "by
+        then", not "per replica"."""
         deadline = time.monotonic() + self._timeout
         address = self._leader or self._target
         tried: list[str] = []
+        metadata = self._token.metadata() if self._token is not None else None
         while True:
             tried.append(address)
             remaining = deadline - time.monotonic()
@@ -202,7 +172,8 @@ class SpurController:
                     code=grpc.StatusCode.DEADLINE_EXCEEDED,
                 )
             try:
-                result = await call(self._stub(address), remaining)
+                method = getattr(self._stub(address), what)
+                result = await method(request, timeout=remaining, metadata=metadata)
             except grpc.aio.AioRpcError as exc:
                 leader = leader_of(exc)
                 if leader is None:
@@ -210,7 +181,7 @@ class SpurController:
                         # The remembered leader is gone; the next call asks the configured
                         # controller again, which names the new one.
                         self._leader = None
-                    raise self._error(exc, what, address) from None
+                    raise spur_error(exc, what=what, target=address, token=self._token) from None
                 if leader in tried:
                     raise SpurRedirectLoop(
                         f"{what}: leader redirects loop: {' -> '.join([*tried, leader])}",
@@ -227,6 +198,3 @@ class SpurController:
             if address != self._target or self._leader is not None:
                 self._leader = address if address != self._target else None
             return result
-
-    def _error(self, exc: grpc.aio.AioRpcError, what: str, address: str) -> SpurError:
-        return spur_error(exc, what=what, target=address, token=self._token)

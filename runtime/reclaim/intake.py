@@ -45,6 +45,7 @@ from keeper.domain.reclaim.models import EVIDENCE_SIGNAL, RECLAIM_WORKFLOW_TYPE,
 from keeper.domain.reclaim.state import JobReclaimInput
 from keeper.domain.reclaim.steps import Step
 from keeper.runtime.reclaim import search_attributes as sa
+from keeper.runtime.reclaim.agent_client import DEFAULT_AGENT_PORT
 from keeper.runtime.reclaim.assess import Assessor
 from keeper.runtime.reclaim.views import drained_by_keeper
 from keeper.runtime.settings import Settings
@@ -52,8 +53,6 @@ from keeper.store.reclaim import FORGET_AFTER
 from keeper.wire.spur import slurm_pb2
 
 log = logging.getLogger("keeper.reclaim.intake")
-# spur's default agent port, when RegisterAgent says 0.
-DEFAULT_AGENT_PORT = 6818
 # How often an intake without Temporal tries to connect again.
 RECONNECT_S = 10.0
 # Reports waiting for the next batch; beyond it, the oldest are dropped (and counted): the
@@ -208,7 +207,9 @@ class Intake:
             n: kept for n, rs in by_node.items() if (kept := [r for r in rs if not r.finished])
         }
         await asyncio.to_thread(self._touch, sightings)
-        if self._housekeeping_due():
+        # Pruning and orphaned drains, as often as full reads, whatever the batch holds.
+        if self._due(self._last_housekeeping):
+            self._last_housekeeping = time.monotonic()
             await self._forget_quiet_holdings()
             await self._lift_orphaned_drains()
         await self._learn_nodes(set(sightings))
@@ -240,7 +241,11 @@ class Intake:
         reclaim for each stale one that has none (added to `watched`)."""
         job_ids = {j for rs in listed.values() for r in rs for j in r.job_ids}
         job_ids |= {h.job_id for pairs in watched.values() for h, _ in pairs}
-        everything = self._full_read_due()
+        # Every job, now and then: the watermark and the epoch need the whole job map, a
+        # batch's decisions only the jobs it reports.
+        everything = self._due(self._last_full)
+        if everything:
+            self._last_full = time.monotonic()
         view, epoch = await self.assessor.read(job_ids, everything=everything)
         sighted = await asyncio.to_thread(self._sight, listed, epoch.epoch)
         decided = await self.assessor.decide([h for _, h, _ in sighted], view, epoch)
@@ -270,38 +275,19 @@ class Intake:
         """Each reported holding once, first seen at the earliest report that lists it."""
         out: list[tuple[str, Holding, Report]] = []
         for node, node_reports in listed.items():
-            first: dict[int, Report] = {}
+            listed_before: set[int] = set()
             for report in node_reports:  # oldest first
-                for job_id in report.job_ids:
-                    first.setdefault(job_id, report)
-            by_report: dict[int, list[int]] = {}
-            for job_id, report in first.items():
-                by_report.setdefault(id(report), []).append(job_id)
-            reports_by_id = {id(r): r for r in first.values()}
-            for key, ids in by_report.items():
-                report = reports_by_id[key]
-                for holding in self.memory.sight(node, ids, report.received_at, epoch):
-                    out.append((node, holding, report))
+                ids = [j for j in dict.fromkeys(report.job_ids) if j not in listed_before]
+                listed_before.update(ids)
+                if ids:
+                    sighted = self.memory.sight(node, ids, report.received_at, epoch)
+                    out.extend((node, holding, report) for holding in sighted)
         return out
 
-    def _housekeeping_due(self) -> bool:
-        """Pruning and orphaned drains, as often as full reads, whatever the batch holds."""
-        now = time.monotonic()
+    def _due(self, last: float | None) -> bool:
+        """Whether a full read interval has passed since `last` (None: never done)."""
         interval = self.settings.reclaim.full_read_interval.total_seconds()
-        if self._last_housekeeping is not None and now - self._last_housekeeping < interval:
-            return False
-        self._last_housekeeping = now
-        return True
-
-    def _full_read_due(self) -> bool:
-        """Every job, now and then: the watermark and the epoch need the whole job map, a
-        batch's decisions only the jobs it reports."""
-        now = time.monotonic()
-        interval = self.settings.reclaim.full_read_interval.total_seconds()
-        if self._last_full is not None and now - self._last_full < interval:
-            return False
-        self._last_full = now
-        return True
+        return last is None or time.monotonic() - last >= interval
 
     async def _lift_orphaned_drains(self) -> None:
         """A drain whose reclaim is gone (terminated: no workflow code ran on the way out) is
@@ -312,22 +298,17 @@ class Intake:
         drains = await asyncio.to_thread(self.memory.drains)
         if not drains or await self._temporal() is None:
             return
-        assert self.client is not None
         for record in drains:
-            try:
-                desc = await self.client.get_workflow_handle(record.workflow_id).describe()
-                if desc.status is WorkflowExecutionStatus.RUNNING:
-                    continue
-            except RPCError as err:
-                if err.status is not RPCStatusCode.NOT_FOUND:
-                    continue
+            if await self._still_running(record.workflow_id):
+                continue
             holders = await asyncio.to_thread(
                 self.memory.clear_drain, record.node_id, record.workflow_id, datetime.now(UTC)
             )
             if holders:
                 continue
             try:
-                await self._resume_if_ours(record.node_id, record.reason, record.workflow_id)
+                listed = await self.assessor.controller.get_nodes()
+                await self._resume_listed(listed, record.node_id, record.reason, record.workflow_id)
             except Exception as err:
                 self.counters.errors += 1
                 log.warning("could not lift %s's drain on %s: %s", record.workflow_id,
@@ -349,10 +330,6 @@ class Intake:
         except Exception as err:
             self.counters.errors += 1
             log.warning("could not lift keeper's late drains: %s", err)
-
-    async def _resume_if_ours(self, node: str, reason: str, workflow_id: str) -> None:
-        listed = await self.assessor.controller.get_nodes()
-        await self._resume_listed(listed, node, reason, workflow_id)
 
     async def _resume_listed(
         self, listed: Sequence[slurm_pb2.NodeInfo], node: str, reason: str, workflow_id: str
@@ -409,14 +386,14 @@ class Intake:
         return self.client
 
     async def _start(self, holding: Holding, decision: Decision, report: Report) -> str | None:
-        if await self._temporal() is None:
+        client = await self._temporal()
+        if client is None:
             self.counters.no_temporal += 1
             return None
-        assert self.client is not None
         workflow_id = holding.workflow_id
         first = BeatReport(evidence=BeatEvidence.HELD, at=report.received_at)
         try:
-            await self.client.start_workflow(
+            await client.start_workflow(
                 RECLAIM_WORKFLOW_TYPE,
                 # No policy: the worker's settings give it (the `reclaim.policy` activity).
                 JobReclaimInput(holding=holding, first=decision),
@@ -486,8 +463,8 @@ class Intake:
         )
 
     async def _still_running(self, workflow_id: str) -> bool:
-        """Whether the workflow runs after all (a NOT_FOUND that passed): any doubt counts as
-        running, so a holding is never detached from a reclaim that may still act."""
+        """Whether the workflow runs: any doubt counts as running, so neither a holding nor a
+        drain is let go of while a reclaim may still act on it."""
         assert self.client is not None
         try:
             desc = await self.client.get_workflow_handle(workflow_id).describe()
@@ -498,12 +475,12 @@ class Intake:
         return desc.status is WorkflowExecutionStatus.RUNNING
 
     async def _signal(self, holding: Holding, workflow_id: str, told: BeatReport) -> None:
-        if await self._temporal() is None:
+        client = await self._temporal()
+        if client is None:
             return
-        assert self.client is not None
         h = holding
         try:
-            await self.client.get_workflow_handle(workflow_id).signal(EVIDENCE_SIGNAL, told)
+            await client.get_workflow_handle(workflow_id).signal(EVIDENCE_SIGNAL, told)
         except RPCError as err:
             if err.status is not RPCStatusCode.NOT_FOUND:
                 self.counters.errors += 1

@@ -29,9 +29,6 @@ from keeper.store.reclaim import ReclaimMemory, open_reclaim_memory
 from keeper.wire.spur import slurm_pb2
 
 log = logging.getLogger("keeper.reclaim.tap")
-HEARTBEAT = "/slurm.SlurmController/Heartbeat"
-REGISTER = "/slurm.SlurmController/RegisterAgent"
-REPORT_JOB_STATUS = "/slurm.SlurmController/ReportJobStatus"
 # A completion report is the agent's word about its own map whatever the controller made of
 # the job (NOT_FOUND for one it lost, INVALID_ARGUMENT for one it moved): only a caller the
 # controller would not accept is nobody's evidence.
@@ -59,10 +56,9 @@ def _peer_host(peer: str) -> str:
 
 
 async def on_tap_event(intake: Intake, event: TapEvent) -> None:
-    if event.method == REPORT_JOB_STATUS and isinstance(
-        event.message, slurm_pb2.ReportJobStatusRequest
-    ):
-        msg = event.message
+    # The tap decodes each method it observes into its own request type: the type names it.
+    msg = event.message
+    if isinstance(msg, slurm_pb2.ReportJobStatusRequest):
         if not msg.reporting_node:
             return  # a job-level report (spur's Kubernetes operator), not an agent's word
         if event.status in _REPORT_REFUSED:
@@ -85,13 +81,11 @@ async def on_tap_event(intake: Intake, event: TapEvent) -> None:
         # refused registration's address is nobody's.
         intake.counters.refused += 1
         return
-    if event.method == REGISTER and isinstance(event.message, slurm_pb2.RegisterAgentRequest):
-        msg = event.message
+    if isinstance(msg, slurm_pb2.RegisterAgentRequest):
         await intake.registered(
             msg.hostname, msg.address or _peer_host(event.peer), msg.port, event.received_at
         )
-    elif event.method == HEARTBEAT and isinstance(event.message, slurm_pb2.HeartbeatRequest):
-        msg = event.message
+    elif isinstance(msg, slurm_pb2.HeartbeatRequest):
         intake.offer(
             Report(
                 hostname=msg.hostname,
@@ -126,11 +120,6 @@ def parse_report(body: Any) -> tuple[str, tuple[int, ...]]:
         if isinstance(j, bool) or not isinstance(j, int) or not 0 <= j < 2**32:
             raise ValueError(f"jobs: {j!r} is not a job id (an integer from 0 to 4294967295)")
     return node, tuple(jobs)
-
-
-def tap_json(tap: HeartbeatTap) -> dict[str, int]:
-    """The tap's counters, and the copies waiting for the intake."""
-    return {**asdict(tap.counters), "queued": tap.queued}
 
 
 # Each keeper_reclaim_tap_* metric and the TapCounters field it shows.
@@ -193,7 +182,8 @@ def intake_app(intake: Intake, tap: HeartbeatTap | None = None) -> web.Applicati
     async def health(_request: web.Request) -> web.Response:
         body: dict[str, Any] = {"status": "ok", "intake": asdict(intake.counters)}
         if tap is not None:
-            body["tap"] = tap_json(tap)
+            # The tap's counters, and the copies waiting for the intake.
+            body["tap"] = {**asdict(tap.counters), "queued": tap.queued}
         return web.json_response(body)
 
     app = web.Application()

@@ -43,18 +43,14 @@ _OBSERVED: dict[str, type[Message]] = {
 DEFAULT_QUEUE_SIZE = 4096
 
 
-def _unary_methods() -> frozenset[str]:
-    return frozenset(
-        f"/{service.full_name}/{method.name}"
-        for service in slurm_pb2.DESCRIPTOR.services_by_name.values()
-        for method in service.methods
-        if not method.client_streaming and not method.server_streaming
-    )
-
-
 # Methods the proto declares unary take the unary path; any other path, declared or not,
 # streams. A method spur adds later is forwarded all the same, only less cheaply.
-UNARY_METHODS = _unary_methods()
+UNARY_METHODS = frozenset(
+    f"/{service.full_name}/{method.name}"
+    for service in slurm_pb2.DESCRIPTOR.services_by_name.values()
+    for method in service.methods
+    if not method.client_streaming and not method.server_streaming
+)
 
 # The transport sets these for each hop itself; passing them on would duplicate or contradict it.
 _HOP_HEADERS = frozenset(
@@ -152,10 +148,6 @@ class HeartbeatTap:
         return self._port
 
     @property
-    def upstream(self) -> str:
-        return self._upstream_target
-
-    @property
     def queued(self) -> int:
         return self._queue.qsize() if self._queue is not None else 0
 
@@ -196,13 +188,6 @@ class HeartbeatTap:
         channel, self._channel = self._channel, None
         if channel is not None:
             await channel.close()
-
-    async def __aenter__(self) -> HeartbeatTap:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.stop()
 
     # ------------------------------------------------------------- forwarding
 

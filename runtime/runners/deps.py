@@ -85,7 +85,8 @@ def open_runner_deps(settings: RunnerSettings) -> RunnerDeps:
 
 
 def make_provider(settings: RunnerSettings) -> ExternalProvider:
-    if settings.provider.executable is None:
+    executable, extra_env = settings.provider.executable, None
+    if executable is None:
         try:
             from emulators.provider import WRAPPER, launcher_env
         except ModuleNotFoundError:
@@ -96,15 +97,10 @@ def make_provider(settings: RunnerSettings) -> ExternalProvider:
                 "to a GARM external provider, or leave the runners family out "
                 "(keeper worker --family, KEEPER_WORKER_FAMILIES)"
             ) from None
-
-        return ExternalProvider(
-            WRAPPER,
-            settings.provider.config_file,
-            settings.provider.controller_id,
-            extra_env=launcher_env(),
-        )
+        executable, extra_env = WRAPPER, launcher_env()
     return ExternalProvider(
-        settings.provider.executable,
+        executable,
         settings.provider.config_file,
         settings.provider.controller_id,
+        extra_env=extra_env,
     )

@@ -44,7 +44,10 @@ from keeper.runtime.parent_death import launch_error, tied_argv
 
 # GARM's newest interface; v0.1.1 adds GARM_POOL_ID and GARM_POOL_EXTRASPECS to
 # per-instance calls, and providers built on it refuse a delete without the pool.
-DEFAULT_INTERFACE_VERSION = "v0.1.1"
+INTERFACE_VERSION = "v0.1.1"
+# GARM sends the pool's extra specs as base64 JSON from v0.1.1 on; keeper has none of its
+# own, and an empty object decodes cleanly in every provider.
+NO_EXTRA_SPECS = base64.b64encode(b"{}").decode()
 # From keeper's environment, only what a program needs to run at all.
 PASSED_THROUGH = ("PATH", "HOME", "LANG")
 # After the group is killed, how long to wait for its pipes to close before giving up on
@@ -102,8 +105,6 @@ class ExternalProvider:
         controller_id: str,
         *,
         extra_env: Mapping[str, str] | None = None,
-        interface_version: str = DEFAULT_INTERFACE_VERSION,
-        pool_extra_specs: Mapping[str, Any] | None = None,
     ) -> None:
         path = Path(executable).absolute()
         if not path.is_file():
@@ -116,20 +117,15 @@ class ExternalProvider:
         self.executable = path
         self.config_file = Path(config_file).absolute()
         self.controller_id = controller_id
-        self.interface_version = interface_version
         base = {k: os.environ[k] for k in PASSED_THROUGH if k in os.environ}
         base.setdefault("PATH", os.defpath)
         base.update(extra_env or {})
         base.update(
             GARM_CONTROLLER_ID=controller_id,
             GARM_PROVIDER_CONFIG_FILE=str(self.config_file),
-            GARM_INTERFACE_VERSION=interface_version,
+            GARM_INTERFACE_VERSION=INTERFACE_VERSION,
         )
         self._base_env = base
-        # GARM sends the pool's extra specs as base64 JSON from v0.1.1 on; keeper has none
-        # of its own, and an empty object decodes cleanly in every provider.
-        specs = json.dumps(dict(pool_extra_specs or {}), separators=(",", ":"))
-        self._extra_specs = base64.b64encode(specs.encode()).decode()
 
     def __repr__(self) -> str:
         return f"ExternalProvider({str(self.executable)!r}, {str(self.config_file)!r})"
@@ -256,8 +252,7 @@ class ExternalProvider:
             env["GARM_INSTANCE_ID"] = instance_id
         if pool_id is not None:
             env["GARM_POOL_ID"] = pool_id
-            if self.interface_version != "v0.1.0":
-                env["GARM_POOL_EXTRASPECS"] = self._extra_specs
+            env["GARM_POOL_EXTRASPECS"] = NO_EXTRA_SPECS
         return env
 
     async def _call(

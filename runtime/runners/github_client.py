@@ -10,7 +10,6 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncGenerator, Generator, Mapping
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 import httpx
@@ -110,24 +109,13 @@ class GitHubClient:
     def __repr__(self) -> str:
         return f"GitHubClient(base_url={self._base_url!r}, timeout={self._timeout})"
 
-    __str__ = __repr__
-
-    @property
-    def base_url(self) -> str:
-        return self._base_url
-
     async def aclose(self) -> None:
         await self._http.aclose()
 
     async def __aenter__(self) -> GitHubClient:
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
 
     # ------------------------------------------------------------- calls

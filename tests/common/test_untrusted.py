@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.text import Text
 from temporalio.testing import WorkflowEnvironment
 
-from keeper.cli.runners import commands as runner_cli
+from keeper.cli.runners import render as runner_cli
 from keeper.cli.tpu import commands as tpu_cli
 from keeper.cli.tpu import progress
 from keeper.domain.common.untrusted import MD_LIMIT, md_text, terminal_text
@@ -257,7 +257,7 @@ def test_runner_cli_prints_outside_text_inert() -> None:
         decision="[red]x",
         error=FORGED_LINE,
     )
-    text = runner_cli._view_text(view)
+    text = runner_cli.view_text(view)
     assert not re.search(r"[\x00-\x09\x0b-\x1f\x7f-\x9f\u202a-\u202e]", text)
     assert text.count("\n") == 2  # decision and needs-attention lines, nothing forged
     result = DeletionResult(
@@ -269,7 +269,7 @@ def test_runner_cli_prints_outside_text_inert() -> None:
         leaked_provider_id="i-1\x1b[2J",
         requests=(FORGED_LINE,),
     )
-    text = runner_cli._result_text(result)
+    text = runner_cli.result_text(result)
     assert not re.search(r"[\x00-\x09\x0b-\x1f\x7f-\x9f\u202a-\u202e]", text)
     assert len(text.splitlines()) == 5
 

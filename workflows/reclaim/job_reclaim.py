@@ -34,6 +34,7 @@ from temporalio.exceptions import ApplicationError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
     from keeper.activities.reclaim.reclaim import ReclaimActivities
+    from keeper.domain.reclaim import transitions as t
     from keeper.domain.reclaim.calls import (
         AssessCall,
         Assessment,
@@ -52,32 +53,6 @@ with workflow.unsafe.imports_passed_through():
     from keeper.domain.reclaim.policy import ReclaimPolicy
     from keeper.domain.reclaim.state import Drain, JobReclaimInput, JobReclaimResult, ReclaimState
     from keeper.domain.reclaim.steps import Attempt, Outcome, Step
-    from keeper.domain.reclaim.transitions import (
-        Move,
-        assessed,
-        at_step,
-        begin,
-        cancel_answered,
-        cannot_drain,
-        close_call,
-        closed,
-        drain_answered,
-        drain_asked,
-        drain_reason,
-        ending,
-        heard,
-        lifted,
-        next_attempt,
-        next_move,
-        observed,
-        operator_released,
-        release_refusal,
-        released,
-        remembered,
-        result_of,
-        settle_release,
-        spared,
-    )
     from keeper.domain.reclaim.view import ReclaimView, drained_alert, render_details, render_view
     from keeper.runtime.reclaim import search_attributes as sa
     from keeper.workflows.common.alerts import raise_alert
@@ -112,7 +87,7 @@ class JobReclaim:
         if self._state is None:
             self._heard_first.append(report)
         else:
-            self._to(heard(self._state, report))
+            self._to(t.heard(self._state, report))
 
     @workflow.update(
         name=RELEASE_UPDATE,
@@ -121,16 +96,16 @@ class JobReclaim:
     )
     async def release(self, release: OperatorRelease) -> JobReclaimResult:
         # Two releases validated in one task: the first is taken, the second answers the same.
-        if release_refusal(self._s) is None:
-            self._to(operator_released(self._s, release))
+        if t.release_refusal(self._s) is None:
+            self._to(t.operator_released(self._s, release))
         await workflow.wait_condition(lambda: self._s.closed)
         if self._s.outcome is None:
             raise ApplicationError("the reclaim failed; see its history", non_retryable=True)
-        return result_of(self._s)
+        return t.result_of(self._s)
 
     @release.validator
     def _releasable(self, release: OperatorRelease) -> None:
-        refusal = release_refusal(self._state)
+        refusal = t.release_refusal(self._state)
         if refusal is not None:
             raise ValueError(refusal)
 
@@ -142,7 +117,7 @@ class JobReclaim:
 
     @workflow.run
     async def run(self, inp: JobReclaimInput) -> JobReclaimResult:
-        self._state = begin(inp, self._heard_first)
+        self._state = t.begin(inp, self._heard_first)
         self._heard_first.clear()
         self._policy = await workflow.execute_local_activity_method(
             ReclaimActivities.policy, start_to_close_timeout=opts.POLICY_START_TO_CLOSE
@@ -166,32 +141,32 @@ class JobReclaim:
         """Escalates until the agent lets go (its word, or an operator's) or a fresh read
         spares the holding: the outcome is decided."""
         policy = self._p
-        while not released(self._s, policy):
+        while not t.released(self._s, policy):
             a = await self._assess()
-            match next_move(self._s, a, policy):
-                case Move.RELEASE:
+            match t.next_move(self._s, a, policy):
+                case t.Move.RELEASE:
                     assert a.released is not None
-                    self._to(remembered(self._s, a.released))
-                case Move.SPARE:
-                    self._to(spared(self._s, a))
+                    self._to(t.remembered(self._s, a.released))
+                case t.Move.SPARE:
+                    self._to(t.spared(self._s, a))
                     return
-                case Move.OBSERVE:
-                    self._to(observed(self._s, a, policy))
+                case t.Move.OBSERVE:
+                    self._to(t.observed(self._s, a, policy))
                     await self._wait(policy.drained_recheck)
-                case Move.ATTENTION:
-                    self._to(cannot_drain(self._s))
+                case t.Move.ATTENTION:
+                    self._to(t.cannot_drain(self._s))
                     await self._wait(policy.drained_recheck)
-                case Move.DRAIN:
+                case t.Move.DRAIN:
                     # A drain its own fresh read refused: read again soon (a controller that
                     # flaps between two verdicts paces this loop).
                     settled = await self._quarantine(a)
                     await self._wait(policy.drained_recheck if settled else policy.retry_initial)
-                case Move.CANCEL:
-                    attempt = next_attempt(self._s, policy)
+                case t.Move.CANCEL:
+                    attempt = t.next_attempt(self._s, policy)
                     assert attempt is not None
                     await self._cancel(attempt)
                     await self._wait(policy.wait_after(attempt.overall))
-        self._to(settle_release(self._s, policy))
+        self._to(t.settle_release(self._s, policy))
 
     async def _assess(self) -> Assessment:
         h = self._s.holding
@@ -202,12 +177,12 @@ class JobReclaim:
             retry_policy=opts.READ_RETRY,
             summary=f"read the controller: job {h.job_id} on {h.node}",
         )
-        self._to(assessed(self._s, a))
+        self._to(t.assessed(self._s, a))
         return a
 
     async def _cancel(self, attempt: Attempt) -> None:
         h = self._s.holding
-        self._to(at_step(self._s, attempt.step))
+        self._to(t.at_step(self._s, attempt.step))
         result = await workflow.execute_activity_method(
             ReclaimActivities.cancel,
             CancelCall(holding=h, signal=attempt.signal, attempt=attempt.overall),
@@ -216,17 +191,17 @@ class JobReclaim:
             summary=f"signal {attempt.signal} to job {h.job_id} on {h.node} "
             f"(try {attempt.overall})",
         )
-        self._to(cancel_answered(self._s, attempt, result))
+        self._to(t.cancel_answered(self._s, attempt, result))
 
     async def _quarantine(self, a: Assessment) -> bool:
         """Drains the node (once) and tells the operator; False when the drain's own fresh
         read found the holding no longer stale, so nothing was drained."""
         if self._s.drain is Drain.MADE:
-            self._to(at_step(self._s, Step.DRAINED))
+            self._to(t.at_step(self._s, Step.DRAINED))
             return True
         info, h = workflow.info(), self._s.holding
-        reason = drain_reason(h, a, info.workflow_id)
-        self._to(drain_asked(self._s))
+        reason = t.drain_reason(h, a, info.workflow_id)
+        self._to(t.drain_asked(self._s))
         result = await workflow.execute_activity_method(
             ReclaimActivities.drain,
             DrainCall(
@@ -239,7 +214,7 @@ class JobReclaim:
             retry_policy=opts.NODE_RETRY,
             summary=f"drain {h.node}: holds job {h.job_id}",
         )
-        self._to(drain_answered(self._s, result, a, reason))
+        self._to(t.drain_answered(self._s, result, a, reason))
         if self._s.drain is not Drain.MADE:
             return False
         metrics.node_drained()
@@ -268,13 +243,13 @@ class JobReclaim:
         await self._close(outcome)
         metrics.reclaim_closed(outcome)
         await workflow.wait_condition(workflow.all_handlers_finished)
-        return result_of(self._s)
+        return t.result_of(self._s)
 
     async def _clean_up(self, why: str, outcome: Outcome | None = None) -> None:
         """A cancelled (or failed) reclaim leaves nothing of its own behind: its drain is
         lifted, even one whose call was still running when the cancel came, through any
         number of further cancels."""
-        self._to(ending(self._s, why, outcome))
+        self._to(t.ending(self._s, why, outcome))
 
         async def clean_up() -> None:
             if self._s.drain is not Drain.NONE:
@@ -297,18 +272,18 @@ class JobReclaim:
             retry_policy=opts.NODE_RETRY,
             summary=f"lift keeper's drain of {h.node}",
         )
-        self._to(lifted(self._s, result))
+        self._to(t.lifted(self._s, result))
 
     async def _close(self, outcome: Outcome) -> None:
         """A released holding is closed in keeper's memory; any other keeps its fence."""
         await workflow.execute_activity_method(
             ReclaimActivities.close,
-            close_call(self._s, workflow.info().workflow_id, outcome),
+            t.close_call(self._s, workflow.info().workflow_id, outcome),
             start_to_close_timeout=opts.READ_START_TO_CLOSE,
             retry_policy=opts.READ_RETRY,
             summary=f"remember: {outcome.value}",
         )
-        self._to(closed(self._s))
+        self._to(t.closed(self._s))
 
     # ---- plumbing ------------------------------------------------------------------------
 
@@ -323,7 +298,7 @@ class JobReclaim:
         return self._policy
 
     def _released(self) -> bool:
-        return released(self._s, self._p)
+        return t.released(self._s, self._p)
 
     def _to(self, state: ReclaimState) -> None:
         self._state = state

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import timedelta
 
 from temporalio.common import RetryPolicy
@@ -23,19 +24,16 @@ GITHUB_START_TO_CLOSE = timedelta(minutes=1)
 # Heartbeats (policy.provider_heartbeat) let a crashed worker's provider attempt be noticed
 # well before the provider timeout.
 PROVIDER_MARGIN = timedelta(seconds=30)
-# The reconciler's pass: a retry would count as a second pass seconds after the first.
+# The reconciler's pass is not retried: a retry would count as a second pass seconds after
+# the first, and the schedule runs the next pass anyway.
 ONE_ATTEMPT = RetryPolicy(maximum_attempts=1)
 
 
 def github_retry(policy: DeletionPolicy, attempts: int = 0) -> RetryPolicy:
     """Deregistration calls raise with their own next_retry_delay (busy poll, recheck,
     backoff, retry-after); the interval here only covers crashes and timeouts."""
-    return RetryPolicy(
-        initial_interval=policy.retry_initial,
-        backoff_coefficient=2.0,
-        maximum_interval=max(policy.retry_max, policy.escalation_recheck, policy.busy_poll),
-        maximum_attempts=attempts,
-    )
+    longest = max(policy.retry_max, policy.escalation_recheck, policy.busy_poll)
+    return dataclasses.replace(provider_retry(policy, attempts), maximum_interval=longest)
 
 
 def provider_retry(policy: DeletionPolicy, attempts: int = 0) -> RetryPolicy:

@@ -38,39 +38,17 @@ from temporalio.workflow import ActivityCancellationType
 
 with workflow.unsafe.imports_passed_through():
     from keeper.activities.runners.deletion import (
+        UNKNOWN_RUNNER,
         GitHubActivities,
         ProviderActivities,
         RunnerStoreActivities,
     )
     from keeper.activities.runners.policy import DeletionPolicySource
     from keeper.domain.common.untrusted import md_text
+    from keeper.domain.runners import calls
     from keeper.domain.runners import deletion_state as ds
+    from keeper.domain.runners import deletion_view as dv
     from keeper.domain.runners import deregister_steps as steps
-    from keeper.domain.runners.calls import (
-        DeregisterCall,
-        DeregisterResult,
-        FinishDeletion,
-        LaneResult,
-        LaneWrite,
-        LeakReport,
-        ProviderDelete,
-        ProviderResult,
-        RegistrationRef,
-        registration_ref,
-    )
-    from keeper.domain.runners.deletion_state import (
-        PROVIDER_WAIT,
-        DeletionState,
-        RunnerDeletionInput,
-    )
-    from keeper.domain.runners.deletion_view import (
-        DeletionView,
-        RequestAnswer,
-        escalation_alert,
-        render_details,
-        result_of,
-        view_of,
-    )
     from keeper.domain.runners.deregistration import DeregisterMode
     from keeper.domain.runners.lane import LaneMove, entry_target
     from keeper.domain.runners.models import (
@@ -95,7 +73,6 @@ with workflow.unsafe.imports_passed_through():
 
 T = TypeVar("T")
 S = InstanceStatus
-UNKNOWN_RUNNER = "UnknownRunner"
 WRONG_WORKFLOW_ID = "WrongWorkflowId"
 # Retry states that mean "the attempts a force allows are used up".
 GAVE_UP = frozenset({RetryState.MAXIMUM_ATTEMPTS_REACHED, RetryState.TIMEOUT})
@@ -108,27 +85,27 @@ GAVE_UP = frozenset({RetryState.MAXIMUM_ATTEMPTS_REACHED, RetryState.TIMEOUT})
 )
 class RunnerDeletion:
     def __init__(self) -> None:
-        self._state: DeletionState | None = None
+        self._state: ds.DeletionState | None = None
         self._policy: DeletionPolicy | None = None
         self._publisher = Publisher()
 
     # ---- what other actors see and say ---------------------------------------------------
 
     @workflow.query(description="Step, record status, GitHub and provider answers, attempts.")
-    def status(self) -> DeletionView | None:
-        return view_of(self._state) if self._state is not None else None
+    def status(self) -> dv.DeletionView | None:
+        return dv.view_of(self._state) if self._state is not None else None
 
     @workflow.update(
         name=REQUEST_UPDATE,
         description="Ask for this deletion (a force included): answered, or refused with why.",
     )
-    async def request(self, request: DeletionRequest) -> RequestAnswer:
+    async def request(self, request: DeletionRequest) -> dv.RequestAnswer:
         # Sent with the start (update-with-start), it is handled before `run` read its input.
         await workflow.wait_condition(lambda: self._state is not None)
         joined = ds.under_way(self.state)
         self._set(ds.requested(self.state, request))
         workflow.logger.info("deletion requested: %s", ds.request_label(request))
-        return RequestAnswer(joined=joined, view=view_of(self.state))
+        return dv.RequestAnswer(joined=joined, view=dv.view_of(self.state))
 
     @request.validator
     def _acceptable(self, request: DeletionRequest) -> None:
@@ -140,7 +117,7 @@ class RunnerDeletion:
     # ---- the runbook -------------------------------------------------------------------
 
     @workflow.run
-    async def run(self, inp: RunnerDeletionInput) -> DeletionResult:
+    async def run(self, inp: ds.RunnerDeletionInput) -> DeletionResult:
         _require_canonical_id(inp.runner)
         state = inp.carry or ds.new_state(inp.runner)
         self._state = ds.requested(state, inp.request) if inp.request is not None else state
@@ -159,7 +136,7 @@ class RunnerDeletion:
         record = await self._enter_lane()
         if record.instance_status is S.DELETED:
             self._set(ds.finished(self.state, record))
-            return result_of(self.state, DeletionOutcome.ALREADY_DELETED)
+            return dv.result_of(self.state, DeletionOutcome.ALREADY_DELETED)
 
         # 2. Registration before compute: a registered runner can still be handed a job.
         if self.state.registration_left is None:
@@ -178,7 +155,7 @@ class RunnerDeletion:
         self._set(ds.moved(self.state, DeletionStep.DELETED, record.instance_status))
         finish = await workflow.execute_activity_method(
             RunnerStoreActivities.finish_deleted,
-            FinishDeletion(runner=record.name, incarnation=record.created_at),
+            calls.FinishDeletion(runner=record.name, incarnation=record.created_at),
             start_to_close_timeout=opts.STORE_START_TO_CLOSE,
             retry_policy=opts.STORE_RETRY,
             summary="deleting -> deleted (tombstone)",
@@ -187,7 +164,7 @@ class RunnerDeletion:
         if self.state.registration_left:
             await self._cleanup_registration(record)
         self._set(ds.finished(self.state, None if finish.replaced else finish.record))
-        return result_of(self.state, DeletionOutcome.DELETED)
+        return dv.result_of(self.state, DeletionOutcome.DELETED)
 
     # ---- 1 and 3: the lane ----------------------------------------------------------------
 
@@ -209,9 +186,9 @@ class RunnerDeletion:
         return record
 
     async def _lane(self, target: InstanceStatus, reason: str) -> RunnerRecord:
-        result: LaneResult = await workflow.execute_activity_method(
+        result: calls.LaneResult = await workflow.execute_activity_method(
             RunnerStoreActivities.advance_lane,
-            LaneWrite(runner=self.state.runner, target=target, reason=reason),
+            calls.LaneWrite(runner=self.state.runner, target=target, reason=reason),
             start_to_close_timeout=opts.STORE_START_TO_CLOSE,
             retry_policy=opts.STORE_RETRY,
             summary=f"record -> {target}",
@@ -232,7 +209,7 @@ class RunnerDeletion:
         """Removes the GitHub registration, or leaves it for after the compute (a busy runner
         the policy or a force said to delete anyway). The rules are
         domain.runners.deregister_steps; this loop only carries their moves out."""
-        ref = registration_ref(record)
+        ref = calls.registration_ref(record)
         if ref is None:
             self._set(ds.no_registration(self.state))
             return
@@ -270,18 +247,18 @@ class RunnerDeletion:
 
     def _ask_github(
         self,
-        ref: RegistrationRef,
+        ref: calls.RegistrationRef,
         mode: DeregisterMode,
         busy_until: datetime | None,
         report_auth: bool = False,
-    ) -> asyncio.Task[DeregisterResult]:
+    ) -> asyncio.Task[calls.DeregisterResult]:
         attempts = {
             DeregisterMode.FORCE: self.policy.force_provider_attempts,
             DeregisterMode.CLEANUP: self.policy.registration_cleanup_attempts,
         }.get(mode, 0)
         return workflow.start_activity_method(
             GitHubActivities.deregister,
-            DeregisterCall(
+            calls.DeregisterCall(
                 ref=ref,
                 mode=mode.value,
                 policy=self.policy,
@@ -304,7 +281,7 @@ class RunnerDeletion:
             # No provider can take this id (the store refuses such rows now; this one is
             # older): asking again will not help, so an operator decides.
             await self._escalate_until_forced(f"the record's provider id is invalid ({bad_id[0]})")
-        call = ProviderDelete(
+        call = calls.ProviderDelete(
             runner=record.name,
             instance_id=instance_id,
             pool_id=record.scale_set,
@@ -312,7 +289,7 @@ class RunnerDeletion:
         )
         while True:
             forced = self.state.force
-            self._set(ds.waiting_on(self.state, PROVIDER_WAIT))
+            self._set(ds.waiting_on(self.state, ds.PROVIDER_WAIT))
             task = workflow.start_activity_method(
                 ProviderActivities.provider_delete,
                 call,
@@ -329,7 +306,7 @@ class RunnerDeletion:
                 f"{md_text(call.instance_id)} (pool {md_text(call.pool_id)})",
             )
             try:
-                result: ProviderResult | None = await self._interruptible(task, on_force=not forced)
+                result = await self._interruptible(task, on_force=not forced)
             except ActivityError as err:
                 if not forced:
                     raise
@@ -357,7 +334,7 @@ class RunnerDeletion:
         reason = ds.leak_reason(self.state, attempts)
         await workflow.execute_activity_method(
             RunnerStoreActivities.record_leak,
-            LeakReport(
+            calls.LeakReport(
                 runner=record.name,
                 provider_id=instance_id,
                 scale_set=record.scale_set,
@@ -374,7 +351,7 @@ class RunnerDeletion:
     async def _cleanup_registration(self, record: RunnerRecord) -> None:
         """After a busy runner's compute is gone it is offline, and GitHub lets the
         registration go. Bounded: GitHub itself removes offline runners eventually."""
-        ref = registration_ref(record)
+        ref = calls.registration_ref(record)
         if ref is None:
             return
         attempts = self.policy.registration_cleanup_attempts
@@ -422,13 +399,13 @@ class RunnerDeletion:
             carry.run,
         )
         workflow.continue_as_new(
-            RunnerDeletionInput(runner=carry.runner, request=None, carry=carry)
+            ds.RunnerDeletionInput(runner=carry.runner, request=None, carry=carry)
         )
 
     # ---- plumbing ------------------------------------------------------------------------
 
     @property
-    def state(self) -> DeletionState:
+    def state(self) -> ds.DeletionState:
         assert self._state is not None, "the run sets the state before anything reads it"
         return self._state
 
@@ -440,7 +417,7 @@ class RunnerDeletion:
     def _cancel_seen(self) -> None:
         self._set(ds.cancel_seen(self.state))
 
-    def _set(self, state: DeletionState) -> None:
+    def _set(self, state: ds.DeletionState) -> None:
         """The one way the state changes: an escalation raises its alert (once per
         episode), and the change is published."""
         before, self._state = self._state, state
@@ -448,7 +425,7 @@ class RunnerDeletion:
         key = ds.escalation_alert_key(before or state, state, info.first_execution_run_id)
         if key is not None:
             self._state = ds.alerted(state, key)
-            raise_alert(escalation_alert(self._state, info.workflow_id, key))
+            raise_alert(dv.escalation_alert(self._state, info.workflow_id, key))
             metrics.escalated()
         self._publish()
 
@@ -459,7 +436,7 @@ class RunnerDeletion:
             updates.append(sa.SCALE_SET.value_set(state.scale_set))
         if state.shown_step is not None:
             updates.append(sa.KEEPER_STEP.value_set(state.shown_step.value))
-        self._publisher.publish(render_details(view_of(state)), updates)
+        self._publisher.publish(dv.render_details(dv.view_of(state)), updates)
 
 
 def _require_canonical_id(runner: str) -> None:

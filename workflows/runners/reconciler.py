@@ -34,8 +34,6 @@ class RunnerReconciler:
             request,
             start_to_close_timeout=PASS_START_TO_CLOSE,
             heartbeat_timeout=PASS_HEARTBEAT,
-            # Not retried: a retry would count as a second pass seconds after the first,
-            # and the schedule runs the next pass anyway.
             retry_policy=ONE_ATTEMPT,
             summary="one reconcile pass",
         )
