@@ -5,17 +5,15 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import click
 
 from keeper.cli.output import CommandFailed
-from keeper.runtime.settings import (
-    ENV_OVERRIDES,
-    Settings,
-    SettingsError,
-    config_path,
-    load_settings,
-)
+from keeper.runtime.settings_file import config_path
+
+if TYPE_CHECKING:
+    from keeper.runtime.settings import Settings
 
 # The global flags and the variables they stand for: a flag wins over the variable, which
 # wins over the settings file.
@@ -47,6 +45,10 @@ class KeeperContext:
     @property
     def settings(self) -> Settings:
         if self._settings is None:
+            # Imported here: parsing the settings needs pydantic and every family's models,
+            # which `keeper --help` and completion do not.
+            from keeper.runtime.settings import SettingsError, load_settings
+
             env = self.environment()
             try:
                 self._settings = load_settings(self.config_file, env=env)
@@ -66,6 +68,8 @@ class KeeperContext:
 
     def _settings_hint(self, problem: str, env: Mapping[str, str]) -> str:
         """Where the wrong value came from: a flag, a variable, or else the file."""
+        from keeper.runtime.settings import ENV_OVERRIDES
+
         file = config_path(self.config_file, env)
         if "no such config file" in problem:
             return "Give an existing file with --config or KEEPER_CONFIG, or neither."

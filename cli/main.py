@@ -9,10 +9,9 @@ import traceback
 from typing import NoReturn
 
 import click
-from temporalio.service import RPCError, RPCStatusCode
 
-from keeper.cli.admin import admin
 from keeper.cli.context import KeeperContext
+from keeper.cli.lazy import Lazy, LazyGroup
 from keeper.cli.meta import COMPLETE_VAR, PROG_NAME, completion, print_version
 from keeper.cli.output import (
     FAILED,
@@ -25,14 +24,100 @@ from keeper.cli.output import (
     report_interrupt,
     use_json,
 )
-from keeper.cli.reclaim.commands import reclaim
-from keeper.cli.runners.commands import runner
-from keeper.cli.tpu.commands import tpu
-from keeper.cli.watch.commands import job
-from keeper.cli.worker import worker
+
+# keeper's subcommands, imported only when one runs (cli/lazy.py): where each lives, its
+# one-line help and, for a group, its subcommands' (tests/common/test_cli_startup.py holds
+# them to the commands' own). `completion` is cli/meta.py's, loaded with this module.
+COMMANDS = {
+    "admin": Lazy(
+        "keeper.cli.admin:admin",
+        "Set up a Temporal namespace for keeper (once per namespace, before the workers).",
+        {
+            "register-search-attributes": "Register every search attribute keeper's "
+            "workflows set, in temporal.namespace.",
+            "set-current-version": "Make a build of the worker deployment current: Temporal "
+            "sends it the tasks.",
+        },
+    ),
+    "job": Lazy(
+        "keeper.cli.watch.commands:job",
+        "Watch long iris/zephyr jobs: liveness verdicts with evidence, and proposals to stop "
+        "or restart that wait for an operator.",
+        {
+            "approve": "Approve a proposal of the watch of JOB_ID: PROPOSAL is its id "
+            "(restart-1) or its kind (stop, restart) when exactly one pending proposal has it.",
+            "deny": "Deny a proposal of the watch of JOB_ID: PROPOSAL is its id (restart-1) or "
+            "its kind (stop, restart) when exactly one pending proposal has it.",
+            "list": "List the job watches (running ones unless --all): job, job state, "
+            "verdict, status, started.",
+            "run": "Launch CMD as an iris job (LaunchJob at watch.controller_url) and watch it "
+            "from the start, as `keeper job watch` does.",
+            "status": "Show what the watch of JOB_ID knows: phase, job state, verdict and its "
+            "evidence, the attempt judged, progress, stale coordinators, escalations, the "
+            "pending proposals with the commands that answer them, and the last timeline "
+            "entries.",
+            "unwatch": "Stop watching JOB_ID: the watch is cancelled and this waits for it to "
+            "close.",
+            "watch": "Start watching JOB_ID, an iris job id (/<user>/<job>).",
+        },
+    ),
+    "reclaim": Lazy(
+        "keeper.cli.reclaim.commands:reclaim",
+        "Release what spur agents hold for jobs the controller has moved on from.",
+        {
+            "list": "List the reclaims in flight: node, job, step, verdict, and what each did "
+            "or (in observe mode) would do.",
+            "release": "Vouch that NODE's agent no longer holds JOB: its reclaim ends, lifts "
+            "keeper's drain, and answers how it ended.",
+            "report": "Report that NODE holds JOB...: decided like a heartbeat, and a reclaim "
+            "started for each stale one.",
+            "status": "Show the reclaim of JOB on NODE: step, verdict, the controller view it "
+            "last read, evidence, cancels sent, drain.",
+            "tap": "Run the heartbeat tap in the foreground: agents dial reclaim.tap_address "
+            "as their controller; every RPC is forwarded to reclaim.controller_address "
+            "unchanged, and what agents report holding goes to the intake (and "
+            "reclaim.intake_address's POST /report).",
+        },
+    ),
+    "runner": Lazy(
+        "keeper.cli.runners.commands:runner",
+        "Delete CI runners through their one durable deletion workflow; read the runner store.",
+        {
+            "delete": "Delete runner NAME: start its deletion workflow, or join the one that runs.",
+            "list": "Runners with their status and lane, and per scale set the live count "
+            "(what autoscaling counts: pending_create, creating, running, stopped, error) and "
+            "the deletion lane (never counted).",
+            "report": "Record what runner NAME's agent reported.",
+            "status": "Runner NAME: its record, its status history (audit), and its deletion "
+            "workflow, with the next try of any call Temporal retries for it (when, and why).",
+        },
+    ),
+    "tpu": Lazy(
+        "keeper.cli.tpu.commands:tpu",
+        "Bootstrap TPU slices and release them.",
+        {
+            "bootstrap": "Start the bootstrap of SLICE_NAME (also its queued-resource and node "
+            "id).",
+            "cancel": "Cancel the bootstrap of SLICE_NAME; its compensation deletes what it "
+            "created.",
+            "delete": "Release a ready slice through its own workflow, tpu-teardown-<slice>.",
+            "list": "List the slices keeper knows (their bootstraps), newest first.",
+            "status": "Show where SLICE_NAME is: phase, deadline, QR state, VM counts, and its "
+            "release.",
+            "sweep": "Run the sweeper now: delete labelled TPU resources whose owner closed "
+            "unsuccessfully.",
+        },
+    ),
+    "worker": Lazy(
+        "keeper.cli.worker:worker",
+        "Run the worker: the workflows and activities of the families it serves.",
+    ),
+}
 
 
 @click.group(
+    cls=LazyGroup,
+    lazy=COMMANDS,
     context_settings={"help_option_names": ["-h", "--help"]},
     invoke_without_command=True,
 )
@@ -113,13 +198,7 @@ def _check_address(address: str) -> None:
         raise click.BadParameter(f"port {port} is not between 1 and 65535", param_hint="--address")
 
 
-cli.add_command(admin)
 cli.add_command(completion)
-cli.add_command(job)
-cli.add_command(reclaim)
-cli.add_command(runner)
-cli.add_command(tpu)
-cli.add_command(worker)
 
 
 def run(
@@ -152,25 +231,35 @@ def run(
         return INTERRUPTED
     except SystemExit as done:
         return _exit_code(done.code)
-    except RPCError as err:
-        if err.status not in _LOST_SERVER:
+    except Exception as err:
+        lost = _lost_server(err)
+        if lost is None:  # a bug: show where, keep the exit code a documented one
             return _internal_error(err)
         # The server went away after the command connected: the SDK retried the call for
         # about 10 s first. An operation that failed, not a bug.
         report_error(
             CommandFailed(
-                f"Temporal stopped answering ({err.status.name}): {err.message}",
+                f"Temporal stopped answering ({lost[0]}): {lost[1]}",
                 hint="Check the server (`keeper-dev status` for a checkout's local stack) and run "
                 "the command again once it answers.",
             )
         )
         return FAILED
-    except Exception as err:  # a bug: show where, keep the exit code a documented one
-        return _internal_error(err)
 
 
 # What a server that is down or restarting answers once the SDK's retries ran out.
-_LOST_SERVER = {RPCStatusCode.UNAVAILABLE, RPCStatusCode.DEADLINE_EXCEEDED}
+_LOST_SERVER = ("UNAVAILABLE", "DEADLINE_EXCEEDED")
+
+
+def _lost_server(err: Exception) -> tuple[str, str] | None:
+    """The status name and message of an RPCError that says the server is gone, else None.
+
+    The Temporal SDK is not imported for this: an RPCError can only have been raised by a
+    command that loaded it, so a process without temporalio.service has none."""
+    service = sys.modules.get("temporalio.service")
+    if service is None or not isinstance(err, service.RPCError):
+        return None
+    return (err.status.name, err.message) if err.status.name in _LOST_SERVER else None
 
 
 def _internal_error(err: Exception) -> int:
@@ -203,9 +292,11 @@ def leave(code: int) -> NoReturn:
     # Leave without interpreter finalisation: the Temporal SDK's core threads can abort a
     # finalising interpreter ("PyGILState_Release ... must be current"), which would turn
     # a successful command into exit code -6. Spans and output are flushed first.
-    from keeper.runtime.tracing import shutdown_tracing
-
-    shutdown_tracing()
+    # Tracing is installed only by a command that imported it (a connecting one); any other
+    # leaves without loading it, and OpenTelemetry and the SDK with it.
+    tracing = sys.modules.get("keeper.runtime.tracing")
+    if tracing is not None:
+        tracing.shutdown_tracing()
     # `keeper ... | head`: the reader left; there is nothing more to say to it.
     with contextlib.suppress(BrokenPipeError):
         sys.stdout.flush()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import platform
-from importlib import metadata
 
 import click
 from click.shell_completion import get_completion_class
@@ -18,6 +17,8 @@ SHELLS = ("bash", "zsh", "fish")
 
 
 def _version(package: str) -> str:
+    from importlib import metadata  # the email package with it: only --version needs it
+
     try:
         return metadata.version(package)
     except metadata.PackageNotFoundError:
@@ -25,17 +26,27 @@ def _version(package: str) -> str:
 
 
 def print_version(keeper: KeeperContext) -> None:
-    """`keeper --version`: the package version and the build id a worker polls as."""
-    from keeper.runtime.settings import DISTRIBUTION, package_build_id
+    """`keeper --version`: the package version and the build id a worker polls as.
+
+    The settings are parsed only when they name the build (runtime/settings_file.py):
+    otherwise it is the package's own whatever else they say, and the answer needs neither
+    pydantic nor any family's models."""
+    from keeper.runtime.settings_file import (
+        DEFAULT_DEPLOYMENT,
+        DISTRIBUTION,
+        build_identity_is_default,
+        package_build_id,
+    )
 
     out = Output(json_requested())
-    try:
-        worker = keeper.settings.worker
-        build_id, deployment = worker.build_id, worker.deployment_name
-    except CommandFailed as err:
-        # The version is still worth knowing; the build id then is the package's own.
-        out.note(f"warning: {err.message}; showing the package's build id")
-        build_id, deployment = package_build_id(), "keeper"
+    build_id, deployment = package_build_id(), DEFAULT_DEPLOYMENT
+    if not build_identity_is_default(keeper.config_file, keeper.environment()):
+        try:
+            worker = keeper.settings.worker
+            build_id, deployment = worker.build_id, worker.deployment_name
+        except CommandFailed as err:
+            # The version is still worth knowing; the build id then is the package's own.
+            out.note(f"warning: {err.message}; showing the package's build id")
     about = {
         "version": _version(DISTRIBUTION),
         "build_id": build_id,

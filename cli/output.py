@@ -20,7 +20,6 @@ gcloud's global `--format`; a command's own `--json` / `-o` does the same for it
 
 from __future__ import annotations
 
-import asyncio
 import contextvars
 import enum
 import functools
@@ -33,7 +32,6 @@ from typing import Any, ParamSpec, TypeVar
 
 import click
 from click.shell_completion import CompletionItem
-from pydantic import BaseModel
 
 OK = 0
 FAILED = 1
@@ -58,7 +56,7 @@ def rfc3339(moment: datetime | None) -> str | None:
 
 def to_jsonable(value: Any) -> Any:
     """Plain JSON values: models dumped, datetimes as RFC 3339, durations as seconds."""
-    if isinstance(value, BaseModel):
+    if _is_model(value):
         return to_jsonable(value.model_dump(mode="python"))
     if isinstance(value, dict):
         return {str(k): to_jsonable(v) for k, v in value.items()}
@@ -75,6 +73,13 @@ def to_jsonable(value: Any) -> Any:
     if isinstance(value, Path):
         return str(value)
     return value
+
+
+def _is_model(value: Any) -> bool:
+    """A pydantic model, without importing pydantic: a process that holds one has loaded it
+    (`keeper --help` and completion never do)."""
+    pydantic = sys.modules.get("pydantic.main")
+    return pydantic is not None and isinstance(value, pydantic.BaseModel)
 
 
 def dumps(payload: Any) -> str:
@@ -149,6 +154,8 @@ def exits(body: Callable[P, Awaitable[int]]) -> Callable[P, None]:
 
     @functools.wraps(body)
     def command(*args: P.args, **kwargs: P.kwargs) -> None:
+        import asyncio  # with ssl, a fifth of what `keeper --help` would import
+
         raise SystemExit(asyncio.run(body(*args, **kwargs)))
 
     return command

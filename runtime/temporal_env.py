@@ -22,12 +22,15 @@ import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-from temporalio.envconfig import ClientConfigProfile, ClientConfigTLS
+from typing import TYPE_CHECKING, Any
 
 from keeper.domain.common.secret_text import header_secret_problem, scrub
 
+if TYPE_CHECKING:
+    from temporalio.envconfig import ClientConfigTLS
+
+# Every variable envconfig reads (TEMPORAL_TLS_*, TEMPORAL_GRPC_META_*, ...) starts so.
+ENV_PREFIX = "TEMPORAL_"
 PROFILE_ENV = "TEMPORAL_PROFILE"
 PROFILE_FILE_ENV = "TEMPORAL_CONFIG_FILE"
 ADDRESS_ENV = "TEMPORAL_ADDRESS"
@@ -118,6 +121,12 @@ def _check_tls_files(tls: ClientConfigTLS) -> None:
 def resolve(file_section: Mapping[str, Any], env: Mapping[str, str]) -> Connection:
     """The `temporal:` values the profile and the environment set, on top of the file."""
     name, path = _profile_source(file_section, env)
+    if path is None and not any(var.startswith(ENV_PREFIX) for var in env):
+        # No profile and no variable: envconfig would set nothing (and it loads the SDK's
+        # core, a tenth of a second, for every `keeper` command).
+        return Connection()
+    from temporalio.envconfig import ClientConfigProfile
+
     if path is not None:
         _check_toml(path)
     try:

@@ -10,16 +10,12 @@ Everything else has a KEEPER_* variable. The local stack's ports follow `dev.por
 
 from __future__ import annotations
 
-import functools
-import hashlib
-import importlib
 import os
 from collections.abc import Mapping
 from datetime import timedelta
 from enum import StrEnum
-from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 import yaml
@@ -31,11 +27,9 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-from temporalio.envconfig import ClientConfigTLS
 
 from keeper.domain.common.durations import HumanDuration
 from keeper.domain.common.secret_text import header_secret_problem
-from keeper.domain.tpu.slice_request import SliceRequest
 from keeper.runtime import dev_ports, temporal_env
 from keeper.runtime.settings.base import (
     Section,
@@ -54,8 +48,23 @@ from keeper.runtime.settings.tpu import (
 )
 from keeper.runtime.settings.watch import WatchSettings
 
-DEFAULT_CONFIG_FILE = "temporal-dev.yaml"
-CONFIG_ENV = "KEEPER_CONFIG"
+# Known before the settings are parsed (runtime/settings_file.py); importable from here too.
+from keeper.runtime.settings_file import (
+    BUILD_ID_ENV,
+    DEFAULT_DEPLOYMENT,
+    config_path,
+    package_build_id,
+)
+from keeper.runtime.settings_file import CONFIG_ENV as CONFIG_ENV
+from keeper.runtime.settings_file import DEFAULT_CONFIG_FILE as DEFAULT_CONFIG_FILE
+from keeper.runtime.settings_file import DISTRIBUTION as DISTRIBUTION
+
+if TYPE_CHECKING:
+    from temporalio.envconfig import ClientConfigTLS
+else:
+    # Only envconfig makes one (runtime/temporal_env.py), and only when a profile or a
+    # TEMPORAL_* variable is set: the settings do not import the SDK for a type.
+    ClientConfigTLS = Any
 
 
 # The workflow families a worker can serve, each on its own task queue (workers/families/).
@@ -82,6 +91,20 @@ class TemporalSettings(Section):
     # As envconfig resolved it; kept out of reprs and dumps, since it may carry a client key.
     tls: ClientConfigTLS | None = Field(default=None, repr=False, exclude=True)
     rpc_metadata: dict[str, SecretStr] = Field(default_factory=dict, repr=False)
+
+    @field_validator("tls")
+    @classmethod
+    def _envconfig_tls(cls, value: Any) -> Any:
+        # The type check ClientConfigTLS stands for, made only when there is a value (and
+        # so envconfig was loaded to make it).
+        if value is not None:
+            from temporalio.envconfig import ClientConfigTLS as Tls
+
+            if not isinstance(value, Tls):
+                raise ValueError(
+                    f"expected envconfig's ClientConfigTLS, not {type(value).__name__}"
+                )
+        return value
 
     @field_validator("api_key")
     @classmethod
@@ -167,27 +190,6 @@ class TracingSettings(Section):
     service_name: str = "keeper"
 
 
-# keeper's distribution name: "keeper" on the public index is an unrelated project.
-DISTRIBUTION = "keeper-temporal"
-
-# The packages whose code workflow tasks run: two builds that differ here are two codes.
-_WORKFLOW_CODE = ("keeper.workflows", "keeper.domain")
-
-
-@functools.cache
-def package_build_id() -> str:
-    """The build id when neither KEEPER_BUILD_ID nor the settings file sets one: the package
-    version and a fingerprint of the workflow code, so a build id never names two codes
-    (1.0.0+3f2a9c0d1e4b), even when the version was not bumped."""
-    digest = hashlib.sha256()
-    for package in _WORKFLOW_CODE:
-        root = Path(importlib.import_module(package).__file__ or "").parent
-        for source in sorted(root.rglob("*.py")):
-            digest.update(source.relative_to(root.parent).as_posix().encode())
-            digest.update(source.read_bytes())
-    return f"{metadata.version(DISTRIBUTION)}+{digest.hexdigest()[:12]}"
-
-
 class LogFormat(StrEnum):
     TEXT = "text"
     JSON = "json"
@@ -202,7 +204,7 @@ class WorkerSettings(Section):
     # A Worker Deployment version (docs/operations.md#rollouts). Off only for the test
     # suite and for clusters without Worker Deployments.
     versioned: bool = True
-    deployment_name: str = Field(default="keeper", min_length=1, max_length=255)
+    deployment_name: str = Field(default=DEFAULT_DEPLOYMENT, min_length=1, max_length=255)
     # Each release needs a build id of its own, such as the image tag: workers of one build
     # id must run one code.
     build_id: str = Field(default_factory=package_build_id, min_length=1, max_length=255)
@@ -311,6 +313,8 @@ class Settings(Section):
         emulator.vm_health_port, real VMs on the request's default."""
         if self.tpu.endpoint is TpuEndpoint.EMULATOR:
             return self.emulator.vm_health_port
+        from keeper.domain.tpu.slice_request import SliceRequest
+
         default = SliceRequest.model_fields["health_port"].default
         assert isinstance(default, int)
         return default
@@ -340,7 +344,7 @@ ENV_OVERRIDES: dict[str, str] = {
     "KEEPER_IRIS_CONTROLLER": "watch.controller_url",
     "KEEPER_WATCH_STORE_URL": "watch.store_url",
     "KEEPER_IRIS_TOKEN_FILE": "watch.token_file",
-    "KEEPER_BUILD_ID": "worker.build_id",
+    BUILD_ID_ENV: "worker.build_id",
     "KEEPER_WORKER_VERSIONED": "worker.versioned",
     "KEEPER_WORKER_FAMILIES": "worker.families",
     "KEEPER_METRICS_ADDRESS": "worker.metrics_address",
@@ -386,11 +390,6 @@ def _set_path(tree: dict[str, Any], dotted: str, value: str) -> None:
         if not isinstance(node, dict):
             raise SettingsError(f"{dotted}: expected a mapping in the config file")
     node[leaf] = value
-
-
-def config_path(explicit: str | Path | None = None, env: Mapping[str, str] | None = None) -> Path:
-    env = os.environ if env is None else env
-    return Path(explicit or env.get(CONFIG_ENV) or DEFAULT_CONFIG_FILE)
 
 
 def _with_connection(

@@ -12,8 +12,7 @@ from keeper.domain.common.durations import HumanDuration
 from keeper.domain.reclaim.identity import NodeNameError, canonical_node
 from keeper.domain.reclaim.policy import ReclaimPolicy
 from keeper.domain.reclaim.steps import Mode
-from keeper.runtime.settings.base import Section, checked_host_port
-from keeper.store.database import normalise_url
+from keeper.runtime.settings.base import Section, checked_host_port, checked_store_url
 
 
 class ReclaimSettings(Section):
@@ -87,8 +86,7 @@ class ReclaimSettings(Section):
     @classmethod
     def _usable_store(cls, value: str) -> str:
         # The message shows the URL with its password hidden.
-        normalise_url(value, "reclaim memory")
-        return value
+        return checked_store_url(value, "reclaim memory")
 
     @field_validator("token_file")
     @classmethod

@@ -12,8 +12,7 @@ from keeper.domain.watch.cadence import CadencePolicy
 from keeper.domain.watch.escalation import EscalationPolicy
 from keeper.domain.watch.liveness_models import LivenessPolicy
 from keeper.domain.watch.policy import WatchPolicy
-from keeper.runtime.settings.base import Section
-from keeper.store.database import normalise_url
+from keeper.runtime.settings.base import Section, checked_store_url
 
 
 class WatchSettings(Section):
@@ -74,5 +73,4 @@ class WatchSettings(Section):
     @field_validator("store_url")
     @classmethod
     def _usable_launch_store(cls, value: str) -> str:
-        normalise_url(value, "launch store")
-        return value
+        return checked_store_url(value, "launch store")

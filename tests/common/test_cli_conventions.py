@@ -149,12 +149,34 @@ def test_version_names_the_package_and_the_build_id_in_text_and_json() -> None:
 
 
 def test_version_still_answers_when_the_settings_do_not_hold(tmp_path: Path) -> None:
+    # The file names a build, so --version parses the settings to show it: they do not hold.
     broken = tmp_path / "broken.yaml"
-    broken.write_text("temporal: {adress: typo}\n")
+    broken.write_text("temporal: {adress: typo}\nworker: {build_id: release-7}\n")
     result = keeper("--config", str(broken), "--version")
     assert result.returncode == 0, explain(result)
-    assert result.stdout.startswith("keeper "), explain(result)
+    assert result.stdout.startswith(f"keeper {metadata.version('keeper-temporal')} "), explain(
+        result
+    )
     assert "temporal.adress" in result.stderr  # the problem is a diagnostic, not the data
+    # Not the build the file names, which no worker of these settings runs as: the package's.
+    assert f"(build {package_build_id()}, deployment keeper;" in result.stdout, explain(result)
+
+
+def test_version_names_the_packages_build_when_the_settings_name_none(tmp_path: Path) -> None:
+    # Nothing sets the build id or the deployment: every worker of this package polls as its
+    # own build, whatever else the settings say, so --version does not parse them
+    # (runtime/settings_file.py) and has no problem of theirs to report.
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("temporal: {adress: typo}\nworker: {deployment_name: keeper}\n")
+    result = keeper("--config", str(broken), "--version", "--json")
+    assert result.returncode == 0 and result.stderr == "", explain(result)
+    about = json.loads(result.stdout)
+    assert (about["build_id"], about["deployment_name"]) == (package_build_id(), "keeper")
+    # A deployment of its own is a setting to parse and show.
+    named = tmp_path / "named.yaml"
+    named.write_text("worker: {deployment_name: keeper-canary}\n")
+    result = keeper("--config", str(named), "--version", "--json")
+    assert json.loads(result.stdout)["deployment_name"] == "keeper-canary", explain(result)
 
 
 # -- shell completion ----------------------------------------------------------------------
@@ -739,10 +761,18 @@ def _killed_at_exit(process: subprocess.Popen[str]) -> Iterator[None]:
 # -- --help of every command and group -----------------------------------------------------
 
 
+def subcommands(group: click.Group) -> dict[str, click.Command]:
+    """A group's subcommands through click's API: `keeper`'s are imported as they are asked
+    for (cli/lazy.py), so its `commands` holds only those loaded so far."""
+    context = click.Context(group)
+    found = {name: group.get_command(context, name) for name in group.list_commands(context)}
+    return {name: command for name, command in found.items() if command is not None}
+
+
 def _commands(command: click.Command, path: tuple[str, ...] = ()) -> Iterator[Any]:
     yield path, command
     if isinstance(command, click.Group):
-        for name, sub in sorted(command.commands.items()):
+        for name, sub in sorted(subcommands(command).items()):
             if not sub.hidden:
                 yield from _commands(sub, (*path, name))
 
@@ -813,7 +843,7 @@ def test_every_command_and_group_has_help_documenting_each_option(
             else:
                 assert param.help, f"{program} {' '.join(path)} {param.opts[0]} has no help text"
         if isinstance(command, click.Group):
-            for name, sub in command.commands.items():
+            for name, sub in subcommands(command).items():
                 if not sub.hidden:
                     assert f"  {name}" in result.stdout, f"{path} --help does not list {name}"
 

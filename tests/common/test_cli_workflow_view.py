@@ -42,6 +42,7 @@ from keeper.workflows.tpu.bootstrap import TpuSliceBootstrap
 from keeper.workflows.tpu.sweeper import TpuSweeper
 from keeper.workflows.tpu.teardown import TpuSliceTeardown
 from keeper.workflows.watch.job_watch import JobWatch
+from tests.common.test_cli_conventions import subcommands
 
 RFC3339 = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ"
 S = WorkflowExecutionStatus
@@ -69,7 +70,7 @@ def _parsed(path: tuple[str, ...], args: tuple[str, ...], *flags: str) -> dict[s
     command: click.Command = cli
     for name in path:
         assert isinstance(command, click.Group)
-        command = command.commands[name]
+        command = subcommands(command)[name]
     # Options before the arguments: `job run` takes everything after its first argument.
     context = command.make_context(" ".join(path), [*flags, *args])
     return dict(context.params)
@@ -107,10 +108,10 @@ def _help(path: tuple[str, ...]) -> str:
 def test_every_command_that_follows_is_in_the_table() -> None:
     """A new command with a follow flag gets its row above (and so the same checks)."""
     found = set()
-    for group_name, group in cli.commands.items():
+    for group_name, group in subcommands(cli).items():
         if not isinstance(group, click.Group):
             continue
-        for name, command in group.commands.items():
+        for name, command in subcommands(group).items():
             if any(isinstance(p, wv.FollowOption) for p in command.params):
                 found.add((group_name, name))
             assert not any("--wait" in getattr(p, "opts", ()) and not isinstance(

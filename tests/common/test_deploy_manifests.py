@@ -30,6 +30,7 @@ from keeper.runtime.search_attributes import registrations
 from keeper.runtime.settings import CONFIG_ENV, ENV_OVERRIDES, Settings, load_settings
 from keeper.runtime.watch.credentials import TOKEN_ENV as IRIS_TOKEN_ENV
 from tests import lint_imports
+from tests.common.test_cli_conventions import subcommands
 
 ROOT = Path(__file__).resolve().parents[2]
 K8S = ROOT / "deploy" / "k8s"
@@ -249,7 +250,7 @@ def test_the_jobs_run_keepers_registration_and_set_current_version_commands() ->
         assert program == "keeper"
         command: Any = cli
         for name in path:
-            command = command.commands[name]
+            command = subcommands(command)[name]
         ran.add(command.name)
         # The workers' image, so the one `images:` entry sets it.
         assert container["image"] == _worker_container()["image"]
