@@ -60,10 +60,14 @@ def sibling_id(job_id: str, name: str) -> str:
     return f"{job_id.rsplit('/', 1)[0]}/{name}"
 
 
-def _refused(err: Exception, what: str) -> ApplicationError:
+def _refusal(message: str, kind: str = "IrisRefused") -> ApplicationError:
     """A refusal retrying cannot fix: the proposal fails, loudly, and the watch goes on."""
+    return ApplicationError(message, type=kind, non_retryable=True)
+
+
+def _refused(err: Exception, what: str) -> ApplicationError:
     kind = "IrisAuthError" if isinstance(err, IrisAuthError) else "IrisRefused"
-    return ApplicationError(f"{what}: {err}", type=kind, non_retryable=True)
+    return _refusal(f"{what}: {err}", kind)
 
 
 class WatchActions:
@@ -108,19 +112,15 @@ class WatchActions:
         try:
             status, _ = await self._iris.get_job_status(job_id, deadline_s=self._deadline)
         except JobNotFound:
-            raise ApplicationError(
+            raise _refusal(
                 f"iris says a job named {name} exists but does not know {job_id}: relaunch "
                 "by hand (keeper job run)",
-                type="IrisRefused",
-                non_retryable=True,
             ) from None
         if phase_of(status.state).is_terminal:
-            raise ApplicationError(
+            raise _refusal(
                 f"{job_id} already exists and has finished ({phase_of(status.state).value}): "
                 "an older job of that name, not this restart's; relaunch by hand (keeper job "
                 "run --name ...)",
-                type="IrisRefused",
-                non_retryable=True,
             )
         return RelaunchResult(job_id=job_id, reused=True)
 
@@ -130,7 +130,7 @@ class WatchActions:
         held = call.launch
         problem = relaunch_problem(call.job_id, call.proposal, held, call.command)
         if problem is not None:
-            raise ApplicationError(problem, type="IrisRefused", non_retryable=True)
+            raise _refusal(problem)
         if held is not None:
             base, from_iris = await self._held_request(held, call), False
         else:
@@ -143,16 +143,14 @@ class WatchActions:
         try:
             check_job_id(name)
         except JobIdError as err:
-            raise ApplicationError(
+            raise _refusal(
                 f"the relaunch's name is not one iris or keeper accepts ({err}): relaunch by "
                 "hand (keeper job run --name ...)",
-                type="IrisRefused",
-                non_retryable=True,
             ) from None
         try:
             return compose(canonical, name, call.command, from_iris=from_iris), from_iris
         except IncompleteRequest as err:
-            raise ApplicationError(str(err), type="IrisRefused", non_retryable=True) from None
+            raise _refusal(str(err)) from None
 
     async def _held_request(self, held: HeldLaunch, call: RelaunchCall) -> Request:
         if held.stored is None:
@@ -160,13 +158,11 @@ class WatchActions:
         store = await asyncio.to_thread(self._launches)
         full = await asyncio.to_thread(store.get, held.stored)
         if full is None:
-            raise ApplicationError(
+            raise _refusal(
                 f"keeper's launch store ({store.describe()}) has no request under "
                 f"{held.stored!r} for {call.job_id} (watch.store_url must be the one `keeper "
                 "job run` wrote to); approve with the command: "
                 + approve_with_command(call.job_id, call.proposal),
-                type="IrisRefused",
-                non_retryable=True,
             )
         return to_wire(full)
 
@@ -175,18 +171,14 @@ class WatchActions:
         try:
             _, request = await self._iris.get_job_status(call.job_id, deadline_s=self._deadline)
         except JobNotFound:
-            raise ApplicationError(
+            raise _refusal(
                 f"{call.job_id} is gone, and its shape with it: relaunch it by hand "
                 "(keeper job run)",
-                type="IrisRefused",
-                non_retryable=True,
             ) from None
         if request is None:
-            raise ApplicationError(
+            raise _refusal(
                 f"the controller did not return {call.job_id}'s launch request: relaunch it "
                 "by hand (keeper job run)",
-                type="IrisRefused",
-                non_retryable=True,
             )
         return to_wire(request)
 

@@ -32,7 +32,7 @@ from keeper.domain.watch.progress import LogDigest, LogLine, digest
 from keeper.domain.watch.state import ReadingState
 from keeper.domain.watch.threads import DumpReading, read_dump
 from keeper.runtime.waiting import waiting
-from keeper.runtime.watch.iris_client import ChildListing, IrisController
+from keeper.runtime.watch.iris_client import IrisController
 from keeper.runtime.watch.iris_errors import IrisError, JobNotFound
 from keeper.wire.iris.exec_commands import (
     CLK_TCK,
@@ -119,12 +119,31 @@ class WatchObserver:
                 failed.append(f"{what}: {err}")
                 return None
 
+        async def log(
+            job: str, cursor: int = 0, max_lines: int = self._log_lines, min_level: str = ""
+        ) -> tuple[list[LogLine], int] | None:
+            """The tail of `job`'s log after `cursor`, and the cursor after it."""
+            page = await read(
+                "GetTaskLogs",
+                iris.task_logs(
+                    job,
+                    cursor=cursor,
+                    max_lines=max_lines,
+                    tail=True,
+                    min_level=min_level,
+                    deadline_s=d,
+                ),
+            )
+            if page is None:
+                return None
+            return [_line(e, job) for e in page.entries], max(page.cursor, cursor)
+
         try:
             got = await read("GetJobStatus", iris.get_job_status(call.job_id, deadline_s=d))
         except JobNotFound:
-            return Observation(at=_now(), job_found=False, reading=call.reading)
+            return Observation(at=datetime.now(UTC), job_found=False, reading=call.reading)
         children = await read("ListJobs", iris.list_children(call.job_id, deadline_s=d))
-        if isinstance(children, ChildListing) and not children.complete:
+        if children is not None and not children.complete:
             # Beyond what ListJobs pages (11,000 children of one state): the newest are seen.
             activity.logger.warning("%s: ListJobs %s", call.job_id, children.describe())
         job_state, job_error = JobPhase.UNSPECIFIED, ""
@@ -142,12 +161,11 @@ class WatchObserver:
             ]
             latest = pick_latest(refs, call.job_id)
         reading = call.reading
-        if latest is not None and latest.key != reading.attempt:
+        if latest is not None and latest.group != reading.attempt:
             # A new attempt: its logs start over.
-            reading = ReadingState(attempt=latest.key)
+            reading = ReadingState(attempt=latest.group)
 
         coordinator: TaskSeen | None = None
-        coord_tasks: list[TaskStatus] | None = None
         coord_log: LogDigest | None = None
         # No cursor yet: the read starts at the log's beginning (its backlog, tail-limited).
         from_start = reading.coordinator_cursor == 0
@@ -160,27 +178,18 @@ class WatchObserver:
         if latest is not None and latest.coord is not None:
             coord_tasks = await read("ListTasks", iris.list_tasks(latest.coord, deadline_s=d))
             if coord_tasks:
-                coordinator = _task_seen(coord_tasks[0])
-            page = await read(
-                "GetTaskLogs",
-                iris.task_logs(
-                    latest.coord,
-                    attempt_id=-1,
-                    cursor=reading.coordinator_cursor,
-                    max_lines=self._log_lines,
-                    tail=True,
-                    deadline_s=d,
-                ),
-            )
-            if page is not None:
-                coord_log = digest(
-                    [_line(e, latest.coord) for e in page.entries],
-                    max_events=MAX_EVENTS,
-                    max_errors=MAX_ERRORS,
+                t = coord_tasks[0]
+                coordinator = TaskSeen(
+                    task_id=t.task_id,
+                    state=phase_of(t.state),
+                    worker_id=t.worker_id,
+                    attempt_id=t.current_attempt_id,
+                    error=t.error[:300],
                 )
-                reading = reading.model_copy(
-                    update={"coordinator_cursor": max(page.cursor, reading.coordinator_cursor)}
-                )
+            coord_read = await log(latest.coord, reading.coordinator_cursor)
+            if coord_read is not None:
+                coord_log = digest(coord_read[0], max_events=MAX_EVENTS, max_errors=MAX_ERRORS)
+                reading = reading.model_copy(update={"coordinator_cursor": coord_read[1]})
             worker_tasks: list[TaskStatus] = []
             if latest.workers is not None:
                 worker_tasks = (
@@ -190,58 +199,31 @@ class WatchObserver:
                     phase = phase_of(t.state)
                     worker_states[phase] = worker_states.get(phase, 0) + 1
                     worker_failed += sum(1 for a in t.attempts if phase_of(a.state) in _FAILED_TASK)
-                worker_page = await read(
-                    "GetTaskLogs",
-                    iris.task_logs(
-                        latest.workers,
-                        attempt_id=-1,
-                        cursor=reading.workers_cursor,
-                        max_lines=self._log_lines,
-                        tail=True,
-                        min_level="ERROR",
-                        include_children=False,
-                        deadline_s=d,
-                    ),
-                )
-                if worker_page is not None:
-                    worker_digest: LogDigest = digest(
-                        [_line(e, latest.workers) for e in worker_page.entries]
-                    )
-                    worker_errors = [e.text for e in worker_digest.errors][-MAX_WORKER_ERRORS:]
-                    reading = reading.model_copy(
-                        update={"workers_cursor": max(worker_page.cursor, reading.workers_cursor)}
-                    )
+                workers_read = await log(latest.workers, reading.workers_cursor, min_level="ERROR")
+                if workers_read is not None:
+                    worker_errors = _errors(workers_read[0])
+                    reading = reading.model_copy(update={"workers_cursor": workers_read[1]})
             running = [t for t in worker_tasks if phase_of(t.state) is JobPhase.RUNNING][
                 : self._sample_workers
             ]
             if coord_tasks and coordinator is not None and coordinator.state is JobPhase.RUNNING:
                 threads = await self._threads(coordinator.task_id)
-                session = await self._session_cpu(coordinator.task_id)
+                out = await self._exec(coordinator.task_id, SESSION_CPU_COMMAND)
+                session = parse_session_cpu(out) if out is not None else None
                 cpu, tasks_by_host = await self._cpu([coord_tasks[0], *running])
         reading = reading.model_copy(update={"tasks_by_host": tasks_by_host})
         parent_errors = None
         if job_state.is_terminal and job_state is not JobPhase.SUCCEEDED:
             # Before a cause is named: the job's own log too, not only its children's.
-            page = await read(
-                "GetTaskLogs",
-                iris.task_logs(
-                    call.job_id,
-                    attempt_id=-1,
-                    max_lines=200,
-                    tail=True,
-                    min_level="ERROR",
-                    deadline_s=d,
-                ),
-            )
-            if page is not None:
-                parent_digest = digest([_line(e, call.job_id) for e in page.entries])
-                parent_errors = [e.text for e in parent_digest.errors][-MAX_WORKER_ERRORS:]
+            parent_read = await log(call.job_id, max_lines=200, min_level="ERROR")
+            if parent_read is not None:
+                parent_errors = _errors(parent_read[0])
         return Observation(
-            at=_now(),
+            at=datetime.now(UTC),
             job_state=job_state,
             job_error=job_error,
-            children=children.total if isinstance(children, ChildListing) else len(children or ()),
-            children_unseen=children.unseen if isinstance(children, ChildListing) else 0,
+            children=children.total if children is not None else 0,
+            children_unseen=children.unseen if children is not None else 0,
             latest=latest,
             coordinator=coordinator,
             worker_states=worker_states,
@@ -262,14 +244,11 @@ class WatchObserver:
         """Two reads of one process's utime+stime, `gap_s` apart (a lifetime %CPU is never
         asked: a process busy for hours and then hung keeps a high one)."""
         async with heartbeating(f"probing {call.describe()}"):
-            return await self._probe(call)
-
-    async def _probe(self, call: ProbeCall) -> ProbeSeen:
-        first = await self._proc(call.task_id, call.host, call.pid)
-        started = time.monotonic()
-        await asyncio.sleep(call.gap_s)
-        second = await self._proc(call.task_id, call.host, call.pid)
-        apart = time.monotonic() - started
+            first = await self._proc(call.task_id, call.host, call.pid)
+            started = time.monotonic()
+            await asyncio.sleep(call.gap_s)
+            second = await self._proc(call.task_id, call.host, call.pid)
+            apart = time.monotonic() - started
         error = "" if first is not None and second is not None else "the process was not read"
         return ProbeSeen(first=first, second=second, seconds_apart=apart, error=error)
 
@@ -295,19 +274,13 @@ class WatchObserver:
             return None
         return result.stdout
 
-    async def _session_cpu(self, task: str) -> float | None:
-        out = await self._exec(task, SESSION_CPU_COMMAND)
-        return parse_session_cpu(out) if out is not None else None
-
     async def _cpu(self, tasks: list[TaskStatus]) -> tuple[list[CpuSeen] | None, dict[str, str]]:
         outs = await asyncio.gather(*(self._exec(t.task_id, PROC_STAT_COMMAND) for t in tasks))
         seen: list[CpuSeen] = []
         hosts: dict[str, str] = {}
-        answered = False
         for t, out in zip(tasks, outs, strict=True):
             if out is None:
                 continue
-            answered = True
             host = t.worker_id or t.task_id
             hosts[host] = t.task_id
             procs = parse_proc_stat(out)
@@ -320,7 +293,8 @@ class WatchObserver:
                     len(kept),
                 )
             seen += [_cpu_seen(t.task_id, host, t.current_attempt_id, p) for p in kept]
-        return (seen if answered else None), hosts
+        # No exec answered: the CPU read is unavailable, not idle.
+        return (seen if hosts else None), hosts
 
     async def _proc(self, task: str, host: str, pid: int) -> CpuSeen | None:
         out = await self._exec(task, PROC_STAT_COMMAND)
@@ -359,14 +333,9 @@ def _cpu_seen(task: str, host: str, attempt: int, p: ProcStat) -> CpuSeen:
     )
 
 
-def _task_seen(t: TaskStatus) -> TaskSeen:
-    return TaskSeen(
-        task_id=t.task_id,
-        state=phase_of(t.state),
-        worker_id=t.worker_id,
-        attempt_id=t.current_attempt_id,
-        error=t.error[:300],
-    )
+def _errors(lines: list[LogLine]) -> list[str]:
+    """The error lines among `lines`, the newest MAX_WORKER_ERRORS."""
+    return [e.text for e in digest(lines).errors][-MAX_WORKER_ERRORS:]
 
 
 def _line(entry: LogEntry, task: str) -> LogLine:
@@ -378,7 +347,3 @@ def _line(entry: LogEntry, task: str) -> LogLine:
         text=entry.data[:MAX_LINE],
         task_id=entry.key or task,
     )
-
-
-def _now() -> datetime:
-    return datetime.now(UTC)

@@ -1,9 +1,5 @@
-"""`watch.policy`: the worker's watch settings, as each run reads them once, at its start.
-
-A local activity (no task of its own on the queue): a run started by hand (`temporal workflow
-start`) follows the deployment's settings too, and a settings change reaches a long watch at
-its next continue-as-new.
-"""
+"""`watch.policy`: the worker's watch settings, as each run reads them once, at its start
+(a local activity: domain/watch/policy.py says why)."""
 
 from __future__ import annotations
 

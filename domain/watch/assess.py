@@ -61,7 +61,7 @@ from keeper.domain.watch.models import (
     WatchOutcome,
     WatchView,
 )
-from keeper.domain.watch.names import AttemptRef, JobPhase
+from keeper.domain.watch.names import JobPhase
 from keeper.domain.watch.policy import WatchPolicy
 from keeper.domain.watch.progress import name_cause
 from keeper.domain.watch.relaunch import (
@@ -72,7 +72,7 @@ from keeper.domain.watch.relaunch import (
     relaunch_problem,
 )
 from keeper.domain.watch.state import WatchState
-from keeper.domain.watch.why import advice
+from keeper.domain.watch.why import ADVICE, STALLED
 from keeper.domain.watch.why import why as why_of
 
 MAX_EVIDENCE = 12
@@ -97,8 +97,6 @@ class Assessment:
     # For confirm(): the check's reading and the arbiter's answer so far.
     observation: Observation | None = None
     judgement: Judgement | None = None
-    base: WatchState | None = None
-    now: datetime | None = None
 
 
 def new_state(inp: JobWatchInput, now: datetime) -> WatchState:
@@ -122,18 +120,15 @@ def assess(
         if state.missing_checks + 1 >= MISSING_CHECKS:
             return _missing(state, obs, now)
         # Once is no proof: a controller restoring its state answers NOT_FOUND for a while.
-        gone = state.model_copy(update={"missing_checks": state.missing_checks + 1})
-        view = gone.view.model_copy(
+        view = state.view.model_copy(
             update={
-                "controller_errors": [f"GetJobStatus {gone.view.job_id}: not found"],
-                "checks": gone.view.checks + 1,
+                "controller_errors": [f"GetJobStatus {state.view.job_id}: not found"],
+                "checks": state.view.checks + 1,
                 "last_check_at": now,
             }
         )
-        return Assessment(
-            state=gone.model_copy(update={"view": view}),
-            interval=policy.cadence.failure_interval,
-        )
+        gone = state.model_copy(update={"missing_checks": state.missing_checks + 1, "view": view})
+        return Assessment(state=gone, interval=policy.cadence.failure_interval)
     if state.missing_checks:
         state = state.model_copy(update={"missing_checks": 0})
     tick = to_tick(policy, state, obs, mono)
@@ -154,9 +149,7 @@ def assess(
         pid=target.pid,
         gap_s=policy.probe_gap.total_seconds(),
     )
-    return Assessment(
-        state=state, probe=probe, observation=obs, judgement=judgement, base=state, now=now
-    )
+    return Assessment(state=state, probe=probe, observation=obs, judgement=judgement)
 
 
 def confirm(
@@ -164,21 +157,19 @@ def confirm(
     pending: Assessment,
     seen: ProbeSeen,
     now: datetime,
-    state: WatchState | None = None,
+    state: WatchState,
     *,
     mono: float,
 ) -> Assessment:
     """The probe's answer, then the rest of the check, on `state` (the watch's state now:
-    decisions taken while the probe ran stand), or the state the check began with. `mono`:
-    when the probe answered, on the clock the check was judged on (the probe's reads were
-    taken no later); a probe that answered long after its check confirms nothing."""
+    decisions taken while the probe ran stand). `mono`: when the probe answered, on the
+    clock the check was judged on (the probe's reads were taken no later); a probe that
+    answered long after its check confirms nothing."""
     assert pending.judgement is not None and pending.observation is not None
-    assert pending.base is not None
     judgement = liveness.confirm(
         policy.liveness, pending.judgement.state, probe_reading(seen), at=mono
     )
-    base = state if state is not None else pending.base
-    return _conclude(policy, base, pending.observation, judgement, now)
+    return _conclude(policy, state, pending.observation, judgement, now)
 
 
 def probe_reading(seen: ProbeSeen) -> ProbeReading | None:
@@ -204,47 +195,30 @@ def to_tick(policy: WatchPolicy, state: WatchState, obs: Observation, mono: floa
     attempt = obs.latest.attempt if obs.latest is not None else None
     if obs.cpu is not None:
         available.add(Source.PROC)
-        counters += [
-            CounterReading(
-                identity=CounterIdentity(
-                    kind=CounterKind.PROC,
-                    host=c.host,
-                    pid=c.pid,
-                    start_time=c.start_time,
-                    attempt=c.attempt,
-                    # Each container has its own pid namespace: pid 7 of two tasks on one
-                    # host are two processes.
-                    scope=c.task_id,
-                ),
-                value=c.ticks / c.clk_tck,
+        for c in obs.cpu:
+            # Each container has its own pid namespace: pid 7 of two tasks on one host are two
+            # processes, so the task is the scope.
+            proc = CounterIdentity(
+                kind=CounterKind.PROC,
+                host=c.host,
+                pid=c.pid,
+                start_time=c.start_time,
+                attempt=c.attempt,
+                scope=c.task_id,
             )
-            for c in obs.cpu
-        ]
+            counters.append(CounterReading(identity=proc, value=c.ticks / c.clk_tck))
     if obs.session_cpu is not None and obs.coordinator is not None:
         available.add(Source.SESSION)
-        counters.append(
-            CounterReading(
-                identity=CounterIdentity(
-                    kind=CounterKind.SESSION, host=obs.coordinator.worker_id, scope="exec"
-                ),
-                value=obs.session_cpu,
-            )
-        )
+        host = obs.coordinator.worker_id
+        session = CounterIdentity(kind=CounterKind.SESSION, host=host, scope="exec")
+        counters.append(CounterReading(identity=session, value=obs.session_cpu))
     log = obs.coordinator_log
     if log is not None:
         available |= {Source.LOGS, Source.PROGRESS}
         if log.latest is not None and obs.latest is not None:
-            counters.append(
-                CounterReading(
-                    identity=CounterIdentity(
-                        kind=CounterKind.PROGRESS,
-                        attempt=attempt,
-                        scope=f"{obs.latest.key}/{log.latest.execution_id or ''}/"
-                        f"{log.latest.stage}",
-                    ),
-                    value=float(log.latest.done),
-                )
-            )
+            stage = f"{obs.latest.group}/{log.latest.execution_id or ''}/{log.latest.stage}"
+            shards = CounterIdentity(kind=CounterKind.PROGRESS, attempt=attempt, scope=stage)
+            counters.append(CounterReading(identity=shards, value=float(log.latest.done)))
     if obs.threads is not None:
         available.add(Source.THREADS)
     if obs.coordinator is not None:
@@ -297,9 +271,9 @@ def _missing(state: WatchState, obs: Observation, now: datetime) -> Assessment:
             "last_check_at": now,
             "next_check_at": None,
             "controller_errors": list(obs.failed),
+            "proposals": state.view.withdraw_pending("the controller does not know the job", now),
         }
     )
-    view = _withdraw_all(view, now, "the controller does not know the job")
     state = state.model_copy(update={"view": view})
     result = JobWatchResult(job_id=view.job_id, outcome=WatchOutcome.MISSING, job_state="missing")
     notice = Notice(
@@ -318,7 +292,7 @@ def _conclude(
     now: datetime,
 ) -> Assessment:
     latest, log = obs.latest, obs.coordinator_log
-    attempt_key = latest.key if latest is not None else None
+    attempt_key = latest.group if latest is not None else None
     errors = [e.text for e in log.errors] if log is not None else []
     sample = esc.Sample(
         at=now,
@@ -336,9 +310,7 @@ def _conclude(
     terminal = obs.job_state.is_terminal
     phase = next_phase(
         policy.cadence,
-        state.phase
-        if state.phase.since is not None
-        else state.phase.model_copy(update={"since": now}),
+        state.phase,
         PhaseSignals(
             at=now,
             attempt=attempt_key,
@@ -355,15 +327,13 @@ def _conclude(
     interval = next_interval(policy.cadence, phase.phase, stages.durations)
 
     verdict = judgement.verdict.value
-    unseen = (
-        [
-            f"sees {obs.children - obs.children_unseen:,} of {obs.children:,} children: iris "
-            "lists at most 5,000 deep a query, and the rest are not judged"
-        ]
-        if obs.children_unseen
-        else []
-    )
-    evidence = [*judgement.evidence, *(e.summary for e in escalations), *unseen][:MAX_EVIDENCE]
+    evidence = [*judgement.evidence, *(e.summary for e in escalations)]
+    if obs.children_unseen:
+        seen = obs.children - obs.children_unseen
+        evidence.append(
+            f"sees {seen:,} of {obs.children:,} children: iris lists at most 5,000 deep a "
+            "query, and the rest are not judged"
+        )
     view = state.view
     notices: list[Notice] = []
     told = list(state.told)
@@ -375,7 +345,7 @@ def _conclude(
 
     for e in escalations:
         if e.first:
-            todo = advice(e.kind) if e.proposal is esc.Proposal.NONE else None
+            todo = ADVICE.get(e.kind) if e.proposal is esc.Proposal.NONE else None
             lines = [*e.evidence, *([f"what to do: {todo}"] if todo else [])]
             tell(Notice(key=e.key, title=f"{view.job_id}: {e.summary}", lines=lines))
 
@@ -386,7 +356,7 @@ def _conclude(
             ProposalKind.RESTART,
             f"the job's processes are stalled ({judgement.reason.value})",
             list(judgement.evidence),
-            why_of(None, ProposalKind.RESTART),
+            STALLED,
         )
     for e in escalations:
         kind = _KIND_OF.get(e.proposal)
@@ -399,9 +369,7 @@ def _conclude(
             continue  # neither confirmed nor contradicted: it stays as it is
         if p.state is ProposalState.PENDING and p.key not in wanted:
             why = "the job ended" if terminal else "the evidence for it went away"
-            proposals[proposals.index(p)] = p.model_copy(
-                update={"state": ProposalState.WITHDRAWN, "outcome": why, "decided_at": now}
-            )
+            proposals[proposals.index(p)] = p.withdrawn(why, now)
     # Decided (or being carried out) episodes are not proposed again; withdrawn ones may be.
     known = {p.key for p in proposals if p.state is not ProposalState.WITHDRAWN}
     pending_kinds = {p.kind for p in proposals if p.state is ProposalState.PENDING}
@@ -467,27 +435,20 @@ def _conclude(
         )
         interval = timedelta(0)
 
-    timeline, dropped = list(view.timeline), view.timeline_dropped
-    attempt_label = _attempt_label(latest)
-    last = timeline[-1] if timeline else None
-    if last is None or (last.phase, last.verdict, last.attempt) != (
-        phase.phase,
-        verdict,
-        attempt_label,
-    ):
-        timeline.append(
-            TimelineEntry(
-                at=now,
-                phase=phase.phase,
-                verdict=verdict,
-                reason=judgement.reason.value,
-                attempt=attempt_label,
-                evidence=list(judgement.evidence[:3]),
-            )
+    attempt_label = latest.label if latest is not None else None
+    last = view.timeline[-1] if view.timeline else None
+    timeline: dict[str, object] = {}
+    seen = (phase.phase, verdict, attempt_label)
+    if last is None or (last.phase, last.verdict, last.attempt) != seen:
+        entry = TimelineEntry(
+            at=now,
+            phase=phase.phase,
+            verdict=verdict,
+            reason=judgement.reason.value,
+            attempt=attempt_label,
+            evidence=list(judgement.evidence[:3]),
         )
-        if len(timeline) > policy.timeline_limit:
-            dropped += len(timeline) - policy.timeline_limit
-            timeline = timeline[-policy.timeline_limit :]
+        timeline = view.timeline_with(entry, policy.timeline_limit)
 
     # A read that failed is no news of the job: its last known state stands.
     unread = obs.job_state is JobPhase.UNSPECIFIED and any(
@@ -500,20 +461,19 @@ def _conclude(
             "job_state": job_state,
             "verdict": verdict,
             "verdict_reason": judgement.reason.value,
-            "evidence": evidence,
+            "evidence": evidence[:MAX_EVIDENCE],
             "attempt": _attempt_view(obs),
             # A check without a progress line keeps the last one seen (with its time).
             "progress": _progress_view(obs)
             or (
                 view.progress
-                if obs.latest is not None and attempt_label == _label_of(view)
+                if latest is not None and last is not None and attempt_label == last.attempt
                 else None
             ),
             "stale_coordinators": list(latest.stale_coordinators) if latest is not None else [],
             "escalations": [e.summary for e in escalations],
             "proposals": proposals[-MAX_PROPOSALS:],
-            "timeline": timeline,
-            "timeline_dropped": dropped,
+            **timeline,
             "checks": view.checks + 1,
             "last_check_at": now,
             "next_check_at": None if terminal else now + interval,
@@ -528,7 +488,7 @@ def _conclude(
             outcome=outcome,
             job_state=obs.job_state.value,
             cause=cause,
-            verdicts=len(timeline) + dropped,
+            verdicts=view.verdicts,
         )
     new = state.model_copy(
         update={
@@ -547,29 +507,17 @@ def _conclude(
     return Assessment(state=new, interval=interval, notices=notices, result=result)
 
 
-def _label_of(view: WatchView) -> str | None:
-    last = view.timeline[-1] if view.timeline else None
-    return last.attempt if last is not None else None
-
-
-def _attempt_label(latest: AttemptRef | None) -> str | None:
-    if latest is None:
-        return None
-    return f"p{latest.pipeline}-a{latest.attempt} ({latest.group})"
-
-
 def _attempt_view(obs: Observation) -> AttemptView | None:
     latest = obs.latest
     if latest is None or latest.coord is None:
         return None
-    running = obs.worker_states.get(JobPhase.RUNNING, 0)
     return AttemptView(
         pipeline=latest.pipeline,
         attempt=latest.attempt,
         coordinator=latest.coord,
         workers=latest.workers or "",
         coordinator_state=(latest.coord_state or JobPhase.UNSPECIFIED).value,
-        workers_running=running,
+        workers_running=obs.worker_states.get(JobPhase.RUNNING, 0),
         workers_total=sum(obs.worker_states.values()),
     )
 
@@ -579,9 +527,7 @@ def _progress_view(obs: Observation) -> ProgressView | None:
     if log is None or log.latest is None:
         return None
     p = log.latest
-    at = None
-    if p.at_ms:
-        at = datetime.fromtimestamp(p.at_ms / 1000, tz=obs.at.tzinfo)
+    at = datetime.fromtimestamp(p.at_ms / 1000, tz=obs.at.tzinfo) if p.at_ms else None
     return ProgressView(
         stage=p.stage,
         done=p.done,
@@ -623,55 +569,40 @@ def approval_refusal(view: WatchView, decision: Decision, launch: HeldLaunch | N
     if problem is not None:
         return problem
     proposal = next(p for p in view.proposals if p.id == decision.proposal)
-    if proposal.kind is not ProposalKind.RESTART:
-        if decision.command is None:
-            return None
+    if proposal.kind is ProposalKind.RESTART:
+        return relaunch_problem(view.job_id, proposal.id, launch, decision.command)
+    if decision.command is not None:
         return f"{proposal.id} is a {proposal.kind.value}: only a restart takes a command"
-    return relaunch_problem(view.job_id, proposal.id, launch, decision.command)
+    return None
 
 
 def decide(state: WatchState, decision: Decision, now: datetime, *, approve: bool) -> WatchState:
-    to = ProposalState.APPROVED if approve else ProposalState.DENIED
-    view = state.view
-    proposals = [
-        p.model_copy(
-            update={
-                "state": to,
-                "decided_by": decision.by,
-                "decided_at": now,
-                "note": decision.note,
-                "command": decision.command if approve else None,
-            }
-        )
-        if p.id == decision.proposal
-        else p
-        for p in view.proposals
-    ]
-    return state.model_copy(update={"view": view.model_copy(update={"proposals": proposals})})
+    update = {
+        "state": ProposalState.APPROVED if approve else ProposalState.DENIED,
+        "decided_by": decision.by,
+        "decided_at": now,
+        "note": decision.note,
+        "command": decision.command if approve else None,
+    }
+    return _with_proposal(state, decision.proposal, update)
 
 
 def finish_action(
     state: WatchState, proposal_id: str, to: ProposalState, outcome: str, now: datetime
 ) -> WatchState:
-    view = state.view
-    proposals = [
-        p.model_copy(update={"state": to, "outcome": outcome}) if p.id == proposal_id else p
-        for p in view.proposals
-    ]
-    phase = WatchPhase.FINISHED if to is ProposalState.DONE else view.phase
-    return state.model_copy(
-        update={"view": view.model_copy(update={"proposals": proposals, "phase": phase})}
-    )
+    phase = WatchPhase.FINISHED if to is ProposalState.DONE else state.view.phase
+    return _with_proposal(state, proposal_id, {"state": to, "outcome": outcome}, phase=phase)
 
 
-def _withdraw_all(view: WatchView, now: datetime, why: str) -> WatchView:
+def _with_proposal(
+    state: WatchState, proposal_id: str, update: dict[str, object], **view: object
+) -> WatchState:
+    """`state` with `update` applied to proposal `proposal_id` (and `view` to the view)."""
     proposals = [
-        p.model_copy(update={"state": ProposalState.WITHDRAWN, "outcome": why, "decided_at": now})
-        if p.state is ProposalState.PENDING
-        else p
-        for p in view.proposals
+        p.model_copy(update=update) if p.id == proposal_id else p for p in state.view.proposals
     ]
-    return view.model_copy(update={"proposals": proposals})
+    view_update = {"proposals": proposals, **view}
+    return state.model_copy(update={"view": state.view.model_copy(update=view_update)})
 
 
 # ---- what the Temporal UI shows --------------------------------------------------------------
@@ -695,8 +626,7 @@ def render_details(view: WatchView) -> str:
             f"stage {md_text(p.stage)}: {p.done}/{p.total} complete, {p.in_flight} in flight, "
             f"{p.queued} queued"
         )
-    for line in view.evidence[:6]:
-        lines.append(f"- {md_text(line)}")
+    lines += [f"- {md_text(line)}" for line in view.evidence[:6]]
     if view.stale_coordinators:
         lines.append(f"stale coordinators: {len(view.stale_coordinators)}")
     for p in view.pending():

@@ -36,10 +36,11 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from statistics import median
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
 from keeper.domain.common.durations import HumanDuration
 from keeper.domain.watch.names import JobPhase
+from keeper.domain.watch.values import Frozen
 
 
 class WatchPhase(StrEnum):
@@ -50,9 +51,7 @@ class WatchPhase(StrEnum):
     FINISHED = "finished"
 
 
-class CadencePolicy(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
+class CadencePolicy(Frozen):
     smoke_duration: HumanDuration = Field(default=timedelta(minutes=5), gt=timedelta(0))
     smoke_interval: HumanDuration = Field(default=timedelta(seconds=30), gt=timedelta(0))
     failure_interval: HumanDuration = Field(default=timedelta(minutes=1), gt=timedelta(0))
@@ -80,17 +79,13 @@ def next_interval(
     if phase is WatchPhase.FAILURE:
         return policy.failure_interval
     durations = [d for d in recent_stage_durations if d > timedelta(0)][-policy.recent_stages :]
-    if not durations:
-        return min(max(policy.default_interval, policy.min_interval), policy.max_interval)
-    middle = timedelta(seconds=median(d.total_seconds() for d in durations))
+    middle = policy.default_interval
+    if durations:
+        middle = timedelta(seconds=median(d.total_seconds() for d in durations))
     return min(max(middle, policy.min_interval), policy.max_interval)
 
 
-class _Value(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class StageTimes(_Value):
+class StageTimes(Frozen):
     """The stage last seen, since when, and how long the stages before it took (bounded)."""
 
     stage: str | None = None
@@ -107,7 +102,7 @@ class StageTimes(_Value):
         return StageTimes(stage=stage, since=at, durations=durations)
 
 
-class PhaseState(_Value):
+class PhaseState(Frozen):
     phase: WatchPhase = WatchPhase.SMOKE
     # When the phase began (None before the first tick).
     since: datetime | None = None
@@ -116,7 +111,7 @@ class PhaseState(_Value):
     failed_attempt: str | None = None
 
 
-class PhaseSignals(_Value):
+class PhaseSignals(Frozen):
     """What one tick saw, as `next_phase` needs it."""
 
     at: datetime

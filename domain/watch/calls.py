@@ -18,13 +18,10 @@ from keeper.domain.watch.progress import LogDigest
 from keeper.domain.watch.relaunch import HeldLaunch
 from keeper.domain.watch.state import ReadingState, WatchState
 from keeper.domain.watch.threads import DumpReading
+from keeper.domain.watch.values import Frozen
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class ObserveCall(_Model):
+class ObserveCall(Frozen):
     job_id: str
     reading: ReadingState = Field(default_factory=ReadingState)
     # Seconds to wait before reading: the check's first attempt answers "not due" and asks
@@ -33,7 +30,7 @@ class ObserveCall(_Model):
     wait_s: float = Field(default=0.0, ge=0)
 
 
-class TaskSeen(_Model):
+class TaskSeen(Frozen):
     task_id: str
     state: JobPhase
     worker_id: str = ""
@@ -41,7 +38,7 @@ class TaskSeen(_Model):
     error: str = ""
 
 
-class CpuSeen(_Model):
+class CpuSeen(Frozen):
     """One /proc/PID/stat line read in one task's container."""
 
     task_id: str
@@ -54,7 +51,7 @@ class CpuSeen(_Model):
     clk_tck: int = 100
 
 
-class Observation(_Model):
+class Observation(Frozen):
     at: datetime
     job_found: bool = True
     job_state: JobPhase = JobPhase.UNSPECIFIED
@@ -85,7 +82,7 @@ class Observation(_Model):
     reading: ReadingState = Field(default_factory=ReadingState)
 
 
-class ProbeCall(_Model):
+class ProbeCall(Frozen):
     """Two reads of one process's utime+stime, `gap_s` apart, in the task it runs in."""
 
     task_id: str
@@ -97,7 +94,7 @@ class ProbeCall(_Model):
         return f"pid {self.pid} on {self.host}, {self.gap_s:g} s apart"
 
 
-class ProbeSeen(_Model):
+class ProbeSeen(Frozen):
     """Both reads of the probe; either may be missing (the exec failed, the process is gone)."""
 
     first: CpuSeen | None = None
@@ -106,18 +103,18 @@ class ProbeSeen(_Model):
     error: str = ""
 
 
-class StopCall(_Model):
+class StopCall(Frozen):
     job_id: str
     proposal: str
 
 
-class StopResult(_Model):
+class StopResult(Frozen):
     job_state: str
     detail: str
     already_gone: bool = False
 
 
-class RelaunchCall(_Model):
+class RelaunchCall(Frozen):
     job_id: str
     # The restart's number: the relaunched job's name ends in `-r<restart>`, so a retried
     # relaunch finds the job it made instead of making a second.
@@ -129,7 +126,7 @@ class RelaunchCall(_Model):
     command: Command | None = None
 
 
-class RelaunchReady(_Model):
+class RelaunchReady(Frozen):
     """What a relaunch will send, checked before the job is stopped."""
 
     name: str
@@ -137,7 +134,7 @@ class RelaunchReady(_Model):
     dropped_env: list[str] = Field(default_factory=list)
 
 
-class RelaunchResult(_Model):
+class RelaunchResult(Frozen):
     job_id: str
     reused: bool = False
     # What the new job was launched with, as its watch holds it for the next restart.
@@ -146,7 +143,7 @@ class RelaunchResult(_Model):
     dropped_env: list[str] = Field(default_factory=list)
 
 
-class Notice(_Model):
+class Notice(Frozen):
     """One event an operator should hear of; `key` is unique per event within the watch."""
 
     key: str
@@ -176,7 +173,7 @@ class JobWatchInput(BaseModel):
         return check_job_id(value)
 
 
-class JobWatchResult(_Model):
+class JobWatchResult(Frozen):
     job_id: str
     outcome: WatchOutcome
     job_state: str

@@ -18,29 +18,23 @@ from datetime import datetime
 
 from keeper.domain.watch.cadence import WatchPhase
 from keeper.domain.watch.calls import JobWatchResult
-from keeper.domain.watch.models import (
-    FINISHED,
-    ProposalState,
-    TimelineEntry,
-    WatchOutcome,
-    WatchView,
-)
+from keeper.domain.watch.models import FINISHED, TimelineEntry, WatchOutcome, WatchView
 from keeper.domain.watch.state import WatchState
+
+# The verdict reason of a closed watch, by its outcome, filled from the result.
+REASONS = {
+    WatchOutcome.SUCCEEDED: "the job succeeded",
+    WatchOutcome.FAILED: "the job ended {job_state}",
+    WatchOutcome.STOPPED: "stopped on an approval (job {job_state})",
+    WatchOutcome.RESTARTED: "restarted as {new_job} (job {job_state})",
+    WatchOutcome.MISSING: "iris does not know the job",
+    WatchOutcome.UNWATCHED: "unwatched; the job runs on, no longer judged",
+}
 
 
 def closing_reason(result: JobWatchResult) -> str:
-    outcome = result.outcome
-    if outcome is WatchOutcome.SUCCEEDED:
-        return "the job succeeded"
-    if outcome is WatchOutcome.FAILED:
-        return f"the job ended {result.job_state}"
-    if outcome is WatchOutcome.STOPPED:
-        return f"stopped on an approval (job {result.job_state})"
-    if outcome is WatchOutcome.RESTARTED:
-        return f"restarted as {result.new_job_id or 'a new job'} (job {result.job_state})"
-    if outcome is WatchOutcome.MISSING:
-        return "iris does not know the job"
-    return "unwatched; the job runs on, no longer judged"
+    new_job = result.new_job_id or "a new job"
+    return REASONS[result.outcome].format(job_state=result.job_state, new_job=new_job)
 
 
 def close_view(
@@ -48,41 +42,23 @@ def close_view(
 ) -> WatchView:
     """The view as the watch closes with `result`."""
     reason = closing_reason(result)
-    proposals = [
-        p.model_copy(
-            update={
-                "state": ProposalState.WITHDRAWN,
-                "outcome": f"the watch ended ({result.outcome.value}) before anyone decided",
-                "decided_at": now,
-            }
-        )
-        if p.state is ProposalState.PENDING
-        else p
-        for p in view.proposals
-    ]
+    why = f"the watch ended ({result.outcome.value}) before anyone decided"
     last = view.timeline[-1] if view.timeline else None
-    timeline, dropped = list(view.timeline), view.timeline_dropped
-    timeline.append(
-        TimelineEntry(
-            at=now,
-            phase=WatchPhase.FINISHED,
-            verdict=FINISHED,
-            reason=reason,
-            attempt=last.attempt if last is not None else None,
-        )
+    entry = TimelineEntry(
+        at=now,
+        phase=WatchPhase.FINISHED,
+        verdict=FINISHED,
+        reason=reason,
+        attempt=last.attempt if last is not None else None,
     )
-    if len(timeline) > timeline_limit:
-        dropped += len(timeline) - timeline_limit
-        timeline = timeline[-timeline_limit:]
     return view.model_copy(
         update={
             "phase": WatchPhase.FINISHED,
             "job_state": result.job_state,
             "verdict": FINISHED,
             "verdict_reason": reason,
-            "proposals": proposals,
-            "timeline": timeline,
-            "timeline_dropped": dropped,
+            "proposals": view.withdraw_pending(why, now),
+            **view.timeline_with(entry, timeline_limit),
             "next_check_at": None,
             "escalations": [],
         }

@@ -35,12 +35,13 @@ import re
 from datetime import datetime, timedelta
 from enum import StrEnum
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from keeper.domain.common.durations import HumanDuration
-from keeper.domain.watch.names import JobPhase, phase_of
+from keeper.domain.watch.names import JobPhase, Phase
 from keeper.domain.watch.progress import StageProgress, normalise_error
 from keeper.domain.watch.threads import ThreadState
+from keeper.domain.watch.values import Frozen
 
 
 class EscalationKind(StrEnum):
@@ -76,9 +77,7 @@ PROPOSALS: dict[EscalationKind, Proposal] = {
 assert set(PROPOSALS) == set(EscalationKind)
 
 
-class EscalationPolicy(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
+class EscalationPolicy(Frozen):
     stuck_after: HumanDuration = Field(default=timedelta(minutes=30), gt=timedelta(0))
     straggler_after: HumanDuration = Field(default=timedelta(minutes=20), gt=timedelta(0))
     # Stragglers are at most max(floor, fraction of the stage's shards) in flight.
@@ -114,18 +113,16 @@ class EscalationPolicy(BaseModel):
         return max(self.straggler_in_flight_floor, int(total * self.straggler_in_flight_fraction))
 
 
-class Sample(BaseModel):
+class Sample(Frozen):
     """What one tick read about the latest attempt (plain values; the activity converts)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
     at: datetime
-    # AttemptRef.key of the latest attempt (None before any child appeared).
+    # AttemptRef.group of the latest attempt (None before any child appeared).
     attempt: str | None = None
     progress: StageProgress | None = None
     # The workers job's tasks by phase ({"running": 2990, "killed": 10}).
-    worker_states: dict[JobPhase, int] = Field(default_factory=dict)
-    coordinator: JobPhase | None = None
+    worker_states: dict[Phase, int] = Field(default_factory=dict)
+    coordinator: Phase | None = None
     # The coordinator's thread dump, read (None when no dump was taken this tick).
     coordinator_threads: ThreadState | None = None
     # Worker task attempts of the latest attempt that ended failed, killed or preempted.
@@ -136,23 +133,9 @@ class Sample(BaseModel):
     rpc_failed: tuple[str, ...] = ()
     stale_coordinators: tuple[str, ...] = ()
 
-    @field_validator("worker_states", mode="before")
-    @classmethod
-    def _phases(cls, value: object) -> object:
-        if isinstance(value, dict):
-            return {phase_of(k) if isinstance(k, str | int) else k: n for k, n in value.items()}
-        return value
 
-    @field_validator("coordinator", mode="before")
-    @classmethod
-    def _phase(cls, value: object) -> object:
-        return phase_of(value) if isinstance(value, str | int) else value
-
-
-class EscalationState(BaseModel):
+class EscalationState(Frozen):
     """The bounded history `observe` keeps between ticks."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     attempt: str | None = None
     attempt_changes: int = 0
@@ -173,9 +156,7 @@ class EscalationState(BaseModel):
     notified: tuple[str, ...] = ()
 
 
-class Escalation(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
+class Escalation(Frozen):
     kind: EscalationKind
     key: str
     summary: str
@@ -252,16 +233,11 @@ def observe(
         first = key not in notified
         if first:
             notified.append(key)
-        out.append(
-            Escalation(kind=kind, key=key, summary=summary, evidence=evidence,
-                       proposal=_step(policy, kind), first=first)
-        )  # fmt: skip
+        step = policy.straggler_step if kind is K.STRAGGLERS else PROPOSALS[kind]
+        out.append(Escalation(kind=kind, key=key, summary=summary, evidence=evidence,
+                              proposal=step, first=first))  # fmt: skip
     update["notified"] = tuple(notified[-policy.max_notified :])
     return state.model_copy(update=update), out
-
-
-def _step(policy: EscalationPolicy, kind: EscalationKind) -> Proposal:
-    return policy.straggler_step if kind is K.STRAGGLERS else PROPOSALS[kind]
 
 
 def _stage_rules(

@@ -249,33 +249,21 @@ def _no_progress(
         path = StallPath.FALLBACK
         # Only a process seen doing the work is worth naming; else the caller probes the
         # busiest process it finds (the largest rise between its two reads).
-        target = _workhorse(
-            [
-                r
-                for r in state.readings
-                if r.identity.kind is CounterKind.PROC and r.advanced_at is not None
-            ]
-        )
+        procs = [r for r in state.readings if r.identity.kind is CounterKind.PROC]
+        target = _workhorse([r for r in procs if r.advanced_at is not None])
         lines = [gate, *reading.quiet_marks, *reading.notes, *side]
-    if state.verdict is V.STALLED:
-        new = state.model_copy(update={**base, **streak, "pending": None, "probe_target": None})
-        return answer(new, state, V.STALLED, R.STILL_STALLED, lines, ticked=True)
-    if gate_met:
-        asked = [*lines, f"a probe{_of(target)} must confirm before the verdict turns stalled"]
-        new = state.model_copy(
-            update={
-                **base,
-                **streak,
-                "pending": path,
-                "probe_target": target,
-                "pending_evidence": cap(asked),
-            }
-        )
-        judged = answer(new, state, state.verdict, R.AWAITING_PROBE, asked, ticked=True)
-        return judged.model_copy(update={"wants_probe": True, "probe_target": target})
-    verdict = V.RUNNING if state.verdict is V.RUNNING else V.UNKNOWN
     new = state.model_copy(update={**base, **streak, "pending": None, "probe_target": None})
-    return answer(new, state, verdict, R.GATE_NOT_MET, lines, ticked=True)
+    if state.verdict is V.STALLED:
+        return answer(new, state, V.STALLED, R.STILL_STALLED, lines, ticked=True)
+    if not gate_met:
+        verdict = V.RUNNING if state.verdict is V.RUNNING else V.UNKNOWN
+        return answer(new, state, verdict, R.GATE_NOT_MET, lines, ticked=True)
+    asked = [*lines, f"a probe{_of(target)} must confirm before the verdict turns stalled"]
+    new = new.model_copy(
+        update={"pending": path, "probe_target": target, "pending_evidence": cap(asked)}
+    )
+    judged = answer(new, state, state.verdict, R.AWAITING_PROBE, asked, ticked=True)
+    return judged.model_copy(update={"wants_probe": True, "probe_target": target})
 
 
 def _ticks(n: int) -> str:

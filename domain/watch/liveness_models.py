@@ -15,14 +15,11 @@ from datetime import timedelta
 from enum import StrEnum
 from functools import cached_property
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from keeper.domain.common.durations import HumanDuration
 from keeper.domain.watch.threads import ThreadState
-
-
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+from keeper.domain.watch.values import Frozen
 
 
 class LivenessVerdict(StrEnum):
@@ -81,7 +78,7 @@ class StallPath(StrEnum):
     FALLBACK = "fallback"
 
 
-class LivenessPolicy(_Frozen):
+class LivenessPolicy(Frozen):
     """The arbiter's gates (`watch.liveness:` in the settings)."""
 
     # Stalled needs this many no-progress ticks in a row AND stall_min_elapsed of them on the
@@ -109,7 +106,7 @@ class LivenessPolicy(_Frozen):
         return max(self.observer_gap.total_seconds(), self.observer_gap_factor * expected_interval)
 
 
-class CounterIdentity(_Frozen):
+class CounterIdentity(Frozen):
     """Who a counter belongs to. Values are compared only under one identity, never across.
 
     proc: host (the task's worker id) + pid + start_time (/proc/PID/stat field 22, clock
@@ -141,12 +138,12 @@ class CounterIdentity(_Frozen):
         )
 
 
-class CounterReading(_Frozen):
+class CounterReading(Frozen):
     identity: CounterIdentity
     value: float = Field(allow_inf_nan=False)
 
 
-class Tick(_Frozen):
+class Tick(Frozen):
     """One poll of the job: every reading taken for it, and which sources answered.
 
     A source that failed (an RPC error, a timeout) is unavailable, never idle: leave its
@@ -164,9 +161,6 @@ class Tick(_Frozen):
     task_running: bool | None = None
     available: frozenset[Source] = frozenset()
 
-    def answered(self, source: Source) -> bool:
-        return source in self.sources
-
     @cached_property
     def sources(self) -> frozenset[Source]:
         """The sources that answered: those listed, and those a reading or signal implies."""
@@ -181,7 +175,7 @@ class Tick(_Frozen):
         return self.available | implied
 
 
-class ProbeReading(_Frozen):
+class ProbeReading(Frozen):
     """Two reads of one process's utime+stime (clock ticks) a few seconds apart, each with the
     process start time: a start-time change between them is a reset, not a delta."""
 
@@ -195,7 +189,7 @@ class ProbeReading(_Frozen):
     clk_tck: int = Field(default=100, ge=1)
 
 
-class Remembered(_Frozen):
+class Remembered(Frozen):
     """The last reading of one identity, and when (monotonic seconds) it was taken."""
 
     identity: CounterIdentity
@@ -206,7 +200,7 @@ class Remembered(_Frozen):
     advanced_at: float | None = None
 
 
-class LivenessState(_Frozen):
+class LivenessState(Frozen):
     """All the arbiter carries between ticks; bounded whatever the length of the watch."""
 
     verdict: LivenessVerdict = LivenessVerdict.UNKNOWN
@@ -228,7 +222,7 @@ class LivenessState(_Frozen):
     ticks: int = Field(default=0, ge=0)
 
 
-class Judgement(_Frozen):
+class Judgement(Frozen):
     """The arbiter's answer for one tick or one probe."""
 
     state: LivenessState
@@ -277,11 +271,7 @@ def answer(
     ticked: bool = False,
 ) -> Judgement:
     """The judgement, with the new state's verdict, its change count and (per tick) its ticks."""
-    changed = verdict is not old.verdict
-    update: dict[str, object] = {"verdict": verdict}
-    if changed:
-        update["verdict_changes"] = old.verdict_changes + 1
-    if ticked:
-        update["ticks"] = old.ticks + 1
-    state = new.model_copy(update=update)
+    changes = old.verdict_changes + int(verdict is not old.verdict)
+    ticks = old.ticks + int(ticked)
+    state = new.model_copy(update={"verdict": verdict, "verdict_changes": changes, "ticks": ticks})
     return Judgement(state=state, verdict=verdict, reason=reason, evidence=cap(lines))

@@ -92,20 +92,16 @@ def _related(identity: CounterIdentity, memory: dict[Key, Remembered]) -> Counte
     """An earlier identity this reading replaces (PID reuse, a retry, a new stage)."""
     for old in memory.values():
         o = old.identity
-        if o.kind is not identity.kind or o.host != identity.host:
-            continue
-        if identity.kind is K.PROC and o.pid == identity.pid:
-            return o
-        if identity.kind is not K.PROC:
+        same_host = o.kind is identity.kind and o.host == identity.host
+        # A process replaces another only under its pid; a session or a stage, any.
+        if same_host and (identity.kind is not K.PROC or o.pid == identity.pid):
             return o
     return None
 
 
 def _change(old: CounterIdentity, new: CounterIdentity) -> str:
-    if new.kind is K.PROC:
-        if old.start_time != new.start_time:
-            return f"pid {new.pid} was reused (start time {old.start_time} -> {new.start_time})"
-        return f"{name(new)} replaces attempt {old.attempt}"
+    if new.kind is K.PROC and old.start_time != new.start_time:
+        return f"pid {new.pid} was reused (start time {old.start_time} -> {new.start_time})"
     if new.kind is K.SESSION:
         return f"the session scope changed ({old.scope or '-'} -> {new.scope or '-'})"
     return f"{name(new)} replaces attempt {old.attempt}"
@@ -135,7 +131,7 @@ def read(
         _one(reading, memory.get(reading.identity.key), memory, policy, tick.at, out)
     if any(r.identity.kind is K.PROC for r in tick.counters):
         out.proc_seen = True
-    elif tick.answered(Source.PROC):
+    elif Source.PROC in tick.sources:
         out.quiet_marks.append("the process listing shows no process of the job")
     if out.session_rose and not out.proc_seen:
         out.positive.extend(out.session_rose)
@@ -157,29 +153,28 @@ def _one(
     threshold = policy.min_cpu_seconds if kind is not K.PROGRESS else 1.0
     # The session total answering is no quiet sign: its scope drifts, so it cannot say that
     # nothing happens (it only ever shows life, and only when no process was read).
+    # A reading with nothing to compare with may hide progress made where no delta could see.
+    unseen = kind is not K.SESSION and value >= threshold
+
+    def reset(why: str) -> None:
+        out.notes.append(f"{why}: a reset, no signal")
+        out.identity_changed = True
+        out.restarted = out.restarted or kind is not K.SESSION
+        out.unseen = out.unseen or unseen
+
     if prev is None:
         old = _related(identity, memory)
         if kind is K.PROGRESS and old is not None and old.attempt == identity.attempt:
             out.positive.append(f"the stage changed: {name(old)} -> {who}")
-            return
-        if old is not None:
-            out.identity_changed = True
-            out.restarted = out.restarted or kind is not K.SESSION
-            out.notes.append(f"{_change(old, identity)}: a reset, no signal")
+        elif old is not None:
+            reset(_change(old, identity))
         elif kind is not K.SESSION:
             out.notes.append(f"{who} first read at {number(value)}: a baseline, no signal")
-        if kind is not K.SESSION and value >= threshold:
-            out.unseen = True
+            out.unseen = out.unseen or unseen
         return
     delta, dt = value - prev.value, at - prev.at
     if delta < 0:
-        out.notes.append(
-            f"{who} fell from {number(prev.value)} to {number(value)}: a reset, no signal"
-        )
-        out.identity_changed = True
-        out.restarted = out.restarted or kind is not K.SESSION
-        if kind is not K.SESSION and value >= threshold:
-            out.unseen = True
+        reset(f"{who} fell from {number(prev.value)} to {number(value)}")
         return
     if kind is K.PROC:
         if delta >= threshold:
@@ -213,7 +208,7 @@ def remember(
     """The memory after `tick`: each kind that answered replaced by its readings; a kind that
     did not answer keeps its earlier readings when `carry` (a delta may span an unavailable
     tick, never an observer gap). At most policy.max_remembered, the largest kept."""
-    answered = {k for k in K if tick.answered(SOURCE_OF[k])}
+    answered = {k for k in K if SOURCE_OF[k] in tick.sources}
     before = {r.identity.key: r.advanced_at for r in old} if carry else {}
     advanced = advanced or set()
     new = [

@@ -15,6 +15,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from keeper.domain.watch.cadence import WatchPhase
+from keeper.domain.watch.values import Frozen
 
 WATCH_WORKFLOW_TYPE = "JobWatch"
 WATCH_ID_PREFIX = "job-watch-"
@@ -51,10 +52,6 @@ def watch_id(job_id: str) -> str:
     return WATCH_ID_PREFIX + check_job_id(job_id).removeprefix("/")
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
 # running, stalled and unknown are the liveness arbiter's, check by check; finished is a
 # closed watch's: the job ended, was stopped or restarted, is unknown to iris, or was
 # unwatched (its job state says which), and nothing is judged any more.
@@ -77,7 +74,7 @@ class ProposalState(StrEnum):
     FAILED = "failed"
 
 
-class Proposal(_Model):
+class Proposal(Frozen):
     """A destructive step keeper suggests and waits on an operator for."""
 
     id: str  # `stop-1`, `restart-2`: the kind and a number unique within the watch
@@ -99,6 +96,11 @@ class Proposal(_Model):
     relaunch: str = ""
     command: list[str] | None = None
 
+    def withdrawn(self, why: str, now: datetime) -> Proposal:
+        return self.model_copy(
+            update={"state": ProposalState.WITHDRAWN, "outcome": why, "decided_at": now}
+        )
+
 
 # A command given at approval: the argv of the relaunched job's run command.
 COMMAND_ARGS_MAX = 256
@@ -109,7 +111,7 @@ Command = Annotated[list[CommandArg], Field(min_length=1, max_length=COMMAND_ARG
 Operator = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=80)]
 
 
-class Decision(_Model):
+class Decision(Frozen):
     """An operator's answer to a proposal (the `approve` and `deny` updates)."""
 
     proposal: Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=40)]
@@ -120,7 +122,7 @@ class Decision(_Model):
     command: Command | None = None
 
 
-class TimelineEntry(_Model):
+class TimelineEntry(Frozen):
     """One change of verdict, phase or attempt, as the timeline shows it."""
 
     at: datetime
@@ -131,7 +133,7 @@ class TimelineEntry(_Model):
     evidence: list[str] = Field(default_factory=list)
 
 
-class AttemptView(_Model):
+class AttemptView(Frozen):
     """The attempt keeper judges: the latest coordinator and worker pool of the job."""
 
     pipeline: int
@@ -143,7 +145,7 @@ class AttemptView(_Model):
     workers_total: int = 0
 
 
-class ProgressView(_Model):
+class ProgressView(Frozen):
     """The coordinator's last progress line."""
 
     stage: str
@@ -193,6 +195,23 @@ class WatchView(BaseModel):
 
     def pending(self) -> list[Proposal]:
         return [p for p in self.proposals if p.state is ProposalState.PENDING]
+
+    def withdraw_pending(self, why: str, now: datetime) -> list[Proposal]:
+        """The proposals, every pending one withdrawn: nobody will decide on it now."""
+        pending = ProposalState.PENDING
+        return [p.withdrawn(why, now) if p.state is pending else p for p in self.proposals]
+
+    def timeline_with(self, entry: TimelineEntry, limit: int) -> dict[str, object]:
+        """The timeline fields with `entry` added, the oldest dropped (and counted) past
+        `limit`."""
+        timeline = [*self.timeline, entry]
+        cut = max(0, len(timeline) - limit)
+        return {"timeline": timeline[cut:], "timeline_dropped": self.timeline_dropped + cut}
+
+    @property
+    def verdicts(self) -> int:
+        """Every verdict change so far, the dropped ones included."""
+        return len(self.timeline) + self.timeline_dropped
 
 
 class WatchOutcome(StrEnum):

@@ -31,8 +31,11 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from enum import StrEnum
+from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, field_validator
+from pydantic import BeforeValidator
+
+from keeper.domain.watch.values import Frozen
 
 
 class JobPhase(StrEnum):
@@ -81,7 +84,6 @@ _BY_NUMBER: dict[int, JobPhase] = {
     6: P.KILLED, 7: P.WORKER_FAILED, 8: P.UNSCHEDULABLE, 9: P.ASSIGNED, 10: P.PREEMPTED,
     11: P.COSCHED_FAILED, 12: P.MISSING,
 }  # fmt: skip
-_PREFIXES = ("JOB_STATE_", "TASK_STATE_")
 
 
 def phase_of(state: str | int) -> JobPhase:
@@ -95,14 +97,19 @@ def phase_of(state: str | int) -> JobPhase:
     text = state.strip()
     if text.isdigit():
         return _BY_NUMBER.get(int(text), P.UNSPECIFIED)
-    upper = text.upper()
-    for prefix in _PREFIXES:
-        if upper.startswith(prefix):
-            upper = upper[len(prefix) :]
+    name = text.upper().removeprefix("JOB_STATE_").removeprefix("TASK_STATE_")
     try:
-        return JobPhase(upper.lower())
+        return JobPhase(name.lower())
     except ValueError:
         return P.UNSPECIFIED
+
+
+def _read_phase(value: object) -> object:
+    return phase_of(value) if isinstance(value, str | int) else value
+
+
+# A JobPhase field that also takes iris's spellings (`JOB_STATE_RUNNING`, 3, "running").
+Phase = Annotated[JobPhase, BeforeValidator(_read_phase)]
 
 
 class ChildRole(StrEnum):
@@ -110,11 +117,7 @@ class ChildRole(StrEnum):
     WORKERS = "workers"
 
 
-class _Value(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class ChildName(_Value):
+class ChildName(Frozen):
     """A zephyr child job's id, read."""
 
     job_id: str
@@ -161,23 +164,20 @@ def parse_child(job_id: str) -> ChildName | None:
     )
 
 
-class ChildRef(_Value):
+class ChildRef(Frozen):
     """A child job as a listing shows it: its id, state and submit time."""
 
     job_id: str
-    state: JobPhase = P.UNSPECIFIED
+    state: Phase = P.UNSPECIFIED
     submitted_at_ms: int = 0
 
-    @field_validator("state", mode="before")
-    @classmethod
-    def _read_state(cls, value: object) -> object:
-        return phase_of(value) if isinstance(value, str | int) else value
 
-
-class AttemptRef(_Value):
+class AttemptRef(Frozen):
     """The latest attempt of a zephyr job, and the coordinators older attempts left running."""
 
     parent: str
+    # The attempt's key: it changes when a retry or the next pipeline starts, and the watch
+    # follows it.
     group: str
     pipeline: int
     attempt: int
@@ -189,9 +189,9 @@ class AttemptRef(_Value):
     stale_coordinators: tuple[str, ...] = ()
 
     @property
-    def key(self) -> str:
-        """Changes when a retry or the next pipeline starts: the watch follows it."""
-        return self.group
+    def label(self) -> str:
+        """How the timeline names it: `p0-a1 (<group>)`."""
+        return f"p{self.pipeline}-a{self.attempt} ({self.group})"
 
 
 def pick_latest(children: Iterable[ChildRef], parent: str | None = None) -> AttemptRef | None:

@@ -10,17 +10,16 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from keeper.domain.common.durations import HumanDuration
 from keeper.domain.watch.cadence import CadencePolicy
 from keeper.domain.watch.escalation import EscalationPolicy
 from keeper.domain.watch.liveness_models import LivenessPolicy
+from keeper.domain.watch.values import Frozen
 
 
-class WatchPolicy(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
+class WatchPolicy(Frozen):
     cadence: CadencePolicy = Field(default_factory=CadencePolicy)
     liveness: LivenessPolicy = Field(default_factory=LivenessPolicy)
     escalation: EscalationPolicy = Field(default_factory=EscalationPolicy)

@@ -20,14 +20,12 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from enum import StrEnum
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
+
+from keeper.domain.watch.values import Frozen
 
 
-class _Value(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class StageProgress(_Value):
+class StageProgress(Frozen):
     """One progress line, read."""
 
     execution_id: str | None = None
@@ -118,7 +116,7 @@ class EventKind(StrEnum):
     SHARDS_RETRIED = "shards_retried"
 
 
-class ShardFailure(_Value):
+class ShardFailure(Frozen):
     """`Shard <n> failed on worker <w> (task error <k>/<max>)`: the k-th task error of a shard."""
 
     shard: int
@@ -127,7 +125,7 @@ class ShardFailure(_Value):
     max: int | None = None
 
 
-class LogEvent(_Value):
+class LogEvent(Frozen):
     kind: EventKind
     text: str
     at_ms: int | None = None
@@ -251,7 +249,7 @@ _LEVELS = {"1": "DEBUG", "2": "INFO", "3": "WARNING", "4": "ERROR", "5": "CRITIC
 ERROR_LEVELS = frozenset({"ERROR", "CRITICAL"})
 
 
-class LogLine(_Value):
+class LogLine(Frozen):
     """One log entry as the activity hands it over (LogEntry, plain values)."""
 
     at_ms: int = 0
@@ -264,15 +262,13 @@ class LogLine(_Value):
     @field_validator("level", mode="before")
     @classmethod
     def _level(cls, value: object) -> object:
-        if isinstance(value, int):
-            value = str(value)
-        if not isinstance(value, str):
+        if not isinstance(value, int | str):
             return value
-        name = value.strip().upper().removeprefix("LOG_LEVEL_")
+        name = str(value).strip().upper().removeprefix("LOG_LEVEL_")
         return _LEVELS.get(name, name)
 
 
-class ErrorLine(_Value):
+class ErrorLine(Frozen):
     at_ms: int
     task_id: str = ""
     level: str = ""
@@ -281,7 +277,7 @@ class ErrorLine(_Value):
     signature: str
 
 
-class LogDigest(_Value):
+class LogDigest(Frozen):
     """A batch of log lines, reduced to what the watch reasons about."""
 
     # The last progress line of each execution ("" for the oldest generation, which has none).
@@ -393,7 +389,7 @@ class CauseSource(StrEnum):
     NONE = "none"
 
 
-class Cause(_Value):
+class Cause(Frozen):
     """The most specific evidence of why a job ended, and where it was found."""
 
     source: CauseSource

@@ -30,19 +30,18 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from keeper.domain.watch.models import Proposal, ProposalKind
 from keeper.domain.watch.redaction import REDACTED, redact_env, redact_text, redaction_marks
+from keeper.domain.watch.values import Frozen
 
 # A LaunchJobRequest in iris's JSON mapping.
 Request = dict[str, Any]
 
 
-class HeldLaunch(BaseModel):
+class HeldLaunch(Frozen):
     """The request keeper launched a job with, as a restart will resend it.
 
     `request` is what history may show: the request itself when it carries no secret, else
     a copy with each secret value `[REDACTED]` (`secrets` names the fields) and `stored`,
     the key of the full request in keeper's launch store (store/watch)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     request: Request
     stored: str | None = Field(default=None, min_length=1, max_length=200)

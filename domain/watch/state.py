@@ -8,20 +8,19 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from keeper.domain.watch.cadence import PhaseState, StageTimes
 from keeper.domain.watch.escalation import EscalationState
 from keeper.domain.watch.liveness_models import LivenessState
 from keeper.domain.watch.models import WatchView
+from keeper.domain.watch.values import Frozen
 
 
-class ReadingState(BaseModel):
+class ReadingState(Frozen):
     """What the next check needs from the last: where each log was read up to, and which
     attempt those cursors belong to (a new attempt starts its logs over). A check is given
     it (domain/watch/calls.py ObserveCall) and answers the next one."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     attempt: str | None = None
     coordinator_cursor: int = 0
@@ -30,9 +29,7 @@ class ReadingState(BaseModel):
     tasks_by_host: dict[str, str] = Field(default_factory=dict)
 
 
-class WatchState(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
+class WatchState(Frozen):
     view: WatchView
     reading: ReadingState = Field(default_factory=ReadingState)
     liveness: LivenessState = Field(default_factory=LivenessState)

@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 from enum import StrEnum
 
-from pydantic import BaseModel, ConfigDict
+from keeper.domain.watch.values import Frozen
 
 
 class ThreadState(StrEnum):
@@ -32,11 +32,7 @@ class ThreadState(StrEnum):
     UNKNOWN = "unknown"
 
 
-class _Value(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class Frame(_Value):
+class Frame(Frozen):
     function: str
     file: str = ""
     line: int | None = None
@@ -47,7 +43,7 @@ class Frame(_Value):
         return self.function == function or self.function.endswith("." + function)
 
 
-class Thread(_Value):
+class Thread(Frozen):
     ident: str
     name: str = ""
     # py-spy's tags: "idle", "active", "gil" ("active+gil" reads as both).
@@ -63,7 +59,7 @@ class Thread(_Value):
         return any(frame.named(function) for frame in self.frames)
 
 
-class DumpReading(_Value):
+class DumpReading(Frozen):
     state: ThreadState
     # One sentence for the operator, naming the threads the verdict rests on.
     evidence: str
@@ -115,47 +111,38 @@ def _idle_in_pool(thread: Thread) -> bool:
 def read_dump(text: str) -> DumpReading:
     """The coordinator's state from its thread dump, with the evidence (table above)."""
     threads = parse_dump(text)
-    n = len(threads)
+    state, evidence = _judge(threads)
+    return DumpReading(state=state, evidence=evidence, threads=len(threads))
+
+
+def _judge(threads: list[Thread]) -> tuple[ThreadState, str]:
     if not threads:
-        return DumpReading(state=ThreadState.UNKNOWN, evidence="no threads in the dump")
+        return ThreadState.UNKNOWN, "no threads in the dump"
     loop = next((t for t in threads if t.has(LOOP)), None)
     wait = next((t for t in threads if t.has(WAIT)), None)
     if wait is not None and loop is not None:
-        return DumpReading(
-            state=ThreadState.ACTIVE,
-            evidence=f"thread {_name(wait)} in {WAIT}; {_name(loop)} present",
-            threads=n,
-        )
+        return ThreadState.ACTIVE, f"thread {_name(wait)} in {WAIT}; {_name(loop)} present"
     if loop is not None:
-        return DumpReading(
-            state=ThreadState.WAITING,
-            evidence=f"{_name(loop)} present; no thread in {WAIT}",
-            threads=n,
-        )
+        return ThreadState.WAITING, f"{_name(loop)} present; no thread in {WAIT}"
     if wait is not None:
-        return DumpReading(
-            state=ThreadState.UNKNOWN,
-            evidence=f"thread {_name(wait)} in {WAIT} but no {LOOP} thread dispatches",
-            threads=n,
+        return (
+            ThreadState.UNKNOWN,
+            f"thread {_name(wait)} in {WAIT} but no {LOOP} thread dispatches",
         )
     pool = [t for t in threads if t.name.startswith("actor-method")]
     busy = [t for t in pool if not _idle_in_pool(t)]
     if pool and not busy:
-        return DumpReading(
-            state=ThreadState.ZOMBIE,
-            evidence=(f"no {LOOP} or {WAIT}; all {len(pool)} actor-method threads idle in {POOL}"),
-            threads=n,
+        return (
+            ThreadState.ZOMBIE,
+            f"no {LOOP} or {WAIT}; all {len(pool)} actor-method threads idle in {POOL}",
         )
     if not pool:
-        evidence = f"no {LOOP}, {WAIT} or actor-method threads among {n}"
-    else:
-        where = busy[0].frames[0].function if busy[0].frames else "no frames"
-        evidence = f"no {LOOP} or {WAIT}; thread {_name(busy[0])} busy in {where}"
-    return DumpReading(state=ThreadState.UNKNOWN, evidence=evidence, threads=n)
-
-
-def classify_dump(text: str) -> ThreadState:
-    return read_dump(text).state
+        return (
+            ThreadState.UNKNOWN,
+            f"no {LOOP}, {WAIT} or actor-method threads among {len(threads)}",
+        )
+    where = busy[0].frames[0].function if busy[0].frames else "no frames"
+    return ThreadState.UNKNOWN, f"no {LOOP} or {WAIT}; thread {_name(busy[0])} busy in {where}"
 
 
 def _name(thread: Thread) -> str:

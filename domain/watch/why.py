@@ -43,7 +43,8 @@ _WHY: dict[tuple[EscalationKind, ProposalKind], str] = {
     ),
 }
 
-_ADVICE: dict[EscalationKind, str] = {
+# What to do about an escalation that proposes nothing, where there is more to say.
+ADVICE: dict[EscalationKind, str] = {
     K.STRAGGLERS: (
         "keeper proposes no restart: it would rerun every shard to stall behind the same one; "
         "debug the straggling shard (its worker's log, an out-of-memory loop?)"
@@ -53,14 +54,7 @@ _ADVICE: dict[EscalationKind, str] = {
 }
 
 
-def why(source: EscalationKind | None, step: ProposalKind) -> str:
-    """Why `step` is proposed: for a stall the arbiter confirmed (`source` None), or for an
-    escalation of kind `source`."""
-    if source is None:
-        return STALLED
+def why(source: EscalationKind, step: ProposalKind) -> str:
+    """Why `step` is proposed for an escalation of kind `source` (STALLED: for a stall the
+    arbiter confirmed)."""
     return _WHY.get((source, step), f"the {source.value} escalation suggests a {step.value}")
-
-
-def advice(kind: EscalationKind) -> str | None:
-    """What to do about an escalation that proposes nothing, if there is more to say."""
-    return _ADVICE.get(kind)

@@ -25,8 +25,9 @@ from __future__ import annotations
 
 import json
 import re
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass, field
 from enum import StrEnum
-from types import TracebackType
 from typing import Any, TypeVar
 
 import httpx
@@ -137,19 +138,15 @@ def _offset_refused(err: IrisError) -> bool:
 
 
 class LogRoute(StrEnum):
+    """In the order they are tried: oldest controllers first, so each finds its own quickly."""
+
     GET_TASK_LOGS = connect.GET_TASK_LOGS
     FETCH_LOGS = connect.FETCH_LOGS
     FINELOG_FETCH_LOGS = connect.FINELOG_FETCH_LOGS
     PROXIED_FETCH_LOGS = connect.PROXIED_FETCH_LOGS
 
 
-# In the order they are tried: oldest controllers first, so each finds its own quickly.
-LOG_ROUTES = (
-    LogRoute.GET_TASK_LOGS,
-    LogRoute.FETCH_LOGS,
-    LogRoute.FINELOG_FETCH_LOGS,
-    LogRoute.PROXIED_FETCH_LOGS,
-)
+LOG_ROUTES = tuple(LogRoute)
 
 
 class LogPage(BaseModel):
@@ -160,10 +157,7 @@ class LogPage(BaseModel):
     entries: list[LogEntry] = Field(default_factory=list)
     # Pass back as `cursor` to read only what came after this page.
     cursor: int = 0
-    truncated: bool = False
     route: LogRoute
-    # Per-task failures GetTaskLogs reported (task id -> error) alongside what it did read.
-    errors: dict[str, str] = Field(default_factory=dict)
 
 
 class ExecResult(BaseModel):
@@ -182,17 +176,21 @@ class ExecResult(BaseModel):
         return not self.error and self.exit_code == 0
 
 
+# iris's rule: an id whose last component is numeric names a task.
 _TASK_ID = re.compile(r"/\d+$")
 
 
-def is_task_id(id_: str) -> bool:
-    """iris's rule: an id whose last component is numeric names a task."""
-    return bool(_TASK_ID.search(id_))
+@dataclass
+class _Paging:
+    """One listing's reads: their page size and deadline, and the jobs they found so far."""
 
+    page_size: int
+    deadline_s: float | None
+    found: dict[str, JobStatus] = field(default_factory=dict)
 
-def _add(found: dict[str, JobStatus], jobs: list[JobStatus]) -> None:
-    for job in jobs:
-        found.setdefault(job.job_id, job)
+    def add(self, jobs: list[JobStatus]) -> None:
+        for job in jobs:
+            self.found.setdefault(job.job_id, job)
 
 
 def is_direct_child(parent_id: str, job: JobStatus) -> bool:
@@ -214,7 +212,7 @@ def fetch_logs_source(id_: str, attempt_id: int, include_children: bool) -> tupl
     | job  | >= 0    | no               | `<job>/\\d+:<attempt>` escaped | REGEX  |
     | job  | -1      | no               | `<job>/\\d+:.*` escaped        | REGEX  |
     """
-    if is_task_id(id_):
+    if _TASK_ID.search(id_):
         if attempt_id >= 0:
             return f"{id_}:{attempt_id}", MatchScope.EXACT
         return f"{id_}:", MatchScope.PREFIX
@@ -225,12 +223,9 @@ def fetch_logs_source(id_: str, attempt_id: int, include_children: bool) -> tupl
     return rf"{re.escape(job)}/\d+:{attempt}", MatchScope.REGEX
 
 
-class IrisController:
+class IrisController(AbstractAsyncContextManager["IrisController"]):
     """The iris controller at `base_url` (`https://host[:port]`). One instance per controller;
-    use `async with` or call `aclose()`.
-
-    `log_url` is where LogService answers, when not at the controller's own address.
-    """
+    use `async with` or call `aclose()`."""
 
     def __init__(
         self,
@@ -238,7 +233,6 @@ class IrisController:
         *,
         token: IrisToken | None = None,
         timeout: float = DEFAULT_TIMEOUT_S,
-        log_url: str | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         if not base_url.startswith(("http://", "https://")):
@@ -246,7 +240,6 @@ class IrisController:
         if timeout <= 0:
             raise ValueError(f"timeout must be positive, got {timeout}")
         self._base_url = base_url.rstrip("/")
-        self._log_url = (log_url or base_url).rstrip("/")
         self._token = token
         self._timeout = timeout
         # httpx asks for and decodes gzip and deflate (and zstd or brotli when their
@@ -261,10 +254,6 @@ class IrisController:
         return f"IrisController(base_url={self._base_url!r}, token={self._token!r})"
 
     @property
-    def base_url(self) -> str:
-        return self._base_url
-
-    @property
     def log_route(self) -> LogRoute | None:
         """The log method that last worked (None until a log read succeeded)."""
         return self._log_route
@@ -276,15 +265,7 @@ class IrisController:
     async def aclose(self) -> None:
         await self._http.aclose()
 
-    async def __aenter__(self) -> IrisController:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
 
     # ------------------------------------------------------------- jobs
@@ -308,16 +289,13 @@ class IrisController:
     async def list_children(
         self, job_id: str, *, page_size: int = PAGE_SIZE, deadline_s: float | None = None
     ) -> ChildListing:
-        """The direct child jobs of `job_id`, every page of them, within ListJobs' caps: pages
-        of at most 500, offsets up to 5000. When the controller counts more jobs under the
-        query than one ordering reaches (5,500), they are read one state at a time, each
-        state from both ends of its name order (11,000 a state); any the pages still did not
+        """The direct child jobs of `job_id`, paged as the module says; any the pages did not
         show are counted in the listing's `unseen` (ChildListing.describe says so)."""
-        page_size = max(1, min(page_size, PAGE_SIZE))
+        paging = _Paging(max(1, min(page_size, PAGE_SIZE)), deadline_s)
         if self._children_query is not ChildrenQuery.ID_PREFIX:
             query = JobQuery(scope=JobQueryScope.CHILDREN, parent_job_id=job_id)
             try:
-                first = await self._list_page(query, 0, page_size, deadline_s)
+                first = await self._list_page(query, 0, paging)
             except IrisUnimplemented:
                 self._children_query = ChildrenQuery.ID_PREFIX
             except IrisInvalidArgument as err:
@@ -326,91 +304,71 @@ class IrisController:
                 self._children_query = ChildrenQuery.ID_PREFIX
             else:
                 self._children_query = ChildrenQuery.CHILDREN_SCOPE
-                return await self._children(job_id, query, first, page_size, deadline_s)
+                return await self._children(job_id, query, first, paging)
         query = JobQuery(scope=JobQueryScope.ALL, job_id_prefix=job_id.rstrip("/") + "/")
-        first = await self._list_page(query, 0, page_size, deadline_s)
-        return await self._children(job_id, query, first, page_size, deadline_s)
+        first = await self._list_page(query, 0, paging)
+        return await self._children(job_id, query, first, paging)
 
     async def _children(
-        self,
-        job_id: str,
-        query: JobQuery,
-        first: ListJobsResponse,
-        page_size: int,
-        deadline_s: float | None,
+        self, job_id: str, query: JobQuery, first: ListJobsResponse, paging: _Paging
     ) -> ChildListing:
-        found: dict[str, JobStatus] = {}
-        counted = await self._collect(query, first, found, page_size, deadline_s)
-        unseen = max(0, counted - len(found))
-        direct = [job for job in found.values() if is_direct_child(job_id, job)]
+        counted = await self._collect(query, first, paging)
+        unseen = max(0, counted - len(paging.found))
+        direct = [job for job in paging.found.values() if is_direct_child(job_id, job)]
         return ChildListing(direct, total=len(direct) + unseen, unseen=unseen)
 
-    async def _collect(
-        self,
-        query: JobQuery,
-        first: ListJobsResponse,
-        found: dict[str, JobStatus],
-        page_size: int,
-        deadline_s: float | None,
-    ) -> int:
-        """Adds the jobs `query` matches to `found`; how many the controller counts."""
-        _add(found, first.jobs)
+    async def _collect(self, query: JobQuery, first: ListJobsResponse, paging: _Paging) -> int:
+        """Adds the jobs `query` matches to `paging`; how many the controller counts."""
+        paging.add(first.jobs)
         if not first.has_more or not first.jobs:
-            return max(first.total_count, len(found))
-        reach = (MAX_OFFSET // page_size + 1) * page_size
+            return max(first.total_count, len(paging.found))
+        reach = (MAX_OFFSET // paging.page_size + 1) * paging.page_size
         if not first.total_count or first.total_count <= reach:
-            more = await self._pages(query, len(first.jobs), found, page_size, deadline_s)
+            more = await self._pages(query, len(first.jobs), paging)
             # A controller that gives no count and still has more: at least one unseen.
-            return max(first.total_count, len(found) + int(more))
+            return max(first.total_count, len(paging.found) + int(more))
         for state in LIST_JOBS_STATE_FILTERS:
-            await self._both_ends(
-                query.model_copy(update={"state_filter": state}), found, page_size, deadline_s
-            )
+            await self._both_ends(query.model_copy(update={"state_filter": state}), paging)
         return first.total_count
 
-    async def _both_ends(
-        self, query: JobQuery, found: dict[str, JobStatus], page_size: int, deadline_s: float | None
-    ) -> None:
+    async def _both_ends(self, query: JobQuery, paging: _Paging) -> None:
         """The jobs of `query` by name, first to last as far as offsets reach, then last to
         first for the ones that were beyond."""
         ascending = query.model_copy(
             update={"sort_field": JobSortField.NAME, "sort_direction": SortDirection.ASC}
         )
-        first = await self._list_page(ascending, 0, page_size, deadline_s)
-        _add(found, first.jobs)
+        first = await self._list_page(ascending, 0, paging)
+        paging.add(first.jobs)
         if not first.has_more or not first.jobs:
             return
         seen = {job.job_id for job in first.jobs}
-        more = await self._pages(ascending, len(first.jobs), found, page_size, deadline_s, seen)
-        if not more:
+        if not await self._pages(ascending, len(first.jobs), paging, seen):
             return
         descending = ascending.model_copy(update={"sort_direction": SortDirection.DESC})
         left = first.total_count - len(seen) if first.total_count else None
-        await self._pages(descending, 0, found, page_size, deadline_s, want=left)
+        await self._pages(descending, 0, paging, want=left)
 
     async def _pages(
         self,
         query: JobQuery,
         offset: int,
-        found: dict[str, JobStatus],
-        page_size: int,
-        deadline_s: float | None,
+        paging: _Paging,
         seen: set[str] | None = None,
         want: int | None = None,
     ) -> bool:
-        """Pages of `query` from `offset` into `found` (and their ids into `seen`), until the
+        """Pages of `query` from `offset` into `paging` (and their ids into `seen`), until the
         last page, `want` jobs read, or the deepest offset; whether the query had more."""
         read = 0
         for _ in range(MAX_PAGES):
             if offset > MAX_OFFSET or (want is not None and read >= want):
                 return True
             try:
-                page = await self._list_page(query, offset, page_size, deadline_s)
+                page = await self._list_page(query, offset, paging)
             except IrisInvalidArgument as err:
                 if _offset_refused(err):
                     return True  # a controller whose cap is lower: the rest is not reachable
                 raise
-            _add(found, page.jobs)
+            paging.add(page.jobs)
             if seen is not None:
                 seen.update(job.job_id for job in page.jobs)
             if not page.has_more or not page.jobs:
@@ -419,12 +377,13 @@ class IrisController:
             read += len(page.jobs)
         return True
 
-    async def _list_page(
-        self, query: JobQuery, offset: int, limit: int, deadline_s: float | None
-    ) -> ListJobsResponse:
-        page = query.model_copy(update={"offset": offset, "limit": limit})
+    async def _list_page(self, query: JobQuery, offset: int, paging: _Paging) -> ListJobsResponse:
+        page = query.model_copy(update={"offset": offset, "limit": paging.page_size})
         return await self._call(
-            connect.LIST_JOBS, ListJobsRequest(query=page), ListJobsResponse, deadline_s=deadline_s
+            connect.LIST_JOBS,
+            ListJobsRequest(query=page),
+            ListJobsResponse,
+            deadline_s=paging.deadline_s,
         )
 
     async def list_tasks(self, job_id: str, *, deadline_s: float | None = None) -> list[TaskStatus]:
@@ -491,88 +450,58 @@ class IrisController:
         id_: str,
         *,
         attempt_id: int = -1,
-        since_ms: int = 0,
         cursor: int = 0,
         max_lines: int = 0,
         tail: bool = False,
         min_level: str = "",
-        substring: str = "",
-        include_children: bool = False,
         deadline_s: float | None = None,
     ) -> LogPage:
         """Log lines of a task (`/user/job/0`) or of a job's tasks. attempt_id -1 is every
         attempt. max_lines 0 is the server's default (10000 for GetTaskLogs, 1000 for
         FetchLogs)."""
-        start = LOG_ROUTES.index(self._log_route) if self._log_route else 0
-        last: IrisUnimplemented | None = None
-        for route in LOG_ROUTES[start:]:
+        routes = LOG_ROUTES[LOG_ROUTES.index(self._log_route) if self._log_route else 0 :]
+        for route in routes:
             try:
                 if route is LogRoute.GET_TASK_LOGS:
-                    page = await self._get_task_logs(
-                        GetTaskLogsRequest(
-                            id=id_,
-                            include_children=include_children,
-                            since_ms=since_ms,
-                            max_total_lines=max_lines,
-                            substring=substring,
-                            attempt_id=attempt_id,
-                            min_level=min_level,
-                            cursor=cursor,
-                            tail=tail,
-                        ),
-                        deadline_s,
+                    request = GetTaskLogsRequest(
+                        id=id_,
+                        include_children=False,
+                        since_ms=0,
+                        max_total_lines=max_lines,
+                        substring="",
+                        attempt_id=attempt_id,
+                        min_level=min_level,
+                        cursor=cursor,
+                        tail=tail,
                     )
+                    got = await self._call(
+                        route.value, request, GetTaskLogsResponse, deadline_s=deadline_s
+                    )
+                    entries, at = [e for batch in got.task_logs for e in batch.logs], got.cursor
                 else:
-                    source, scope = fetch_logs_source(id_, attempt_id, include_children)
-                    request = FetchLogsRequest(
+                    source, scope = fetch_logs_source(id_, attempt_id, include_children=False)
+                    fetch = FetchLogsRequest(
                         source=source,
                         match_scope=scope,
-                        since_ms=since_ms,
+                        since_ms=0,
                         cursor=cursor,
-                        substring=substring,
+                        substring="",
                         max_lines=max_lines,
                         tail=tail,
                         min_level=min_level,
                     )
-                    page = await self._fetch_logs(route, request, deadline_s)
-            except IrisUnimplemented as exc:
-                last = exc
+                    fetched = await self._call(
+                        route.value, fetch, FetchLogsResponse, deadline_s=deadline_s
+                    )
+                    entries, at = fetched.entries, fetched.cursor
+            except IrisUnimplemented:
+                if route is routes[-1]:
+                    raise
                 continue
             self._log_route = route
             # A server with nothing new may answer cursor 0; the caller's position stands.
-            return page.model_copy(update={"cursor": max(page.cursor, cursor)})
-        assert last is not None
-        raise last
-
-    async def _get_task_logs(
-        self, request: GetTaskLogsRequest, deadline_s: float | None
-    ) -> LogPage:
-        response = await self._call(
-            connect.GET_TASK_LOGS, request, GetTaskLogsResponse, deadline_s=deadline_s
-        )
-        entries = [entry for batch in response.task_logs for entry in batch.logs]
-        errors = {batch.task_id: batch.error for batch in response.task_logs if batch.error}
-        return LogPage(
-            entries=entries,
-            cursor=response.cursor,
-            truncated=response.truncated,
-            route=LogRoute.GET_TASK_LOGS,
-            errors=errors,
-        )
-
-    async def _fetch_logs(
-        self, route: LogRoute, request: FetchLogsRequest, deadline_s: float | None
-    ) -> LogPage:
-        response = await self._call(
-            route.value, request, FetchLogsResponse, deadline_s=deadline_s, base_url=self._log_url
-        )
-        limit = request.max_lines or 1000
-        return LogPage(
-            entries=response.entries,
-            cursor=response.cursor,
-            truncated=len(response.entries) >= limit,
-            route=route,
-        )
+            return LogPage(entries=entries, cursor=max(at, cursor), route=route)
+        raise AssertionError("the last route answers or raises")
 
     # ------------------------------------------------------------- inside the container
 
@@ -649,10 +578,9 @@ class IrisController:
         deadline_s: float | None,
         job_id: str = "",
         name: str = "",
-        base_url: str | None = None,
     ) -> R:
         seconds = deadline_s or self._timeout
-        target = base_url or self._base_url
+        target = self._base_url
         body = json.dumps(to_wire(request), separators=(",", ":"))
         try:
             answer = await self._http.post(
@@ -683,23 +611,17 @@ class IrisController:
     def _error(
         self, answer: httpx.Response, path: str, target: str, *, job_id: str, name: str
     ) -> IrisError:
+        code, message = connect.code_of_http_status(answer.status_code), ""
+        details: ErrorDetails | None = None
         body = _connect_error_body(answer)
-        if body is None:
-            code = connect.code_of_http_status(answer.status_code)
-            message = ""
-            details = None
-        else:
-            code = body.connect_code
-            message = self._scrubbed(body.message)
+        if body is not None:
+            code, message = body.connect_code, self._scrubbed(body.message)
             found = body.error_details()
-            details = (
-                ErrorDetails(
+            if found is not None:
+                details = ErrorDetails(
                     exception_type=self._scrubbed(found.exception_type),
                     message=self._scrubbed(found.message),
                 )
-                if found is not None
-                else None
-            )
             if code is Code.UNKNOWN and UNKNOWN_FIELD in message:
                 # iris's JSON parser refusing a field it does not know: the request itself is
                 # wrong, and sending it again would only be refused again.

@@ -159,7 +159,7 @@ def iris_error(
     *,
     method: str,
     target: str,
-    http_status: int | None,
+    http_status: int,
     details: ErrorDetails | None = None,
     job_id: str = "",
     name: str = "",
@@ -168,8 +168,7 @@ def iris_error(
     """The typed error for a failed call. `server_message` and `details` must already be
     scrubbed of the token."""
     cls = CLASS_OF_CODE.get(code, IrisInternal)
-    status = f" (HTTP {http_status})" if http_status is not None else ""
-    message = f"{method} at {target}: {code.value}{status}"
+    message = f"{method} at {target}: {code.value} (HTTP {http_status})"
     if server_message.strip():
         message = f"{message}: {_short(server_message)}"
     if cls is IrisNotFound and job_id:

@@ -63,7 +63,7 @@ def _observation(newest: datetime, *, from_start: bool) -> Observation:
         coordinator_log_from_start=from_start,
         threads=DumpReading(state=ThreadState.WAITING, evidence="_coordinator_loop"),
         cpu=[CpuSeen(task_id=f"{COORD}/0", host="w-1", attempt=0, pid=7, start_time=5, ticks=9)],
-        reading=ReadingState(attempt=LATEST.key, coordinator_cursor=4096 * 7000),
+        reading=ReadingState(attempt=LATEST.group, coordinator_cursor=4096 * 7000),
     )
 
 

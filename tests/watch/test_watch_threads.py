@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from keeper.domain.watch.threads import ThreadState, classify_dump, parse_dump, read_dump
+from keeper.domain.watch.threads import ThreadState, parse_dump, read_dump
 
 HEAD = "Process 1: python -m zephyr.coordinator\nPython v3.11.9 (/usr/bin/python3.11)\n\n"
 MAIN = 'Thread 0x7F00000001 (idle): "MainThread"\n    wait (threading.py:331)\n' \
@@ -68,7 +68,7 @@ def test_a_dump_reads_active_waiting_zombie_or_unknown_naming_the_threads_that_s
     assert reading.state is state
     for word in words:
         assert word in reading.evidence
-    assert classify_dump(dump) is state
+    assert read_dump(dump).state is state
 
 
 def test_the_contracts_example_reads_live_with_its_sentence() -> None:

@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
-from typing import NoReturn
+from typing import TypeVar
 
 from pydantic import ValidationError
 from temporalio import workflow
@@ -78,7 +79,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from keeper.domain.watch.names import JobPhase
     from keeper.domain.watch.policy import WatchPolicy
-    from keeper.domain.watch.relaunch import HeldLaunch, launched_text
+    from keeper.domain.watch.relaunch import launched_text
     from keeper.domain.watch.state import WatchState, rolled_over, scheduled
     from keeper.runtime.watch import search_attributes as sa
     from keeper.workflows.common.alerts import raise_alert
@@ -87,6 +88,9 @@ with workflow.unsafe.imports_passed_through():
     from keeper.workflows.common.shielded import run_to_completion
     from keeper.workflows.watch import activity_options as opts
     from keeper.workflows.watch import metrics
+
+C = TypeVar("C")
+R = TypeVar("R")
 
 
 @workflow.defn(
@@ -124,7 +128,9 @@ class JobWatch:
             self._approved.append(decision.proposal)
             self._publish()
         # Answers when the step is done (or failed), so `keeper job approve` shows its outcome.
-        await workflow.wait_condition(lambda: self._proposal_settled(decision.proposal))
+        await workflow.wait_condition(
+            lambda: self._proposal(decision.proposal).state is not ProposalState.APPROVED
+        )
         return self._proposal(decision.proposal)
 
     @approve.validator
@@ -155,9 +161,6 @@ class JobWatch:
     def _proposal(self, proposal_id: str) -> Proposal:
         assert self._state is not None
         return next(p for p in self._state.view.proposals if p.id == proposal_id)
-
-    def _proposal_settled(self, proposal_id: str) -> bool:
-        return self._proposal(proposal_id).state is not ProposalState.APPROVED
 
     # ---- the watch ---------------------------------------------------------------------
 
@@ -204,14 +207,17 @@ class JobWatch:
                 ended = f"the job ended {assessment.result.job_state} before keeper acted"
                 self._drop_approved(ProposalState.WITHDRAWN, ended)
                 return await self._close(assessment.result)
-            if self._queued():
+            queued = self._state is not None and self._state.view.job_state == JobPhase.PENDING
+            if queued and not self._approved:
                 await self._await_scheduled()
                 continue
             if history_is_long(policy.history_events_limit) and not self._approved:
                 await self._settle_alerts()
                 # An approval that arrives meanwhile is carried out before the roll-over.
                 if await handlers_finished(unless=lambda: bool(self._approved)):
-                    self._continue_as_new()
+                    assert self._inp is not None and self._state is not None
+                    carry = rolled_over(self._state)
+                    workflow.continue_as_new(self._inp.model_copy(update={"carry": carry}))
                 continue
             self._wait = assessment.interval
 
@@ -220,29 +226,18 @@ class JobWatch:
         state, policy = self._state, self._policy
         assert state is not None and policy is not None
         job, wait, self._wait = state.view.job_id, self._wait, timedelta(0)
-        if not wait:
-            # A decision that comes in while this check reads iris stands: the check is
-            # judged on top of it (below).
-            observation = await workflow.execute_activity_method(
-                WatchObserver.observe,
-                ObserveCall(job_id=job, reading=state.reading),
-                start_to_close_timeout=opts.OBSERVE_START_TO_CLOSE,
-                heartbeat_timeout=opts.CHECK_HEARTBEAT,
-                retry_policy=opts.READ_RETRY,
-                summary=f"check {job}",
-            )
-        else:
-            # The check waits inside its own activity (its first attempt answers "not due",
-            # retried when due): no timer, one workflow task a check.
-            due = workflow.now() + wait
-            check = workflow.start_activity_method(
-                WatchObserver.observe,
-                ObserveCall(job_id=job, reading=state.reading, wait_s=wait.total_seconds()),
-                start_to_close_timeout=opts.OBSERVE_START_TO_CLOSE,
-                heartbeat_timeout=opts.CHECK_HEARTBEAT,
-                retry_policy=opts.READ_RETRY,
-                summary=f"check {job} at {due:%Y-%m-%dT%H:%M:%SZ}",
-            )
+        # The check waits inside its own activity (its first attempt answers "not due",
+        # retried when due): no timer, one workflow task a check.
+        due = f" at {workflow.now() + wait:%Y-%m-%dT%H:%M:%SZ}" if wait else ""
+        check = workflow.start_activity_method(
+            WatchObserver.observe,
+            ObserveCall(job_id=job, reading=state.reading, wait_s=wait.total_seconds()),
+            start_to_close_timeout=opts.OBSERVE_START_TO_CLOSE,
+            heartbeat_timeout=opts.CHECK_HEARTBEAT,
+            retry_policy=opts.READ_RETRY,
+            summary=f"check {job}{due}",
+        )
+        if wait:
             await workflow.wait_condition(lambda: check.done() or bool(self._approved))
             if not check.done():
                 # An approval ends the wait at once: the check not yet made is dropped.
@@ -250,7 +245,9 @@ class JobWatch:
                 with contextlib.suppress(ActivityError, CancelledError):
                     await check
                 return None
-            observation = await check
+        # A decision that comes in while the check reads iris stands: the check is judged on
+        # top of it (below).
+        observation = await check
         # Judged on the state as it is now, never the one from before the read.
         assessment = assess(policy, self._state, observation, workflow.now(), workflow.time())
         if assessment.probe is not None:
@@ -278,10 +275,6 @@ class JobWatch:
             self._alert(notice)
         self._publish()
         return assessment
-
-    def _queued(self) -> bool:
-        view = self._state.view if self._state is not None else None
-        return view is not None and view.job_state == JobPhase.PENDING.value and not self._approved
 
     async def _await_scheduled(self) -> None:
         """One activity that fails until the queued job is scheduled: its retry policy is the
@@ -319,21 +312,15 @@ class JobWatch:
             if proposal.kind is ProposalKind.RESTART:
                 # What the relaunch will send, checked before the job is stopped: a restart
                 # keeper cannot carry out stops nothing.
-                await workflow.execute_activity_method(
+                await _act(
                     WatchActions.prepare_relaunch,
                     relaunch,
-                    start_to_close_timeout=opts.ACTION_START_TO_CLOSE,
-                    schedule_to_close_timeout=opts.ACTION_SCHEDULE_TO_CLOSE,
-                    retry_policy=opts.ACTION_RETRY,
-                    summary=f"check what a relaunch of {job} would send ({proposal.id})",
+                    f"check what a relaunch of {job} would send ({proposal.id})",
                 )
-            stopped = await workflow.execute_activity_method(
+            stopped = await _act(
                 WatchActions.stop,
                 StopCall(job_id=job, proposal=proposal.id),
-                start_to_close_timeout=opts.ACTION_START_TO_CLOSE,
-                schedule_to_close_timeout=opts.ACTION_SCHEDULE_TO_CLOSE,
-                retry_policy=opts.ACTION_RETRY,
-                summary=f"stop {job} ({proposal.id}, approved by {proposal.decided_by})",
+                f"stop {job} ({proposal.id}, approved by {proposal.decided_by})",
             )
             if proposal.kind is ProposalKind.STOP:
                 self._settle(proposal.id, ProposalState.DONE, stopped.detail)
@@ -341,13 +328,8 @@ class JobWatch:
                     self._result(WatchOutcome.STOPPED, job_state=stopped.job_state)
                 )
             how = "the operator's command" if proposal.command else "keeper's own request"
-            relaunched = await workflow.execute_activity_method(
-                WatchActions.relaunch,
-                relaunch,
-                start_to_close_timeout=opts.ACTION_START_TO_CLOSE,
-                schedule_to_close_timeout=opts.ACTION_SCHEDULE_TO_CLOSE,
-                retry_policy=opts.ACTION_RETRY,
-                summary=f"relaunch {job} with {how} ({proposal.id})",
+            relaunched = await _act(
+                WatchActions.relaunch, relaunch, f"relaunch {job} with {how} ({proposal.id})"
             )
         except ActivityError as err:
             if is_cancelled_exception(err):
@@ -362,14 +344,27 @@ class JobWatch:
                 )
             )
             return None
-        new_watch = watch_id(relaunched.job_id)
+        new_job, new_watch = relaunched.job_id, watch_id(relaunched.job_id)
         # Already started: the new job is watched (a replayed relaunch, or an operator).
         with contextlib.suppress(WorkflowAlreadyStartedError):
-            await self._start_watch_of(
-                relaunched.job_id, new_watch, job, proposal, relaunched.launched
+            await workflow.start_child_workflow(
+                WATCH_WORKFLOW_TYPE,
+                JobWatchInput(
+                    job_id=new_job,
+                    requested_by=proposal.decided_by or "",
+                    restart_of=job,
+                    restarts=inp.restarts + 1,
+                    launch=relaunched.launched,
+                ),
+                id=new_watch,
+                task_queue=workflow.info().task_queue,
+                parent_close_policy=ParentClosePolicy.ABANDON,
+                id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+                search_attributes=sa.for_job(new_job),
+                static_summary=f"watch {new_job} (restart of {job})",
             )
         outcome = launched_text(
-            relaunched.job_id,
+            new_job,
             command=proposal.command is not None,
             from_iris=inp.launch is None,
             dropped=relaunched.dropped_env,
@@ -379,36 +374,9 @@ class JobWatch:
             self._result(
                 WatchOutcome.RESTARTED,
                 job_state=stopped.job_state,
-                new_job_id=relaunched.job_id,
+                new_job_id=new_job,
                 new_watch_id=new_watch,
             )
-        )
-
-    async def _start_watch_of(
-        self,
-        new_job: str,
-        new_watch: str,
-        old_job: str,
-        proposal: Proposal,
-        launched: HeldLaunch | None,
-    ) -> None:
-        inp = self._inp
-        assert inp is not None
-        await workflow.start_child_workflow(
-            WATCH_WORKFLOW_TYPE,
-            JobWatchInput(
-                job_id=new_job,
-                requested_by=proposal.decided_by or "",
-                restart_of=old_job,
-                restarts=inp.restarts + 1,
-                launch=launched,
-            ),
-            id=new_watch,
-            task_queue=workflow.info().task_queue,
-            parent_close_policy=ParentClosePolicy.ABANDON,
-            id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
-            search_attributes=sa.for_job(new_job),
-            static_summary=f"watch {new_job} (restart of {old_job})",
         )
 
     def _settle(self, proposal_id: str, to: ProposalState, outcome: str) -> None:
@@ -431,7 +399,7 @@ class JobWatch:
             outcome=outcome,
             job_state=fields.pop("job_state", None) or view.job_state,
             cause=view.cause,
-            verdicts=len(view.timeline) + view.timeline_dropped,
+            verdicts=view.verdicts,
             **fields,
         )
 
@@ -470,11 +438,6 @@ class JobWatch:
 
     # ---- plumbing ------------------------------------------------------------------------
 
-    def _continue_as_new(self) -> NoReturn:
-        inp, state = self._inp, self._state
-        assert inp is not None and state is not None
-        workflow.continue_as_new(inp.model_copy(update={"carry": rolled_over(state)}))
-
     def _publish(self) -> None:
         assert self._state is not None
         view = self._state.view
@@ -486,6 +449,19 @@ class JobWatch:
                 sa.VERDICT.value_set([view.verdict]),
             ],
         )
+
+
+async def _act(method: Callable[[WatchActions, C], Awaitable[R]], call: C, summary: str) -> R:
+    """One approved step's activity: retried until the controller answers, given up after
+    ACTION_SCHEDULE_TO_CLOSE."""
+    return await workflow.execute_activity_method(
+        method,
+        call,
+        start_to_close_timeout=opts.ACTION_START_TO_CLOSE,
+        schedule_to_close_timeout=opts.ACTION_SCHEDULE_TO_CLOSE,
+        retry_policy=opts.ACTION_RETRY,
+        summary=summary,
+    )
 
 
 def _cause(err: BaseException) -> str:
