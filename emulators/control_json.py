@@ -9,9 +9,17 @@ from types import MappingProxyType
 from typing import Any, TypeVar
 
 from aiohttp import web
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from emulators.faults import FaultBook
 
 M = TypeVar("M", bound=BaseModel)
+
+
+class Body(BaseModel):
+    """A control call's JSON body: a field the emulator does not know is a 400, not ignored."""
+
+    model_config = ConfigDict(extra="forbid")
 
 
 class BadRequest(Exception):
@@ -41,17 +49,28 @@ async def parse(request: web.Request, model: type[M]) -> M:
 
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-NO_STATUSES: Mapping[type[Exception], int] = MappingProxyType({})
+
+
+def answer(reply: Callable[[web.Request], Any]) -> Handler:
+    """A control call with no body: it answers `reply(request)` as JSON."""
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        return web.json_response(reply(request))
+
+    return handler
 
 
 def error_middleware(
-    statuses: Mapping[type[Exception], int] = NO_STATUSES,
+    statuses: Mapping[type[Exception], int] = MappingProxyType({}), prefix: str = ""
 ) -> Callable[[web.Request, Handler], Awaitable[web.StreamResponse]]:
-    """A failed control call as `{"error": ...}`: a BadRequest's own answer, an emulator
-    exception by `statuses` (first match), an HTTP error as it is, a ValueError as 400."""
+    """A failed control call (a path under `prefix`) as `{"error": ...}`: a BadRequest's own
+    answer, an emulator exception by `statuses` (first match), an HTTP error as it is, a
+    ValueError as 400."""
 
     @web.middleware
     async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if not request.path.startswith(prefix):
+            return await handler(request)
         try:
             return await handler(request)
         except BadRequest as bad:
@@ -63,9 +82,28 @@ def error_middleware(
         except Exception as exc:
             for kind, status in statuses.items():
                 if isinstance(exc, kind):
-                    return error(status, str(exc))
+                    # A KeyError's str() is the repr of its key: the message is its argument.
+                    message = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
+                    return error(status, str(message))
             if isinstance(exc, ValueError):
                 return error(400, str(exc))
             raise
 
     return errors
+
+
+def fault_routes(
+    path: str, model: type[BaseModel], book: Callable[[web.Request], FaultBook[Any]]
+) -> list[web.RouteDef]:
+    """POST `path` queues a fault (201, answering it); DELETE `path` clears them all."""
+
+    async def add(request: web.Request) -> web.Response:
+        fault = await parse(request, model)
+        book(request).add(fault)
+        return web.json_response({"fault": fault.model_dump()}, status=201)
+
+    async def clear(request: web.Request) -> web.Response:
+        book(request).clear()
+        return web.json_response({"faults": []})
+
+    return [web.post(path, add), web.delete(path, clear)]

@@ -105,10 +105,6 @@ def _fault_response(fault: Fault, runner: Runner | None, runner_id: int | None) 
     return github_error(fault.status, message, headers)
 
 
-def _runner_id(request: web.Request) -> int:
-    return int(request.match_info["runner_id"])
-
-
 def _check(request: web.Request, runner_id: int | None) -> web.Response | None:
     """The 401 or injected fault that replaces this request's answer, if any."""
     emu = _emu(request)
@@ -158,7 +154,7 @@ async def list_runners(request: web.Request) -> web.Response:
 
 def _runner_or_answer(request: web.Request) -> Runner | web.Response:
     """The runner a get or delete names, or the answer that ends the request first."""
-    runner_id = _runner_id(request)
+    runner_id = int(request.match_info["runner_id"])  # the route's pattern is digits
     denied = _check(request, runner_id)
     if denied is not None:
         return denied
@@ -190,13 +186,8 @@ async def not_found(request: web.Request) -> web.Response:
 
 
 def routes() -> list[web.RouteDef]:
-    prefixes = (
-        "/repos/{owner}/{repo}",
-        "/orgs/{org}",
-        "/enterprises/{enterprise}",
-    )
     defs: list[web.RouteDef] = []
-    for prefix in prefixes:
+    for prefix in ("/repos/{owner}/{repo}", "/orgs/{org}", "/enterprises/{enterprise}"):
         base = f"{prefix}/actions/runners"
         one = base + r"/{runner_id:\d+}"
         defs += [

@@ -6,21 +6,17 @@ Errors are {"error": "..."}; validation errors name the offending field and list
 
 from __future__ import annotations
 
-from typing import Any
-
 from aiohttp import web
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
-from emulators.control_json import BadRequest, error, parse
+from emulators.control_json import BadRequest, Body, answer, error, fault_routes, parse
 from emulators.github.api import EMULATOR_KEY
 from emulators.github.state import DEFAULT_LABELS, Fault, RunnerStatus
 
 PREFIX = "/_emulator"
 
 
-class NewRunner(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class NewRunner(Body):
     scope: str
     name: str = Field(min_length=1)
     labels: list[str] = Field(default_factory=lambda: list(DEFAULT_LABELS))
@@ -29,9 +25,7 @@ class NewRunner(BaseModel):
     os: str = "Linux"
 
 
-class RunnerPatch(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class RunnerPatch(Body):
     busy: bool | None = None
     status: RunnerStatus | None = None
 
@@ -44,32 +38,6 @@ def _runner_id(request: web.Request) -> int:
         raise BadRequest(error(400, f"invalid field runner_id: {raw!r}")) from None
 
 
-@web.middleware
-async def control_errors(request: web.Request, handler: Any) -> web.StreamResponse:
-    if not request.path.startswith(PREFIX):
-        return await handler(request)
-    try:
-        return await handler(request)
-    except BadRequest as bad:
-        return bad.response
-    except KeyError as exc:
-        return error(404, str(exc.args[0]) if exc.args else "not found")
-    except ValueError as exc:
-        return error(400, str(exc))
-
-
-async def healthz(request: web.Request) -> web.Response:
-    return web.json_response({"status": "ok"})
-
-
-async def get_state(request: web.Request) -> web.Response:
-    return web.json_response(request.app[EMULATOR_KEY].state())
-
-
-async def get_requests(request: web.Request) -> web.Response:
-    return web.json_response({"requests": request.app[EMULATOR_KEY].requests})
-
-
 async def reset(request: web.Request) -> web.Response:
     request.app[EMULATOR_KEY].reset()
     return web.json_response({"reset": True})
@@ -78,14 +46,7 @@ async def reset(request: web.Request) -> web.Response:
 async def add_runner(request: web.Request) -> web.Response:
     body = await parse(request, NewRunner)
     emu = request.app[EMULATOR_KEY]
-    runner_id = emu.add_runner(
-        body.scope,
-        body.name,
-        labels=body.labels,
-        status=body.status,
-        busy=body.busy,
-        os=body.os,
-    )
+    runner_id = emu.add_runner(**body.model_dump())
     return web.json_response({"id": runner_id, "runner": emu.runner(runner_id)}, status=201)
 
 
@@ -107,31 +68,22 @@ async def delete_runner(request: web.Request) -> web.Response:
     return web.json_response({"deleted": runner_id})
 
 
-async def add_fault(request: web.Request) -> web.Response:
-    fault = await parse(request, Fault)
-    request.app[EMULATOR_KEY].faults.add(fault)
-    return web.json_response({"fault": fault.model_dump()}, status=201)
-
-
-async def clear_faults(request: web.Request) -> web.Response:
-    request.app[EMULATOR_KEY].faults.clear()
-    return web.json_response({"faults": []})
-
-
 async def control_not_found(request: web.Request) -> web.Response:
     return error(404, f"no control route {request.method} {request.path}")
 
 
 def routes() -> list[web.RouteDef]:
     return [
-        web.get(f"{PREFIX}/healthz", healthz),
-        web.get(f"{PREFIX}/state", get_state),
-        web.get(f"{PREFIX}/requests", get_requests),
+        web.get(f"{PREFIX}/healthz", answer(lambda _: {"status": "ok"})),
+        web.get(f"{PREFIX}/state", answer(lambda request: request.app[EMULATOR_KEY].state())),
+        web.get(
+            f"{PREFIX}/requests",
+            answer(lambda request: {"requests": request.app[EMULATOR_KEY].requests}),
+        ),
         web.post(f"{PREFIX}/reset", reset),
         web.post(f"{PREFIX}/runners", add_runner),
         web.patch(f"{PREFIX}/runners/{{runner_id}}", patch_runner),
         web.delete(f"{PREFIX}/runners/{{runner_id}}", delete_runner),
-        web.post(f"{PREFIX}/faults", add_fault),
-        web.delete(f"{PREFIX}/faults", clear_faults),
+        *fault_routes(f"{PREFIX}/faults", Fault, lambda request: request.app[EMULATOR_KEY].faults),
         web.route("*", f"{PREFIX}/{{tail:.*}}", control_not_found),
     ]

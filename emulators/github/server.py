@@ -14,17 +14,18 @@ from typing import Any
 
 from aiohttp import web
 
+from emulators.control_json import error_middleware
+from emulators.faults import FaultBook
 from emulators.github import api, control
 from emulators.github.api import EMULATOR_KEY
 from emulators.github.state import (
     DEFAULT_LABELS,
     Fault,
-    FaultBook,
     RequestLog,
     RunnerBook,
     RunnerStatus,
 )
-from emulators.lifecycle import Served, until_stop_signal
+from emulators.lifecycle import Served, start_site, until_stop_signal
 
 log = logging.getLogger("emulators.github")
 
@@ -38,7 +39,7 @@ class GitHubEmulator(Served):
             raise ValueError("token must not be empty")
         self.token = token
         self.runners = RunnerBook()
-        self.faults = FaultBook()
+        self.faults: FaultBook[Fault] = FaultBook("times")
         self.log = RequestLog()
         self._runner: web.AppRunner | None = None
         self._url: str | None = None
@@ -49,7 +50,9 @@ class GitHubEmulator(Served):
     # ------------------------------------------------------------- lifecycle
 
     def make_app(self) -> web.Application:
-        app = web.Application(middlewares=[api.record_requests, control.control_errors])
+        # The API's own answers are GitHub's; only control calls answer {"error": ...}.
+        control_errors = error_middleware({KeyError: 404}, prefix=control.PREFIX)
+        app = web.Application(middlewares=[api.record_requests, control_errors])
         app[EMULATOR_KEY] = self
         # Control routes first: the API's catch-all answers GitHub's 404 for anything else.
         app.add_routes(control.routes())
@@ -61,16 +64,7 @@ class GitHubEmulator(Served):
         """Listen on host:port (0 picks a free port) and return the base URL."""
         if self._runner is not None:
             raise RuntimeError(f"emulator already serving on {self._url}")
-        runner = web.AppRunner(self.make_app(), access_log=None)
-        await runner.setup()
-        site = web.TCPSite(runner, host, port)
-        try:
-            await site.start()
-        except BaseException:
-            await runner.cleanup()
-            raise
-        bound = runner.addresses[0][1]
-        self._runner = runner
+        self._runner, bound = await start_site(self.make_app(), host, port)
         shown = f"[{host}]" if ":" in host else host
         self._url = f"http://{shown}:{bound}"
         log.info("GitHub emulator: serving on %s", self._url)

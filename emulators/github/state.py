@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -53,22 +53,14 @@ class Runner:
         }
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "scope": self.scope,
-            "name": self.name,
-            "os": self.os,
-            "status": self.status,
-            "busy": self.busy,
-            "labels": list(self.labels),
-        }
+        return asdict(self)
 
 
 class RunnerBook:
     def __init__(self) -> None:
         self._runners: dict[int, Runner] = {}
         self._label_ids: dict[str, int] = {}
-        self._next_id = FIRST_RUNNER_ID
+        self.next_id = FIRST_RUNNER_ID
 
     def add(
         self,
@@ -86,8 +78,8 @@ class RunnerBook:
         if any(r.scope == key and r.name == name for r in self._runners.values()):
             # GitHub refuses a second registration under a taken name in one scope.
             raise ValueError(f"invalid field name: {key} already has a runner named {name!r}")
-        runner = Runner(self._next_id, key, name, os, status, busy, list(labels))
-        self._next_id += 1
+        runner = Runner(self.next_id, key, name, os, status, busy, list(labels))
+        self.next_id += 1
         for label in runner.labels:
             self._label_ids.setdefault(label, len(self._label_ids) + 1)
         self._runners[runner.id] = runner
@@ -117,17 +109,13 @@ class RunnerBook:
     def clear(self) -> None:
         self._runners.clear()
         self._label_ids.clear()
-        self._next_id = FIRST_RUNNER_ID
+        self.next_id = FIRST_RUNNER_ID
 
     def to_json(self) -> dict[str, list[dict[str, Any]]]:
         by_scope: dict[str, list[dict[str, Any]]] = {}
         for runner in sorted(self._runners.values(), key=lambda r: r.id):
             by_scope.setdefault(runner.scope, []).append(runner.to_json())
         return by_scope
-
-    @property
-    def next_id(self) -> int:
-        return self._next_id
 
 
 class Fault(BaseModel):
@@ -161,30 +149,6 @@ class Fault(BaseModel):
         if self.scope is not None and self.scope != scope:
             return False
         return self.runner_id is None or self.runner_id == runner_id
-
-
-class FaultBook:
-    def __init__(self) -> None:
-        self._faults: list[Fault] = []
-
-    def add(self, fault: Fault) -> None:
-        self._faults.append(fault)
-
-    def clear(self) -> None:
-        self._faults.clear()
-
-    def take(self, method: str, scope: str, runner_id: int | None) -> Fault | None:
-        """Use up one of the first matching fault's times (first in, first out)."""
-        for fault in self._faults:
-            if fault.matches(method, scope, runner_id):
-                fault.times -= 1
-                if fault.times == 0:
-                    self._faults.remove(fault)
-                return fault
-        return None
-
-    def to_json(self) -> list[dict[str, Any]]:
-        return [fault.model_dump() for fault in self._faults]
 
 
 @dataclass

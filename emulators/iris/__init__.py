@@ -5,11 +5,12 @@
 See docs/iris-emulator.md.
 """
 
-from emulators.iris.clock import ManualWallClock, ScenarioClock, SystemWallClock
+from emulators.clock import EmulatorClock as SystemWallClock
+from emulators.clock import ManualClock as ManualWallClock
+from emulators.iris.clock import ScenarioClock
 from emulators.iris.config import SCENARIO_ENV, IrisEmulatorConfig
-from emulators.iris.emulator import IrisEmulator, start_emulator
+from emulators.iris.emulator import IrisEmulator, serve, start_emulator
 from emulators.iris.scenarios import SCENARIOS, Scenario, Stage
-from emulators.iris.serve import serve
 
 __all__ = [
     "SCENARIOS",

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
 
 from emulators.iris.config import (
     CURRENT_LOG_ROUTES,
@@ -14,7 +13,8 @@ from emulators.iris.config import (
     IrisEmulatorConfig,
     check_log_routes,
 )
-from emulators.iris.serve import serve
+from emulators.iris.emulator import serve
+from emulators.lifecycle import command_line, parse
 
 
 def _token(text: str) -> tuple[str, str]:
@@ -32,11 +32,10 @@ def _log_routes(text: str) -> tuple[str, ...]:
 
 
 def parse_args(argv: list[str] | None = None) -> IrisEmulatorConfig:
-    parser = argparse.ArgumentParser(
-        prog="python -m emulators.iris",
-        description="Local iris controller (Connect JSON) playing zephyr job scenarios.",
+    parser = command_line(
+        "python -m emulators.iris",
+        "Local iris controller (Connect JSON) playing zephyr job scenarios.",
     )
-    parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=DEFAULT_PORT)
     parser.add_argument("--scenario-file", default=None, help="YAML: default + scenarios")
     parser.add_argument("--scenario", default="healthy", help="what LaunchJob plays by default")
@@ -56,25 +55,10 @@ def parse_args(argv: list[str] | None = None) -> IrisEmulatorConfig:
         metavar="TOKEN[=USER]",
         help="require a bearer token (repeatable); the token's user launches jobs",
     )
-    parser.add_argument("--log-level", default="INFO")
-    args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    return IrisEmulatorConfig(
-        host=args.host,
-        port=args.port,
-        speed=args.speed,
-        scenario_file=args.scenario_file,
-        default_scenario=args.scenario,
-        log_routes=args.log_routes,
-        tokens=dict(args.token),
-    )
-
-
-def main(argv: list[str] | None = None) -> None:
-    asyncio.run(serve(parse_args(argv)))
+    options = parse(parser, argv)
+    scenario, tokens = options.pop("scenario"), dict(options.pop("token"))
+    return IrisEmulatorConfig(**options, default_scenario=scenario, tokens=tokens)
 
 
 if __name__ == "__main__":
-    main()
+    asyncio.run(serve(parse_args()))

@@ -14,45 +14,13 @@ maps a wall time forward, so nothing the emulator stamps is ever later than now.
 
 from __future__ import annotations
 
-import time
-from typing import Protocol
-
-
-class WallClock(Protocol):
-    def now(self) -> float: ...
-
-
-class SystemWallClock:
-    """Unix seconds that advance with the monotonic clock."""
-
-    def __init__(self) -> None:
-        self._wall_at_start = time.time()
-        self._mono_at_start = time.monotonic()
-
-    def now(self) -> float:
-        return self._wall_at_start + (time.monotonic() - self._mono_at_start)
-
-
-class ManualWallClock:
-    """Wall time that moves only when told: for tests that read CPU counters exactly."""
-
-    def __init__(self, start: float = 1_800_000_000.0) -> None:
-        self._now = start
-
-    def now(self) -> float:
-        return self._now
-
-    def advance(self, seconds: float) -> float:
-        if seconds < 0:
-            raise ValueError("wall time never goes backwards")
-        self._now += seconds
-        return self._now
+from emulators.clock import Clock
 
 
 class ScenarioClock:
     """Scenario seconds on the Unix scale: `speed` x wall time since start, plus skips."""
 
-    def __init__(self, wall: WallClock, speed: float = 60.0) -> None:
+    def __init__(self, wall: Clock, speed: float = 60.0) -> None:
         if speed <= 0:
             raise ValueError("speed must be positive")
         self.wall = wall

@@ -9,20 +9,16 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Literal
 
 from aiohttp import web
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
-from emulators.control_json import BadRequest, error, parse
+from emulators.control_json import Body, answer, parse
 from emulators.iris.config import check_log_routes
 
 if TYPE_CHECKING:
     from emulators.iris.emulator import IrisEmulator
 
 
-class _Body(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class _CreateJob(_Body):
+class _CreateJob(Body):
     name: str = Field(min_length=1)
     user: str = Field(default="alice", min_length=1)
     scenario: str = "healthy"
@@ -33,22 +29,22 @@ class _CreateJob(_Body):
     request: dict[str, Any] | None = None
 
 
-class _NextScenario(_Body):
+class _NextScenario(Body):
     scenario: str
     overrides: dict[str, Any] = Field(default_factory=dict)
 
 
-class _Faults(_Body):
+class _Faults(Body):
     mode: Literal["hang", "unavailable", "off"]
     seconds: float | None = Field(default=None, gt=0)  # wall seconds; None: until changed
     methods: list[str] | None = None
 
 
-class _FastForward(_Body):
+class _FastForward(Body):
     seconds: float = Field(ge=0)
 
 
-class _LogRoutes(_Body):
+class _LogRoutes(Body):
     # Of LOG_ROUTES: get_task_logs, fetch_logs, proxy.
     routes: list[str]
 
@@ -57,9 +53,6 @@ Route = web.RouteDef
 
 
 def control_routes(emu: IrisEmulator) -> list[Route]:
-    async def state(request: web.Request) -> web.Response:
-        return web.json_response(emu.state())
-
     async def scenarios(request: web.Request) -> web.Response:
         return web.json_response(
             {
@@ -70,9 +63,7 @@ def control_routes(emu: IrisEmulator) -> list[Route]:
 
     async def create_job(request: web.Request) -> web.Response:
         body = await parse(request, _CreateJob)
-        job = emu.create_job(
-            body.name, body.user, body.scenario, body.seed, body.overrides, body.request
-        )
+        job = emu.create_job(**body.model_dump())
         return web.json_response(emu.job_json(job), status=201)
 
     async def next_scenario(request: web.Request) -> web.Response:
@@ -92,22 +83,16 @@ def control_routes(emu: IrisEmulator) -> list[Route]:
 
     async def log_routes(request: web.Request) -> web.Response:
         body = await parse(request, _LogRoutes)
-        try:
-            emu.config.log_routes = check_log_routes(body.routes)
-        except ValueError as exc:
-            raise BadRequest(error(400, str(exc))) from None
+        emu.config.log_routes = check_log_routes(body.routes)  # a ValueError answers 400
         return web.json_response({"log_routes": list(emu.config.log_routes)})
 
-    async def actions(request: web.Request) -> web.Response:
-        return web.json_response({"actions": emu.actions_json()})
-
     return [
-        web.get("/control/state", state),
+        web.get("/control/state", answer(lambda _: emu.state())),
         web.get("/control/scenarios", scenarios),
         web.post("/control/jobs", create_job),
         web.post("/control/next-scenario", next_scenario),
         web.post("/control/faults", faults),
         web.post("/control/clock/fast-forward", fast_forward),
         web.post("/control/log-routes", log_routes),
-        web.get("/control/actions", actions),
+        web.get("/control/actions", answer(lambda _: {"actions": emu.actions_json()})),
     ]

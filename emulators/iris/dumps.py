@@ -5,18 +5,17 @@ thread's is the process id), after a `Process N: <cmdline>` and a `Python v3.x` 
 
 from __future__ import annotations
 
+from emulators.iris.procs import MAIN_PID
 from emulators.iris.timeline import DumpKind
 
-_HEADER = "Process {pid}: {cmd}\nPython v3.11.9 (/usr/bin/python3.11)\n"
-
-
+_HEADER = f"Process {MAIN_PID}: {{cmd}}\nPython v3.11.9 (/usr/bin/python3.11)\n\n"
 # Thread n of a process: the main thread (1) has the process's id; the others come later.
 _THREAD_ID_BASE = 40
 
 
-def _thread(ident: int, status: str, name: str, frames: list[str], pid: int = 7) -> str:
+def _thread(ident: int, status: str, name: str, frames: list[str]) -> str:
     body = "".join(f"    {frame}\n" for frame in frames)
-    tid = pid if ident == 1 else pid + _THREAD_ID_BASE + ident
+    tid = MAIN_PID if ident == 1 else MAIN_PID + _THREAD_ID_BASE + ident
     return f'Thread {tid} ({status}): "{name}"\n{body}'
 
 
@@ -32,7 +31,7 @@ _WAIT_STAGE = [
 _IDLE_POOL = ["_worker (concurrent/futures/thread.py:83)", *_RUN]
 
 
-def coordinator_dump(kind: DumpKind, pid: int = 7) -> str:
+def coordinator_dump(kind: DumpKind) -> str:
     threads = [_thread(1, "idle", "MainThread", _MAIN)]
     if kind in ("live", "waiting"):
         status = "active+gil" if kind == "live" else "idle"
@@ -42,51 +41,29 @@ def coordinator_dump(kind: DumpKind, pid: int = 7) -> str:
         threads.append(_thread(4, "idle", "actor-method_1", _IDLE_POOL))
     else:
         threads += [_thread(3 + i, "idle", f"actor-method_{i}", _IDLE_POOL) for i in range(3)]
-    return _HEADER.format(pid=pid, cmd="python -m zephyr.coordinator") + "\n" + "".join(threads)
+    return _HEADER.format(cmd="python -m zephyr.coordinator") + "".join(threads)
 
 
-def worker_dump(worker_id: str, busy: bool, in_shard: bool = False, pid: int = 7) -> str:
+def worker_dump(worker_id: str, busy: bool, in_shard: bool = False) -> str:
     """A zephyr worker: in _execute_shard (on CPU when busy, blocked when not) or polling."""
-    if busy or in_shard:
-        poll = _thread(
-            2,
-            "active+gil" if busy else "idle",
-            f"zephyr-poll-{worker_id}",
-            [
-                "ZephyrWorker._execute_shard (zephyr/worker.py:212)",
-                "ZephyrWorker._poll_loop (zephyr/worker.py:140)",
-                *_RUN,
-            ],
-        )
-    else:
-        poll = _thread(
-            2,
-            "idle",
-            f"zephyr-poll-{worker_id}",
-            ["ZephyrWorker._poll_loop (zephyr/worker.py:140)", *_RUN],
-        )
-    beat = _thread(
-        3,
-        "idle",
-        f"zephyr-hb-{worker_id}",
-        ["ZephyrWorker._heartbeat_loop (zephyr/worker.py:96)", *_RUN],
-    )
-    threads = [_thread(1, "idle", "MainThread", _MAIN), poll, beat]
-    return _HEADER.format(pid=pid, cmd="python -m zephyr.worker") + "\n" + "".join(threads)
+    shard = ["ZephyrWorker._execute_shard (zephyr/worker.py:212)"] if busy or in_shard else []
+    poll = [*shard, "ZephyrWorker._poll_loop (zephyr/worker.py:140)", *_RUN]
+    beat = ["ZephyrWorker._heartbeat_loop (zephyr/worker.py:96)", *_RUN]
+    threads = [
+        _thread(1, "idle", "MainThread", _MAIN),
+        _thread(2, "active+gil" if busy else "idle", f"zephyr-poll-{worker_id}", poll),
+        _thread(3, "idle", f"zephyr-hb-{worker_id}", beat),
+    ]
+    return _HEADER.format(cmd="python -m zephyr.worker") + "".join(threads)
 
 
-def driver_dump(pid: int = 7) -> str:
-    main = _thread(
-        1,
-        "idle",
-        "MainThread",
-        [
-            "Condition.wait (threading.py:331)",
-            "ZephyrContext.execute (zephyr/execution.py:520)",
-            "<module> (main.py:40)",
-        ],
-    )
-    return _HEADER.format(pid=pid, cmd="python main.py") + "\n" + main
+def driver_dump() -> str:
+    main = [
+        "Condition.wait (threading.py:331)",
+        "ZephyrContext.execute (zephyr/execution.py:520)",
+        "<module> (main.py:40)",
+    ]
+    return _HEADER.format(cmd="python main.py") + _thread(1, "idle", "MainThread", main)
 
 
 def dump_for(kind: DumpKind, worker_id: str) -> str:

@@ -3,21 +3,21 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Mapping
 from typing import Any
 
 from aiohttp import web
 
+from emulators.clock import Clock, EmulatorClock
 from emulators.control_json import BadRequest, error, error_middleware
-from emulators.iris.clock import ScenarioClock, SystemWallClock, WallClock
+from emulators.iris.clock import ScenarioClock
 from emulators.iris.config import IrisEmulatorConfig
 from emulators.iris.control import control_routes
 from emulators.iris.scenarios import SCENARIOS, Scenario, load_scenario_file, variant
 from emulators.iris.service import Faults, routes
 from emulators.iris.state import Controller, IrisError, RootJob
-from emulators.lifecycle import Served
+from emulators.lifecycle import Served, cancelled, every, serve_until_signal, start_site
 
 log = logging.getLogger("emulators.iris")
 
@@ -27,14 +27,14 @@ class UnknownScenario(LookupError):
 
 
 class IrisEmulator(Served):
-    def __init__(self, config: IrisEmulatorConfig | None = None, wall: WallClock | None = None):
+    def __init__(self, config: IrisEmulatorConfig | None = None, wall: Clock | None = None):
         self.config = config or IrisEmulatorConfig()
         self.scenarios: dict[str, Scenario] = dict(SCENARIOS)
         default = self.config.default_scenario
         if self.config.scenario_file:
             self.scenarios, file_default = load_scenario_file(self.config.scenario_file)
             default = file_default or default
-        self.clock = ScenarioClock(wall or SystemWallClock(), self.config.speed)
+        self.clock = ScenarioClock(wall or EmulatorClock(), self.config.speed)
         self.controller = Controller(self.clock, self.scenario(default))
         self.faults = Faults()
         self._runner: web.AppRunner | None = None
@@ -44,39 +44,25 @@ class IrisEmulator(Served):
     # ------------------------------------------------------------- lifecycle
 
     async def start(self) -> None:
-        app = web.Application(
-            middlewares=[error_middleware({UnknownScenario: 404, IrisError: 404})]
-        )
-        app.add_routes(control_routes(self))
-        app.add_routes(routes(self))
+        errors = error_middleware({UnknownScenario: 404, IrisError: 404})
+        app = web.Application(middlewares=[errors])
+        app.add_routes([*control_routes(self), *routes(self)])
         # A client that gives up (its deadline) cancels the hanging handler, as on a real server.
-        runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
-        await runner.setup()
-        site = web.TCPSite(runner, self.config.host, self.config.port)
-        await site.start()
-        self._runner = runner
-        sockets = site._server.sockets if site._server is not None else []  # type: ignore[union-attr]
-        self._port = sockets[0].getsockname()[1]
+        site = await start_site(app, self.config.host, self.config.port, handler_cancellation=True)
+        self._runner, self._port = site
         if self.config.settle_interval > 0:
-            self._settler = asyncio.create_task(self._settle_forever())
+            # CPU rates change when the scenario's turn comes; crediting often keeps the
+            # counters true even when nobody reads them for a while.
+            settle = self.controller.settle_all
+            self._settler = every(self.config.settle_interval, settle, log, "CPU settle")
         log.info("iris emulator: controller and control API on %s", self.url)
 
     async def stop(self) -> None:
-        if self._settler is not None:
-            self._settler.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._settler
-            self._settler = None
+        await cancelled(self._settler)
+        self._settler = None
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
-
-    async def _settle_forever(self) -> None:
-        # CPU rates change when the scenario's turn comes; crediting often keeps the
-        # counters true even when nobody reads them for a while.
-        while True:
-            await asyncio.sleep(self.config.settle_interval)
-            self.controller.settle_all()
 
     @property
     def url(self) -> str:
@@ -205,9 +191,13 @@ class IrisEmulator(Served):
 
 
 async def start_emulator(
-    config: IrisEmulatorConfig | None = None, wall: WallClock | None = None
+    config: IrisEmulatorConfig | None = None, wall: Clock | None = None
 ) -> IrisEmulator:
     """An started emulator (stop it with `await emulator.stop()`, or use `async with`)."""
     emulator = IrisEmulator(config, wall)
     await emulator.start()
     return emulator
+
+
+async def serve(config: IrisEmulatorConfig) -> None:
+    await serve_until_signal(IrisEmulator(config), log, "iris emulator")

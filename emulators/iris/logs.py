@@ -37,7 +37,6 @@ from emulators.iris.timeline import (
 SLOTS = 4096  # lines one tick may hold, job-wide
 MAX_SCAN_TICKS = 50_000  # how far one read walks; older or newer lines need another read
 LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
-NOISE_WORDS = ("pull_task", "Started operation", "report_result", "registered", "tasks completed")
 
 
 @dataclass(frozen=True)
@@ -162,123 +161,67 @@ OOM_ERROR = (
 def scenario_events(s: Scenario, plan: Plan) -> list[Event]:
     """The scenario's own lines: starts, the turn, tracebacks, aborts."""
     events = [Event(ROOT_START, "root", "INFO", f"Running zephyr pipeline {plan.ctx}")]
-    coord_start = CHILD_DELAY + 0.6 * s.startup
     exec0 = plan.execution_id(0)
-    events.append(
-        Event(coord_start, "coord", "INFO", f"[{exec0}] Coordinator started: {s.workers} workers")
-    )
     culprit = plan.zephyr_worker_id(0, plan.culprit_worker)
     shard = plan.culprit_shard
+
+    def coord(at: float, level: str, text: str, attempt: int = 0, pipeline: int = 0) -> None:
+        events.append(Event(at, "coord", level, text, attempt=attempt, pipeline=pipeline))
+
+    def started(at: float, attempt: int = 0, pipeline: int = 0) -> None:
+        exec_id = plan.execution_id(attempt, pipeline)
+        text = f"[{exec_id}] Coordinator started: {s.workers} workers"
+        coord(at, "INFO", text, attempt, pipeline)
+
+    def requeued(at: float, shard: int, worker: str) -> None:
+        text = f"Shard {shard} requeued from worker {worker} due to infra failure"
+        coord(at, "WARNING", f"{text} (preemption/heartbeat)")
+
+    def retried(at: float, attempts: int) -> None:
+        coord(at, "WARNING", f"[{exec0}] Shards retried (attempts: shard count): {{{attempts}: 1}}")
+
+    started(CHILD_DELAY + 0.6 * s.startup)
     if s.kind == "killed-retry":
         for n in range(3):
-            events.append(
-                Event(
-                    s.event_at,
-                    "coord",
-                    "WARNING",
-                    f"Shard {shard + n} requeued from worker {plan.zephyr_worker_id(0, n)} "
-                    "due to infra failure (preemption/heartbeat)",
-                )
-            )
-        events.append(
-            Event(
-                s.event_at + 1,
-                "coord",
-                "WARNING",
-                "All workers are dead/failed. Waiting for workers to recover...",
-            )
+            requeued(s.event_at, shard + n, plan.zephyr_worker_id(0, n))
+        coord(
+            s.event_at + 1,
+            "WARNING",
+            "All workers are dead/failed. Waiting for workers to recover...",
         )
         retry_at = s.event_at + s.retry_delay
         events.append(
             Event(retry_at, "root", "WARNING", "Execution attempt 0 lost its workers; retrying")
         )
-        events.append(
-            Event(
-                retry_at + 0.6 * s.startup,
-                "coord",
-                "INFO",
-                f"[{plan.execution_id(1)}] Coordinator started: {s.workers} workers",
-                attempt=1,
-            )
-        )
+        started(retry_at + 0.6 * s.startup, attempt=1)
     else:
         for pipeline, appeared in enumerate(pipeline_starts(s)[1:], start=1):
-            events.append(
-                Event(
-                    appeared + 0.6 * s.startup,
-                    "coord",
-                    "INFO",
-                    f"[{plan.execution_id(0, pipeline)}] Coordinator started: {s.workers} workers",
-                    pipeline=pipeline,
-                )
-            )
+            started(appeared + 0.6 * s.startup, pipeline=pipeline)
     if s.kind == "stragglers":
         start, end = straggler_window(s)
         at, n = start + 1800.0, 2
         while at < end:
-            events.append(
-                Event(
-                    at,
-                    "coord",
-                    "WARNING",
-                    f"Shard {shard} requeued from worker {culprit} due to infra failure "
-                    "(preemption/heartbeat)",
-                )
-            )
-            events.append(
-                Event(
-                    at + 0.1,
-                    "coord",
-                    "WARNING",
-                    f"[{exec0}] Shards retried (attempts: shard count): {{{n}: 1}}",
-                )
-            )
-            events.append(
-                Event(
-                    at - 5,
-                    "worker",
-                    "WARNING",
-                    f"shard {shard}: memory at 97% of the limit, spilling",
-                    worker=plan.culprit_worker,
-                )
-            )
+            requeued(at, shard, culprit)
+            retried(at + 0.1, n)
+            memory = f"shard {shard}: memory at 97% of the limit, spilling"
+            events.append(Event(at - 5, "worker", "WARNING", memory, worker=plan.culprit_worker))
             at, n = at + 1800.0, n + 1
     elif s.kind == "oom-straggler":
         for k, at in enumerate(oom_times(s), start=1):
             events.extend(_traceback(at - 0.5, OOM_ERROR, "embed", plan))
-            events.append(
-                Event(
-                    at + 0.5,
-                    "coord",
-                    "WARNING",
-                    f"Shard {shard} requeued from worker {culprit} due to infra failure "
-                    f"(preemption/heartbeat)",
-                )
-            )
-            events.append(
-                Event(
-                    at + 0.6,
-                    "coord",
-                    "WARNING",
-                    f"[{exec0}] Shards retried (attempts: shard count): {{{k + 1}: 1}}",
-                )
-            )
+            requeued(at + 0.5, shard, culprit)
+            retried(at + 0.6, k + 1)
     elif s.kind == "repeated-failure":
         times = failure_times(s)
         for k, at in enumerate(times, start=1):
             events.extend(_traceback(at, FAILURE_ERROR, "decode", plan))
             last = k == len(times)
             tail = "aborting pipeline." if last else "re-queuing."
-            events.append(
-                Event(
-                    at + 0.5,
-                    "coord",
-                    "ERROR" if last else "WARNING",
-                    f"Shard {shard} failed on worker {culprit} "
-                    f"(task error {k}/{s.max_task_errors}), {tail}",
-                )
+            failed = (
+                f"Shard {shard} failed on worker {culprit} (task error {k}/{s.max_task_errors})"
             )
-        events.append(Event(times[-1] + 0.6, "coord", "ERROR", abort_error(s, plan)))
+            coord(at + 0.5, "ERROR" if last else "WARNING", f"{failed}, {tail}")
+        coord(times[-1] + 0.6, "ERROR", abort_error(s, plan))
         events.append(Event(times[-1] + 1.5, "root", "ERROR", f"zephyr: {abort_error(s, plan)}"))
     elif s.kind == "preempted":
         for attempt, at in enumerate(preemption_times(s)[: s.max_retries_preemption], start=1):
@@ -286,26 +229,10 @@ def scenario_events(s: Scenario, plan: Plan) -> list[Event]:
             events.append(
                 Event(restart, "root", "INFO", f"Running zephyr pipeline {plan.ctx}", attempt)
             )
-            events.append(
-                Event(
-                    restart + CHILD_DELAY + 0.6 * s.startup,
-                    "coord",
-                    "INFO",
-                    f"[{plan.execution_id(attempt)}] Coordinator started: {s.workers} workers",
-                    attempt=attempt,
-                )
-            )
+            started(restart + CHILD_DELAY + 0.6 * s.startup, attempt=attempt)
     elif s.kind == "terminated-by-user":
         events.extend(_traceback(s.event_at, OOM_ERROR, "embed", plan))
-        events.append(
-            Event(
-                s.event_at + 3,
-                "coord",
-                "WARNING",
-                f"Shard {shard} requeued from worker {culprit} due to infra failure "
-                "(preemption/heartbeat)",
-            )
-        )
+        requeued(s.event_at + 3, shard, culprit)
         events.append(
             Event(s.event_at + KILL_AFTER_OOM - 0.5, "root", "WARNING", "Received SIGTERM")
         )

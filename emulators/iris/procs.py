@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 
 from keeper.wire.iris.exec_commands import CLK_TCK
 
-__all__ = ["CLK_TCK", "Container", "Proc", "new_container", "session_reading"]
 MAIN_PID = 7
 HELPER_PID = 23
 # Fields 23-52 of a stat line after starttime (vsize, rss, ...): values that do not matter.
@@ -96,9 +95,7 @@ def new_container(
         # A comm with a space and parentheses: readers must split at the last ')'.
         Proc(HELPER_PID, "gcs (io) pool", start_wall + 2.0, ticks=history_ticks * 0.03, share=0.03),
     ]
-    container = Container(host, boot_wall, procs, last_wall=start_wall)
-    container.cores = cores
-    return container
+    return Container(host, boot_wall, procs, last_wall=start_wall, cores=cores)
 
 
 def session_reading(total: float, reset: bool, rng: random.Random) -> str:

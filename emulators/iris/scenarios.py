@@ -128,39 +128,35 @@ class Scenario(BaseModel):
         return sum(stage.seconds for stage in self.stages)
 
 
-def _row(name: str, kind: Kind, summary: str, **knobs: Any) -> Scenario:
-    return Scenario(name=name, kind=kind, summary=summary, **knobs)
+def _row(kind: Kind, summary: str, name: str = "", **knobs: Any) -> Scenario:
+    """A builtin scenario, named after its kind unless `name` says otherwise."""
+    return Scenario(name=name or kind, kind=kind, summary=summary, **knobs)
 
 
 # The contract's scenarios. Timings assume the default 60x speed: 1 wall second = 1 minute.
 BUILTIN: tuple[Scenario, ...] = (
-    _row("healthy", "healthy", "three stages advance to SUCCEEDED"),
+    _row("healthy", "three stages advance to SUCCEEDED"),
     _row(
-        "zombie-coordinator",
         "zombie-coordinator",
         "the pipeline exits mid-stage; the coordinator lingers RUNNING, idle in _worker",
         event_at=400,
     ),
     _row(
         "killed-retry",
-        "killed-retry",
         "workers KILLED, a new attempt (new hash, a1) runs healthy; the a0 coordinator is stale",
         event_at=300,
     ),
     _row(
-        "stuck-stage",
         "stuck-stage",
         "stage1's done count stops; workers' CPU flat; the coordinator waits on the stage",
         event_at=700,
     ),
     _row(
         "stragglers",
-        "stragglers",
         "999/1000 complete, 1 in-flight, 0 queued for 8 hours, then the stage completes",
         event_for=8 * 3600,
     ),
     _row(
-        "oom-straggler",
         "oom-straggler",
         "4999/5000: the last shard runs out of memory, waits queued, runs again, for 8 hours",
         stages=(Stage(name="stage0-Embed → Write", shards=5000, seconds=600),),
@@ -171,12 +167,10 @@ BUILTIN: tuple[Scenario, ...] = (
     ),
     _row(
         "repeated-failure",
-        "repeated-failure",
         "one shard fails with the same traceback until the cap; the job FAILED",
         event_at=200,
     ),
     _row(
-        "rpc-timeouts",
         "rpc-timeouts",
         "the controller hangs, then answers unavailable, then recovers; the job is healthy",
         event_at=120,
@@ -184,21 +178,20 @@ BUILTIN: tuple[Scenario, ...] = (
     ),
     _row(
         "terminated-by-user",
-        "terminated-by-user",
         "KILLED 'Terminated by user'; the cause is a worker's CUDA OOM traceback",
         event_at=250,
     ),
     _row(
-        "finish-while-down",
         "healthy",
         "a short healthy job that completes within about two wall seconds",
+        name="finish-while-down",
         stages=(Stage(name="stage0-Map → Write", shards=100, seconds=90),),
         startup=5,
     ),
     _row(
-        "two-pipelines",
         "healthy",
         "healthy, two pipelines in a row: p0's children succeed, then p1's appear",
+        name="two-pipelines",
         stages=(
             Stage(name="stage0-Map → Shuffle", shards=200, seconds=120),
             Stage(name="stage1-Write", shards=20, seconds=60),
@@ -206,7 +199,6 @@ BUILTIN: tuple[Scenario, ...] = (
         pipelines=2,
     ),
     _row(
-        "cpu-bound-quiet",
         "cpu-bound-quiet",
         "healthy, 20 cores per worker, a progress line every 40 minutes, session resets",
         stages=(Stage(name="stage0-Tokenize → Write", shards=64, seconds=3 * 3600),),
@@ -217,7 +209,6 @@ BUILTIN: tuple[Scenario, ...] = (
         event_at=60,
     ),
     _row(
-        "hung-busy",
         "hung-busy",
         "workers burned 20 cores for 3 hours, then hung between stages; CPU flat",
         stages=(
@@ -231,12 +222,10 @@ BUILTIN: tuple[Scenario, ...] = (
     ),
     _row(
         "dead-worker",
-        "dead-worker",
         "after 2 minutes: exec and profile fail, no new log lines, tasks still RUNNING",
         event_at=120,
     ),
     _row(
-        "preempted",
         "preempted",
         "preempted twice: PENDING again while the budget lasts, then PREEMPTED for good",
         event_at=200,

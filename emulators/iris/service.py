@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -50,12 +49,10 @@ if TYPE_CHECKING:
     from emulators.iris.emulator import IrisEmulator
 
 
-def connect_error(
-    code: str, message: str, status: int | None = None, details: ErrorDetails | None = None
-) -> web.Response:
+def connect_error(code: str, message: str, details: ErrorDetails | None = None) -> web.Response:
     parsed = Code.parse(code)
     body = ConnectErrorBody.of(parsed, message, details).to_json()
-    return web.json_response(body, status=status or HTTP_STATUS[parsed])
+    return web.json_response(body, status=HTTP_STATUS[parsed])
 
 
 def iris_error_response(method: str, err: IrisError) -> web.Response:
@@ -103,9 +100,7 @@ def parse_job_name(name: str) -> list[str]:
 
 
 def _ts(root: RootJob, t: float | None) -> msg.Timestamp | None:
-    if t is None:
-        return None
-    return msg.Timestamp(epoch_ms=int(root.wall_of(t) * 1000))
+    return None if t is None else msg.Timestamp(epoch_ms=int(root.wall_of(t) * 1000))
 
 
 # The earlier attempts ListTasks shows beside the current one: the latest of each of these
@@ -128,6 +123,8 @@ def task_status(root: RootJob, task: TaskView, listing: bool = False) -> msg.Tas
     its current attempt and only the latest FAILED and WORKER_FAILED of the earlier ones."""
     m = task.moment
     earlier = _listed(m) if listing else m.history
+    # The current attempt is listed once the task left PENDING.
+    shown = [*earlier, m] if m.state != "PENDING" else earlier
     attempts = [
         msg.TaskAttempt(
             attempt_id=h.attempt,
@@ -138,23 +135,12 @@ def task_status(root: RootJob, task: TaskView, listing: bool = False) -> msg.Tas
             started_at=_ts(root, h.started),
             finished_at=_ts(root, h.finished),
         )
-        for h in earlier
+        for h in shown
     ]
     fields: dict[str, Any] = {}
     if m.state != "PENDING":
         fields["worker_id"] = task.host
         fields["worker_address"] = f"{task.host}.iris.internal:10001"
-        attempts.append(
-            msg.TaskAttempt(
-                attempt_id=m.attempt,
-                worker_id=task.host,
-                state=TaskState[m.state],
-                exit_code=m.exit_code or 0,
-                error=m.error,
-                started_at=_ts(root, m.started),
-                finished_at=_ts(root, m.finished),
-            )
-        )
     if m.started is not None:
         fields["started_at"] = _ts(root, m.started)
     if m.finished is not None:
@@ -421,16 +407,11 @@ class Service:
 
         def keep(line: Line) -> bool:
             if is_task:
-                if line.task_id != target:
-                    return False
+                mine = line.task_id == target
             else:
-                parent = line.task_id.rsplit("/", 1)[0]
-                if not (
-                    parent == target
-                    or (req.include_children and line.task_id.startswith(target + "/"))
-                ):
-                    return False
-            if req.attempt_id != -1 and line.attempt_id != req.attempt_id:
+                below = req.include_children and line.task_id.startswith(target + "/")
+                mine = line.task_id.rsplit("/", 1)[0] == target or below
+            if not mine or req.attempt_id not in (-1, line.attempt_id):
                 return False
             return _common_filters(line, req.substring, req.min_level)
 
@@ -517,8 +498,6 @@ def _common_filters(line: Line, substring: str, min_level: str) -> bool:
         return False
     return not (min_level and level_rank(line.level) < level_rank(min_level))
 
-
-Handler = Callable[[Any, Caller], Awaitable[BaseModel | dict[str, Any]]]
 
 # method -> (request model, the Service method that answers it)
 CONTROLLER_METHODS: dict[str, tuple[type[BaseModel], str]] = {

@@ -16,7 +16,7 @@ from emulators.iris.clock import ScenarioClock
 from emulators.iris.launch import stored_request
 from emulators.iris.logs import JobLog, Line, TaskIds
 from emulators.iris.plan import Plan, make_plan
-from emulators.iris.procs import CLK_TCK, Container, new_container, session_reading
+from emulators.iris.procs import Container, new_container, session_reading
 from emulators.iris.scenarios import Scenario
 from emulators.iris.timeline import (
     CHILD_DELAY,
@@ -27,10 +27,11 @@ from emulators.iris.timeline import (
     Moment,
     TaskMoment,
     kill_all,
+    killed,
     play,
     startup_state,
 )
-from keeper.wire.iris.exec_commands import PROC_STAT_COMMAND, SESSION_CPU_COMMAND
+from keeper.wire.iris.exec_commands import CLK_TCK, PROC_STAT_COMMAND, SESSION_CPU_COMMAND
 
 # When the first of a scenario's extra_children appears (just after the pipeline's).
 EXTRA_CHILD_AT = CHILD_DELAY + 0.5
@@ -152,9 +153,6 @@ class RootJob:
 
     def workers_job(self, a: AttemptMoment) -> str:
         return f"{self.job_id}/{self.plan.group(a.attempt, 'workers', a.pipeline)}"
-
-    def task_ids(self) -> TaskIds:
-        return TaskIds(self.job_id, self.plan)
 
     def moment(self, t: float) -> Moment:
         """The timeline at t with every TerminateJob laid over it."""
@@ -278,14 +276,10 @@ class RootJob:
 
 
 def _kill_role(a: AttemptMoment, role: str, at: float) -> AttemptMoment:
-    def stop(task: TaskMoment) -> TaskMoment:
-        if task.state in FINISHED:
-            return task
-        return replace(task, state="KILLED", finished=at, error=TERMINATED, exit_code=137, cores=0)
-
     if role == "coord":
-        return replace(a, coord=stop(a.coord), progress=None, progress_lines=False, noise=False)
-    return replace(a, workers=tuple(stop(w) for w in a.workers))
+        coord = killed(a.coord, at, TERMINATED)
+        return replace(a, coord=coord, progress=None, progress_lines=False, noise=False)
+    return replace(a, workers=tuple(killed(w, at, TERMINATED) for w in a.workers))
 
 
 @dataclass(frozen=True)
@@ -376,7 +370,9 @@ class Controller:
             session_rng=random.Random(seed + 7_777),
             stored=stored_request(request, job_id),
         )
-        job.log = JobLog(scenario, job.plan, job.task_ids(), seed, job.moment, job.wall_of)
+        job.log = JobLog(
+            scenario, job.plan, TaskIds(job_id, job.plan), seed, job.moment, job.wall_of
+        )
         self.jobs[job_id] = job
         return job
 

@@ -122,19 +122,14 @@ def _task(state: str, running_at: float, cores: float, dump: DumpKind) -> TaskMo
 
 
 def healthy_attempt(
-    s: Scenario,
-    attempt: int,
-    appeared: float,
-    t: float,
-    elapsed: float | None = None,
-    pipeline: int = 0,
+    s: Scenario, attempt: int, appeared: float, t: float, pipeline: int = 0
 ) -> tuple[AttemptMoment, float]:
     """One attempt that runs every stage; and the t its pipeline ends."""
     running_at = appeared + 0.6 * s.startup
     stage_start = appeared + s.startup
     end = stage_start + s.pipeline_seconds
     since = t - appeared
-    into = t - stage_start if elapsed is None else elapsed
+    into = t - stage_start
     progress = progress_at(s, into)
     completed = progress.stage_index if progress else (len(s.stages) if into > 0 else 0)
     if t >= end + SETTLE:
@@ -192,10 +187,6 @@ def _ended_root(end: float, t: float) -> TaskMoment:
     return _running_root()
 
 
-def _first(s: Scenario, t: float) -> tuple[AttemptMoment, float]:
-    return healthy_attempt(s, 0, CHILD_DELAY, t)
-
-
 def pipeline_starts(s: Scenario) -> list[float]:
     """When each pipeline's children appear: the next one after the previous succeeded."""
     starts = [CHILD_DELAY]
@@ -225,20 +216,26 @@ def _stopped(task: TaskMoment, state: str, at: float, error: str, code: int) -> 
     return replace(task, state=state, finished=at, error=error, exit_code=code, cores=0.0)
 
 
+def killed(task: TaskMoment, at: float, error: str) -> TaskMoment:
+    return _stopped(task, "KILLED", at, error, 137)
+
+
+def _ended(
+    a: AttemptMoment, at: float, error: str, coord: TaskMoment | None = None
+) -> AttemptMoment:
+    """The attempt's unfinished tasks KILLED at `at` (its coordinator: `coord` when given),
+    its log silent from then on."""
+    workers = tuple(killed(w, at, error) for w in a.workers)
+    coord = coord or killed(a.coord, at, error)
+    return replace(
+        a, coord=coord, workers=workers, progress=None, progress_lines=False, noise=False
+    )
+
+
 def kill_all(m: Moment, at: float, error: str = TERMINATED) -> Moment:
     """Every unfinished task KILLED at `at`: what TerminateJob does to the tree."""
-    attempts = tuple(
-        replace(
-            a,
-            coord=_stopped(a.coord, "KILLED", at, error, 137),
-            workers=tuple(_stopped(w, "KILLED", at, error, 137) for w in a.workers),
-            progress=None,
-            progress_lines=False,
-            noise=False,
-        )
-        for a in m.attempts
-    )
-    return replace(m, root=_stopped(m.root, "KILLED", at, error, 137), attempts=attempts)
+    attempts = tuple(_ended(a, at, error) for a in m.attempts)
+    return replace(m, root=killed(m.root, at, error), attempts=attempts)
 
 
 # ------------------------------------------------------------------ the kinds
@@ -288,17 +285,8 @@ def _killed_retry(s: Scenario, plan: Plan, t: float) -> Moment:
     first, _ = healthy_attempt(s, 0, CHILD_DELAY, min(t, s.event_at))
     if t < s.event_at:
         return Moment(t, _running_root(), _visible(first, t))
-    killed = tuple(
-        _stopped(w, "KILLED", s.event_at, "Worker killed: preempted", 137) for w in first.workers
-    )
-    stale = replace(
-        first,
-        coord=replace(first.coord, cores=0.0, dump="waiting"),
-        workers=killed,
-        progress=None,
-        progress_lines=False,
-        noise=False,
-    )
+    waiting = replace(first.coord, cores=0.0, dump="waiting")
+    stale = _ended(first, s.event_at, "Worker killed: preempted", waiting)
     retry_at = s.event_at + s.retry_delay
     if t < retry_at:
         return Moment(t, _running_root(), (stale,))
@@ -306,7 +294,7 @@ def _killed_retry(s: Scenario, plan: Plan, t: float) -> Moment:
     root = _ended_root(end, t)
     if root.state == "SUCCEEDED":
         # The job's end takes its stale coordinator with it.
-        stale = replace(stale, coord=_stopped(stale.coord, "KILLED", end + ROOT_SETTLE, "", 137))
+        stale = replace(stale, coord=killed(stale.coord, end + ROOT_SETTLE, ""))
     return Moment(t, root, (stale, second))
 
 
@@ -458,12 +446,7 @@ def _repeated_failure_base(s: Scenario, plan: Plan, t: float) -> Moment:
     attempt, _ = healthy_attempt(s, 0, CHILD_DELAY, abort)
     error = abort_error(s, plan)
     coord = _stopped(attempt.coord, "FAILED", abort + 1, error, 1)
-    workers = tuple(
-        _stopped(w, "KILLED", abort + 1, "Parent job failed", 137) for w in attempt.workers
-    )
-    failed = replace(
-        attempt, coord=coord, workers=workers, progress=None, progress_lines=False, noise=False
-    )
+    failed = _ended(attempt, abort + 1, "Parent job failed", coord)
     root = _root("FAILED", abort + 2, error, 1) if t >= abort + 2 else _running_root()
     return Moment(t, root, (failed,))
 
@@ -529,16 +512,7 @@ def _preempted(s: Scenario, plan: Plan, t: float) -> Moment:
         retried = attempt + 1 <= s.max_retries_preemption
         reason = PREEMPTED_BY if retried else PARENT_TERMINATED
         if at >= appeared:
-            shown.append(
-                replace(
-                    pipeline,
-                    coord=_stopped(pipeline.coord, "KILLED", at, reason, 137),
-                    workers=tuple(_stopped(w, "KILLED", at, reason, 137) for w in pipeline.workers),
-                    progress=None,
-                    progress_lines=False,
-                    noise=False,
-                )
-            )
+            shown.append(_ended(pipeline, at, reason))
         ended = TaskMoment("PREEMPTED", started, at, PREEMPTED_BY, attempt=attempt, dump="driver")
         if not retried:
             return Moment(t, replace(ended, history=tuple(history)), tuple(shown))

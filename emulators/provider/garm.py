@@ -203,8 +203,7 @@ def _remove(tx: Locked, key: str | None, ident: str, absent_delete: str) -> tupl
 
 
 def _get(call: Call, config: Config) -> int:
-    state_file = call.state_file
-    with Locked(state_file, shared=True) as tx:
+    with Locked(call.state_file, shared=True) as tx:
         key = find_instance(tx.state, call.instance_id)
         record = tx.state["instances"][key] if key is not None else None
     if key is None or record is None:
@@ -285,14 +284,12 @@ def _remove_all(call: Call, config: Config) -> int:
     return call.end(EXIT_OK)
 
 
-def _version(call: Call, config: Config) -> int:
-    print(VERSION)
-    return call.end(EXIT_OK)
+def _printing(text: str) -> Handler:
+    def handler(call: Call, config: Config) -> int:
+        print(text)
+        return call.end(EXIT_OK)
 
-
-def _interface_versions(call: Call, config: Config) -> int:
-    print(json.dumps(list(INTERFACE_VERSIONS)))
-    return call.end(EXIT_OK)
+    return handler
 
 
 _HANDLERS: dict[str, Handler] = {
@@ -303,6 +300,6 @@ _HANDLERS: dict[str, Handler] = {
     "StartInstance": _set_status("running"),
     "StopInstance": _set_status("stopped"),
     "RemoveAllInstances": _remove_all,
-    "GetVersion": _version,
-    "GetSupportedInterfaceVersions": _interface_versions,
+    "GetVersion": _printing(VERSION),
+    "GetSupportedInterfaceVersions": _printing(json.dumps(list(INTERFACE_VERSIONS))),
 }

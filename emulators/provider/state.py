@@ -15,7 +15,6 @@ from typing import Any
 
 from emulators.provider.store import (
     ABSENT_DELETE,
-    MODES,
     ConfigError,
     Locked,
     check_fail_times,
@@ -30,22 +29,6 @@ from emulators.provider.store import (
     new_instance,
     read_log,
 )
-
-__all__ = [
-    "ABSENT_DELETE",
-    "MODES",
-    "ConfigError",
-    "add_instance",
-    "attempts",
-    "instances",
-    "invocations",
-    "remove_instance",
-    "reset",
-    "set_default_mode",
-    "set_mode",
-    "snapshot",
-    "write_config",
-]
 
 
 def write_config(

@@ -44,30 +44,24 @@ class ConfigError(Exception):
     pass
 
 
+CONFIG_KEYS = (
+    "state_file",
+    "default_mode",
+    "default_mode_seconds",
+    "default_fail_times",
+    "absent_delete",
+    "os_type",
+    "os_arch",
+)
+
+
 class Config:
     """What the config file says; unset keys take the defaults below."""
 
-    __slots__ = (
-        "absent_delete",
-        "default_fail_times",
-        "default_mode",
-        "default_mode_seconds",
-        "os_arch",
-        "os_type",
-        "path",
-        "state_file",
-    )
+    __slots__ = ("path", *CONFIG_KEYS)
 
     def __init__(self, path: str, raw: dict[str, object]) -> None:
-        unknown = set(raw) - {
-            "state_file",
-            "default_mode",
-            "default_mode_seconds",
-            "default_fail_times",
-            "absent_delete",
-            "os_type",
-            "os_arch",
-        }
+        unknown = set(raw) - set(CONFIG_KEYS)
         if unknown:
             raise ConfigError(f"{path}: unknown keys {sorted(unknown)}")
         self.path = path

@@ -5,12 +5,11 @@
 See docs/spur-emulator.md.
 """
 
+from emulators.clock import EmulatorClock, ManualClock
 from emulators.spur.agent import AgentDown
-from emulators.spur.clock import EmulatorClock, ManualClock
 from emulators.spur.config import AgentSpec, SpurEmulatorConfig, hostname_variants, numbered_agents
-from emulators.spur.emulator import SpurEmulator
+from emulators.spur.emulator import SpurEmulator, serve
 from emulators.spur.holdings import CancelRecord
-from emulators.spur.serve import serve
 
 __all__ = [
     "AgentDown",

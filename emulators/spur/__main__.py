@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import logging
 
+from emulators.lifecycle import command_line, parse
 from emulators.spur.config import (
     DEFAULT_HEARTBEAT_INTERVAL,
     DEFAULT_KILL_GRACE,
@@ -13,15 +12,14 @@ from emulators.spur.config import (
     SpurEmulatorConfig,
     numbered_agents,
 )
-from emulators.spur.serve import serve
+from emulators.spur.emulator import serve
 
 
 def parse_args(argv: list[str] | None = None) -> SpurEmulatorConfig:
-    parser = argparse.ArgumentParser(
-        prog="python -m emulators.spur",
-        description="Local spur controller and node agents speaking spur's gRPC protocol.",
+    parser = command_line(
+        "python -m emulators.spur",
+        "Local spur controller and node agents speaking spur's gRPC protocol.",
     )
-    parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--controller-port", type=int, default=6817)
     parser.add_argument("--control-port", type=int, default=6820)
     parser.add_argument("--agent-base-port", type=int, default=6830, help="agent i: base + i")
@@ -43,30 +41,12 @@ def parse_args(argv: list[str] | None = None) -> SpurEmulatorConfig:
         "--heartbeat-timeout", type=float, default=None, help="silent nodes go DOWN on advance"
     )
     parser.add_argument("--token", default=None, help="require this Bearer token")
-    parser.add_argument("--log-level", default="INFO")
-    args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    specs = SCENARIOS[args.scenario]() if args.scenario else numbered_agents(args.agents)
-    return SpurEmulatorConfig(
-        host=args.host,
-        controller_port=args.controller_port,
-        control_port=args.control_port,
-        agent_base_port=args.agent_base_port,
-        follower_port=args.follower_port,
-        agents=specs,
-        heartbeat_interval=args.heartbeat_interval or None,
-        controller_address=args.controller_address,
-        kill_grace=args.kill_grace,
-        heartbeat_timeout=args.heartbeat_timeout,
-        token=args.token,
-    )
-
-
-def main(argv: list[str] | None = None) -> None:
-    asyncio.run(serve(parse_args(argv)))
+    options = parse(parser, argv)
+    scenario, count = options.pop("scenario"), options.pop("agents")
+    options["agents"] = SCENARIOS[scenario]() if scenario else numbered_agents(count)
+    options["heartbeat_interval"] = options["heartbeat_interval"] or None
+    return SpurEmulatorConfig(**options)
 
 
 if __name__ == "__main__":
-    main()
+    asyncio.run(serve(parse_args()))

@@ -11,13 +11,13 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import grpc
 from google.protobuf import empty_pb2
 
-from emulators.spur.clock import Clock
+from emulators.clock import Clock
+from emulators.spur.config import SpurEmulatorConfig
 from emulators.spur.holdings import AgentState, CancelRecord
 from keeper.wire.spur import slurm_pb2, slurm_pb2_grpc
 
@@ -28,27 +28,20 @@ class AgentDown(RuntimeError):
     """The agent is switched off (the `down` knob): it sends nothing."""
 
 
-@dataclass
-class AgentSettings:
-    host: str
-    port: int
-    kill_grace: float
-    heartbeat_interval: float | None
-    rpc_timeout: float
-    token: str | None
-
-
 class Agent(slurm_pb2_grpc.SlurmAgentServicer):
     def __init__(
         self,
         state: AgentState,
-        settings: AgentSettings,
+        config: SpurEmulatorConfig,
+        port: int,
         clock: Clock,
         controller_address: Callable[[], str],
         live_here: Callable[[int, str], bool],
     ) -> None:
         self.state = state
-        self.settings = settings
+        # Host, kill grace, heartbeat interval, RPC deadline and token; it listens on `port`.
+        self.config = config
+        self._listen_port = port
         self.clock = clock
         self.controller_address = controller_address
         # (job_id, controller node name) -> the controller has that run active there.
@@ -68,13 +61,13 @@ class Agent(slurm_pb2_grpc.SlurmAgentServicer):
     async def start(self) -> None:
         server = grpc.aio.server()
         slurm_pb2_grpc.add_SlurmAgentServicer_to_server(self, server)
-        self._port = server.add_insecure_port(f"{self.settings.host}:{self.settings.port}")
+        self._port = server.add_insecure_port(f"{self.config.host}:{self._listen_port}")
         await server.start()
         self._server = server
         # spurd registers at startup, before its first heartbeat.
         with contextlib.suppress(grpc.aio.AioRpcError, AgentDown):
             await self.register()
-        interval = self.settings.heartbeat_interval
+        interval = self.config.heartbeat_interval
         if interval:
             self._loop = asyncio.create_task(self._beat_forever(interval), name=self.state.node)
 
@@ -102,7 +95,7 @@ class Agent(slurm_pb2_grpc.SlurmAgentServicer):
 
     @property
     def target(self) -> str:
-        return f"{self.settings.host}:{self.port}"
+        return f"{self.config.host}:{self.port}"
 
     # ------------------------------------------------------------- talking to the controller
 
@@ -113,7 +106,7 @@ class Agent(slurm_pb2_grpc.SlurmAgentServicer):
         return slurm_pb2_grpc.SlurmControllerStub(self._channel)
 
     def _metadata(self) -> tuple[tuple[str, str], ...]:
-        token = self.settings.token
+        token = self.config.token
         return (("authorization", f"Bearer {token}"),) if token else ()
 
     async def register(self) -> None:
@@ -125,11 +118,11 @@ class Agent(slurm_pb2_grpc.SlurmAgentServicer):
             hostname=state.hostname,
             resources=slurm_pb2.ResourceSet(cpus=state.cpus, memory_mb=state.memory_mb, gpus=gpus),
             version="spur-emulator",
-            address=self.settings.host,
+            address=self.config.host,
             port=self.port,
         )
         await self._stub().RegisterAgent(
-            request, metadata=self._metadata(), timeout=self.settings.rpc_timeout
+            request, metadata=self._metadata(), timeout=self.config.agent_rpc_timeout
         )
         self.registered = True
 
@@ -150,7 +143,7 @@ class Agent(slurm_pb2_grpc.SlurmAgentServicer):
         outcome = "ok"
         try:
             await self._stub().Heartbeat(
-                request, metadata=self._metadata(), timeout=self.settings.rpc_timeout
+                request, metadata=self._metadata(), timeout=self.config.agent_rpc_timeout
             )
         except grpc.aio.AioRpcError as exc:
             if exc.code() != grpc.StatusCode.NOT_FOUND:
@@ -195,7 +188,7 @@ class Agent(slurm_pb2_grpc.SlurmAgentServicer):
             request.job_id, request.signal, live, self.clock.now(), act=act
         )
         if record.action in ("sigterm", "signal"):
-            self._later(self.settings.kill_grace, record)
+            self._later(self.config.kill_grace, record)
         elif record.action == "sigkill":
             self._spawn(self.report_finished(record), f"{self.state.node}-report-{record.job_id}")
         if delay > 0:
@@ -237,7 +230,7 @@ class Agent(slurm_pb2_grpc.SlurmAgentServicer):
         outcome = "ok"
         try:
             await self._stub().ReportJobStatus(
-                request, metadata=self._metadata(), timeout=self.settings.rpc_timeout
+                request, metadata=self._metadata(), timeout=self.config.agent_rpc_timeout
             )
         except grpc.aio.AioRpcError as exc:
             # spurd logs and gives up on a non-retryable answer (NOT_FOUND for a job the

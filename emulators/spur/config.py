@@ -61,8 +61,8 @@ class SpurEmulatorConfig:
             raise ValueError("two agents claim the same node")
 
 
-def numbered_agents(count: int, prefix: str = "gpu-node-") -> list[AgentSpec]:
-    return [AgentSpec(node=f"{prefix}{i:02d}") for i in range(1, count + 1)]
+def numbered_agents(count: int) -> list[AgentSpec]:
+    return [AgentSpec(node=f"gpu-node-{i:02d}") for i in range(1, count + 1)]
 
 
 def hostname_variants() -> list[AgentSpec]:

@@ -5,12 +5,13 @@ Every error is JSON {"error": "..."}: 400 names the bad field, 404 the unknown j
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Literal
 
 from aiohttp import web
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
-from emulators.control_json import BadRequest, error, error_middleware, parse
+from emulators.control_json import BadRequest, Body, Handler, answer, error, error_middleware, parse
 from emulators.spur.agent import AgentDown
 from emulators.spur.config import AgentSpec
 from emulators.spur.state import Job, NotFound
@@ -21,11 +22,7 @@ if TYPE_CHECKING:
 EMULATOR_KEY: web.AppKey[SpurEmulator] = web.AppKey("spur_emulator")
 
 
-class _Body(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class _Submit(_Body):
+class _Submit(Body):
     name: str = "job"
     user: str = "alice"
     array_size: int = Field(default=0, ge=0)
@@ -34,33 +31,33 @@ class _Submit(_Body):
     kind: Literal["process", "allocation"] = "process"
 
 
-class _Dispatch(_Body):
+class _Dispatch(Body):
     nodes: list[str] = Field(min_length=1)
     commit: bool = True
     kind: Literal["process", "allocation"] = "process"
 
 
-class _Complete(_Body):
+class _Complete(Body):
     state: str = "COMPLETED"
     leak: bool = False
 
 
-class _Requeue(_Body):
+class _Requeue(Body):
     nodes: list[str] | None = None
     commit: bool = True
     leak: bool = False
 
 
-class _WrongEviction(_Body):
+class _WrongEviction(Body):
     nodes: list[str] = Field(min_length=1)
     commit: bool = True
 
 
-class _Advance(_Body):
+class _Advance(Body):
     seconds: float = Field(ge=0)
 
 
-class _AddAgent(_Body):
+class _AddAgent(Body):
     node: str = Field(min_length=1)
     hostname: str | None = None
     cpus: int = Field(default=64, ge=0)
@@ -68,29 +65,29 @@ class _AddAgent(_Body):
     gpus: int = Field(default=8, ge=0)
 
 
-class _Restart(_Body):
+class _Restart(Body):
     keep_holdings: bool = True
 
 
-class _Contention(_Body):
+class _Contention(Body):
     mode: Literal["off", "empty", "partial"]
     omit: list[int] = Field(default_factory=list)
 
 
-class _CancelTimeout(_Body):
+class _CancelTimeout(Body):
     seconds: float = Field(ge=0)
     acts: bool = True
 
 
-class _Down(_Body):
+class _Down(Body):
     down: bool = True
 
 
-class _Reports(_Body):
+class _Reports(Body):
     reports: bool = True
 
 
-class _Hold(_Body):
+class _Hold(Body):
     job_id: int = Field(ge=1)
     run_attempt: int = Field(default=1, ge=0)
     kind: Literal["process", "allocation"] = "process"
@@ -111,27 +108,15 @@ def _job(job: Job) -> web.Response:
     return web.json_response(job.to_json())
 
 
-async def get_state(request: web.Request) -> web.Response:
-    return web.json_response(_emu(request).state())
-
-
 async def submit(request: web.Request) -> web.Response:
     body = await parse(request, _Submit)
-    jobs = _emu(request).submit(
-        body.name,
-        body.user,
-        array_size=body.array_size,
-        nodes=body.nodes,
-        commit=body.commit,
-        kind=body.kind,
-    )
+    jobs = _emu(request).submit(**body.model_dump())
     return web.json_response({"jobs": [job.to_json() for job in jobs]}, status=201)
 
 
 async def dispatch(request: web.Request) -> web.Response:
     body = await parse(request, _Dispatch)
-    job_id = _job_id(request)
-    return _job(_emu(request).dispatch(job_id, body.nodes, commit=body.commit, kind=body.kind))
+    return _job(_emu(request).dispatch(_job_id(request), **body.model_dump()))
 
 
 async def commit(request: web.Request) -> web.Response:
@@ -140,7 +125,7 @@ async def commit(request: web.Request) -> web.Response:
 
 async def complete(request: web.Request) -> web.Response:
     body = await parse(request, _Complete)
-    return _job(_emu(request).complete(_job_id(request), body.state, leak=body.leak))
+    return _job(_emu(request).complete(_job_id(request), **body.model_dump()))
 
 
 async def requeue(request: web.Request) -> web.Response:
@@ -158,10 +143,6 @@ async def advance(request: web.Request) -> web.Response:
     body = await parse(request, _Advance)
     evicted = _emu(request).advance(body.seconds)
     return web.json_response({"evicted": evicted, "clock": _emu(request).state()["clock"]})
-
-
-async def evict(request: web.Request) -> web.Response:
-    return web.json_response({"evicted": _emu(request).evict()})
 
 
 async def wipe(request: web.Request) -> web.Response:
@@ -198,38 +179,33 @@ async def restart(request: web.Request) -> web.Response:
     return web.json_response(agent.state.to_json())
 
 
-async def contention(request: web.Request) -> web.Response:
-    node = _node(request)
-    body = await parse(request, _Contention)
-    _emu(request).set_contention(node, body.mode, body.omit)
-    return web.json_response(_emu(request).agent(node).state.knobs.to_json())
+# An agent knob's route -> its body, and how the body turns the knob.
+_KNOBS: dict[str, tuple[type[Body], Callable[[SpurEmulator, str, Any], None]]] = {
+    "contention": (_Contention, lambda emu, node, b: emu.set_contention(node, b.mode, b.omit)),
+    "cancel-timeout": (
+        _CancelTimeout,
+        lambda emu, node, b: emu.set_cancel_timeout(node, b.seconds, b.acts),
+    ),
+    "down": (_Down, lambda emu, node, b: emu.set_down(node, b.down)),
+    "reports": (_Reports, lambda emu, node, b: emu.set_reports(node, b.reports)),
+}
 
 
-async def cancel_timeout(request: web.Request) -> web.Response:
-    node = _node(request)
-    body = await parse(request, _CancelTimeout)
-    _emu(request).set_cancel_timeout(node, body.seconds, body.acts)
-    return web.json_response(_emu(request).agent(node).state.knobs.to_json())
+def _knob(model: type[Body], turn: Callable[[SpurEmulator, str, Any], None]) -> Handler:
+    """A handler that turns one of a node's agent knobs and answers every knob's value."""
 
+    async def handler(request: web.Request) -> web.Response:
+        node = _node(request)
+        turn(_emu(request), node, await parse(request, model))
+        return web.json_response(_emu(request).agent(node).state.knobs.to_json())
 
-async def down(request: web.Request) -> web.Response:
-    node = _node(request)
-    body = await parse(request, _Down)
-    _emu(request).set_down(node, body.down)
-    return web.json_response(_emu(request).agent(node).state.knobs.to_json())
-
-
-async def reports(request: web.Request) -> web.Response:
-    node = _node(request)
-    body = await parse(request, _Reports)
-    _emu(request).set_reports(node, body.reports)
-    return web.json_response(_emu(request).agent(node).state.knobs.to_json())
+    return handler
 
 
 async def hold(request: web.Request) -> web.Response:
     node = _node(request)
     body = await parse(request, _Hold)
-    _emu(request).hold(node, body.job_id, body.run_attempt, body.kind)
+    _emu(request).hold(node, **body.model_dump())
     return web.json_response(_emu(request).agent(node).state.to_json())
 
 
@@ -238,7 +214,7 @@ def make_app(emulator: SpurEmulator) -> web.Application:
     app[EMULATOR_KEY] = emulator
     app.add_routes(
         [
-            web.get("/state", get_state),
+            web.get("/state", answer(lambda request: _emu(request).state())),
             web.post("/jobs", submit),
             web.post("/jobs/{job_id}/dispatch", dispatch),
             web.post("/jobs/{job_id}/commit", commit),
@@ -246,16 +222,13 @@ def make_app(emulator: SpurEmulator) -> web.Application:
             web.post("/jobs/{job_id}/requeue", requeue),
             web.post("/jobs/{job_id}/wrong-eviction", wrong_eviction),
             web.post("/clock/advance", advance),
-            web.post("/evict", evict),
+            web.post("/evict", answer(lambda request: {"evicted": _emu(request).evict()})),
             web.post("/wipe", wipe),
             web.post("/reset", reset),
             web.post("/agents", add_agent),
             web.post("/agents/{node}/beat", beat),
             web.post("/agents/{node}/restart", restart),
-            web.post("/agents/{node}/contention", contention),
-            web.post("/agents/{node}/cancel-timeout", cancel_timeout),
-            web.post("/agents/{node}/down", down),
-            web.post("/agents/{node}/reports", reports),
+            *(web.post(f"/agents/{{node}}/{name}", _knob(*knob)) for name, knob in _KNOBS.items()),
             web.post("/agents/{node}/hold", hold),
         ]
     )

@@ -1,4 +1,10 @@
-"""SpurEmulator: the controller (leader, optional follower), its agents and the control API."""
+"""SpurEmulator: the controller (leader, optional follower), its agents and the control API.
+
+The controller's timestamps (submit, start, end, slurmd start) and terminal aging read the
+emulator clock, so a test can age a job past retention without waiting an hour. Agent kill
+grace and heartbeat intervals are real asyncio timers: they model delays a caller actually
+waits on.
+"""
 
 from __future__ import annotations
 
@@ -9,9 +15,9 @@ from typing import Any
 import grpc
 from aiohttp import web
 
-from emulators.lifecycle import Served
-from emulators.spur.agent import Agent, AgentSettings
-from emulators.spur.clock import Clock, EmulatorClock, iso
+from emulators.clock import Clock, EmulatorClock, iso
+from emulators.lifecycle import Served, serve_until_signal, start_site
+from emulators.spur.agent import Agent
 from emulators.spur.config import AgentSpec, SpurEmulatorConfig
 from emulators.spur.control import make_app
 from emulators.spur.controller import ControllerService
@@ -39,7 +45,6 @@ class SpurEmulator(Served):
     # ------------------------------------------------------------- lifecycle
 
     async def start(self) -> None:
-        host = self.config.host
         self._controller_port = await self._serve_controller(self.config.controller_port, None)
         if self.config.follower_port is not None:
             self._follower_port = await self._serve_controller(
@@ -48,13 +53,8 @@ class SpurEmulator(Served):
         for spec in self.config.agents:
             await self.add_agent(spec)
 
-        runner = web.AppRunner(make_app(self), access_log=None)
-        await runner.setup()
-        site = web.TCPSite(runner, host, self.config.control_port)
-        await site.start()
-        self._runner = runner
-        sockets = site._server.sockets if site._server is not None else []  # type: ignore[union-attr]
-        self._control_port = sockets[0].getsockname()[1]
+        site = await start_site(make_app(self), self.config.host, self.config.control_port)
+        self._runner, self._control_port = site
         log.info(
             "spur emulator: controller on %s, control API on %s, %d agents",
             self.controller_target,
@@ -120,18 +120,17 @@ class SpurEmulator(Served):
     def _agent_address(self) -> str:
         return self.config.controller_address or self.controller_target
 
+    def _named(self, hostname: str) -> AgentState | None:
+        return next((a.state for a in self.agents.values() if a.state.hostname == hostname), None)
+
     def _resolve(self, hostname: str) -> str:
         # The emulator knows which physical node each agent is; anyone else is taken by name.
-        for agent in self.agents.values():
-            if agent.state.hostname == hostname:
-                return agent.state.node
-        return hostname
+        state = self._named(hostname)
+        return hostname if state is None else state.node
 
     def _boot_time_of(self, hostname: str) -> float | None:
-        for agent in self.agents.values():
-            if agent.state.hostname == hostname:
-                return agent.state.boot_time
-        return None
+        state = self._named(hostname)
+        return None if state is None else state.boot_time
 
     # ------------------------------------------------------------- agents
 
@@ -141,23 +140,12 @@ class SpurEmulator(Served):
         if any(a.state.hostname == spec.reported_hostname for a in self.agents.values()):
             raise ValueError(f"hostname {spec.reported_hostname} is already taken")
         base = self.config.agent_base_port
-        settings = AgentSettings(
-            host=self.config.host,
-            port=base + len(self.agents) if base else 0,
-            kill_grace=self.config.kill_grace,
-            heartbeat_interval=self.config.heartbeat_interval,
-            rpc_timeout=self.config.agent_rpc_timeout,
-            token=self.config.token,
+        port = base + len(self.agents) if base else 0
+        resources = (spec.cpus, spec.memory_mb, spec.gpus)
+        state = AgentState(spec.node, spec.reported_hostname, self.clock.now(), *resources)
+        agent = Agent(
+            state, self.config, port, self.clock, self._agent_address, self.cluster.live_on
         )
-        state = AgentState(
-            node=spec.node,
-            hostname=spec.reported_hostname,
-            boot_time=self.clock.now(),
-            cpus=spec.cpus,
-            memory_mb=spec.memory_mb,
-            gpus=spec.gpus,
-        )
-        agent = Agent(state, settings, self.clock, self._agent_address, self.cluster.live_on)
         self.agents[spec.node] = agent
         await agent.start()
         return agent
@@ -315,15 +303,7 @@ class SpurEmulator(Served):
         self.cluster.drains.clear()
         self.cluster.updates.clear()
         for agent in self.agents.values():
-            fresh = AgentState(
-                node=agent.state.node,
-                hostname=agent.state.hostname,
-                boot_time=self.clock.now(),
-                cpus=agent.state.cpus,
-                memory_mb=agent.state.memory_mb,
-                gpus=agent.state.gpus,
-            )
-            agent.state = fresh
+            agent.state = agent.state.fresh(self.clock.now())
             agent.beats.clear()
             agent.registered = False
             with contextlib.suppress(grpc.aio.AioRpcError):
@@ -351,3 +331,7 @@ class SpurEmulator(Served):
             ],
             "cancels": [record.to_json() for record in self.cancels()],
         }
+
+
+async def serve(config: SpurEmulatorConfig) -> None:
+    await serve_until_signal(SpurEmulator(config), log, "spur emulator")

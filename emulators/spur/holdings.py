@@ -7,10 +7,10 @@ the agent has is the delayed SIGKILL's re-check of that run_attempt.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-from emulators.spur.clock import iso
+from emulators.clock import iso
 
 HoldingKind = Literal["process", "allocation"]
 ContentionMode = Literal["off", "empty", "partial"]
@@ -27,12 +27,7 @@ class Holding:
     status: str = "running"
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "job_id": self.job_id,
-            "run_attempt": self.run_attempt,
-            "kind": self.kind,
-            "status": self.status,
-        }
+        return asdict(self)
 
 
 @dataclass
@@ -54,17 +49,7 @@ class CancelRecord:
     followup: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "at": iso(self.at),
-            "node": self.node,
-            "hostname": self.hostname,
-            "job_id": self.job_id,
-            "signal": self.signal,
-            "run_attempt": self.run_attempt,
-            "live_here": self.live_here,
-            "action": self.action,
-            "followup": self.followup,
-        }
+        return {**asdict(self), "at": iso(self.at)}
 
 
 @dataclass
@@ -82,14 +67,7 @@ class Knobs:
     reports: bool = True
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "contention": self.contention,
-            "omit": list(self.omit),
-            "cancel_delay": self.cancel_delay,
-            "cancel_acts": self.cancel_acts,
-            "down": self.down,
-            "reports": self.reports,
-        }
+        return asdict(self)
 
 
 @dataclass
@@ -173,6 +151,10 @@ class AgentState:
             record.followup = "sigkill" if record.action == "sigterm" else "terminated"
         return record.followup
 
+    def fresh(self, now: float) -> AgentState:
+        """The same node's agent as it starts: nothing held, knobs off, no records."""
+        return AgentState(self.node, self.hostname, now, self.cpus, self.memory_mb, self.gpus)
+
     def restart(self, now: float, keep_holdings: bool) -> None:
         self.boot_time = now
         self.restarts += 1
@@ -185,10 +167,6 @@ class AgentState:
             "hostname": self.hostname,
             "boot_time": iso(self.boot_time),
             "restarts": self.restarts,
-            "holdings": [h.to_json() for h in sorted(self.holdings.values(), key=_by_id)],
+            "holdings": [self.holdings[job_id].to_json() for job_id in sorted(self.holdings)],
             "knobs": self.knobs.to_json(),
         }
-
-
-def _by_id(holding: Holding) -> int:
-    return holding.job_id

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from emulators.spur.clock import Clock, iso
+from emulators.clock import Clock, iso
 from keeper.wire.spur import slurm_pb2
 
 JobState = slurm_pb2.JobState
@@ -44,25 +44,17 @@ class NotFound(LookupError):
     """Unknown job or node; the gRPC layer answers NOT_FOUND, the control API 404."""
 
 
-def job_state(name_or_value: str | int) -> int:
+def job_state(value: str | int) -> int:
     """A JobState from 'COMPLETED', 'JOB_COMPLETED' or its number; ValueError otherwise."""
-    return _enum(slurm_pb2.JobState, "JOB_", name_or_value)
-
-
-def node_state(name_or_value: str | int) -> int:
-    return _enum(slurm_pb2.NodeState, "NODE_", name_or_value)
-
-
-def _enum(enum: Any, prefix: str, value: str | int) -> int:
     if isinstance(value, int):
-        if value not in enum.values():
-            raise ValueError(f"unknown {prefix.rstrip('_').lower()} state {value}")
+        if value not in JobState.values():
+            raise ValueError(f"unknown job state {value}")
         return value
     name = value.upper()
-    name = name if name.startswith(prefix) else prefix + name
-    if name not in enum.DESCRIPTOR.values_by_name:
-        raise ValueError(f"unknown {prefix.rstrip('_').lower()} state {value!r}")
-    return int(enum.Value(name))
+    name = name if name.startswith("JOB_") else "JOB_" + name
+    if name not in JobState.DESCRIPTOR.values_by_name:
+        raise ValueError(f"unknown job state {value!r}")
+    return int(JobState.Value(name))
 
 
 def state_name(enum: Any, value: int) -> str:
@@ -186,26 +178,14 @@ class Cluster:
         """One job, or with array_size > 0 an array: the parent id is consumed, never stored."""
         if array_size < 0:
             raise ValueError("array_size must not be negative")
-        now = self.clock.now()
-        if array_size == 0:
-            job = Job(self._take_id(), name, user, slurm_pb2.JOB_PENDING, now)
-            self.jobs[job.job_id] = job
-            return [job]
-        parent = self._take_id()
-        tasks = []
-        for task in range(array_size):
-            job = Job(
-                self._take_id(),
-                name,
-                user,
-                slurm_pb2.JOB_PENDING,
-                now,
-                array_job_id=parent,
-                array_task_id=task,
-            )
-            self.jobs[job.job_id] = job
-            tasks.append(job)
-        return tasks
+        now, pending = self.clock.now(), slurm_pb2.JOB_PENDING
+        parent = self._take_id() if array_size else 0
+        jobs = [
+            Job(self._take_id(), name, user, pending, now, array_job_id=parent, array_task_id=i)
+            for i in range(array_size or 1)
+        ]
+        self.jobs.update((job.job_id, job) for job in jobs)
+        return jobs
 
     def _take_id(self) -> int:
         # Single-threaded on the event loop, so read-and-bump is atomic with the insert.

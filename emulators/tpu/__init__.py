@@ -6,10 +6,9 @@ See docs/emulator.md.
 """
 
 from emulators.tpu.config import EmulatorConfig
-from emulators.tpu.emulator import TpuEmulator
+from emulators.tpu.emulator import TpuEmulator, serve
 from emulators.tpu.faults import Fault
 from emulators.tpu.scenario import Scenario, ScenarioFile, Terminal, load_scenario_file
-from emulators.tpu.serve import serve
 
 __all__ = [
     "EmulatorConfig",

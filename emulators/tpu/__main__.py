@@ -2,20 +2,17 @@
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import logging
 
+from emulators.lifecycle import command_line, parse
 from emulators.tpu.config import EmulatorConfig
-from emulators.tpu.serve import serve
+from emulators.tpu.emulator import serve
 
 
 def parse_args(argv: list[str] | None = None) -> EmulatorConfig:
-    parser = argparse.ArgumentParser(
-        prog="python -m emulators.tpu",
-        description="Local Cloud TPU v2 API emulator with a simulated VM fleet.",
+    parser = command_line(
+        "python -m emulators.tpu", "Local Cloud TPU v2 API emulator with a simulated VM fleet."
     )
-    parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--grpc-port", type=int, default=8470)
     parser.add_argument("--control-port", type=int, default=8471)
     parser.add_argument("--ip-prefix", default="127.20", help="loopback prefix for VM IPs")
@@ -25,26 +22,8 @@ def parse_args(argv: list[str] | None = None) -> EmulatorConfig:
     parser.add_argument(
         "--registration-url", default=None, help="phone-home URL (default: control API)"
     )
-    parser.add_argument("--log-level", default="INFO")
-    args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    return EmulatorConfig(
-        host=args.host,
-        grpc_port=args.grpc_port,
-        control_port=args.control_port,
-        ip_prefix=args.ip_prefix,
-        vm_health_port=args.vm_health_port,
-        vm_health_path=args.vm_health_path,
-        scenario_file=args.scenario_file,
-        registration_url=args.registration_url,
-    )
-
-
-def main(argv: list[str] | None = None) -> None:
-    asyncio.run(serve(parse_args(argv)))
+    return EmulatorConfig(**parse(parser, argv))
 
 
 if __name__ == "__main__":
-    main()
+    asyncio.run(serve(parse_args()))

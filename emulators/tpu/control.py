@@ -10,9 +10,9 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from aiohttp import web
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
-from emulators.control_json import error, error_middleware, parse
+from emulators.control_json import Body, answer, error, error_middleware, fault_routes, parse
 from emulators.tpu.faults import Fault
 from emulators.tpu.scenario import Scenario
 
@@ -22,13 +22,11 @@ if TYPE_CHECKING:
 EMULATOR_KEY: web.AppKey[TpuEmulator] = web.AppKey("emulator")
 
 
-class _Advance(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class _Advance(Body):
     seconds: float = Field(ge=0)
 
 
-class _SetNow(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class _SetNow(Body):
     now: datetime
 
 
@@ -43,14 +41,6 @@ def _emu(request: web.Request) -> TpuEmulator:
     return request.app[EMULATOR_KEY]
 
 
-async def get_state(request: web.Request) -> web.Response:
-    return web.json_response(_emu(request).state())
-
-
-async def healthz(request: web.Request) -> web.Response:
-    return web.json_response({"status": "ok"})
-
-
 async def put_scenario(request: web.Request) -> web.Response:
     scenario = await parse(request, Scenario)
     key = request.match_info["id"]
@@ -61,25 +51,10 @@ async def put_scenario(request: web.Request) -> web.Response:
     return web.json_response({"id": key, "scenario": scenario.model_dump(mode="json")})
 
 
-async def get_scenarios(request: web.Request) -> web.Response:
-    return web.json_response(_emu(request).scenarios.to_json())
-
-
 async def delete_scenario(request: web.Request) -> web.Response:
     if not _emu(request).remove_scenario(request.match_info["id"]):
         return error(404, f"no scenario for {request.match_info['id']}")
     return web.json_response({"deleted": request.match_info["id"]})
-
-
-async def post_fault(request: web.Request) -> web.Response:
-    fault = await parse(request, Fault)
-    _emu(request).faults.add(fault)
-    return web.json_response({"fault": fault.model_dump()}, status=201)
-
-
-async def delete_faults(request: web.Request) -> web.Response:
-    _emu(request).clear_faults()
-    return web.json_response({"faults": []})
 
 
 async def advance_clock(request: web.Request) -> web.Response:
@@ -120,14 +95,13 @@ def make_app(emulator: TpuEmulator) -> web.Application:
     app[EMULATOR_KEY] = emulator
     app.add_routes(
         [
-            web.get("/state", get_state),
-            web.get("/healthz", healthz),
+            web.get("/state", answer(lambda request: _emu(request).state())),
+            web.get("/healthz", answer(lambda _: {"status": "ok"})),
             web.get("/leaks", get_leaks),
-            web.get("/scenarios", get_scenarios),
+            web.get("/scenarios", answer(lambda request: _emu(request).scenarios.to_json())),
             web.put("/scenarios/{id}", put_scenario),
             web.delete("/scenarios/{id}", delete_scenario),
-            web.post("/faults", post_fault),
-            web.delete("/faults", delete_faults),
+            *fault_routes("/faults", Fault, lambda request: _emu(request).faults),
             web.post("/clock/advance", advance_clock),
             web.post("/clock/set", set_clock),
             web.post("/register", register),

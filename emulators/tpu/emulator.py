@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections import Counter
 from collections.abc import Iterable
@@ -13,14 +12,15 @@ from typing import Any
 import grpc
 from aiohttp import web
 
-from emulators.lifecycle import Served
-from emulators.tpu.clock import Clock, iso
+from emulators.clock import EmulatorClock, iso, to_datetime
+from emulators.faults import FaultBook
+from emulators.lifecycle import Served, cancelled, every, serve_until_signal, start_site
 from emulators.tpu.config import EmulatorConfig
 from emulators.tpu.control import make_app
-from emulators.tpu.faults import Fault, FaultBook
+from emulators.tpu.faults import Fault
 from emulators.tpu.fleet import Fleet
 from emulators.tpu.grpc_service import TpuService
-from emulators.tpu.scenario import Scenario, ScenarioBook, load_scenario_file
+from emulators.tpu.scenario import Scenario, ScenarioBook, ScenarioFile, load_scenario_file
 from emulators.tpu.state import World
 
 log = logging.getLogger("emulators.tpu")
@@ -29,16 +29,11 @@ log = logging.getLogger("emulators.tpu")
 class TpuEmulator(Served):
     def __init__(self, config: EmulatorConfig | None = None) -> None:
         self.config = config or EmulatorConfig()
-        default = self.config.default_scenario
-        by_id: dict[str, Scenario] = {}
-        scenario_path = self.config.scenario_path()
-        if scenario_path is not None:
-            loaded = load_scenario_file(scenario_path)
-            # The file is the more specific source, so its `default:` wins when present.
-            default = loaded.default or default
-            by_id = loaded.slices
-        self.scenarios = ScenarioBook(default, by_id)
-        self.clock = Clock()
+        path = self.config.scenario_path()
+        loaded = ScenarioFile() if path is None else load_scenario_file(path)
+        # The file is the more specific source, so its `default:` wins when present.
+        self.scenarios = ScenarioBook(loaded.default or self.config.default_scenario, loaded.slices)
+        self.clock = EmulatorClock()
         self.world = World(
             self.clock,
             self.scenarios,
@@ -46,7 +41,7 @@ class TpuEmulator(Served):
             vm_health_port=self.config.vm_health_port,
             vm_health_path=self.config.vm_health_path,
         )
-        self.faults = FaultBook()
+        self.faults: FaultBook[Fault] = FaultBook("count")
         self.calls: Counter[str] = Counter()
         self.fleet = Fleet(self.world, self.registration_url, self.config.phone_home_concurrency)
         self._grpc_server: grpc.aio.Server | None = None
@@ -58,31 +53,21 @@ class TpuEmulator(Served):
     # ------------------------------------------------------------- lifecycle
 
     async def start(self) -> None:
-        host = self.config.host
         server = grpc.aio.server()
         service = TpuService(self.world, self.faults, self.calls, self.refresh)
         server.add_generic_rpc_handlers(tuple(service.handlers()))
-        self._grpc_port = server.add_insecure_port(f"{host}:{self.config.grpc_port}")
+        self._grpc_port = server.add_insecure_port(f"{self.config.host}:{self.config.grpc_port}")
         await server.start()
         self._grpc_server = server
-
-        runner = web.AppRunner(make_app(self), access_log=None)
-        await runner.setup()
-        site = web.TCPSite(runner, host, self.config.control_port)
-        await site.start()
-        self._runner = runner
-        sockets = site._server.sockets if site._server is not None else []  # type: ignore[union-attr]
-        self._control_port = sockets[0].getsockname()[1]
-
-        self._ticker = asyncio.create_task(self._tick(), name="tpu-emulator-ticker")
+        site = await start_site(make_app(self), self.config.host, self.config.control_port)
+        self._runner, self._control_port = site
+        # Without this, VMs would only boot and phone home when somebody reads the API.
+        self._ticker = every(self.config.tick_seconds, self.refresh, log, "emulator tick")
         log.info("TPU emulator: gRPC on %s, control API on %s", self.grpc_target, self.control_url)
 
     async def stop(self) -> None:
-        if self._ticker is not None:
-            self._ticker.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._ticker
-            self._ticker = None
+        await cancelled(self._ticker)
+        self._ticker = None
         await self.fleet.stop_all()
         if self._grpc_server is not None:
             await self._grpc_server.stop(grace=0.2)
@@ -90,15 +75,6 @@ class TpuEmulator(Served):
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
-
-    async def _tick(self) -> None:
-        # Without this, VMs would only boot and phone home when somebody reads the API.
-        while True:
-            await asyncio.sleep(self.config.tick_seconds)
-            try:
-                self.refresh()
-            except Exception:
-                log.exception("emulator tick failed")
 
     # ------------------------------------------------------------- addresses
 
@@ -155,7 +131,7 @@ class TpuEmulator(Served):
         self.faults.clear()
 
     def now(self) -> datetime:
-        return self.clock.now_dt()
+        return to_datetime(self.clock.now())
 
     def advance(self, seconds: float) -> datetime:
         self.clock.advance(seconds)
@@ -163,9 +139,9 @@ class TpuEmulator(Served):
         return self.now()
 
     def set_now(self, when: datetime) -> datetime:
-        self.clock.set_now(when)
-        self.refresh()
-        return self.now()
+        if when.tzinfo is None:
+            raise ValueError("set_now needs a timezone-aware datetime")
+        return self.advance(when.timestamp() - self.clock.now())
 
     def reset(self) -> None:
         """Forget every resource, operation, registration, call count and fault."""
@@ -219,3 +195,7 @@ class TpuEmulator(Served):
             return 410
         self.world.registrations.append(entry)
         return 200
+
+
+async def serve(config: EmulatorConfig) -> None:
+    await serve_until_signal(TpuEmulator(config), log, "TPU emulator")

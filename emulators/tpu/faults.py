@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 import grpc
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -58,29 +58,7 @@ class Fault(BaseModel):
     def status(self) -> grpc.StatusCode:
         return grpc.StatusCode[self.code]
 
-
-class FaultBook:
-    def __init__(self) -> None:
-        self._faults: list[Fault] = []
-
-    def add(self, fault: Fault) -> None:
-        self._faults.append(fault)
-
-    def clear(self) -> None:
-        self._faults.clear()
-
-    def take(self, method: str, resource_ids: set[str]) -> Fault | None:
-        """Consume one use of the first fault matching this call, if any."""
-        for fault in self._faults:
-            if fault.method not in ("*", method):
-                continue
-            if fault.slice is not None and fault.slice not in resource_ids:
-                continue
-            fault.count -= 1
-            if fault.count == 0:
-                self._faults.remove(fault)
-            return fault
-        return None
-
-    def to_json(self) -> list[dict[str, Any]]:
-        return [fault.model_dump() for fault in self._faults]
+    def matches(self, method: str, resource_ids: set[str]) -> bool:
+        if self.method not in ("*", method):
+            return False
+        return self.slice is None or self.slice in resource_ids

@@ -19,6 +19,7 @@ import socket
 import ssl
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from http import HTTPStatus
 from urllib.parse import urlsplit
 
 import httpx
@@ -29,13 +30,6 @@ from emulators.tpu.state import World
 
 log = logging.getLogger("emulators.tpu.fleet")
 
-_REASONS = {
-    200: "OK",
-    400: "Bad Request",
-    404: "Not Found",
-    405: "Method Not Allowed",
-    503: "Service Unavailable",
-}
 _PHONE_HOME_ATTEMPTS = 3
 _PHONE_HOME_TIMEOUT = 5.0
 
@@ -278,7 +272,7 @@ class Fleet:
 
 def _response(status: int, body: bytes, keep_alive: bool) -> bytes:
     head = (
-        f"HTTP/1.1 {status} {_REASONS.get(status, 'Error')}\r\n"
+        f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\n"
         "Content-Type: application/json\r\n"
         f"Content-Length: {len(body)}\r\n"
         f"Connection: {'keep-alive' if keep_alive else 'close'}\r\n\r\n"

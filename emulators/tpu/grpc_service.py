@@ -16,18 +16,21 @@ from google.cloud.tpu_v2.types import cloud_tpu
 from google.longrunning import operations_pb2
 from google.protobuf import empty_pb2
 
-from emulators.tpu.faults import FaultBook
+from emulators.faults import FaultBook
+from emulators.tpu.faults import Fault
 from emulators.tpu.state import ApiError, World
 
 TPU_SERVICE = "google.cloud.tpu.v2.Tpu"
 OPERATIONS_SERVICE = "google.longrunning.Operations"
+# What answers a method, its request type, and its response serialiser.
+_Method = tuple[Callable[[Any], Any], Any, Callable[[Any], bytes]]
 
 
 class TpuService:
     def __init__(
         self,
         world: World,
-        faults: FaultBook,
+        faults: FaultBook[Fault],
         calls: Counter[str],
         refresh: Callable[[], None],
     ) -> None:
@@ -38,80 +41,57 @@ class TpuService:
         self.refresh = refresh
 
     def handlers(self) -> list[grpc.GenericRpcHandler]:
-        ct = cloud_tpu
-        op_out = operations_pb2.Operation.SerializeToString
-        tpu = {
-            "CreateQueuedResource": self._rpc(
-                "CreateQueuedResource", self.create_qr, ct.CreateQueuedResourceRequest, op_out
-            ),
-            "GetQueuedResource": self._rpc(
-                "GetQueuedResource",
+        ct, ops = cloud_tpu, operations_pb2
+        op_out = ops.Operation.SerializeToString
+        empty_out = empty_pb2.Empty.SerializeToString
+        tpu: dict[str, _Method] = {
+            "CreateQueuedResource": (self.create_qr, ct.CreateQueuedResourceRequest, op_out),
+            "GetQueuedResource": (
                 self.get_qr,
                 ct.GetQueuedResourceRequest,
                 ct.QueuedResource.serialize,
             ),
-            "ListQueuedResources": self._rpc(
-                "ListQueuedResources",
+            "ListQueuedResources": (
                 self.list_qrs,
                 ct.ListQueuedResourcesRequest,
                 ct.ListQueuedResourcesResponse.serialize,
             ),
-            "DeleteQueuedResource": self._rpc(
-                "DeleteQueuedResource", self.delete_qr, ct.DeleteQueuedResourceRequest, op_out
-            ),
-            "CreateNode": self._rpc("CreateNode", self.create_node, ct.CreateNodeRequest, op_out),
-            "GetNode": self._rpc("GetNode", self.get_node, ct.GetNodeRequest, ct.Node.serialize),
-            "ListNodes": self._rpc(
-                "ListNodes", self.list_nodes, ct.ListNodesRequest, ct.ListNodesResponse.serialize
-            ),
-            "DeleteNode": self._rpc("DeleteNode", self.delete_node, ct.DeleteNodeRequest, op_out),
+            "DeleteQueuedResource": (self.delete_qr, ct.DeleteQueuedResourceRequest, op_out),
+            "CreateNode": (self.create_node, ct.CreateNodeRequest, op_out),
+            "GetNode": (self.get_node, ct.GetNodeRequest, ct.Node.serialize),
+            "ListNodes": (self.list_nodes, ct.ListNodesRequest, ct.ListNodesResponse.serialize),
+            "DeleteNode": (self.delete_node, ct.DeleteNodeRequest, op_out),
         }
-        empty_out = empty_pb2.Empty.SerializeToString
-        ops = {
-            "GetOperation": self._rpc(
-                "GetOperation",
-                self.get_operation,
-                operations_pb2.GetOperationRequest,
-                op_out,
-                proto_plus=False,
-            ),
-            "ListOperations": self._rpc(
-                "ListOperations",
+        # Plain protobuf messages here, where the TPU API's are proto-plus ones.
+        operations: dict[str, _Method] = {
+            "GetOperation": (self.get_operation, ops.GetOperationRequest, op_out),
+            "ListOperations": (
                 self.list_operations,
-                operations_pb2.ListOperationsRequest,
-                operations_pb2.ListOperationsResponse.SerializeToString,
-                proto_plus=False,
+                ops.ListOperationsRequest,
+                ops.ListOperationsResponse.SerializeToString,
             ),
-            "DeleteOperation": self._rpc(
-                "DeleteOperation",
-                self.delete_operation,
-                operations_pb2.DeleteOperationRequest,
-                empty_out,
-                proto_plus=False,
-            ),
-            "CancelOperation": self._rpc(
-                "CancelOperation",
-                self.cancel_operation,
-                operations_pb2.CancelOperationRequest,
-                empty_out,
-                proto_plus=False,
-            ),
+            "DeleteOperation": (self.delete_operation, ops.DeleteOperationRequest, empty_out),
+            "CancelOperation": (self.cancel_operation, ops.CancelOperationRequest, empty_out),
+        }
+        tpu_handlers = {
+            name: self._rpc(name, fn, req.deserialize, out) for name, (fn, req, out) in tpu.items()
+        }
+        ops_handlers = {
+            name: self._rpc(name, fn, req.FromString, out)
+            for name, (fn, req, out) in operations.items()
         }
         return [
-            grpc.method_handlers_generic_handler(TPU_SERVICE, tpu),
-            grpc.method_handlers_generic_handler(OPERATIONS_SERVICE, ops),
+            grpc.method_handlers_generic_handler(TPU_SERVICE, tpu_handlers),
+            grpc.method_handlers_generic_handler(OPERATIONS_SERVICE, ops_handlers),
         ]
 
     def _rpc(
         self,
         method: str,
         fn: Callable[[Any], Any],
-        request_type: Any,
+        deserialize: Callable[[bytes], Any],
         serialize: Callable[[Any], bytes],
-        proto_plus: bool = True,
     ) -> grpc.RpcMethodHandler:
-        deserialize = request_type.deserialize if proto_plus else request_type.FromString
-
         async def behaviour(request: Any, context: grpc.aio.ServicerContext) -> Any:
             self.calls[method] += 1
             self.refresh()
@@ -207,14 +187,14 @@ class TpuService:
         prefix = request.name.rstrip("/") + "/"
         if not request.name.endswith("/operations"):
             prefix += "operations/"
-        page, token = _page(self.world.ops.list(prefix), request.page_size, request.page_token)
+        page, token = _page(self.world.ops.under(prefix), request.page_size, request.page_token)
         return operations_pb2.ListOperationsResponse(
             operations=[op.to_pb() for op in page], next_page_token=token
         )
 
     def delete_operation(self, request: operations_pb2.DeleteOperationRequest) -> Any:
         self._op(request.name)
-        self.world.ops.delete(request.name)
+        self.world.ops.pop(request.name)
         return empty_pb2.Empty()
 
     def cancel_operation(self, request: operations_pb2.CancelOperationRequest) -> Any:

@@ -12,10 +12,10 @@ from dataclasses import dataclass, field
 
 from google.cloud.tpu_v2.types import cloud_tpu
 from google.longrunning import operations_pb2
-from google.protobuf import any_pb2, message
+from google.protobuf import any_pb2, empty_pb2, message
 from google.rpc import status_pb2
 
-from emulators.tpu.clock import to_datetime
+from emulators.clock import to_datetime
 
 
 @dataclass
@@ -37,7 +37,7 @@ class OpRecord:
         self.done = True
         self.ended_at = at
         packed = any_pb2.Any()
-        packed.Pack(response if response is not None else _empty())
+        packed.Pack(response if response is not None else empty_pb2.Empty())
         self.response = packed
 
     def fail(self, at: float, code: int, text: str) -> None:
@@ -66,31 +66,17 @@ class OpRecord:
         return op
 
 
-def _empty() -> message.Message:
-    from google.protobuf import empty_pb2
+class OperationStore(dict[str, OpRecord]):
+    """Operations by name."""
 
-    return empty_pb2.Empty()
-
-
-class OperationStore:
     def __init__(self) -> None:
-        self._ops: dict[str, OpRecord] = {}
+        super().__init__()
         self._seq = itertools.count(1)
 
     def new(self, location: str, verb: str, target: str, at: float) -> OpRecord:
         name = f"{location}/operations/operation-{next(self._seq)}-{uuid.uuid4().hex[:12]}"
-        op = OpRecord(name=name, verb=verb, target=target, created_at=at)
-        self._ops[name] = op
+        op = self[name] = OpRecord(name=name, verb=verb, target=target, created_at=at)
         return op
 
-    def get(self, name: str) -> OpRecord | None:
-        return self._ops.get(name)
-
-    def list(self, prefix: str) -> list[OpRecord]:
-        return [op for name, op in self._ops.items() if name.startswith(prefix)]
-
-    def delete(self, name: str) -> bool:
-        return self._ops.pop(name, None) is not None
-
-    def __len__(self) -> int:
-        return len(self._ops)
+    def under(self, prefix: str) -> list[OpRecord]:
+        return [op for name, op in self.items() if name.startswith(prefix)]

@@ -11,7 +11,7 @@ from typing import Any
 
 from google.cloud.tpu_v2.types import cloud_tpu
 
-from emulators.tpu.clock import iso
+from emulators.clock import iso
 from emulators.tpu.operations import OpRecord
 
 # Pseudo-state recorded when a resource is gone from the API (the API itself says NotFound).

@@ -36,9 +36,6 @@ class Terminal(BaseModel):
         status_code(value)
         return value
 
-    def status_code_number(self) -> int:
-        return status_code(self.code)
-
 
 def status_code(value: int | str) -> int:
     """google.rpc.Code number for a grpc.StatusCode name or number; ValueError otherwise."""

@@ -22,11 +22,11 @@ import grpc
 from google.cloud.tpu_v2.types import cloud_tpu
 from google.rpc import status_pb2
 
+from emulators.clock import Clock, iso, to_datetime
 from emulators.tpu import ips
-from emulators.tpu.clock import Clock, iso, to_datetime
 from emulators.tpu.operations import OperationStore, OpRecord
 from emulators.tpu.records import DELETED, NodePlan, NodeRecord, QrRecord, VmRecord
-from emulators.tpu.scenario import Scenario, ScenarioBook
+from emulators.tpu.scenario import Scenario, ScenarioBook, status_code
 from keeper.domain.tpu.topology import vms_per_node
 
 log = logging.getLogger("emulators.tpu")
@@ -49,14 +49,15 @@ EXPIRED_MESSAGE = (
     "queued resource expired: valid_until_duration elapsed before capacity was assigned"
 )
 
-_STATE_DATA_FIELD = {
-    "CREATING": "creating_data",
-    "ACCEPTED": "accepted_data",
-    "PROVISIONING": "provisioning_data",
-    "DELETING": "deleting_data",
-    "ACTIVE": "active_data",
-    "SUSPENDING": "suspending_data",
-    "SUSPENDED": "suspended_data",
+# States whose QueuedResourceState carries a (empty) `<state>_data` message.
+_WITH_DATA = {
+    "CREATING",
+    "ACCEPTED",
+    "PROVISIONING",
+    "DELETING",
+    "ACTIVE",
+    "SUSPENDING",
+    "SUSPENDED",
 }
 
 
@@ -176,9 +177,6 @@ class World:
             record.evaluated_until = now
         return now
 
-    def _scenario(self, key: str) -> Scenario:
-        return self.scenarios.get(key)
-
     def _qr_events(self, qr: QrRecord, seq: Iterable[int]) -> list[_Event]:
         counter = iter(seq)
         events: list[_Event] = []
@@ -192,7 +190,7 @@ class World:
             add(qr.removal_at, 0, lambda at: self._remove_qr(qr, at))
         if qr.state in STOPPED:
             return events
-        sc = self._scenario(qr.id)
+        sc = self.scenarios.get(qr.id)
         assign = math.inf if sc.assign_after is None else qr.created_at + sc.assign_after
         if qr.valid_after is not None:
             assign = max(assign, qr.valid_after)
@@ -221,7 +219,7 @@ class World:
             add(node.removal_at, 0, lambda at: self._remove_node(node, at))
         if node.state == "DELETING":
             return events
-        sc = self._scenario(node.scenario_key)
+        sc = self.scenarios.get(node.scenario_key)
         if node.qr is None and node.state == "CREATING" and sc.active_after is not None:
             add(node.created_at + sc.active_after, 2, lambda at: self._node_ready(node, at))
         if node.state == "READY" and node.ips_at is None and sc.ips_after is not None:
@@ -253,11 +251,10 @@ class World:
             return
         self._qr_move(qr, "PROVISIONING", at)
         qr.provisioning_at = at
-        sc = self._scenario(qr.id)
+        sc = self.scenarios.get(qr.id)
         next_index = 0
         for plan in qr.plan:
-            node = self._new_node(plan.name, plan.id, plan.parent, plan.spec, at, sc, qr)
-            node.multislice = plan.multislice
+            node = self._new_node(plan, at, sc, qr)
             for vm in node.vms:
                 vm.index = next_index
                 next_index += 1
@@ -278,11 +275,11 @@ class World:
 
     def _force_terminal(self, qr: QrRecord, at: float) -> None:
         qr.terminal_applied = True
-        terminal = self._scenario(qr.id).terminal
+        terminal = self.scenarios.get(qr.id).terminal
         assert terminal is not None
         if terminal.state == "FAILED":
             message = terminal.message or "queued resource failed"
-            self._fail(qr, at, terminal.status_code_number(), message)
+            self._fail(qr, at, status_code(terminal.code), message)
             return
         self._qr_move(qr, terminal.state, at)
         # Suspension and a service-side delete take the capacity away; FAILED and
@@ -308,7 +305,7 @@ class World:
 
     def _assign_ips(self, node: NodeRecord, at: float) -> None:
         node.ips_at = at
-        without_ip = set(self._scenario(node.scenario_key).vms_without_ip)
+        without_ip = set(self.scenarios.get(node.scenario_key).vms_without_ip)
         for vm in node.vms:
             if vm.index in without_ip:
                 continue
@@ -350,34 +347,26 @@ class World:
 
     # ----------------------------------------------------------------- nodes
 
-    def _new_node(
-        self,
-        name: str,
-        node_id: str,
-        parent: str,
-        spec: cloud_tpu.Node,
-        at: float,
-        sc: Scenario,
-        qr: QrRecord | None,
-    ) -> NodeRecord:
+    def _new_node(self, plan: NodePlan, at: float, sc: Scenario, qr: QrRecord | None) -> NodeRecord:
         node = NodeRecord(
             state="CREATING",
             created_at=at,
             evaluated_until=at,
-            name=name,
-            id=node_id,
-            parent=parent,
-            spec=cloud_tpu.Node(spec),
+            name=plan.name,
+            id=plan.id,
+            parent=plan.parent,
+            spec=cloud_tpu.Node(plan.spec),
             qr=qr,
             numeric_id=next(self._node_ids),
+            multislice=plan.multislice,
         )
         node.move("CREATING", at)
-        log.info("node %s: created (CREATING) at %s", node_id, iso(at))
-        port = _health_port(spec, self.vm_health_port)
-        path = spec.metadata.get(HEALTH_PATH_KEY, self.vm_health_path)
-        count = _vm_count(spec, sc)
+        log.info("node %s: created (CREATING) at %s", plan.id, iso(at))
+        port = int(plan.spec.metadata.get(HEALTH_PORT_KEY, self.vm_health_port))
+        path = plan.spec.metadata.get(HEALTH_PATH_KEY, self.vm_health_path)
+        count = _vm_count(plan.spec, sc)
         node.vms = [VmRecord(node=node, index=i, port=port, health_path=path) for i in range(count)]
-        self.nodes[name] = node
+        self.nodes[plan.name] = node
         self.all_nodes.append(node)
         return node
 
@@ -398,7 +387,7 @@ class World:
                 assert existing.create_op is not None
                 return existing.create_op
             raise ApiError(grpc.StatusCode.ALREADY_EXISTS, f"queued resource {name} already exists")
-        sc = self._scenario(qr_id)
+        sc = self.scenarios.get(qr_id)
         plan = self._plan_nodes(parent, request.queued_resource, sc)
         taken = [p.id for p in plan if p.name in self.nodes]
         if taken:
@@ -485,7 +474,7 @@ class World:
             return self.delete_requests[(name, request_id)]
         qr = self.get_qr(name)
         now = self.clock.now()
-        sc = self._scenario(qr.id)
+        sc = self.scenarios.get(qr.id)
         op = self.ops.new(qr.parent, "delete", name, now)
         op.request_id = request_id or None
         if qr.state == "DELETING":
@@ -520,13 +509,14 @@ class World:
             raise _invalid(f"node_id {node_id!r} must match {ID_RE.pattern}")
         if "node" not in request:
             raise _invalid("node is required")
-        sc = self._scenario(node_id)
+        sc = self.scenarios.get(node_id)
         _check_node(request.node, "node", sc)
         name = f"{parent}/nodes/{node_id}"
         if name in self.nodes:
             raise ApiError(grpc.StatusCode.ALREADY_EXISTS, f"node {name} already exists")
         now = self.clock.now()
-        node = self._new_node(name, node_id, parent, request.node, now, sc, None)
+        plan = NodePlan(name, node_id, parent, request.node, multislice=False)
+        node = self._new_node(plan, now, sc, None)
         node.create_op = self.ops.new(parent, "create", name, now)
         return node.create_op
 
@@ -545,7 +535,7 @@ class World:
         op = self.ops.new(node.parent, "delete", name, now)
         if node.state != "DELETING":
             self._start_node_delete(node, now)
-            node.removal_at = now + self._scenario(node.scenario_key).delete_duration
+            node.removal_at = now + self.scenarios.get(node.scenario_key).delete_duration
         node.delete_ops.append(op)
         return op
 
@@ -564,8 +554,8 @@ class World:
             qr_state.failed_data = cloud_tpu.QueuedResourceState.FailedData(
                 error=status_pb2.Status(code=qr.error_code or 0, message=qr.error_message or "")
             )
-        elif state in _STATE_DATA_FIELD:
-            data_field = _STATE_DATA_FIELD[state]
+        elif state in _WITH_DATA:
+            data_field = f"{state.lower()}_data"
             data_type = type(getattr(cloud_tpu.QueuedResourceState(), data_field))
             setattr(qr_state, data_field, data_type())
         msg.state = qr_state
@@ -598,7 +588,7 @@ class World:
         return self.vm_behaviour(vm)
 
     def vm_behaviour(self, vm: VmRecord) -> str:
-        sc = self._scenario(vm.node.scenario_key)
+        sc = self.scenarios.get(vm.node.scenario_key)
         if vm.index in sc.unreachable_vms:
             return "unreachable"
         if vm.index in sc.unhealthy_vms:
@@ -662,13 +652,6 @@ def _under(resource_parent: str, parent: str) -> bool:
     if parent.endswith("/locations/-"):
         return resource_parent.startswith(parent[: -len("-")])
     return resource_parent == parent
-
-
-def _health_port(node: cloud_tpu.Node, default: int) -> int:
-    raw = node.metadata.get(HEALTH_PORT_KEY)
-    if raw is None:
-        return default
-    return int(raw)
 
 
 def _vm_count(node: cloud_tpu.Node, sc: Scenario) -> int:

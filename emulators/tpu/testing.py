@@ -125,16 +125,12 @@ async def wait_until(
 
 def make_config(**overrides: Any) -> EmulatorConfig:
     values: dict[str, Any] = {
-        "host": "127.0.0.1",
-        "grpc_port": 0,
-        "control_port": 0,
         "ip_prefix": TEST_IP_PREFIX,
         "vm_health_port": free_port(),
         "default_scenario": STEPPED,
         "tick_seconds": 0.05,
     }
-    values.update(overrides)
-    return EmulatorConfig(**values)
+    return EmulatorConfig(**{**values, **overrides})
 
 
 def client_for(emu: TpuEmulator | str) -> tuple[TpuAsyncClient, grpc.aio.Channel]:

@@ -19,7 +19,7 @@ from google.cloud.tpu_v2.types import cloud_tpu
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from emulators.tpu.clock import Clock
+from emulators.clock import EmulatorClock as Clock
 from emulators.tpu.records import NodeRecord, QrRecord
 from emulators.tpu.scenario import Scenario, ScenarioBook, Terminal
 from emulators.tpu.state import World, _Event

@@ -1,8 +1,8 @@
-"""Emulator time: the wall clock plus an offset tests move forward.
+"""Emulator time: float seconds on the Unix epoch scale, so it shows as wall-clock datetimes.
 
-The controller's timestamps (submit, start, end, slurmd start) and terminal aging read this
-clock, so a test can age a job past retention without waiting an hour. Agent kill grace and
-heartbeat intervals are real asyncio timers: they model delays a caller actually waits on.
+`EmulatorClock` advances with the monotonic clock (a host clock step cannot run transitions
+backwards) plus whatever a test skips; `ManualClock` moves only when told, for tests that
+need exact times. Shared by the emulators.
 """
 
 from __future__ import annotations
@@ -19,8 +19,6 @@ class Clock(Protocol):
 
 
 class EmulatorClock:
-    """Seconds on the Unix scale that advance with the monotonic clock plus an offset."""
-
     def __init__(self) -> None:
         self._wall_at_start = time.time()
         self._mono_at_start = time.monotonic()
@@ -37,8 +35,6 @@ class EmulatorClock:
 
 
 class ManualClock:
-    """A clock that moves only when told: for state tests that need exact times."""
-
     def __init__(self, start: float = 1_800_000_000.0) -> None:
         self._now = start
 
@@ -52,5 +48,9 @@ class ManualClock:
         return self._now
 
 
+def to_datetime(seconds: float) -> datetime:
+    return datetime.fromtimestamp(seconds, UTC)
+
+
 def iso(seconds: float | None) -> str | None:
-    return None if seconds is None else datetime.fromtimestamp(seconds, UTC).isoformat()
+    return None if seconds is None else to_datetime(seconds).isoformat()
