@@ -89,8 +89,13 @@ def decide(
             f"{node} is not a node keeper knows: it never registered through the tap and the "
             "controller does not list it",
         )  # fmt: skip
-    if job is not None and job.state in ACTIVE and (not job.nodes or node in job.nodes):
-        return _running_here(holding, job, verdict)
+    if job is not None and job.state in ACTIVE and not job.nodes:
+        return verdict(
+            V.SPARE, R.NODES_NOT_COMMITTED,
+            f"job {job_id} is {job.state.name} with no nodes committed yet: {node} may be one",
+        )  # fmt: skip
+    if job is not None and job.state in ACTIVE and node in job.nodes:
+        return verdict(V.SPARE, R.ACTIVE_HERE, f"job {job_id} is {job.state.name} on {node}")
     if holding.epoch != epoch.epoch:
         return verdict(
             V.QUARANTINE, R.OTHER_EPOCH,
@@ -137,20 +142,6 @@ def decide(
         V.RECLAIM, R.AGED_OUT,
         f"job {job_id} ended ({known.last_state.name}) and aged out of the controller",
     )  # fmt: skip
-
-
-def _running_here(
-    holding: Holding, job: JobView, verdict: Callable[[Verdict, Reason, str], Decision]
-) -> Decision:
-    """Rows 2 and 3: the controller runs the job on this node, or has not yet committed
-    where it runs."""
-    node, job_id, state = holding.node, holding.job_id, job.state.name
-    if not job.nodes:
-        return verdict(
-            V.SPARE, R.NODES_NOT_COMMITTED,
-            f"job {job_id} is {state} with no nodes committed yet: {node} may be one",
-        )  # fmt: skip
-    return verdict(V.SPARE, R.ACTIVE_HERE, f"job {job_id} is {state} on {node}")
 
 
 def _before(first_seen: datetime, submitted: datetime | None, skew: timedelta) -> bool:

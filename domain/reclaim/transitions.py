@@ -1,27 +1,10 @@
-"""How a reclaim's state changes: pure functions, one for each thing that happens to it.
-
-| what happened | function | the state after |
-|---|---|---|
-| the run starts | `begin` | the state the last run carried, or a new one: "started" |
-| the intake signals a heartbeat's evidence | `heard` | the tally counts it |
-| an activity read the controller afresh | `assessed` | its read is the last; its mode the mode |
-| keeper's memory shows the agent let go | `remembered` | that release is kept |
-| the read spares the holding | `spared` | outcome spared |
-| the read, in observe mode | `observed` | step observing; what keeper would do, said once |
-| a cancel goes out, or the node stays drained | `at_step` | that step |
-| the cancel answered | `cancel_answered` | a try spent, unless skipped by decision |
-| the node is not one the controller lists | `cannot_drain` | step drained, nothing drained, the operator told |
-| a drain goes out | `drain_asked` | step drained; drain asked (it may land though its answer is lost) |
-| the drain answered | `drain_answered` | drain made, or none (a fresh read found it not stale) |
-| release evidence or an operator's release | `settle_release` | outcome released or operator-released |
-| an operator's release Update, accepted | `operator_released` | the operator's word kept |
-| keeper's drain lifted | `lifted` | no drain, no attention |
-| a cancel or a failure | `ending` | outcome cancelled (a cancel), the reason said |
-| the holding closed in keeper's memory (`close_call`) | `closed` | step done |
+"""How a reclaim's state changes: pure functions, one for each thing that happens to it
+(a signal heard, a fresh read of the controller, a call answered, the end), in the order a
+run meets them.
 
 What to do after a fresh read is one table (`next_move`), and whether an operator's release
 is taken another (`release_refusal`).
-"""  # noqa: E501
+"""
 
 from __future__ import annotations
 

@@ -1,21 +1,11 @@
 """What a runner deletion knows, as one frozen `DeletionState`, and every change to it.
 
 The workflow holds one state and replaces it through the pure functions here (table-tested
-in tests/runners/test_runner_state.py); the `status` query, the UI's details and the result are
+in tests/runners/test_runner_state.py; the registration step's own moves are in
+domain.runners.deregister_steps); the `status` query, the UI's details and the result are
 rendered from it (domain.runners.deletion_view), and a run that rolls over hands it whole to
 the next one (`RunnerDeletionInput.carry`). The record itself is never carried: each step
 reads it again from the store.
-
-| fields | changed by | what they say |
-|---|---|---|
-| step, status | `moved`, `entered`, `read` | where the deletion is; the record as last read |
-| shown_step | `moved` | what KeeperStep shows: only the steps operators search for |
-| force, requests | `requested`, `entered` | who asked; a force, or a record already forced |
-| mode, busy_since, escalated | domain.runners.deregister_steps | the registration step |
-| registration_left, registration | `registration_done` | the registration, and its audit |
-| provider, leaked_provider_id | `provider_answered`, `leak_recorded` | the compute |
-| tombstoned, background | `tombstoned`, `cleanup_started` | the end, and what runs after it |
-| decision, error, attention | every move | what an operator reads |
 """
 
 from __future__ import annotations
@@ -291,18 +281,22 @@ def provider_answered(state: DeletionState, result: ProviderResult) -> DeletionS
     )
 
 
-def instance_escalated(state: DeletionState, why: str) -> DeletionState:
-    """A provider id no provider takes: asking again will not help, so an operator decides."""
+def escalate(state: DeletionState, why: str, error: str, **changes: object) -> DeletionState:
+    """An operator decides: KeeperStep shows `escalated`, and `error` says what to do."""
     escalated = _with(
-        state,
-        escalated=True,
-        decision=f"{why}; escalated to an operator",
-        error=(
-            f"{why}. Fix the record, or run `keeper runner delete {state.runner} --force`: "
-            "keeper then tries the provider a few times and records the instance as a leak"
-        ),
+        state, escalated=True, decision=f"{why}; escalated to an operator", error=error, **changes
     )
     return moved(escalated, DeletionStep.ESCALATED)
+
+
+def instance_escalated(state: DeletionState, why: str) -> DeletionState:
+    """A provider id no provider takes: asking again will not help."""
+    return escalate(
+        state,
+        why,
+        f"{why}. Fix the record, or run `keeper runner delete {state.runner} --force`: "
+        "keeper then tries the provider a few times and records the instance as a leak",
+    )
 
 
 def force_answered(state: DeletionState, why: str) -> DeletionState:
@@ -365,18 +359,15 @@ def cleanup_ended(
 ) -> DeletionState:
     """The cleanup's end: GitHub's answer, or why it was left (GitHub removes offline
     runners by itself after 14 days)."""
+    ended = _with(state, waiting=None, background=None)
     if cause is not None:
         decision = (
             f"{state.decision or ''}; registration still present ({cause}): GitHub "
             "removes offline runners after 14 days"
         ).lstrip("; ")
-        return _with(state, decision=decision, waiting=None, background=None)
+        return _with(ended, decision=decision)
     return _with(
-        state,
-        github=answer or state.github,
-        github_attempts=state.github_attempts + attempts,
-        waiting=None,
-        background=None,
+        ended, github=answer or state.github, github_attempts=state.github_attempts + attempts
     )
 
 

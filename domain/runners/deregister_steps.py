@@ -28,6 +28,7 @@ from keeper.domain.runners.deletion_state import (
     GITHUB_WAIT,
     WAITING_STEPS,
     DeletionState,
+    escalate,
     moved,
 )
 from keeper.domain.runners.deregistration import TOKEN_SOURCES, DeregisterMode, Next, next_step
@@ -139,19 +140,12 @@ def on_answer(
         if answer.busy
         else f"GitHub refused the removal ({answer.message})"
     )
-    escalated = seen.model_copy(
-        update={
-            "mode": M.RECHECK,
-            "escalated": True,
-            "decision": f"{why}; escalated to an operator",
-            "error": (
-                f"{why}. Let it finish or fix the cause (keeper asks GitHub again every "
-                f"{policy.escalation_recheck} by itself), or run "
-                f"`keeper runner delete {state.runner} --force` to delete it anyway"
-            ),
-        }
+    error = (
+        f"{why}. Let it finish or fix the cause (keeper asks GitHub again every "
+        f"{policy.escalation_recheck} by itself), or run "
+        f"`keeper runner delete {state.runner} --force` to delete it anyway"
     )
-    return Move(Act.ASK, moved(escalated, DeletionStep.ESCALATED))
+    return Move(Act.ASK, escalate(seen, why, error, mode=M.RECHECK))
 
 
 def on_force(state: DeletionState) -> Move:

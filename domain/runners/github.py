@@ -33,6 +33,15 @@ _REPO_RE = re.compile(r"^[A-Za-z0-9._-]{1,100}$")
 _ENTERPRISE_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,58}[A-Za-z0-9])?$")
 
 _SCOPE_FORMS = "'repo:OWNER/REPO', 'org:ORG' or 'enterprise:SLUG'"
+# Per kind: its REST path prefix, and for an org or enterprise the rule its name follows.
+_PATH_PREFIX = {ScopeKind.REPO: "repos", ScopeKind.ORG: "orgs", ScopeKind.ENTERPRISE: "enterprises"}
+_NAME_RULES = {
+    ScopeKind.ORG: (_ORG_RE, "organisation {!r} must be 1-39 letters, digits or single hyphens"),
+    ScopeKind.ENTERPRISE: (
+        _ENTERPRISE_RE,
+        "enterprise slug {!r} must be 1-60 letters, digits or hyphens",
+    ),
+}
 
 
 def _check_repo(name: str) -> str:
@@ -64,26 +73,14 @@ class GitHubScope(BaseModel):
         kind = info.data.get("kind")
         if kind is ScopeKind.REPO:
             return _check_repo(value)
-        if kind is ScopeKind.ORG and not _ORG_RE.match(value):
-            raise ValueError(
-                f"organisation {value!r} must be 1-39 letters, digits or single hyphens, "
-                "not starting or ending with a hyphen"
-            )
-        if kind is ScopeKind.ENTERPRISE and not _ENTERPRISE_RE.match(value):
-            raise ValueError(
-                f"enterprise slug {value!r} must be 1-60 letters, digits or hyphens, "
-                "not starting or ending with a hyphen"
-            )
+        if kind in _NAME_RULES and not _NAME_RULES[kind][0].match(value):
+            rule = _NAME_RULES[kind][1].format(value)
+            raise ValueError(f"{rule}, not starting or ending with a hyphen")
         return value
 
     @property
     def runners_path(self) -> str:
-        prefix = {
-            ScopeKind.REPO: "repos",
-            ScopeKind.ORG: "orgs",
-            ScopeKind.ENTERPRISE: "enterprises",
-        }[self.kind]
-        return f"/{prefix}/{self.name}/actions/runners"
+        return f"/{_PATH_PREFIX[self.kind]}/{self.name}/actions/runners"
 
     def runner_path(self, runner_id: int) -> str:
         return f"{self.runners_path}/{runner_id}"
@@ -131,14 +128,12 @@ class DeregistrationOutcome(StrEnum):
     TRANSPORT = "transport"
 
 
-_RETRYABLE = frozenset(
-    {
-        DeregistrationOutcome.AUTH,
-        DeregistrationOutcome.RATE_LIMITED,
-        DeregistrationOutcome.SERVER_ERROR,
-        DeregistrationOutcome.TRANSPORT,
-    }
-)
+D = DeregistrationOutcome
+_RETRYABLE = frozenset({D.AUTH, D.RATE_LIMITED, D.SERVER_ERROR, D.TRANSPORT})
+# The outcome of a status code alone; 2xx, 5xx, and a 400 or 403 that says more, aside. The
+# REST API's only 422 for this call is "still running a job": matching its wording instead
+# would turn a rephrased message into a killed job. A 403 that is no rate limit is AUTH.
+_BY_STATUS = {404: D.ALREADY_GONE, 422: D.BUSY, 401: D.AUTH, 403: D.AUTH, 429: D.RATE_LIMITED}
 
 
 class DeregistrationAnswer(BaseModel):
@@ -257,32 +252,15 @@ def classify_deregistration(
     `asked_retry_after_s`; `retry_after_s` is at most `max_retry_after_s`.
     """
     lowered = {key.lower(): value for key, value in headers.items()}
-    outcome: DeregistrationOutcome
+    outcome = _BY_STATUS.get(status_code, DeregistrationOutcome.CLIENT_ERROR)
     if 200 <= status_code < 300:
         outcome = DeregistrationOutcome.REMOVED
-    elif status_code == 404:
-        outcome = DeregistrationOutcome.ALREADY_GONE
-    elif status_code == 422:
-        # The REST API's only 422 for this call is "still running a job"; matching its
-        # wording instead would turn a rephrased message into a killed job.
+    elif status_code == 400 and "jobstillrunning" in message.lower():
         outcome = DeregistrationOutcome.BUSY
-    elif status_code == 400:
-        busy = "jobstillrunning" in message.lower()
-        outcome = DeregistrationOutcome.BUSY if busy else DeregistrationOutcome.CLIENT_ERROR
-    elif status_code == 401:
-        outcome = DeregistrationOutcome.AUTH
-    elif status_code == 403:
-        outcome = (
-            DeregistrationOutcome.RATE_LIMITED
-            if _is_rate_limited_403(lowered, message)
-            else DeregistrationOutcome.AUTH
-        )
-    elif status_code == 429:
+    elif status_code == 403 and _is_rate_limited_403(lowered, message):
         outcome = DeregistrationOutcome.RATE_LIMITED
     elif 500 <= status_code < 600:
         outcome = DeregistrationOutcome.SERVER_ERROR
-    else:
-        outcome = DeregistrationOutcome.CLIENT_ERROR
 
     asked: float | None = None
     retry_after_s: float | None = None

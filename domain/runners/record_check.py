@@ -20,6 +20,7 @@ GitHub scope is, so the rules cannot be left to the column types. Pure and table
 
 from __future__ import annotations
 
+import math
 import re
 import unicodedata
 from collections.abc import Mapping
@@ -53,13 +54,6 @@ def shown(value: object) -> str:
     return ascii(value[:_SHOWN] + ("..." if len(value) > _SHOWN else ""))
 
 
-def _control_at(text: str) -> int | None:
-    for position, char in enumerate(text, start=1):
-        if unicodedata.category(char) == "Cc":
-            return position
-    return None
-
-
 def _name_problem(value: object, pattern: re.Pattern[str], what: str) -> str | None:
     if not isinstance(value, str) or not pattern.match(value):
         return (
@@ -78,18 +72,15 @@ def provider_id_problem(value: object) -> str | None:
         return "is empty; leave it unset when the provider gave no id"
     if len(value) > PROVIDER_ID_MAX:
         return f"has {len(value)} characters; at most {PROVIDER_ID_MAX}"
-    control = _control_at(value)
-    if control is not None:
-        char = value[control - 1]
-        return f"contains a control character (U+{ord(char):04X}) at position {control}"
+    for position, char in enumerate(value, start=1):
+        if unicodedata.category(char) == "Cc":
+            return f"contains a control character (U+{ord(char):04X}) at position {position}"
     return None
 
 
-def _runner_id_problem(value: object) -> str | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= BIGINT_MAX:
-        return f"{shown(value)} is not a GitHub runner id (a whole number from 1)"
+def _whole_problem(value: object, top: float, what: str) -> str | None:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= top:
+        return f"{shown(value)} is not {what} (a whole number from 1)"
     return None
 
 
@@ -111,12 +102,6 @@ def _enum_problem(value: object, enum: type[InstanceStatus] | type[AgentStatus])
     return f"{shown(value)} is not one of {', '.join(m.value for m in enum)}"
 
 
-def _version_problem(value: object) -> str | None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        return f"{shown(value)} is not a version (a whole number from 1)"
-    return None
-
-
 def _time_problem(value: object, *, required: bool) -> str | None:
     if value is None:
         return "is missing" if required else None
@@ -128,15 +113,19 @@ def _time_problem(value: object, *, required: bool) -> str | None:
 def record_problems(row: Mapping[str, object]) -> tuple[RecordProblem, ...]:
     """Every problem of one runner row (the store's column names and values), in column
     order; empty when the row is a valid runner record."""
+    runner_id = row.get("github_runner_id")
+    bad_id = (
+        None if runner_id is None else _whole_problem(runner_id, BIGINT_MAX, "a GitHub runner id")
+    )
     checks: list[tuple[str, str | None]] = [
         ("name", _name_problem(row.get("name"), _NAME_RE, "runner name")),
         ("scale_set", _name_problem(row.get("scale_set"), _SCALE_SET_RE, "scale-set name")),
         ("provider_id", provider_id_problem(row.get("provider_id"))),
-        ("github_runner_id", _runner_id_problem(row.get("github_runner_id"))),
+        ("github_runner_id", bad_id),
         ("github_scope", _scope_problem(row.get("github_scope"))),
         ("instance_status", _enum_problem(row.get("instance_status"), InstanceStatus)),
         ("agent_status", _enum_problem(row.get("agent_status"), AgentStatus)),
-        ("version", _version_problem(row.get("version"))),
+        ("version", _whole_problem(row.get("version"), math.inf, "a version")),
         ("created_at", _time_problem(row.get("created_at"), required=True)),
         ("updated_at", _time_problem(row.get("updated_at"), required=True)),
         ("deleted_at", _time_problem(row.get("deleted_at"), required=False)),
