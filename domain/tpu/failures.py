@@ -9,11 +9,13 @@
 |                                         |          | last seen: <QR or nodes, counts>       |
 | health's deadline passed                | deadline | health deadline (<budget>) exceeded:   |
 |                                         |          | N of M VMs not healthy: <which, why>   |
+|                                         |          | (health_failure: which round it saw)   |
 """
 
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Literal, NamedTuple
 
 from keeper.domain.common.durations import format_duration
 from keeper.domain.tpu.models import BootstrapFailure, HealthReport, VmFailure
@@ -51,25 +53,73 @@ def deadline_failure(
     )
 
 
+# How the health phase saw the round its failure reports.
+RoundEnd = Literal["finished", "cut short", "earlier"]
+
+
+class SeenRound(NamedTuple):
+    report: HealthReport
+    end: RoundEnd
+
+
+def _full_names(seen: SeenRound, earlier: HealthReport | None) -> list[VmFailure]:
+    """A retried attempt's failure names its first few failing VMs only; the workflow's last
+    full round names them all when it counted as many failing, among them those few."""
+    report = seen.report
+    count = report.total - report.healthy
+    if (
+        seen.end != "finished"
+        or len(report.failing) >= count
+        or earlier is None
+        or earlier.total - earlier.healthy != count
+        or len(earlier.failing) != count
+    ):
+        return report.failing
+    full = {(f.node, f.index) for f in earlier.failing}
+    if all((f.node, f.index) in full for f in report.failing):
+        return earlier.failing
+    return report.failing
+
+
 def health_failure(
-    budget: timedelta,
-    vms: int,
-    last: HealthReport | None,
-    seen_failing: list[VmFailure],
+    budget: timedelta, vms: int, seen: SeenRound | None, earlier: HealthReport | None = None
 ) -> BootstrapFailure:
-    """Names the failing VMs and why; the count comes from the last round, not from its
-    list. A retried attempt's details carry only the first few, so the last full round the
-    workflow saw (`seen_failing`) names them all when it names more."""
-    failing = last.failing if last else []
-    count = last.total - last.healthy if last else len(failing)
-    if len(seen_failing) > len(failing):
-        failing = seen_failing
+    """Names the failing VMs of one round, with that round's count: a list cut to the first
+    few ends in "and K more", so the count is always that of the VMs it names. `earlier` is
+    the last full round the workflow saw, which completes a retried attempt's first few.
+
+    | the round it reports                        | reads                                      |
+    |---------------------------------------------|--------------------------------------------|
+    | finished (the last round, or a retried      | N of M VMs not healthy: <which, why>       |
+    | attempt's failure with the first few)       |                                            |
+    | cut short at the deadline (its heartbeat)   | the last round was cut short after S:      |
+    |                                             | N of M VMs had not answered healthy: ...   |
+    | none at the deadline; an earlier one did    | no round finished at the deadline; in the  |
+    |                                             | last one that did, N of M VMs were not ... |
+    | none ever finished                          | no health round finished: what to do       |
+    """
+    prefix = f"health deadline ({format_duration(budget)}) exceeded"
+    if seen is None:
+        return BootstrapFailure(
+            phase=Phase.HEALTH,
+            kind="deadline",
+            message=f"{prefix}: no health round over the {vms} VMs finished, so none is known "
+            "healthy; check that the worker reaches every VM's health port (a probe that gets "
+            "no answer costs health.timeout), or give the phase a longer health deadline",
+        )
+    report, end = seen
+    count = report.total - report.healthy
+    failing = _full_names(seen, earlier)
+    named = failing_vm_list(failing, count)
+    how = {
+        "finished": f"{count} of {report.total} VMs not healthy: {named}",
+        "cut short": f"the last round was cut short after {report.round_seconds:g}s: "
+        f"{count} of {report.total} VMs had not answered healthy: {named}",
+        "earlier": f"no round finished at the deadline; in the last one that did, {count} of "
+        f"{report.total} VMs were not healthy: {named}",
+    }[end]
     return BootstrapFailure(
-        phase=Phase.HEALTH,
-        kind="deadline",
-        message=f"health deadline ({format_duration(budget)}) exceeded: "
-        f"{count} of {vms} VMs not healthy: {failing_vm_list(failing, count)}",
-        failing_vms=failing,
+        phase=Phase.HEALTH, kind="deadline", message=f"{prefix}: {how}", failing_vms=failing
     )
 
 

@@ -116,6 +116,13 @@ class SweepPolicy(_Message):
     max_concurrent_deletes: int = Field(ge=1)
 
 
+class HealthPolicy(_Message):
+    """What a health round's time limit is derived from (domain/tpu/health_round.py)."""
+
+    probe_timeout: SecondsDuration
+    in_flight: int = Field(ge=1)
+
+
 class TpuPolicy(_Message):
     """The worker's TPU settings a workflow follows: the `tpu.policy` local activity returns
     them at the start of each run, so a settings change reaches a running workflow at its
@@ -123,6 +130,8 @@ class TpuPolicy(_Message):
 
     compensation: CompensationPolicy
     sweep: SweepPolicy
+    # None in the policy a run read from a worker that predates it.
+    health: HealthPolicy | None = None
 
 
 # What a compensation counts (runtime/metrics.py COMPENSATIONS): its start, its end, and

@@ -28,7 +28,10 @@ class TpuSettings(Section):
 
 
 class HealthSettings(Section):
-    concurrency: int = Field(default=64, ge=1, le=1024)
+    # Probes in flight per worker; unset, derived from the open-file limit the worker raises
+    # at start (domain/tpu/health_round.py). A value caps that bound, and a round over more
+    # VMs than the bound goes in waves, each costing up to one timeout.
+    concurrency: int | None = Field(default=None, ge=1)
     timeout: HumanDuration = Field(default=timedelta(seconds=2), gt=timedelta(0))
 
 

@@ -325,6 +325,30 @@ async def test_record_teardown_continued(emu: TpuEmulator):
         await _write_runs(client, teardown.id, first_run, *TEARDOWN_CONTINUED)
 
 
+# Recorded after 1.0.0, so not in LABELS (the baseline's paths): the health phase's last
+# round taken when the deadline passed with a round still running (the patch
+# `tpu-last-look-past-deadline`). In real time: the round outlives the deadline on the worker.
+HEALTH_IN_FLIGHT = "health-in-flight-at-deadline"
+
+
+@on_demand
+async def test_record_health_round_in_flight_at_the_deadline(dev_env, emu: TpuEmulator):
+    settings = harness.settings_for_tests()
+    settings.health.timeout = timedelta(seconds=3)
+    request = slice_request(
+        "replay-health-in-flight",
+        poll_interval=timedelta(seconds=1),
+        deadlines={"health": settings.health.timeout / 2},
+    )
+    emu.set_scenario(
+        request.slice_name,
+        Scenario(assign_after=0, active_after=0, ips_after=0, unreachable_vms=[0]),
+    )
+    async with running_worker(dev_env.client, emu, settings=settings) as worker:
+        await _closed(await _start(dev_env.client, worker.task_queue, request))
+    await _record_bootstrap(dev_env.client, HEALTH_IN_FLIGHT, request.slice_name)
+
+
 @on_demand
 async def test_record_teardown_cancelled_mid_delete(dev_env, emu: TpuEmulator):
     """A cancel waits for the delete it interrupted."""

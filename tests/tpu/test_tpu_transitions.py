@@ -3,11 +3,17 @@ table, checked row by row, and what the sweep's triage and the TPU renders make 
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from keeper.domain.tpu.failures import deadline_failure, health_failure, terminal_failure
+from keeper.domain.tpu.failures import (
+    SeenRound,
+    deadline_failure,
+    health_failure,
+    terminal_failure,
+)
 from keeper.domain.tpu.models import (
     BootstrapFailure,
     BootstrapResult,
@@ -384,9 +390,69 @@ def test_a_deadline_says_what_was_last_seen():
 def test_a_health_deadline_names_every_vm_the_last_full_round_saw():
     seen = [VmFailure(node="s", index=i, ip=f"10.0.0.{i}", reason="HTTP 503") for i in range(3)]
     cut = HealthReport(total=4, healthy=1, failing=seen[:1])  # a retried attempt's details
-    failure = health_failure(timedelta(minutes=10), 4, cut, seen)
+    full = HealthReport(total=4, healthy=1, failing=seen)  # the last round the workflow saw
+    failure = health_failure(timedelta(minutes=10), 4, SeenRound(cut, "finished"), full)
     assert failure.failing_vms == seen
     assert failure.message.startswith("health deadline (10m) exceeded: 3 of 4 VMs not healthy")
+
+
+def _vms(indices: range, reason: str = "HTTP 503") -> list[VmFailure]:
+    return [
+        VmFailure(node="s", index=i, ip=f"10.0.{i // 256}.{i % 256}", reason=reason)
+        for i in indices
+    ]
+
+
+def _counted_and_named(message: str) -> tuple[int, int]:
+    """The "N of M" count a message states, and how many VMs it names ("and K more" too)."""
+    stated = re.search(r"(\d+) of \d+ VMs", message)
+    assert stated is not None, message
+    named = len(re.findall(r"s/\d+ 10\.0\.\d+\.\d+ \(", message))
+    more = re.search(r" and (\d+) more$", message)
+    return int(stated.group(1)), named + (int(more.group(1)) if more else 0)
+
+
+def _report(total: int, healthy: int, named: int, seconds: float = 0.0) -> HealthReport:
+    return HealthReport(
+        total=total, healthy=healthy, failing=_vms(range(named)), round_seconds=seconds
+    )
+
+
+@pytest.mark.parametrize(
+    ("seen", "earlier", "reads", "listed"),
+    [
+        # The last round finished: its own list.
+        (SeenRound(_report(8, 6, 2), "finished"), None, "2 of 8 VMs not healthy", 2),
+        # A retried attempt's first five of 20, no full round to complete them.
+        (SeenRound(_report(64, 44, 5), "finished"), None, "20 of 64 VMs not healthy", 5),
+        # ...and a full round that counted 30 failing: another round, so not its names.
+        (SeenRound(_report(64, 44, 5), "finished"), _report(64, 34, 30), "20 of 64 VMs", 5),
+        # ...and a full round of the same 20 failing: its names.
+        (SeenRound(_report(64, 44, 5), "finished"), _report(64, 44, 20), "20 of 64 VMs", 20),
+        # Cut short at the deadline: the VMs that had not answered count as not healthy.
+        (SeenRound(_report(4096, 2000, 3, 1.5), "cut short"), None,
+         "cut short after 1.5s: 2096 of 4096 VMs had not answered healthy", 3),
+        # No round at the deadline (the issue's "0 of N VMs not healthy" naming three).
+        (SeenRound(_report(4096, 4093, 3), "earlier"), None,
+         "in the last one that did, 3 of 4096 VMs were not healthy", 3),
+    ],
+)  # fmt: skip
+def test_a_health_deadline_counts_exactly_the_vms_it_names(seen, earlier, reads, listed):
+    failure = health_failure(timedelta(minutes=2, seconds=30), 4096, seen, earlier)
+    assert reads in failure.message
+    count, named = _counted_and_named(failure.message)
+    assert count == named == seen.report.total - seen.report.healthy
+    assert len(failure.failing_vms) == listed
+
+
+def test_a_health_deadline_with_no_round_says_so_and_what_to_do():
+    failure = health_failure(timedelta(minutes=2, seconds=30), 4096, None)
+    assert failure.message.startswith(
+        "health deadline (2m30s) exceeded: no health round over the 4096 VMs finished"
+    )
+    assert "health port" in failure.message and "longer health deadline" in failure.message
+    assert " of 4096 VMs not healthy" not in failure.message
+    assert failure.failing_vms == []
 
 
 def test_only_a_terminal_state_fails_a_phase_at_once():

@@ -23,9 +23,17 @@ from keeper.activities.tpu.health import HealthActivities, HealthProber
 from keeper.activities.tpu.policy import PolicyActivities
 from keeper.activities.tpu.sweeper import SweeperActivities
 from keeper.domain.common.durations import format_duration
-from keeper.domain.tpu.models import CompensationPolicy, SweepPolicy, SweepRequest, TpuPolicy
+from keeper.domain.tpu.health_round import in_flight_bound
+from keeper.domain.tpu.models import (
+    CompensationPolicy,
+    HealthPolicy,
+    SweepPolicy,
+    SweepRequest,
+    TpuPolicy,
+)
 from keeper.domain.tpu.naming import SWEEPER_SCHEDULE_ID, SWEEPER_WORKFLOW_ID
 from keeper.runtime import metrics as m
+from keeper.runtime.open_files import raise_open_files_limit
 from keeper.runtime.settings import Settings
 from keeper.runtime.tpu.client import make_tpu_client
 from keeper.workers.alerts import AlertedCounter, alert_activity
@@ -67,7 +75,14 @@ async def open_tpu_deps(settings: Settings) -> AsyncIterator[TpuDeps]:
     yield TpuDeps(make_tpu_client(settings.tpu))
 
 
-def tpu_policy(settings: Settings) -> TpuPolicy:
+def health_prober(settings: Settings) -> HealthProber:
+    """The worker's one prober: its probes in flight are what the open-file limit, raised
+    to the hard limit first, leaves them (capped by health.concurrency when set)."""
+    bound = in_flight_bound(raise_open_files_limit(), settings.health.concurrency)
+    return HealthProber(concurrency=bound, timeout=settings.health.timeout)
+
+
+def tpu_policy(settings: Settings, prober: HealthProber) -> TpuPolicy:
     """What the family's workflows read from these settings (`tpu.policy`)."""
     return TpuPolicy(
         compensation=CompensationPolicy(stuck_after=settings.bootstrap.compensation_stuck_after),
@@ -75,6 +90,7 @@ def tpu_policy(settings: Settings) -> TpuPolicy:
             delete_timeout=settings.sweeper.delete_timeout,
             max_concurrent_deletes=settings.sweeper.max_concurrent_deletes,
         ),
+        health=HealthPolicy(probe_timeout=prober.timeout, in_flight=prober.concurrency),
     )
 
 
@@ -82,15 +98,14 @@ def tpu_activities(settings: Settings, client: Client, deps: TpuDeps) -> list[Ca
     tpu = TpuActivities(
         deps.tpu, call_timeout=settings.tpu.call_timeout, max_backoff=settings.bootstrap.max_backoff
     )
-    health = HealthActivities(
-        HealthProber(concurrency=settings.health.concurrency, timeout=settings.health.timeout)
-    )
+    prober = health_prober(settings)
+    health = HealthActivities(prober)
     sweeper = SweeperActivities(tpu, client)
     return [
         tpu.create_slice,
         tpu.observe_slice,
         tpu.delete_slice,
-        PolicyActivities(tpu_policy(settings)).policy,
+        PolicyActivities(tpu_policy(settings, prober)).policy,
         health.check_health,
         sweeper.survey_owned_resources,
         alert_activity(settings),

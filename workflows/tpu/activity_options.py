@@ -11,13 +11,18 @@ from datetime import timedelta
 
 from temporalio.common import RetryPolicy
 
+from keeper.domain.tpu.health_round import FALLBACK_ROUND_LIMIT, round_limit
+from keeper.domain.tpu.models import HealthPolicy
+
 CALL_TIMEOUT = timedelta(minutes=2)
 # A poll makes a few reads in parallel, each bounded by tpu.call_timeout (30 s by default).
 # Kept short because it is also how long an attempt lost with a crashed worker stalls the
 # phase before the server hands the poll to another worker.
 POLL_START_TO_CLOSE = timedelta(seconds=45)
-# A health round is bounded by ceil(unreachable VMs / concurrency) x health.timeout.
-HEALTH_START_TO_CLOSE = timedelta(minutes=1)
+# A health round's start-to-close is derived from the slice's VMs, the probe timeout and the
+# probes in flight a worker holds (health_round_limit). Its heartbeat, the round so far,
+# also tells the server of a worker lost mid-round within this long.
+HEALTH_HEARTBEAT = timedelta(seconds=10)
 CREATE_BUDGET = timedelta(minutes=15)
 HEALTH_MAX_INTERVAL = timedelta(seconds=10)
 
@@ -64,3 +69,11 @@ def poll_retry(interval: timedelta) -> RetryPolicy:
 def health_interval(poll_interval: timedelta) -> timedelta:
     # Our own VMs, not the cloud API: they can be asked more often than the QR.
     return min(poll_interval, HEALTH_MAX_INTERVAL)
+
+
+def health_round_limit(vms: int, health: HealthPolicy | None) -> timedelta:
+    """One round's start-to-close, from the policy the run read (domain/tpu/health_round.py);
+    a run whose policy predates it keeps the limit it was scheduled with."""
+    if health is None:
+        return FALLBACK_ROUND_LIMIT
+    return round_limit(vms, health.probe_timeout, health.in_flight)

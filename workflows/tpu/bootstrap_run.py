@@ -66,6 +66,9 @@ with workflow.unsafe.imports_passed_through():
     )
 
 PROGRESS_SIGNAL = "progress"
+# The last look also when a wait's call was still running at the deadline (docs/operations.md,
+# the patch ledger).
+LAST_LOOK_PAST_DEADLINE = "tpu-last-look-past-deadline"
 
 
 class PhaseFailed(Exception):
@@ -195,7 +198,9 @@ class TpuSliceBootstrapRun:
             transitions.entered(self._status, Phase.HEALTH, started_at, deadline_at=deadline_at)
         )
         interval = opts.health_interval(req.poll_interval)
+        limit = opts.health_round_limit(len(obs.endpoints), self._policy.health)
         report = HealthReport(total=len(obs.endpoints), healthy=0)
+        earlier: HealthReport | None = None  # the last round that returned, in full
         # A round returns once the healthy count moved past the last one's bucket; the
         # last round at the deadline (-1) returns whatever it sees.
         first = HealthCheckInput(targets=obs.endpoints, port=req.health_port, path=req.health_path)
@@ -204,32 +209,37 @@ class TpuSliceBootstrapRun:
             self._raise_if_cancel_requested()
             left = deadline_at - workflow.now()
             try:
-                report = await calls.health_round(probe, left, interval, deadline_at)
+                report = await calls.health_round(probe, left, interval, deadline_at, limit)
             except ActivityError as err:
                 final = None
                 if await self._last_look_due(err, Phase.HEALTH, deadline_at):
-                    final = await calls.last_health_round(first)
-                if final is None or not final.all_healthy:
+                    final = await calls.last_health_round(first, limit)
+                if final is None or final.end != "finished" or not final.report.all_healthy:
                     seen = final or last_health_report(err)
+                    if seen is None and earlier is not None:
+                        seen = failures.SeenRound(earlier, "earlier")
                     raise PhaseFailed(
-                        failures.health_failure(
-                            budget, len(obs.endpoints), seen, self._status.failing_vms
-                        )
+                        failures.health_failure(budget, len(obs.endpoints), seen, earlier)
                     ) from None
-                report = final
+                report = final.report
+            earlier = report
             probe = first.model_copy(update={"last_bucket": bucket(report.healthy, report.total)})
             self._update(transitions.health_seen(self._status, report, workflow.now()))
 
     async def _last_look_due(self, err: ActivityError, phase: Phase, deadline_at: datetime) -> bool:
         """A wait's call failed: the phase fails, unless its retries ran out at the deadline
-        (the server ends them early when the next would land past it). Then sleep to the
-        deadline, for one last look; False when the deadline has passed."""
+        (the server ends them early when the next would land past it, and times out one
+        still running at it). Then sleep to the deadline, if it is still ahead, for one
+        last look."""
         reraise_cancellation(err)
         if err.retry_state is not RetryState.TIMEOUT:
             raise PhaseFailed(failures.phase_error(phase, "error", cause_text(err))) from None
         left = deadline_at - workflow.now()
         if left <= timedelta(0):
-            return False
+            # The call was still running at the deadline and the server timed it out: the
+            # deadline has come, so the last look is now. Runs that recorded no marker here
+            # failed without one.
+            return workflow.patched(LAST_LOOK_PAST_DEADLINE)
         await workflow.sleep(
             left, summary=f"{phase.value}: wait for the deadline, then look once more"
         )

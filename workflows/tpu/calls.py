@@ -16,6 +16,7 @@ with workflow.unsafe.imports_passed_through():
     from keeper.activities.tpu.health import HealthActivities
     from keeper.activities.tpu.policy import PolicyActivities
     from keeper.activities.tpu.sweeper import SweeperActivities
+    from keeper.domain.tpu.failures import SeenRound
     from keeper.domain.tpu.models import (
         CreateSliceInput,
         HealthCheckInput,
@@ -84,14 +85,19 @@ async def last_look(inp: ObserveInput) -> SliceObservation | None:
 
 
 async def health_round(
-    inp: HealthCheckInput, left: timedelta, interval: timedelta, deadline_at: datetime
+    inp: HealthCheckInput,
+    left: timedelta,
+    interval: timedelta,
+    deadline_at: datetime,
+    limit: timedelta,
 ) -> HealthReport:
     """Returns when every VM is healthy or the healthy count moved a step; retried every
-    `interval` until then, at most until the deadline."""
+    `interval` until then, at most until the deadline. `limit` bounds one round."""
     return await workflow.execute_activity_method(
         HealthActivities.check_health,
         inp,
-        start_to_close_timeout=opts.HEALTH_START_TO_CLOSE,
+        start_to_close_timeout=limit,
+        heartbeat_timeout=opts.HEALTH_HEARTBEAT,
         schedule_to_close_timeout=max(left, timedelta(seconds=1)),
         retry_policy=opts.poll_retry(interval),
         summary=f"health: GET {inp.path} on {len(inp.targets)} VMs "
@@ -99,19 +105,22 @@ async def health_round(
     )
 
 
-async def last_health_round(inp: HealthCheckInput) -> HealthReport | None:
-    """One health round at the deadline, reporting whatever it sees."""
+async def last_health_round(inp: HealthCheckInput, limit: timedelta) -> SeenRound | None:
+    """One health round at the deadline, reporting whatever it sees: the round, or what the
+    round saw before it failed (its heartbeat), or None."""
     try:
-        return await workflow.execute_activity_method(
+        report = await workflow.execute_activity_method(
             HealthActivities.check_health,
             inp,
-            start_to_close_timeout=opts.HEALTH_START_TO_CLOSE,
+            start_to_close_timeout=limit,
+            heartbeat_timeout=opts.HEALTH_HEARTBEAT,
             retry_policy=opts.LAST_LOOK,
             summary="health: last round at the deadline",
         )
     except ActivityError as err:
         reraise_cancellation(err)
         return last_health_report(err)
+    return SeenRound(report, "finished")
 
 
 async def survey(req: SweepRequest) -> SweepSurvey:

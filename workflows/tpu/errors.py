@@ -18,6 +18,7 @@ from temporalio.exceptions import (
 
 with workflow.unsafe.imports_passed_through():
     from keeper.activities.tpu.cloud import SLICE_NAME_TAKEN
+    from keeper.domain.tpu.failures import SeenRound
     from keeper.domain.tpu.models import BootstrapFailure, BootstrapRunInput, HealthReport
     from keeper.domain.tpu.naming import (
         bootstrap_run_workflow_id,
@@ -98,15 +99,29 @@ def name_taken(err: ActivityError) -> bool:
     return isinstance(cause, ApplicationError) and cause.type == SLICE_NAME_TAKEN
 
 
-def last_health_report(err: ActivityError) -> HealthReport | None:
-    """The report a health attempt that saw no progress failed with, if any."""
-    cause = err.cause
-    if isinstance(cause, ApplicationError) and cause.details:
-        try:
-            return HealthReport.model_validate(cause.details[0])
-        except ValidationError:
-            return None
+def last_health_report(err: ActivityError) -> SeenRound | None:
+    """The last round a failed health call saw, if it tells: a retried attempt that saw no
+    progress fails with its report (the first few failing VMs), and a round the server cut
+    short (a timeout) left its last heartbeat, the round so far."""
+    cause: BaseException | None = err.cause
+    while cause is not None:
+        if isinstance(cause, TimeoutError) and cause.last_heartbeat_details:
+            report = _report(cause.last_heartbeat_details[0])
+            if report is not None:
+                return SeenRound(report, "cut short")
+        if isinstance(cause, ApplicationError) and cause.details:
+            report = _report(cause.details[0])
+            if report is not None:
+                return SeenRound(report, "finished")
+        cause = cause.__cause__
     return None
+
+
+def _report(detail: object) -> HealthReport | None:
+    try:
+        return HealthReport.model_validate(detail)
+    except ValidationError:
+        return None
 
 
 def child_failure(err: ChildWorkflowError, phase: Phase) -> BootstrapFailure:
