@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from datetime import timedelta
 
 from temporalio import activity
 
@@ -20,18 +21,25 @@ BEATS_PER_TIMEOUT = 3
 
 
 @contextlib.asynccontextmanager
-async def heartbeating(detail: str) -> AsyncIterator[None]:
-    """Beats every third of the activity's heartbeat timeout while the block runs; nothing
-    when the caller set no heartbeat timeout (an older workflow's schedule)."""
-    timeout = activity.info().heartbeat_timeout
+async def heartbeating(
+    details: str | Callable[[], object], *, unset: timedelta | None = None, at_start: bool = True
+) -> AsyncIterator[None]:
+    """Beats every third of the activity's heartbeat timeout while the block runs. With no
+    heartbeat timeout (an older workflow's schedule) it beats every third of `unset`, or not
+    at all. `details` is what each beat reports, or how to read it at that moment; with
+    `at_start` False the first beat waits an interval (a block shorter than that sends none)."""
+    timeout = activity.info().heartbeat_timeout or unset
     if not timeout:
         yield
         return
     every = timeout.total_seconds() / BEATS_PER_TIMEOUT
+    read = details if callable(details) else (lambda: details)
 
     async def beat() -> None:
+        if not at_start:
+            await asyncio.sleep(every)
         while True:
-            activity.heartbeat(detail)
+            activity.heartbeat(read())
             await asyncio.sleep(every)
 
     task = asyncio.create_task(beat())

@@ -18,17 +18,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import functools
 import os
 import socket
 import struct
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 
 from temporalio import activity
 
+from keeper.activities.heartbeat import heartbeating
 from keeper.domain.tpu.models import HealthCheckInput, HealthReport, VmFailure
 from keeper.domain.tpu.observation import VmEndpoint, bucket
 from keeper.runtime.tracing import tracer
@@ -282,8 +284,6 @@ class HealthProber:
 # Failing VMs named in a retried health attempt's failure (its message and details) and in
 # a round's heartbeat.
 FAILING_IN_RETRY = 5
-# A beat at a third of the heartbeat timeout (the SDK sends at most one every 80% of it).
-BEATS_PER_TIMEOUT = 3
 
 
 class HealthActivities:
@@ -294,7 +294,10 @@ class HealthActivities:
     async def check_health(self, inp: HealthCheckInput) -> HealthReport:
         """Returns when every VM is healthy or the healthy count moved a visible step."""
         tally = RoundTally(total=len(inp.targets))
-        async with _beating(tally, self._prober.timeout):
+        # The round so far, for the UI's pending activity and for a workflow whose round
+        # the server cuts short at the deadline.
+        beats = functools.partial(tally.partial, FAILING_IN_RETRY)
+        async with heartbeating(beats, unset=self._prober.timeout, at_start=False):
             report = await self._prober.round(inp.targets, inp.port, inp.path, tally)
         if report.all_healthy or bucket(report.healthy, report.total) != inp.last_bucket:
             return report
@@ -310,30 +313,3 @@ class HealthActivities:
             seen=f"{report.healthy}/{report.total} VMs healthy, {failing} failing; "
             "first: " + ", ".join(f"{f.node}/{f.index} {f.ip} ({f.reason})" for f in shown),
         )
-
-
-@contextlib.asynccontextmanager
-async def _beating(tally: RoundTally, probe_timeout: timedelta) -> AsyncIterator[None]:
-    """Heartbeats the round so far, the first one after a beat's interval (a round shorter
-    than that sends none): the UI shows it as the pending activity's details, and a round
-    the server cuts short at the deadline still tells the workflow what it saw."""
-    heartbeat = activity.info().heartbeat_timeout
-    every = (heartbeat or probe_timeout).total_seconds() / BEATS_PER_TIMEOUT
-
-    async def beat() -> None:
-        while True:
-            await asyncio.sleep(every)
-            activity.heartbeat(tally.partial(FAILING_IN_RETRY))
-
-    task = asyncio.create_task(beat())
-    try:
-        yield
-    finally:
-        task.cancel()
-        try:
-            await task
-        except asyncio.CancelledError:
-            # The beat's own cancellation ends here; one aimed at the activity goes on.
-            current = asyncio.current_task()
-            if current is not None and current.cancelling():
-                raise
