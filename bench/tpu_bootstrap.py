@@ -358,11 +358,17 @@ class BootstrapRun:
 
     @property
     def get_qr_per_hour(self) -> float:
-        return self.calls_in_wait.get("GetQueuedResource", 0) / self.wait_hours
+        """Reads of the queued resource: its own Gets and the lists of its zone."""
+        return qr_reads(self.calls_in_wait) / self.wait_hours
 
     @property
     def all_calls_per_hour(self) -> float:
         return sum(self.calls_in_wait.values()) / self.wait_hours
+
+
+def qr_reads(calls: dict[str, int]) -> int:
+    """Calls that read queued resources: GetQueuedResource and ListQueuedResources pages."""
+    return calls.get("GetQueuedResource", 0) + calls.get("ListQueuedResources", 0)
 
 
 def failure_summary(err: WorkflowFailureError) -> str:
@@ -486,7 +492,7 @@ class Bootstraps:
         )
         progress(
             f"  {case}: {run.events} events ({supervisor_events} + {child_events}), "
-            f"{run.get_qr_per_hour:.1f} GetQueuedResource/h, {real_seconds:.1f} s real; {outcome}"
+            f"{run.get_qr_per_hour:.1f} QR reads/h, {real_seconds:.1f} s real; {outcome}"
         )
         return run
 
@@ -498,6 +504,8 @@ def throttle_hook(emu: TpuEmulator, log: CallLog, slice_name: str, after: timede
         create = log.first("tpu.create_slice")
         if create is None or started < create.started + after.total_seconds():
             return False
+        # A poll reads its zone's list and, when that fails, its own QR: both are refused.
+        emu.inject_fault("ListQueuedResources", "RESOURCE_EXHAUSTED", THROTTLE_FAULTS)
         emu.inject_fault("GetQueuedResource", "RESOURCE_EXHAUSTED", THROTTLE_FAULTS, slice_name)
         return True
 
@@ -630,9 +638,9 @@ async def bootstrap_section(full: bool) -> dict[str, Any]:
 
     first = {label: found[0] for label, found in history.items()}
     one_hour, four_hours = first["1h"], first["3h59m"]
-    marginal = (
-        four_hours.calls_in_wait["GetQueuedResource"] - one_hour.calls_in_wait["GetQueuedResource"]
-    ) / (four_hours.wait_hours - one_hour.wait_hours)
+    marginal = (qr_reads(four_hours.calls_in_wait) - qr_reads(one_hour.calls_in_wait)) / (
+        four_hours.wait_hours - one_hour.wait_hours
+    )
 
     def history_row(label: str, found: list[BootstrapRun]) -> dict[str, Any]:
         totals = [r.events for r in found]
@@ -943,7 +951,7 @@ def render(figures: dict[str, Any]) -> str:
             "2. TPU API calls per hour of waiting (calls the emulator counted between the QR "
             "create and its assignment)",
             table(
-                ["case", "poll", "hours", "GetQueuedResource/h", "all calls/h", "calls in wait"],
+                ["case", "poll", "hours", "QR reads/h", "all calls/h", "calls in wait"],
                 [
                     [
                         r["case"],
@@ -958,7 +966,7 @@ def render(figures: dict[str, Any]) -> str:
                 right={1, 2, 3, 4},
             ),
             f"   Marginal rate, (3h59m - 1h) / 2h59m: {boot['marginal_get_qr_per_hour']:.1f} "
-            "GetQueuedResource/h (no start-up polls).",
+            "QR reads/h (no start-up polls).",
         ]
         t = boot["throttled"]
         rows = []
@@ -980,7 +988,8 @@ def render(figures: dict[str, Any]) -> str:
                 ]
             )
         out += [
-            f"   Throttled: the next {t['faults']} GetQueuedResource calls answered "
+            f"   Throttled: the next {t['faults']} ListQueuedResources and GetQueuedResource calls "
+            "answered "
             f"RESOURCE_EXHAUSTED, from {fmt_duration(t['injected_after_seconds'])} into a "
             "2h wait (poll 30 s). Seconds between polls:",
             table(

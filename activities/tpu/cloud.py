@@ -20,6 +20,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from keeper.activities.tpu.gcp_errors import RateLimitTracker, deletion_error, to_application_error
+from keeper.activities.tpu.zone_lister import ListedQr, ZoneLister, ZoneListing
 from keeper.domain.tpu import naming
 from keeper.domain.tpu.models import (
     CreateOutcome,
@@ -54,6 +55,8 @@ SLICE_NAME_TAKEN = "SliceNameTaken"
 DELETES_SENT = "deletes_sent"
 HEALTH_PORT_METADATA = "keeper-health-port"
 HEALTH_PATH_METADATA = "keeper-health-path"
+# Asked of each ListQueuedResources page; the server may return fewer (it caps the size).
+LIST_PAGE_SIZE = 1000
 
 
 def _delete_request_id() -> str:
@@ -153,6 +156,21 @@ def build_queued_resource(
     return qr
 
 
+def _listed(qr: tpu_v2.QueuedResource) -> ListedQr:
+    return ListedQr(state=qr.state.state.name, error=qr.state.failed_data.error.message or None)
+
+
+def _freshness() -> tuple[float, float]:
+    """(now, max_age) for the zone lister: the attempt's start in server time, and the poll
+    interval its retry policy repeats it at. A server that does not hand the activity its
+    retry policy (the time-skipping test server) gets 0: only lists started no earlier than
+    this attempt serve it."""
+    info = activity.info()
+    policy = info.retry_policy
+    interval = policy.initial_interval if policy and policy.initial_interval else None
+    return info.started_time.timestamp(), interval.total_seconds() if interval else 0.0
+
+
 def _node_view(node_id: str, node: tpu_v2.Node | None) -> NodeView:
     if node is None:
         return NodeView(node_id=node_id, state=GONE)
@@ -175,6 +193,8 @@ class TpuActivities:
         self._client = client
         self._timeout = call_timeout.total_seconds()
         self._rate_limits = RateLimitTracker(timedelta(seconds=5), max_backoff)
+        # One per worker process: every bootstrap waiting in a zone shares its lists.
+        self._qr_lister = ZoneLister(self._list_zone_qrs)
 
     # -- reads ---------------------------------------------------------------------------
 
@@ -192,20 +212,39 @@ class TpuActivities:
             except gexc.NotFound:
                 return None
 
-    async def _observe(self, ref: SliceRef, expected_vms: int) -> SliceObservation:
+    async def _list_zone_qrs(self, parent: str) -> ZoneListing:
+        """Every queued resource in a zone, every page of it."""
+        with tracer().start_as_current_span(
+            "tpu.ListQueuedResources", attributes={"parent": parent}
+        ):
+            pager = await self._client.list_queued_resources(
+                request=tpu_v2.ListQueuedResourcesRequest(parent=parent, page_size=LIST_PAGE_SIZE),
+                timeout=self._timeout,
+            )
+            return {qr.name.rsplit("/", 1)[-1]: _listed(qr) async for qr in pager}
+
+    async def _read_qr(self, ref: SliceRef, now: float, max_age: float) -> ListedQr:
+        """The QR from a fresh list of its zone, or else from a Get of its own (the only
+        read that may find it gone)."""
+        parent = naming.parent(ref.project, ref.zone)
+        listed = await self._qr_lister.find(parent, ref.slice_name, now, max_age)
+        if listed is not None:
+            return listed
+        qr = await self._get_qr(naming.queued_resource_name(ref.project, ref.zone, ref.slice_name))
+        return ListedQr(state=GONE, error=None) if qr is None else _listed(qr)
+
+    async def _observe(
+        self, ref: SliceRef, expected_vms: int, now: float, max_age: float
+    ) -> SliceObservation:
         qr_state: str | None = None
         qr_error: str | None = None
         fetch_nodes = not ref.queued
         if ref.queued:
-            qr = await self._get_qr(
-                naming.queued_resource_name(ref.project, ref.zone, ref.slice_name)
-            )
-            if qr is None:
-                qr_state = GONE
-            else:
-                qr_state = qr.state.state.name
-                qr_error = qr.state.failed_data.error.message or None
-                fetch_nodes = qr_state == "ACTIVE"
+            # Nodes are read only once the QR is ACTIVE: a slice waiting for assignment
+            # costs its share of one zone list and nothing else.
+            qr = await self._read_qr(ref, now, max_age)
+            qr_state, qr_error = qr.state, qr.error
+            fetch_nodes = qr_state == "ACTIVE"
         nodes: list[NodeView] = []
         if fetch_nodes:
             names = [naming.node_name(ref.project, ref.zone, n) for n in ref.node_ids]
@@ -225,7 +264,7 @@ class TpuActivities:
         info = activity.info()
         key = f"{info.workflow_run_id}/{info.activity_id}"
         try:
-            obs = await self._observe(inp.slice, inp.expected_vms)
+            obs = await self._observe(inp.slice, inp.expected_vms, *_freshness())
         except gexc.GoogleAPICallError as err:
             base = info.retry_policy.initial_interval if info.retry_policy else None
             delay = self._rate_limits.next_delay(key, base)

@@ -36,6 +36,9 @@ class EmulatorConfig(BaseModel):
     default_scenario: Scenario = Field(default_factory=Scenario)
     # Background evaluation period, so VMs boot with nobody reading.
     tick_seconds: float = Field(default=0.2, gt=0)
+    # The most items one List page holds: a page_size above it, or none, gets this many,
+    # and the rest follows behind next_page_token. Cloud TPU does not publish its cap.
+    max_page_size: int = Field(default=1000, ge=1)
     # At most this many VMs phone home at once (each opens its own connection).
     phone_home_concurrency: int = Field(default=32, ge=1)
 

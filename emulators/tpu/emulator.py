@@ -54,7 +54,9 @@ class TpuEmulator(Served):
 
     async def start(self) -> None:
         server = grpc.aio.server()
-        service = TpuService(self.world, self.faults, self.calls, self.refresh)
+        service = TpuService(
+            self.world, self.faults, self.calls, self.refresh, self.config.max_page_size
+        )
         server.add_generic_rpc_handlers(tuple(service.handlers()))
         self._grpc_port = server.add_insecure_port(f"{self.config.host}:{self.config.grpc_port}")
         await server.start()

@@ -33,12 +33,14 @@ class TpuService:
         faults: FaultBook[Fault],
         calls: Counter[str],
         refresh: Callable[[], None],
+        max_page_size: int = 1000,
     ) -> None:
         self.world = world
         self.faults = faults
         self.calls = calls
         # Evaluates due transitions and lets the VM fleet act on them.
         self.refresh = refresh
+        self.max_page_size = max_page_size
 
     def handlers(self) -> list[grpc.GenericRpcHandler]:
         ct, ops = cloud_tpu, operations_pb2
@@ -140,7 +142,7 @@ class TpuService:
 
     def list_qrs(self, request: cloud_tpu.ListQueuedResourcesRequest) -> Any:
         records = self.world.list_qrs(request.parent)
-        page, token = _page(records, request.page_size, request.page_token)
+        page, token = self._page(records, request.page_size, request.page_token)
         return cloud_tpu.ListQueuedResourcesResponse(
             queued_resources=[self.world.qr_pb(qr) for qr in page], next_page_token=token
         )
@@ -162,7 +164,7 @@ class TpuService:
 
     def list_nodes(self, request: cloud_tpu.ListNodesRequest) -> Any:
         records = self.world.list_nodes(request.parent)
-        page, token = _page(records, request.page_size, request.page_token)
+        page, token = self._page(records, request.page_size, request.page_token)
         return cloud_tpu.ListNodesResponse(
             nodes=[self.world.node_pb(node) for node in page], next_page_token=token
         )
@@ -187,7 +189,9 @@ class TpuService:
         prefix = request.name.rstrip("/") + "/"
         if not request.name.endswith("/operations"):
             prefix += "operations/"
-        page, token = _page(self.world.ops.under(prefix), request.page_size, request.page_token)
+        page, token = self._page(
+            self.world.ops.under(prefix), request.page_size, request.page_token
+        )
         return operations_pb2.ListOperationsResponse(
             operations=[op.to_pb() for op in page], next_page_token=token
         )
@@ -202,13 +206,15 @@ class TpuService:
         self._op(request.name).cancel_requested = True
         return empty_pb2.Empty()
 
-
-def _page(records: Sequence[Any], page_size: int, page_token: str) -> tuple[list[Any], str]:
-    try:
-        start = int(page_token) if page_token else 0
-    except ValueError:
-        raise ApiError(grpc.StatusCode.INVALID_ARGUMENT, "invalid page_token") from None
-    if page_size <= 0:
-        return list(records[start:]), ""
-    end = start + page_size
-    return list(records[start:end]), str(end) if end < len(records) else ""
+    def _page(
+        self, records: Sequence[Any], page_size: int, page_token: str
+    ) -> tuple[list[Any], str]:
+        """One page, as Google APIs serve them: the server caps the size (and picks it when
+        the request does not), and the token says where the next page starts."""
+        try:
+            start = int(page_token) if page_token else 0
+        except ValueError:
+            raise ApiError(grpc.StatusCode.INVALID_ARGUMENT, "invalid page_token") from None
+        size = page_size if 0 < page_size <= self.max_page_size else self.max_page_size
+        end = start + size
+        return list(records[start:end]), str(end) if end < len(records) else ""

@@ -45,6 +45,6 @@ async def test_a_bootstrap_is_traced_end_to_end(dev_env, emu: TpuEmulator):
     assert "RunWorkflow:TpuSliceBootstrap" in names
     assert "RunWorkflow:TpuSliceBootstrapRun" in names
     assert "RunActivity:tpu.create_slice" in names
-    assert "tpu.GetQueuedResource" in names
+    assert "tpu.ListQueuedResources" in names
     assert "tpu.Create" in names
     assert "health.round" in names

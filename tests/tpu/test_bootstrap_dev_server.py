@@ -290,6 +290,8 @@ async def test_worker_killed_mid_phase_and_restarted_finishes_without_leaks(
 async def test_transient_api_faults_are_retried(dev_env, fast_emu):
     request = quick_request()
     fast_emu.inject_fault("CreateQueuedResource", "UNAVAILABLE", count=1)
+    # The first polls' zone lists fail, so each falls back to its own read, which fails too.
+    fast_emu.inject_fault("ListQueuedResources", "UNAVAILABLE", count=3)
     fast_emu.inject_fault("GetQueuedResource", "DEADLINE_EXCEEDED", count=1)
     fast_emu.inject_fault("GetQueuedResource", "RESOURCE_EXHAUSTED", count=2)
     fast_emu.inject_fault("GetNode", "UNAVAILABLE", count=1)
@@ -301,13 +303,16 @@ async def test_transient_api_faults_are_retried(dev_env, fast_emu):
     state = fast_emu.state()
     assert state["faults"] == []
     assert state["calls"]["CreateQueuedResource"] >= 2
-    assert state["calls"]["GetQueuedResource"] >= 4
+    assert state["calls"]["ListQueuedResources"] >= 4
+    assert state["calls"]["GetQueuedResource"] >= 3
     assert state["calls"]["GetNode"] >= 2
     assert_no_leaks(fast_emu, frozenset({request.slice_name}))
 
 
 async def test_permission_denied_fails_fast_and_compensates(dev_env, fast_emu):
     request = quick_request()
+    # Credentials that may neither list nor read queued resources.
+    fast_emu.inject_fault("ListQueuedResources", "PERMISSION_DENIED", count=1)
     fast_emu.inject_fault("GetQueuedResource", "PERMISSION_DENIED", count=1)
     async with running_worker(dev_env.client, fast_emu) as worker:
         handle = await start(dev_env, worker.task_queue, request)
