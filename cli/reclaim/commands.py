@@ -32,6 +32,7 @@ from keeper.cli.output import (
     UsageProblem,
     json_options,
     rfc3339,
+    table,
     workflow_keeps_running,
 )
 from keeper.cli.reclaim.runs import query_of, reclaims_of, run_json
@@ -186,7 +187,7 @@ def list_reclaims(
             out.note("no reclaims" + ("" if show_all else " in flight (--all shows closed ones)"))
             return 0
         header = ("NODE", "JOB", "STEP", "STATUS", "VERDICT", "LAST")
-        table = [header] + [
+        cells = [
             (
                 terminal_text(r["node"] or "-"),
                 "-" if r["job_id"] is None else str(r["job_id"]),
@@ -197,10 +198,8 @@ def list_reclaims(
             )
             for r in rows
         ]
-        widths = [max(len(row[i]) for row in table) for i in range(len(header) - 1)]
-        for row in table:
-            cells = [c.ljust(w) for c, w in zip(row[:-1], widths, strict=True)] + [row[-1]]
-            out.line("  ".join(cells).rstrip())
+        for line in table(header, cells):
+            out.line(line)
         return 0
 
     raise SystemExit(asyncio.run(run()))
