@@ -14,6 +14,16 @@ after the threshold, never before, and that is when the status turns stuck.
 |---|---|
 | before `stuck_after` | at `stuck_after` + `margin`, or one doubled window on if two fit first |
 | at or after `stuck_after` (stuck) | one doubled window on, the window at most `cap` |
+
+A run that carries on an earlier run's compensation follows its own settings (`resumed`):
+the window the earlier run planned was planned for the earlier threshold.
+
+| carried progress, under this run's `stuck_after` | what the run starts from |
+|---|---|
+| already stuck | the progress as it is |
+| the threshold has passed | stuck now (it alerts now, not at the planned window's end) |
+| the threshold ends before the planned window | that window, cut to end `margin` past it |
+| otherwise | the progress as it is |
 """
 
 from __future__ import annotations
@@ -69,6 +79,23 @@ def after_window(
             "stuck_since": stuck_since,
         }
     )
+
+
+def resumed(
+    progress: CompensationProgress,
+    now: datetime,
+    policy: CompensationPolicy,
+    margin: timedelta,
+) -> CompensationProgress:
+    """The progress an earlier run carried, under this run's `stuck_after`."""
+    if progress.stuck_since is not None:
+        return progress
+    threshold = progress.started_at + policy.stuck_after
+    if now >= threshold:
+        return progress.model_copy(update={"stuck_since": now})
+    if threshold + margin < progress.window_ends_at:
+        return progress.model_copy(update={"window_ends_at": threshold + margin})
+    return progress
 
 
 def advice(last_error: str) -> str:

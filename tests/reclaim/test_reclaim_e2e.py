@@ -510,6 +510,11 @@ async def _assessed(w: ReclaimWorld, wf: str) -> ReclaimView | None:
     return view if view.last is not None else None
 
 
+async def _drained(w: ReclaimWorld, wf: str) -> ReclaimView | None:
+    view = await view_of(w, wf)
+    return view if view.drained else None
+
+
 async def test_cancels_that_time_out_escalate_to_a_kill_then_a_drain_keeper_lifts(
     client: Any, tmp_path: Path
 ) -> None:
@@ -523,8 +528,11 @@ async def test_cancels_that_time_out_escalate_to_a_kill_then_a_drain_keeper_lift
         await until(lambda: w.emu.cluster.drains, within=30, what="the drain")
         signals = [c.signal for c in w.cancels(job)]
         assert signals == [0] * FAST.graceful_tries + [9] * FAST.forced_tries
-        view = await view_of(w, wf)
-        assert view.drained and "not delivered" in " ".join(view.actions)
+        # The drain reaches the emulator before the workflow records it.
+        view = await until(
+            lambda: _drained(w, wf), within=30, what="the reclaim to record its drain"
+        )
+        assert "not delivered" in " ".join(view.actions)
         # Someone frees it on the node; the agent's heartbeats then show it.
         w.emu.agent(node).state.release(job)
         result = await released_after_beats(w, node, wf)

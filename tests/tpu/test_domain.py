@@ -322,6 +322,41 @@ def test_a_first_window_longer_than_the_threshold_is_cut_to_it():
 
 
 @pytest.mark.parametrize(
+    ("carried_stuck_at", "carried_ends_at", "stuck_after", "resumed_at", "stuck_at", "ends_at"),
+    [
+        # Already stuck: as carried, whatever this run's threshold.
+        (16, 36, 60, 20, 16, 36),
+        # This run's threshold has passed: stuck as it starts.
+        (None, 36, 10, 20, 20, 36),
+        (None, 36, 20, 20, 20, 36),
+        # It ends before the planned window: the window is cut to end a margin past it.
+        (None, 60, 25, 20, None, 26),
+        # It ends after the planned window: as carried.
+        (None, 36, 120, 20, None, 36),
+    ],
+)
+def test_a_continued_compensation_follows_this_runs_threshold(
+    carried_stuck_at: float | None,
+    carried_ends_at: float,
+    stuck_after: float,
+    resumed_at: float,
+    stuck_at: float | None,
+    ends_at: float,
+):
+    carried = compensation.start(T0, POLICY, minutes(5), MARGIN).model_copy(
+        update={
+            "stuck_since": None if carried_stuck_at is None else T0 + minutes(carried_stuck_at),
+            "window_ends_at": T0 + minutes(carried_ends_at),
+        }
+    )
+    policy = CompensationPolicy(stuck_after=minutes(stuck_after))
+    progress = compensation.resumed(carried, T0 + minutes(resumed_at), policy, MARGIN)
+    assert progress.stuck_since == (None if stuck_at is None else T0 + minutes(stuck_at))
+    assert progress.window_ends_at == T0 + minutes(ends_at)
+    assert (progress.window, progress.windows_ended) == (carried.window, carried.windows_ended)
+
+
+@pytest.mark.parametrize(
     ("error", "advice"),
     [
         ("deleting s: PermissionDenied: no (grant roles/tpu.admin ...)", "grant roles/tpu.admin"),

@@ -18,12 +18,14 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from temporalio import activity
 from temporalio.client import Client, WorkflowHandle
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
 from emulators.tpu import Scenario, TpuEmulator
-from keeper.domain.tpu.models import SweepRequest, TeardownRequest
+from keeper.activities.tpu.policy import PolicyActivities
+from keeper.domain.tpu.models import CompensationPolicy, SweepRequest, TeardownRequest, TpuPolicy
 from keeper.domain.tpu.naming import (
     bootstrap_run_workflow_id,
     bootstrap_workflow_id,
@@ -323,6 +325,46 @@ async def test_record_teardown_continued(emu: TpuEmulator):
         emu.clear_faults()
         await asyncio.wait_for(client.get_workflow_handle(teardown.id).result(), 120)
         await _write_runs(client, teardown.id, first_run, *TEARDOWN_CONTINUED)
+
+
+# Recorded after 1.0.0, so not in LABELS: a supervisor's compensation carried on by a run
+# whose settings lowered the stuck threshold below what it had taken (the patch
+# `tpu-stuck-threshold-at-resume`): stuck and alerted as the continued run starts.
+STUCK_AT_RESUME = ("compensation-stuck-at-resume.first", "compensation-stuck-at-resume.last")
+
+
+@on_demand
+async def test_record_supervisor_compensation_stuck_at_resume(
+    emu: TpuEmulator, monkeypatch: pytest.MonkeyPatch
+):
+    from tests.tpu.test_tpu_compensation import wait_for_status
+
+    reads: list[str] = []
+
+    class LoweredAfterTheFirstRead(PolicyActivities):
+        @activity.defn(name="tpu.policy")
+        async def policy(self) -> TpuPolicy:
+            stuck_after = timedelta(minutes=30) if not reads else timedelta(seconds=1)
+            reads.append(activity.info().workflow_run_id or "")
+            compensation = CompensationPolicy(stuck_after=stuck_after)
+            return (await super().policy()).model_copy(update={"compensation": compensation})
+
+    monkeypatch.setattr("keeper.workers.families.tpu.PolicyActivities", LoweredAfterTheFirstRead)
+    request = slice_request("replay-stuck-at-resume", poll_interval=timedelta(seconds=1))
+    emu.set_scenario(request.slice_name, STOCKOUT)
+    _refuse_deletes(emu, request.slice_name)
+    queue = f"keeper-replay-{request.slice_name}"
+    # The first run's window is five minutes (its threshold is 30); past twenty events, it
+    # continues as new when that window runs out.
+    async with _rolling_server(emu, queue, suggest_after=20) as client:
+        handle = await _start(client, queue, request)
+        first_run = (await handle.describe()).run_id
+        await until_rolled_over(handle, first_run, within=480)
+        latest = client.get_workflow_handle(handle.id)
+        await wait_for_status(latest, lambda s: s.compensation_stuck, within=60)
+        emu.clear_faults()
+        await _closed(latest)
+        await _write_runs(client, handle.id, first_run, *STUCK_AT_RESUME)
 
 
 # Recorded after 1.0.0, so not in LABELS (the baseline's paths): the health phase's last

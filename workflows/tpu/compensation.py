@@ -34,7 +34,11 @@ with workflow.unsafe.imports_passed_through():
     from keeper.workflows.tpu import activity_options as opts
     from keeper.workflows.tpu.errors import last_error, reraise_cancellation
 
-# Hears of every window that ran out; it may continue the workflow as new.
+# docs/operations.md, the patch ledger.
+STUCK_THRESHOLD_AT_RESUME = "tpu-stuck-threshold-at-resume"
+
+# Hears of every window that ran out, and of a carried compensation this run's settings
+# turn stuck; it may continue the workflow as new.
 ProgressCallback = Callable[[CompensationProgress], Awaitable[None]]
 
 
@@ -59,6 +63,8 @@ async def delete_slice(
     progress = resume or windows.start(
         workflow.now(), policy, opts.COMPENSATION_FIRST_WINDOW, margin
     )
+    if resume is not None:
+        progress = await _follow_this_runs_policy(inp, resume, policy, on_progress, margin)
     while True:
         try:
             return await _attempts(inp, windows.schedule_to_close(progress, workflow.now()))
@@ -94,6 +100,31 @@ async def delete_slice(
                     opts.COMPENSATION_RETRY.maximum_interval or opts.COMPENSATION_FIRST_WINDOW,
                     summary=f"compensate: pause before retrying {ref.slice_name}",
                 )
+
+
+async def _follow_this_runs_policy(
+    inp: DeleteSliceInput,
+    carried: CompensationProgress,
+    policy: CompensationPolicy,
+    on_progress: ProgressCallback,
+    margin: timedelta,
+) -> CompensationProgress:
+    """A settings change reaches a compensation at its next run: a stuck threshold lowered
+    past what the compensation has taken turns it stuck (and alerts) now, instead of at the
+    end of a window planned for the old threshold."""
+    progress = windows.resumed(carried, workflow.now(), policy, margin)
+    # Only a run the change affects records the marker; every other history stays as it was.
+    if progress == carried or not workflow.patched(STUCK_THRESHOLD_AT_RESUME):
+        return carried
+    if progress.stuck:
+        workflow.logger.warning(
+            "compensation of %s: %s",
+            inp.slice.slice_name,
+            windows.describe_stuck(progress, workflow.now()),
+        )
+        raise_alert(_stuck_alert(inp.slice, inp.owner_workflow_id, progress))
+        await on_progress(progress)
+    return progress
 
 
 async def delete_slice_within(inp: DeleteSliceInput, budget: timedelta) -> DeletionReport:
