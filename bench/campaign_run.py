@@ -48,7 +48,7 @@ from keeper.runtime.tpu.client import emulator_client
 from keeper.workers.families.reclaim import reclaim_activities
 from keeper.workers.main import build_worker
 from keeper.workers.registry import WORKFLOW_FAILURE_EXCEPTION_TYPES, WORKFLOW_INTERCEPTORS
-from keeper.workers.versioning import workflow_runner
+from keeper.workers.runner import workflow_runner
 from keeper.workflows.reclaim.job_reclaim import JobReclaim
 from tests.conftest import claimed_ip_prefix
 from tests.harness import free_port, register_search_attributes, settings_for_tests, tool_path
@@ -288,7 +288,7 @@ async def _reclaim(
                 interceptors=WORKFLOW_INTERCEPTORS,
                 workflow_failure_exception_types=WORKFLOW_FAILURE_EXCEPTION_TYPES,
                 graceful_shutdown_timeout=timedelta(seconds=1),
-                workflow_runner=workflow_runner(None),
+                workflow_runner=workflow_runner(False, client.data_converter),
             )
 
         worker: Killable

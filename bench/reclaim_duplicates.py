@@ -77,7 +77,7 @@ from keeper.runtime.tools import find_tool  # noqa: E402
 from keeper.wire.spur import slurm_pb2, slurm_pb2_grpc  # noqa: E402
 from keeper.workers.families.reclaim import reclaim_activities  # noqa: E402
 from keeper.workers.registry import WORKFLOW_FAILURE_EXCEPTION_TYPES, WORKFLOW_INTERCEPTORS  # noqa: E402
-from keeper.workers.versioning import workflow_runner  # noqa: E402
+from keeper.workers.runner import workflow_runner  # noqa: E402
 from keeper.workflows.reclaim.job_reclaim import JobReclaim  # noqa: E402
 
 HOUR = 3600.0
@@ -334,7 +334,7 @@ async def world(client: Client, tmp: Path, agents: list[AgentSpec]):  # type: ig
             interceptors=WORKFLOW_INTERCEPTORS,
             workflow_failure_exception_types=WORKFLOW_FAILURE_EXCEPTION_TYPES,
             graceful_shutdown_timeout=timedelta(seconds=1),
-            workflow_runner=workflow_runner(None),
+            workflow_runner=workflow_runner(False, client.data_converter),
         )
         await stack.enter_async_context(worker)
         w = World(emu, tap, intake, client, settings)

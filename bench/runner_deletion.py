@@ -89,7 +89,7 @@ from keeper.runtime.tpu.client import emulator_client
 from keeper.store import RunnerStore, open_store
 from keeper.workers.main import activity_slots
 from keeper.workers.registry import WORKFLOWS, build_activities
-from keeper.workers.versioning import workflow_runner
+from keeper.workers.runner import workflow_runner
 
 SCOPE = "org:keeper-bench"
 TOKEN = "ghp_keeper_bench_token"
@@ -237,7 +237,7 @@ def make_worker(
         interceptors=[times],
         # As keeper's unversioned worker: without deployment options the server refuses a
         # task completed with the versioning behaviour each keeper workflow declares.
-        workflow_runner=workflow_runner(None),
+        workflow_runner=workflow_runner(False, client.data_converter),
     )
 
 

@@ -1,5 +1,6 @@
 """Support for bench/runner_deletion.py: the ceiling workload, a workflow that makes as many
-activity calls as one RunnerDeletion and does nothing else, and the no-op activity it calls.
+activity calls as one RunnerDeletion and does nothing else, and the no-op activity it calls;
+and bench/worker_cpu.py's empty poll.
 
 A module of its own because the workflow sandbox re-imports a workflow's module by name,
 which a script run as __main__ cannot offer. Importing it also puts the repository root on
@@ -16,7 +17,8 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio import activity, workflow
-from temporalio.common import SearchAttributeKey
+from temporalio.common import RetryPolicy, SearchAttributeKey
+from temporalio.exceptions import ApplicationError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
@@ -69,3 +71,34 @@ class EmptyDeletion:
         if inp.upserts:
             workflow.upsert_search_attributes([KEEPER_STEP.value_set("done")])
         return inp.runner
+
+
+# --------------------------------------------------------------------- bench/worker_cpu.py
+
+EMPTY_POLL_WORKFLOW = "BenchEmptyPoll"
+NOT_YET_ACTIVITY = "bench.not_yet"
+
+
+@activity.defn(name=NOT_YET_ACTIVITY)
+async def not_yet(_: str) -> None:
+    """An empty poll: fails every attempt, so its retry policy polls, as a waiting TPU
+    bootstrap's observe does."""
+    raise ApplicationError("not yet", type="Waiting")
+
+
+@workflow.defn(name=EMPTY_POLL_WORKFLOW)
+class EmptyPoll:
+    """A bootstrap's wait with nothing to read: one activity retried every `interval_s`
+    until cancelled."""
+
+    @workflow.run
+    async def run(self, interval_s: float) -> None:
+        interval = timedelta(seconds=interval_s)
+        await workflow.execute_activity(
+            not_yet,
+            "wait",
+            start_to_close_timeout=timedelta(seconds=30),
+            retry_policy=RetryPolicy(
+                initial_interval=interval, backoff_coefficient=1.0, maximum_interval=interval
+            ),
+        )

@@ -82,7 +82,7 @@ from keeper.workers.registry import (
     WORKFLOWS,
     build_activities,
 )
-from keeper.workers.versioning import workflow_runner
+from keeper.workers.runner import workflow_runner
 from keeper.workflows.tpu.bootstrap import TpuSliceBootstrap
 
 # Loopback prefixes of our own, so a test suite running next to us never shares an address.
@@ -300,7 +300,7 @@ async def running_worker(
             workflow_failure_exception_types=WORKFLOW_FAILURE_EXCEPTION_TYPES,
             # Unversioned, as keeper's worker without deployment options: the server refuses
             # a task completed with the versioning behaviour each workflow declares.
-            workflow_runner=workflow_runner(None),
+            workflow_runner=workflow_runner(False, client.data_converter),
             activities=build_activities(
                 settings, client, emulator_client(emu.grpc_target), runners
             ),

@@ -71,7 +71,7 @@ from keeper.runtime.watch import search_attributes as sa  # noqa: E402
 from keeper.runtime.watch.deps import open_watch_deps  # noqa: E402
 from keeper.workers.families.watch import watch_activities  # noqa: E402
 from keeper.workers.registry import WORKFLOW_FAILURE_EXCEPTION_TYPES, WORKFLOW_INTERCEPTORS  # noqa: E402
-from keeper.workers.versioning import workflow_runner  # noqa: E402
+from keeper.workers.runner import workflow_runner  # noqa: E402
 from keeper.workflows.watch.job_watch import JobWatch  # noqa: E402
 
 HOUR = timedelta(hours=1)
@@ -193,7 +193,7 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
             interceptors=WORKFLOW_INTERCEPTORS,
             workflow_failure_exception_types=WORKFLOW_FAILURE_EXCEPTION_TYPES,
             graceful_shutdown_timeout=timedelta(seconds=1),
-            workflow_runner=workflow_runner(None),
+            workflow_runner=workflow_runner(False, env.client.data_converter),
         )
         await stack.enter_async_context(worker)
         watched: list[Watched] = []

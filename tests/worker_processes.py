@@ -150,6 +150,8 @@ class WorkerFleet:
     config: Path
     families: str
     log_level: str = "WARNING"
+    # Put before `-m keeper.cli.main`: ["-m", "cProfile", "-o", FILE] profiles a worker.
+    interpreter_args: list[str] = field(default_factory=list)
     workers: list[WorkerProcess] = field(default_factory=list)
 
     def start(self, count: int) -> list[WorkerProcess]:
@@ -162,7 +164,8 @@ class WorkerFleet:
             log = self.config.parent / f"worker-{index}.log"
             with log.open("ab") as out:
                 proc = subprocess.Popen(
-                    [sys.executable, "-m", "keeper.cli.main", "--config", str(self.config),
+                    [sys.executable, *self.interpreter_args, "-m", "keeper.cli.main",
+                     "--config", str(self.config),
                      "worker", "--family", self.families, "--log-level", self.log_level],
                     cwd=REPO,
                     stdout=out,

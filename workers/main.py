@@ -38,7 +38,8 @@ from keeper.workers.registry import (
     WORKFLOWS,
     build_activities,
 )
-from keeper.workers.versioning import deployment_config, worker_version, workflow_runner
+from keeper.workers.runner import workflow_runner
+from keeper.workers.versioning import deployment_config, worker_version
 
 log = logging.getLogger("keeper.worker")
 
@@ -65,7 +66,7 @@ def _worker(
         interceptors=WORKFLOW_INTERCEPTORS,
         workflow_failure_exception_types=WORKFLOW_FAILURE_EXCEPTION_TYPES,
         deployment_config=deployment_config(version) if version else None,
-        workflow_runner=workflow_runner(version),
+        workflow_runner=workflow_runner(version is not None, client.data_converter),
         activities=activities,
         graceful_shutdown_timeout=settings.worker.graceful_shutdown,
         max_concurrent_activities=slots,

@@ -11,7 +11,7 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 from keeper.runtime.health import HealthServer, Readiness
-from keeper.workers.versioning import workflow_runner
+from keeper.workers.runner import workflow_runner
 from keeper.workflows.watch.job_watch import JobWatch
 from tests.harness import free_port
 from tests.reclaim.world import until
@@ -22,7 +22,7 @@ def _worker(client: Client) -> Worker:
         client,
         task_queue=f"keeper-health-{uuid.uuid4().hex[:8]}",
         workflows=[JobWatch],
-        workflow_runner=workflow_runner(None),
+        workflow_runner=workflow_runner(False, client.data_converter),
     )
 
 

@@ -45,7 +45,7 @@ from keeper.domain.reclaim.view import ReclaimView
 from keeper.runtime.reclaim import search_attributes as sa
 from keeper.runtime.settings import Settings
 from keeper.workers.registry import WORKFLOW_FAILURE_EXCEPTION_TYPES, WORKFLOW_INTERCEPTORS
-from keeper.workers.versioning import workflow_runner
+from keeper.workers.runner import workflow_runner
 from keeper.workflows.reclaim.job_reclaim import JobReclaim
 from tests.e2e_support import dev_address
 from tests.reclaim.test_reclaim_cli import Done, keeper
@@ -156,7 +156,7 @@ async def drained(dev_env: WorkflowEnvironment, tmp_path: Path) -> AsyncIterator
         interceptors=WORKFLOW_INTERCEPTORS,
         workflow_failure_exception_types=WORKFLOW_FAILURE_EXCEPTION_TYPES,
         graceful_shutdown_timeout=timedelta(seconds=1),
-        workflow_runner=workflow_runner(None),
+        workflow_runner=workflow_runner(False, client.data_converter),
     ):
         handle = await client.start_workflow(
             JobReclaim.run,

@@ -37,7 +37,7 @@ from keeper.runtime.settings import Settings
 from keeper.runtime.settings.reclaim import ReclaimSettings
 from keeper.workers.families.reclaim import reclaim_activities
 from keeper.workers.registry import WORKFLOW_FAILURE_EXCEPTION_TYPES, WORKFLOW_INTERCEPTORS
-from keeper.workers.versioning import workflow_runner
+from keeper.workers.runner import workflow_runner
 from keeper.workflows.reclaim.job_reclaim import JobReclaim
 
 # Fast enough for a test, slow enough that each step is seen: two graceful cancels and one
@@ -155,7 +155,7 @@ class ReclaimWorld:
             interceptors=WORKFLOW_INTERCEPTORS,
             workflow_failure_exception_types=WORKFLOW_FAILURE_EXCEPTION_TYPES,
             graceful_shutdown_timeout=timedelta(seconds=1),
-            workflow_runner=workflow_runner(None),
+            workflow_runner=workflow_runner(False, self.client.data_converter),
         )
         await self._stack.enter_async_context(worker)
         self._worker = worker

@@ -36,7 +36,7 @@ from keeper.domain.watch.state import ReadingState
 from keeper.domain.watch.threads import DumpReading, ThreadState
 from keeper.runtime.watch import search_attributes as sa
 from keeper.workers.registry import WORKFLOW_FAILURE_EXCEPTION_TYPES, WORKFLOW_INTERCEPTORS
-from keeper.workers.versioning import workflow_runner
+from keeper.workers.runner import workflow_runner
 from keeper.workflows.watch.activity_options import PROBE_SCHEDULE_TO_CLOSE
 from keeper.workflows.watch.job_watch import JobWatch
 from tests.reclaim.world import until
@@ -139,7 +139,7 @@ async def watching(client: Client) -> AsyncIterator[WorkflowHandle[Any, Any]]:
         activities=[policy, observe, probe, alert],
         interceptors=WORKFLOW_INTERCEPTORS,
         workflow_failure_exception_types=WORKFLOW_FAILURE_EXCEPTION_TYPES,
-        workflow_runner=workflow_runner(None),
+        workflow_runner=workflow_runner(False, client.data_converter),
     ):
         handle = await client.start_workflow(
             JobWatch.run,

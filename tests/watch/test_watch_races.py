@@ -35,7 +35,7 @@ from keeper.domain.watch.relaunch import HeldLaunch
 from keeper.domain.watch.threads import DumpReading, ThreadState
 from keeper.runtime.watch import search_attributes as sa
 from keeper.workers.registry import WORKFLOW_FAILURE_EXCEPTION_TYPES, WORKFLOW_INTERCEPTORS
-from keeper.workers.versioning import workflow_runner
+from keeper.workers.runner import workflow_runner
 from keeper.workflows.watch.job_watch import JobWatch
 from tests.watch.world import FAST_CADENCE, FAST_LIVENESS
 
@@ -116,7 +116,7 @@ async def watching(
         activities=activities,
         interceptors=WORKFLOW_INTERCEPTORS,
         workflow_failure_exception_types=WORKFLOW_FAILURE_EXCEPTION_TYPES,
-        workflow_runner=workflow_runner(None),
+        workflow_runner=workflow_runner(False, client.data_converter),
     ):
         yield await client.start_workflow(
             JobWatch.run,

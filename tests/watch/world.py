@@ -34,7 +34,7 @@ from keeper.runtime.watch.deps import open_watch_deps
 from keeper.wire.iris.codec import to_wire
 from keeper.workers.families.watch import watch_activities
 from keeper.workers.registry import WORKFLOW_FAILURE_EXCEPTION_TYPES, WORKFLOW_INTERCEPTORS
-from keeper.workers.versioning import workflow_runner
+from keeper.workers.runner import workflow_runner
 from keeper.workflows.watch.job_watch import JobWatch
 from tests.reclaim.world import until
 
@@ -118,7 +118,7 @@ class WatchWorld:
             interceptors=WORKFLOW_INTERCEPTORS,
             workflow_failure_exception_types=WORKFLOW_FAILURE_EXCEPTION_TYPES,
             graceful_shutdown_timeout=timedelta(seconds=1),
-            workflow_runner=workflow_runner(None),
+            workflow_runner=workflow_runner(False, self.client.data_converter),
         )
         await self._stack.enter_async_context(worker)
         self._worker = worker
