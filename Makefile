@@ -126,7 +126,13 @@ iris-venv: $(IRIS_STAMP) ## build .venv/iris, the real iris controller the real_
 TEST_WORKERS ?= $(shell n=$$(( $$(nproc 2>/dev/null || echo 2) + 1 )); [ "$$n" -gt 4 ] && n=4; echo $$n)
 # KEEPER_REQUIRE_REAL_IRIS=1: the real_iris tests fail, not skip, without KEEPER_IRIS_PYTHON;
 # KEEPER_REQUIRE_PROMTOOL=1: the alert rule tests fail, not skip, without promtool.
+# Bytecode first: with PYTHONDONTWRITEBYTECODE set (as on many CI images) nothing caches it,
+# and every process the suite starts (a worker, a `keeper` command) and every workflow run
+# the sandbox imports compiles keeper's modules from source again. compileall writes it
+# whatever that variable says, in a quarter of a second; imports read it either way.
+PY_DIRS := activities bench cli dev domain emulators runtime store tests wire workers workflows
 test: $(STAMP) $(IRIS_STAMP) postgres promtool ## run the tests (PYTEST_ARGS='-k dev_stack -x' to narrow)
+	$(BIN)/python -m compileall -q -j 0 $(PY_DIRS) >/dev/null
 	KEEPER_REQUIRE_POSTGRES=1 KEEPER_REQUIRE_PROMTOOL=1 KEEPER_TEST_WHEEL_INSTALL=1 KEEPER_REQUIRE_REAL_IRIS=1 \
 	KEEPER_IRIS_PYTHON=$(abspath $(IRIS_VENV))/bin/python $(BIN)/pytest -q -n $(TEST_WORKERS) --dist worksteal --durations=25 $(PYTEST_ARGS)
 

@@ -17,8 +17,10 @@ import signal
 from datetime import timedelta
 
 from runner_support import (  # first: puts the root on sys.path
+    EmptyCheck,
     EmptyDeletion,
     EmptyPoll,
+    due,
     noop,
     not_yet,
 )
@@ -46,8 +48,8 @@ async def serve(args: argparse.Namespace) -> None:
     worker = Worker(
         client,
         task_queue=args.task_queue,
-        workflows=[EmptyDeletion, EmptyPoll],
-        activities=[noop, not_yet],
+        workflows=[EmptyDeletion, EmptyPoll, EmptyCheck],
+        activities=[noop, not_yet, due],
         graceful_shutdown_timeout=timedelta(seconds=1),
         max_concurrent_activities=activity_slots(settings),
         max_cached_workflows=settings.worker.max_cached_workflows,

@@ -102,3 +102,29 @@ class EmptyPoll:
                 initial_interval=interval, backoff_coefficient=1.0, maximum_interval=interval
             ),
         )
+
+
+EMPTY_CHECK_WORKFLOW = "BenchEmptyCheck"
+DUE_ACTIVITY = "bench.due"
+
+
+@activity.defn(name=DUE_ACTIVITY)
+async def due(interval_s: float) -> None:
+    """An empty check: its first attempt answers "not due" and is retried when due, as a
+    job watch's check waits inside its own activity."""
+    if activity.info().attempt == 1:
+        raise ApplicationError(
+            "not due", type="NotDue", next_retry_delay=timedelta(seconds=interval_s)
+        )
+
+
+@workflow.defn(name=EMPTY_CHECK_WORKFLOW)
+class EmptyCheck:
+    """A job watch with nothing to judge: one check every `interval_s`, until cancelled."""
+
+    @workflow.run
+    async def run(self, interval_s: float) -> None:
+        while True:
+            await workflow.execute_activity(
+                due, interval_s, start_to_close_timeout=timedelta(seconds=30)
+            )

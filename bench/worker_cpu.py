@@ -1,27 +1,34 @@
-"""Figures for a worker's CPU per run: keeper's runner deletion against the empty workflow
-with as many activities, each on a worker process of its own, in one run.
+"""Figures for a worker's CPU per run, per poll and per check: keeper's workflows against
+empty workflows of the same shape, each on a worker process of its own, in one run.
 
 Run from the repository root:
 
-    python bench/worker_cpu.py                 # 1,000 of each, about five minutes
-    python bench/worker_cpu.py --runs 200      # a quick check that it works
+    python bench/worker_cpu.py                            # all three, about six minutes
+    python bench/worker_cpu.py --runs 200 --window 20     # a quick check that it works
+    python bench/worker_cpu.py --workloads deletion --profile /tmp/prof
 
-Two phases, each on a Temporal dev server of its own (from the venv's bin directory):
+Each phase has a Temporal dev server of its own (from the venv's bin directory). keeper's
+phases run `keeper worker --family <family>` serving the SDK's metrics on a port of its own;
+the empty ones run bench/empty_worker.py, a stock SDK worker with the same converter, cache
+and slots, and the empty workflows of bench/runner_support.py.
 
-1. keeper: N runners (a record in a SQLite store, a registration in the GitHub emulator in
-   this process, an instance in the emulated GARM provider, mode "normal"), one
-   `keeper worker --family runners` process serving SDK metrics on a port of its own; one
-   deletion runs alone first (the worker's start-up and first imports are not counted),
-   then all N are requested through keeper's own request path.
-2. empty: N runs of bench/runner_support.py's empty workflow, with as many no-op activities
-   as the sampled deletion, started the same way (update-with-start), on one
-   bench/empty_worker.py process built as keeper's worker is.
+- deletion: N runners (a record in a SQLite store, a registration in the GitHub emulator in
+  this process, an instance in the emulated GARM provider, mode "normal"); one deletion runs
+  alone first (start-up and first imports are not counted), then all N are requested through
+  keeper's own request path. Against: N runs of the empty workflow with as many no-op
+  activities as the sampled deletion, started the same way (update-with-start).
+- tpu-poll: W bootstraps waiting in assign (a queued resource the TPU emulator in this
+  process never assigns), each reading its slice every --poll-interval. Against: W empty
+  polls, one activity failing every attempt and retried at the same interval.
+- watch-check: J job watches of healthy jobs on the iris emulator in this process (speed 1),
+  each checking every second (tests/watch/world.py's cadence). Against: J empty checks, one
+  activity whose first attempt answers "not due" and whose second returns, per second.
 
-Each worker's CPU (utime + stime from /proc, its own process only) is read before and after
-its batch; the provider processes a deletion runs (the launcher that ties each to the
-worker, then the provider) are the worker's reaped children, counted apart. The SDK's own
-metrics, scraped from each worker's /metrics before and after, split the worker's time
-into workflow tasks and activity executions. Timings are printed, never asserted. Raw
+Each worker's CPU (utime + stime from /proc, its own process only; a deletion's provider
+processes are its reaped children, counted apart) is read around the batch, or around a
+--window of polls and checks once every workflow has made its first. The SDK's metrics,
+scraped from /metrics at the same moments, count the polls (activity attempts) and checks
+(workflow tasks) and split the worker's time. Timings are printed, never asserted. Raw
 figures: bench/results/worker_cpu-<UTC time>.json.
 """
 
@@ -56,12 +63,19 @@ from runner_deletion import (  # first: bench/runner_support.py puts the root on
     runner_world,
 )
 from runner_scaling import children_cpu, runner_section
-from runner_support import EMPTY_POLL_WORKFLOW, NOT_YET_ACTIVITY, EmptyDeletion, EmptyInput
+from runner_support import (
+    EMPTY_CHECK_WORKFLOW,
+    EMPTY_POLL_WORKFLOW,
+    NOT_YET_ACTIVITY,
+    EmptyDeletion,
+    EmptyInput,
+)
 from script_runner import progress, report_run, start_dev_server
 from temporalio.client import Client, WithStartWorkflowOperation, WorkflowHandle
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.testing import WorkflowEnvironment
 
+from emulators.iris import IrisEmulatorConfig
 from emulators.tpu import EmulatorConfig, Scenario, TpuEmulator
 from keeper.domain.runners.models import (
     REQUEST_UPDATE,
@@ -77,11 +91,13 @@ from keeper.runtime.runners import search_attributes as runner_sa
 from keeper.runtime.runners.requests import request_deletion
 from tests.e2e_support import dev_address
 from tests.harness import free_port
+from tests.watch.world import FAST_CADENCE, watch_world
 from tests.worker_processes import (
     REPO,
     WorkerFleet,
     cpu_seconds,
     until_polling,
+    write_family_worker_config,
     write_worker_config,
 )
 
@@ -180,46 +196,58 @@ async def measured(
 
 @dataclass
 class PollPhase:
-    """Workflows waiting, each polling by an activity its retry policy repeats, measured over
-    a window once every one has polled."""
+    """Workflows waiting, each polling (a TPU read) or checking (a job watch) at its pace,
+    measured over a window once every one has done it once."""
 
     label: str
+    unit: str  # "poll" or "check"
     workflows: int
     window_s: float
-    polls: int  # activity attempts in the window (the SDK's count)
+    count: int  # polls or checks in the window, from the SDK's metrics
     worker_cpu_s: float
     sdk: dict[str, float]
 
     @property
-    def cpu_ms_per_poll(self) -> float:
-        return self.worker_cpu_s / self.polls * 1000 if self.polls else 0.0
+    def cpu_ms_per_unit(self) -> float:
+        return self.worker_cpu_s / self.count * 1000 if self.count else 0.0
 
 
-def attempts(sdk: dict[str, float], activity_type: str) -> float:
-    return sdk.get(f"activity_execution_latency_count[{activity_type}]", 0.0)
+Counter = Callable[[dict[str, float]], float]
+
+
+def attempts_of(activity_type: str) -> Counter:
+    """Polls: attempts of the activity whose retry policy is the poll."""
+    return lambda sdk: sdk.get(f"activity_execution_latency_count[{activity_type}]", 0.0)
+
+
+def workflow_tasks(sdk: dict[str, float]) -> float:
+    """Checks: one workflow task each (the check's activity completes, it is judged and the
+    next one starts)."""
+    return sdk.get("workflow_task_execution_latency_count", 0.0)
 
 
 async def polled(
-    label: str, pid: int, metrics: str, activity_type: str, workflows: int, window: float
+    label: str, unit: str, pid: int, metrics: str, counter: Counter, workflows: int, window: float
 ) -> PollPhase:
-    """Waits until each of `workflows` has polled once, then reads the worker's CPU and
-    metrics around `window` seconds of polls."""
-    deadline = time.monotonic() + 120
-    while attempts(scrape(metrics), activity_type) < workflows:
+    """Waits until `workflows` polls or checks happened (each one's first), then reads the
+    worker's CPU and metrics around `window` seconds of them."""
+    deadline = time.monotonic() + 180
+    while counter(scrape(metrics)) < workflows:
         if time.monotonic() > deadline:
-            raise RuntimeError(f"{label}: not every workflow polled within 120 s")
+            raise RuntimeError(f"{label}: not every workflow started its {unit}s within 180 s")
         await asyncio.sleep(0.5)
     cpu, sdk, started = cpu_seconds(pid), scrape(metrics), time.monotonic()
-    progress(f"{label}: {workflows} waiting; measuring {window:.0f} s of polls")
-    await asyncio.sleep(window)  # the measurement window itself: polls come at their pace
+    progress(f"{label}: {workflows} running; measuring {window:.0f} s of {unit}s")
+    await asyncio.sleep(window)  # the measurement window itself: they come at their pace
     after, elapsed = scrape(metrics), time.monotonic() - started
     worker_cpu = cpu_seconds(pid) - cpu
     delta = {k: round(after.get(k, 0.0) - sdk.get(k, 0.0), 4) for k in after}
     return PollPhase(
         label=label,
+        unit=unit,
         workflows=workflows,
         window_s=round(elapsed, 1),
-        polls=int(attempts(delta, activity_type)),
+        count=int(counter(delta)),
         worker_cpu_s=round(worker_cpu, 2),
         sdk=delta,
     )
@@ -238,6 +266,71 @@ def slice_request(name: str, poll: timedelta) -> SliceRequest:
             "poll_interval": poll,
         }
     )
+
+
+async def watch_check_phase(args: argparse.Namespace, tmp: Path, tag: str) -> PollPhase:
+    """N job watches of healthy jobs on the iris emulator in this process, checking
+    every second (tests/watch/world.py's pace)."""
+    # At speed 1, so a check reads the log lines a job writes between two checks in real
+    # time (the tests' speed 60 writes sixty times as many).
+    async with (
+        dev_server() as (env, requester),
+        watch_world(requester, IrisEmulatorConfig(speed=1.0), worker=False) as w,
+    ):
+        metrics = f"127.0.0.1:{free_port()}"
+        address = dev_address(env)
+        config = write_family_worker_config(tmp / "watch.yaml", address, w.settings, "watch")
+        with_metrics(config, metrics)
+        fleet = WorkerFleet(config, "watch", interpreter_args=profiled(args, "watch", KEEPER_RUN))
+        handles: list[WorkflowHandle[Any, Any]] = []
+        try:
+            (worker,) = fleet.start(1)
+            await until_polling(env.client, w.queue, [worker], within=120)
+            for _ in range(args.watches):
+                handles.append(await w.watch(w.launch("healthy")))
+            return await polled(
+                "keeper JobWatch, a healthy job",
+                "check",
+                worker.pid,
+                metrics,
+                workflow_tasks,
+                args.watches,
+                args.window,
+            )
+        finally:
+            for handle in handles:
+                with contextlib.suppress(Exception):
+                    await handle.terminate(reason="bench over")
+            await fleet.stop()
+
+
+async def empty_check_phase(args: argparse.Namespace, tmp: Path, tag: str) -> PollPhase:
+    """As many empty checks (bench/runner_support.py's EmptyCheck), one a second each."""
+    interval = FAST_CADENCE.default_interval.total_seconds()
+    async with dev_server() as (env, requester):
+        queue = f"keeper-cpu-empty-check-{tag}"
+        metrics = f"127.0.0.1:{free_port()}"
+        proc = await started_empty_worker(args, "empty-check", env, queue, metrics, tmp)
+        try:
+            for i in range(args.watches):
+                await requester.start_workflow(
+                    EMPTY_CHECK_WORKFLOW,
+                    interval,
+                    id=f"empty-check-{tag}-{i:04d}",
+                    task_queue=queue,
+                )
+            return await polled(
+                "empty check, 1 no-op activity due later",
+                "check",
+                proc.pid,
+                metrics,
+                workflow_tasks,
+                args.watches,
+                args.window,
+            )
+        finally:
+            proc.terminate()
+            await asyncio.to_thread(proc.wait, 15)
 
 
 def with_metrics(config: Path, address: str) -> None:
@@ -280,9 +373,14 @@ async def tpu_poll_phase(args: argparse.Namespace, tmp: Path, tag: str) -> PollP
                         task_queue=queue,
                         memo={PROJECT_MEMO: req.project},
                     )
-                label = "keeper TPU bootstrap, waiting in assign"
                 return await polled(
-                    label, worker.pid, metrics, "tpu.observe_slice", args.waiting, args.window
+                    "keeper TPU bootstrap, waiting in assign",
+                    "poll",
+                    worker.pid,
+                    metrics,
+                    attempts_of("tpu.observe_slice"),
+                    args.waiting,
+                    args.window,
                 )
             finally:
                 await fleet.stop()
@@ -304,9 +402,14 @@ async def empty_poll_phase(args: argparse.Namespace, tmp: Path, tag: str) -> Pol
                     id=f"empty-poll-{tag}-{i:04d}",
                     task_queue=queue,
                 )
-            label = "empty poll, 1 failing no-op activity"
             return await polled(
-                label, proc.pid, metrics, NOT_YET_ACTIVITY, args.waiting, args.window
+                "empty poll, 1 failing no-op activity",
+                "poll",
+                proc.pid,
+                metrics,
+                attempts_of(NOT_YET_ACTIVITY),
+                args.waiting,
+                args.window,
             )
         finally:
             proc.terminate()
@@ -447,6 +550,37 @@ async def empty_phase(args: argparse.Namespace, activities: int, tmp: Path, tag:
             await asyncio.to_thread(proc.wait, 15)
 
 
+# Where a profiled worker's main-thread CPU goes: (label, file suffix, function), each the
+# cumulative time of that function (coroutines: summed over their resumptions).
+PROFILE_PARTS = (
+    ("workflow tasks", "temporalio/worker/_workflow.py", "_handle_activation"),
+    ("  sandbox: a run's workflow module", "temporalio/worker/_workflow.py",
+     "_create_workflow_instance"),
+    ("  payloads: decode", "temporalio/bridge/worker.py", "decode_activation"),
+    ("  payloads: encode", "temporalio/bridge/worker.py", "encode_completion"),
+    ("activities", "temporalio/worker/_activity.py", "_execute_activity"),
+    ("  runner store: the lane", "activities/runners/deletion.py", "advance_lane"),
+    ("  runner store: deleted", "activities/runners/deletion.py", "finish_deleted"),
+    ("  GitHub API (httpx)", "runtime/runners/github_client.py", "remove_runner"),
+    ("  provider processes: spawn and wait", "runtime/runners/garm_provider.py", "_call"),
+    ("  iris API (httpx)", "runtime/watch/iris_client.py", "_call"),
+    ("  TPU API (the zone lister)", "activities/tpu/zone_lister.py", "find"),
+)  # fmt: skip
+
+
+def profile_breakdown(path: Path) -> dict[str, float]:
+    """Seconds of the profiled main thread, in total and by PROFILE_PARTS."""
+    import pstats
+
+    stats = pstats.Stats(str(path)).stats  # type: ignore[attr-defined]
+    parts = {"main thread, in all": round(sum(v[2] for v in stats.values()), 2)}
+    for label, suffix, function in PROFILE_PARTS:
+        seconds = sum(v[3] for k, v in stats.items() if k[0].endswith(suffix) and k[2] == function)
+        if seconds:
+            parts[label] = round(seconds, 2)
+    return parts
+
+
 def ratio(keeper: float, empty: float) -> float | None:
     return round(keeper / empty, 3) if empty else None
 
@@ -456,7 +590,7 @@ def render(
 ) -> tuple[str, bool]:
     failures = [f"{p.label}: {f}" for p in runs for f in p.batch.failures]
     ok = not failures and all(p.batch.n == args.runs for p in runs)
-    ok = ok and all(p.polls > 0 for p in polls)
+    ok = ok and all(q.count > 0 for q in polls)
     out = [
         f"keeper worker CPU per run - {datetime.now(UTC):%Y-%m-%d %H:%M UTC} - "
         f"{os.cpu_count()} cores - Python {platform.python_version()} - {total:.0f} s - "
@@ -489,23 +623,29 @@ def render(
         out.append(
             f"  worker CPU per run, keeper / empty: {ratio(*(p.cpu_ms_per_run for p in runs))}"
         )
-    if polls:
+    for unit, pace in (("poll", f"one read every {args.poll_interval:g} s"),
+                       ("check", "one check a second")):  # fmt: skip
+        phases = [q for q in polls if q.unit == unit]
+        if not phases:
+            continue
         out += [
             "",
-            f"Polls: {args.waiting} workflows waiting, one read every {args.poll_interval:g} s "
-            f"each, measured over {args.window:g} s once each had read",
-            f"  {'workload':<40} {'polls':>6} {'worker CPU':>11} {'per poll':>9}",
+            f"{unit.capitalize()}s: {phases[0].workflows} workflows, {pace} each, measured "
+            f"over {args.window:g} s once each had started",
+            f"  {'workload':<40} {unit + 's':>6} {'worker CPU':>11} {'per ' + unit:>10}",
         ]
-        for q in polls:
+        for q in phases:
             out.append(
-                f"  {q.label:<40} {q.polls:>6} {q.worker_cpu_s:>9.2f} s "
-                f"{q.cpu_ms_per_poll:>6.2f} ms"
+                f"  {q.label:<40} {q.count:>6} {q.worker_cpu_s:>9.2f} s "
+                f"{q.cpu_ms_per_unit:>7.2f} ms"
             )
-        if len(polls) == 2:
-            out.append(
-                f"  worker CPU per poll, keeper / empty: "
-                f"{ratio(*(q.cpu_ms_per_poll for q in polls))}"
-            )
+        if len(phases) == 2:
+            per = ratio(*(q.cpu_ms_per_unit for q in phases))
+            out.append(f"  worker CPU per {unit}, keeper / empty: {per}")
+    if args.profile is not None:
+        for prof in sorted(args.profile.glob("*.prof")):
+            out += ["", f"Profile {prof.name} (main-thread CPU seconds, whole process life):"]
+            out += [f"  {k:<40} {v:>7.2f}" for k, v in profile_breakdown(prof).items()]
     out += [
         "",
         "wf task ms and activity ms are the SDK's execution latencies (wall time on the "
@@ -538,7 +678,7 @@ def run_figures(p: Phase) -> dict[str, Any]:
 
 
 def poll_figures(q: PollPhase) -> dict[str, Any]:
-    return {**asdict(q), "worker_cpu_ms_per_poll": round(q.cpu_ms_per_poll, 3)}
+    return {**asdict(q), f"worker_cpu_ms_per_{q.unit}": round(q.cpu_ms_per_unit, 3)}
 
 
 async def main(args: argparse.Namespace) -> tuple[str, bool, dict[str, Any]]:
@@ -553,31 +693,45 @@ async def main(args: argparse.Namespace) -> tuple[str, bool, dict[str, Any]]:
             empty = await empty_phase(args, keeper.activities, Path(tmp), tag)
             progress(f"empty: {empty.cpu_ms_per_run:.1f} ms of worker CPU per run")
             runs = [keeper, empty]
-        if "tpu-poll" in args.workloads:
-            for phase in (tpu_poll_phase, empty_poll_phase):
-                poll = await phase(args, Path(tmp), tag)
-                progress(f"{poll.label}: {poll.cpu_ms_per_poll:.2f} ms of worker CPU per poll")
-                polls.append(poll)
+        pairs = {
+            "tpu-poll": (tpu_poll_phase, empty_poll_phase),
+            "watch-check": (watch_check_phase, empty_check_phase),
+        }
+        for workload, pair in pairs.items():
+            if workload not in args.workloads:
+                continue
+            for phase in pair:
+                q = await phase(args, Path(tmp), tag)
+                progress(f"{q.label}: {q.cpu_ms_per_unit:.2f} ms of worker CPU per {q.unit}")
+                polls.append(q)
     total = time.monotonic() - started
     text, ok = render(args, runs, polls, total)
     figures = {
         "runs": args.runs,
         "waiting": args.waiting,
         "poll_interval_seconds": args.poll_interval,
+        "watches": args.watches,
         "window_seconds": args.window,
         "seconds": round(total, 1),
         "phases": [run_figures(p) for p in runs],
         "polls": [poll_figures(q) for q in polls],
         "keeper_over_empty": {
             "deletion": ratio(*(p.cpu_ms_per_run for p in runs)) if len(runs) == 2 else None,
-            "tpu_poll": ratio(*(q.cpu_ms_per_poll for q in polls)) if len(polls) == 2 else None,
+            **{
+                unit: ratio(*(q.cpu_ms_per_unit for q in polls if q.unit == unit))
+                for unit in ("poll", "check")
+                if sum(q.unit == unit for q in polls) == 2
+            },
         },
+        "profiles": {}
+        if args.profile is None
+        else {prof.stem: profile_breakdown(prof) for prof in sorted(args.profile.glob("*.prof"))},
         "check": {"passed": ok},
     }
     return text, ok, figures
 
 
-WORKLOADS = ("deletion", "tpu-poll")
+WORKLOADS = ("deletion", "tpu-poll", "watch-check")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -594,7 +748,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--poll-interval", type=float, default=5.0, help="their poll interval, seconds (5)"
     )
-    parser.add_argument("--window", type=float, default=60.0, help="seconds of polls measured (60)")
+    parser.add_argument(
+        "--watches", type=int, default=10, help="job watches, each checking every second (10)"
+    )
+    parser.add_argument(
+        "--window", type=float, default=60.0, help="seconds of polls and checks measured (60)"
+    )
     parser.add_argument(
         "--submit-concurrency", type=int, default=100, help="client calls in flight (100)"
     )
@@ -613,8 +772,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.workloads = [w.strip() for w in args.workloads.split(",") if w.strip()]
     if unknown := set(args.workloads) - set(WORKLOADS):
         parser.error(f"--workloads: unknown {sorted(unknown)}; choose from {', '.join(WORKLOADS)}")
-    if args.runs < 1 or args.waiting < 1:
-        parser.error("--runs and --waiting must be at least 1")
+    if min(args.runs, args.waiting, args.watches) < 1:
+        parser.error("--runs, --waiting and --watches must be at least 1")
     if args.poll_interval < 1:
         parser.error("--poll-interval: at least 1 second (a slice request's minimum)")
     return args
