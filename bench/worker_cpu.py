@@ -47,7 +47,7 @@ import time
 import uuid
 from collections import defaultdict
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -206,6 +206,12 @@ class PollPhase:
     count: int  # polls or checks in the window, from the SDK's metrics
     worker_cpu_s: float
     sdk: dict[str, float]
+    # TPU API calls in the window, by method, as the emulator counted them (TPU polls only).
+    api_calls: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def api_calls_per_hour(self) -> float:
+        return sum(self.api_calls.values()) / self.window_s * 3600 if self.window_s else 0.0
 
     @property
     def cpu_ms_per_unit(self) -> float:
@@ -227,7 +233,14 @@ def workflow_tasks(sdk: dict[str, float]) -> float:
 
 
 async def polled(
-    label: str, unit: str, pid: int, metrics: str, counter: Counter, workflows: int, window: float
+    label: str,
+    unit: str,
+    pid: int,
+    metrics: str,
+    counter: Counter,
+    workflows: int,
+    window: float,
+    api_calls: Callable[[], dict[str, int]] = dict,
 ) -> PollPhase:
     """Waits until `workflows` polls or checks happened (each one's first), then reads the
     worker's CPU and metrics around `window` seconds of them."""
@@ -236,10 +249,10 @@ async def polled(
         if time.monotonic() > deadline:
             raise RuntimeError(f"{label}: not every workflow started its {unit}s within 180 s")
         await asyncio.sleep(0.5)
-    cpu, sdk, started = cpu_seconds(pid), scrape(metrics), time.monotonic()
+    cpu, sdk, calls, started = cpu_seconds(pid), scrape(metrics), api_calls(), time.monotonic()
     progress(f"{label}: {workflows} running; measuring {window:.0f} s of {unit}s")
     await asyncio.sleep(window)  # the measurement window itself: they come at their pace
-    after, elapsed = scrape(metrics), time.monotonic() - started
+    after, calls_after, elapsed = scrape(metrics), api_calls(), time.monotonic() - started
     worker_cpu = cpu_seconds(pid) - cpu
     delta = {k: round(after.get(k, 0.0) - sdk.get(k, 0.0), 4) for k in after}
     return PollPhase(
@@ -250,6 +263,7 @@ async def polled(
         count=int(counter(delta)),
         worker_cpu_s=round(worker_cpu, 2),
         sdk=delta,
+        api_calls={k: n - calls.get(k, 0) for k, n in calls_after.items() if n > calls.get(k, 0)},
     )
 
 
@@ -381,6 +395,7 @@ async def tpu_poll_phase(args: argparse.Namespace, tmp: Path, tag: str) -> PollP
                     attempts_of("tpu.observe_slice"),
                     args.waiting,
                     args.window,
+                    api_calls=lambda: dict(emu.calls),
                 )
             finally:
                 await fleet.stop()
@@ -639,6 +654,13 @@ def render(
                 f"  {q.label:<40} {q.count:>6} {q.worker_cpu_s:>9.2f} s "
                 f"{q.cpu_ms_per_unit:>7.2f} ms"
             )
+            if q.api_calls:
+                per_slice = q.workflows * 3600 / args.poll_interval
+                out.append(
+                    f"    TPU API calls in the window: {q.api_calls} "
+                    f"({q.api_calls_per_hour:,.0f} an hour for {q.workflows} bootstraps; one "
+                    f"Get per slice and poll would be {per_slice:,.0f})"
+                )
         if len(phases) == 2:
             per = ratio(*(q.cpu_ms_per_unit for q in phases))
             out.append(f"  worker CPU per {unit}, keeper / empty: {per}")
@@ -678,7 +700,11 @@ def run_figures(p: Phase) -> dict[str, Any]:
 
 
 def poll_figures(q: PollPhase) -> dict[str, Any]:
-    return {**asdict(q), f"worker_cpu_ms_per_{q.unit}": round(q.cpu_ms_per_unit, 3)}
+    return {
+        **asdict(q),
+        f"worker_cpu_ms_per_{q.unit}": round(q.cpu_ms_per_unit, 3),
+        "api_calls_per_hour": round(q.api_calls_per_hour, 1),
+    }
 
 
 async def main(args: argparse.Namespace) -> tuple[str, bool, dict[str, Any]]:

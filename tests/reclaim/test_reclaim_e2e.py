@@ -188,9 +188,9 @@ async def test_an_untracked_id_below_the_watermark_keeper_never_saw_is_quarantin
         await w.beat(node)
         wf = only_workflow(w, node, gone)
         await until(lambda: w.emu.cluster.drains, what="the drain")
-        view = await view_of(w, wf)
+        view = await until(lambda: drained_view(w, wf), what="the reclaim to record its drain")
         assert view.last is not None and view.last.decision.reason is Reason.NEVER_SEEN
-        assert view.drained and "keeper reclaim release" in view.attention
+        assert "keeper reclaim release" in view.attention
         assert w.cancels() == []
         (drain,) = w.emu.cluster.drains
         assert drain["name"] == node and drain["reason"].startswith("keeper-reclaim:")
@@ -510,7 +510,8 @@ async def _assessed(w: ReclaimWorld, wf: str) -> ReclaimView | None:
     return view if view.last is not None else None
 
 
-async def _drained(w: ReclaimWorld, wf: str) -> ReclaimView | None:
+async def drained_view(w: ReclaimWorld, wf: str) -> ReclaimView | None:
+    """The reclaim's view once it recorded its drain (the emulator sees the drain first)."""
     view = await view_of(w, wf)
     return view if view.drained else None
 
@@ -530,7 +531,7 @@ async def test_cancels_that_time_out_escalate_to_a_kill_then_a_drain_keeper_lift
         assert signals == [0] * FAST.graceful_tries + [9] * FAST.forced_tries
         # The drain reaches the emulator before the workflow records it.
         view = await until(
-            lambda: _drained(w, wf), within=30, what="the reclaim to record its drain"
+            lambda: drained_view(w, wf), within=30, what="the reclaim to record its drain"
         )
         assert "not delivered" in " ".join(view.actions)
         # Someone frees it on the node; the agent's heartbeats then show it.

@@ -23,13 +23,13 @@ from keeper.wire.spur import slurm_pb2, slurm_pb2_grpc
 from tests.reclaim.test_reclaim_e2e import (
     FENCED,
     _reason_in,
+    drained_view,
     ended_long_ago,
     live,
     names,
     nodes,
     only_workflow,
     stale,
-    view_of,
 )
 from tests.reclaim.world import ReclaimWorld, free_port, reclaim_world, until
 
@@ -155,8 +155,8 @@ async def test_an_agent_nobody_can_reach_is_escalated_to_a_drain(
         await w.beat(node)
         wf = only_workflow(w, node, job)
         await until(lambda: w.emu.cluster.drains, within=60, what="the drain")
-        view = await view_of(w, wf)
-        assert view.drained and view.attempts == 3 and "not delivered" in " ".join(view.actions)
+        view = await until(lambda: drained_view(w, wf), what="the reclaim to record its drain")
+        assert view.attempts == 3 and "not delivered" in " ".join(view.actions)
         assert view.cancels_sent == 0  # refused outright: nothing reached the agent
         await w.handle(wf).cancel()
 
