@@ -387,6 +387,15 @@ async def tpu_poll_phase(args: argparse.Namespace, tmp: Path, tag: str) -> PollP
                         task_queue=queue,
                         memo={PROJECT_MEMO: req.project},
                     )
+                # Steady state: every queued resource created, then one interval, in which
+                # each slice has been seen in a zone listing (one made before it was created
+                # sends it to a read of its own).
+                deadline = time.monotonic() + 300
+                while emu.calls["CreateQueuedResource"] < args.waiting:
+                    if time.monotonic() > deadline:
+                        raise RuntimeError("the bootstraps did not create their slices in 300 s")
+                    await asyncio.sleep(0.5)
+                await asyncio.sleep(args.poll_interval)
                 return await polled(
                     "keeper TPU bootstrap, waiting in assign",
                     "poll",
