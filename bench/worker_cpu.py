@@ -74,6 +74,7 @@ from script_runner import progress, report_run, start_dev_server
 from temporalio.client import Client, WithStartWorkflowOperation, WorkflowHandle
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.testing import WorkflowEnvironment
+from tpu_api_calls import request as reserved_slice
 
 from emulators.iris import IrisEmulatorConfig
 from emulators.tpu import EmulatorConfig, Scenario, TpuEmulator
@@ -86,7 +87,6 @@ from keeper.domain.runners.models import (
     deletion_workflow_id,
 )
 from keeper.domain.tpu.naming import BOOTSTRAP_WORKFLOW_TYPE, PROJECT_MEMO, bootstrap_workflow_id
-from keeper.domain.tpu.slice_request import SliceRequest
 from keeper.runtime.runners import search_attributes as runner_sa
 from keeper.runtime.runners.requests import request_deletion
 from tests.e2e_support import dev_address
@@ -267,21 +267,6 @@ async def polled(
     )
 
 
-def slice_request(name: str, poll: timedelta) -> SliceRequest:
-    return SliceRequest.model_validate(
-        {
-            "slice_name": name,
-            "project": "keeper-bench",
-            "zone": "us-central2-b",
-            "accelerator_type": "v4-32",
-            "runtime_version": "tpu-ubuntu2204-base",
-            "capacity": "reserved",
-            "reservation_name": "res-bench",
-            "poll_interval": poll,
-        }
-    )
-
-
 async def watch_check_phase(args: argparse.Namespace, tmp: Path, tag: str) -> PollPhase:
     """N job watches of healthy jobs on the iris emulator in this process, checking
     every second (tests/watch/world.py's pace)."""
@@ -379,7 +364,9 @@ async def tpu_poll_phase(args: argparse.Namespace, tmp: Path, tag: str) -> PollP
                 (worker,) = fleet.start(1)
                 await until_polling(env.client, queue, [worker], within=120)
                 for i in range(args.waiting):
-                    req = slice_request(f"cpu-{tag}-{i:04d}", poll)
+                    req = reserved_slice(f"cpu-{tag}-{i:04d}").model_copy(
+                        update={"poll_interval": poll}
+                    )
                     await requester.start_workflow(
                         BOOTSTRAP_WORKFLOW_TYPE,
                         req,

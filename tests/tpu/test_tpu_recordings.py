@@ -247,6 +247,15 @@ def _refuse_deletes(emu: TpuEmulator, slice_name: str) -> None:
     emu.inject_fault("DeleteQueuedResource", "PERMISSION_DENIED", count=1_000_000, slice=slice_name)
 
 
+def _refused_stockout(emu: TpuEmulator, name: str) -> tuple[SliceRequest, str]:
+    """A slice whose queued resource fails as a stockout and whose deletes are refused until
+    the faults are cleared, and the queue its recording runs on."""
+    request = slice_request(name, poll_interval=timedelta(seconds=1))
+    emu.set_scenario(request.slice_name, STOCKOUT)
+    _refuse_deletes(emu, request.slice_name)
+    return request, f"keeper-replay-{request.slice_name}"
+
+
 async def _write_runs(
     client: Client, workflow_id: str, first_run: str, first: str, last: str
 ) -> None:
@@ -284,10 +293,7 @@ async def test_record_cancel_compensation_continued(emu: TpuEmulator):
 async def test_record_supervisor_compensation_continued(emu: TpuEmulator):
     """A stockout whose compensation is refused until the supervisor continued as new, then
     finishes: both runs of the supervisor."""
-    request = slice_request("replay-continued", poll_interval=timedelta(seconds=1))
-    emu.set_scenario(request.slice_name, STOCKOUT)
-    _refuse_deletes(emu, request.slice_name)
-    queue = f"keeper-replay-{request.slice_name}"
+    request, queue = _refused_stockout(emu, "replay-continued")
     # Past twenty events the supervisor is well before its compensation starts.
     async with _rolling_server(emu, queue, suggest_after=20) as client:
         handle = await _start(client, queue, request)
@@ -350,10 +356,7 @@ async def test_record_supervisor_compensation_stuck_at_resume(
             return (await super().policy()).model_copy(update={"compensation": compensation})
 
     monkeypatch.setattr("keeper.workers.families.tpu.PolicyActivities", LoweredAfterTheFirstRead)
-    request = slice_request("replay-stuck-at-resume", poll_interval=timedelta(seconds=1))
-    emu.set_scenario(request.slice_name, STOCKOUT)
-    _refuse_deletes(emu, request.slice_name)
-    queue = f"keeper-replay-{request.slice_name}"
+    request, queue = _refused_stockout(emu, "replay-stuck-at-resume")
     # The first run's window is five minutes (its threshold is 30); past twenty events, it
     # continues as new when that window runs out.
     async with _rolling_server(emu, queue, suggest_after=20) as client:
