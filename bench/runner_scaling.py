@@ -45,7 +45,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from run_record import Run
 from runner_deletion import (  # first: bench/runner_support.py puts the root on sys.path
     TOKEN,
     Batch,
@@ -59,7 +58,7 @@ from runner_deletion import (  # first: bench/runner_support.py puts the root on
     run_batch,
     runner_world,
 )
-from script_runner import progress, report_run, start_dev_server
+from script_runner import progress, run_noting_load, start_dev_server
 from temporalio.client import WorkflowHandle
 
 from keeper.domain.runners.models import DeletionOutcome, DeletionRequest, DeletionResult, Requester
@@ -361,12 +360,5 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def run() -> int:
-    record = Run("runner_scaling")
-    args = parse_args()
-    args.load_before = record.load_before
-    return report_run(record, args.verbose, lambda: main(args))
-
-
 if __name__ == "__main__":
-    sys.exit(run())
+    sys.exit(run_noting_load("runner_scaling", parse_args, main))

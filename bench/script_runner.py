@@ -3,6 +3,7 @@ and stdout kept for the figures alone (Temporal servers print their banners ther
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import faulthandler
 import logging
@@ -111,3 +112,16 @@ def report_run(
     print(text, file=out)
     out.flush()
     return 0 if ok else 1
+
+
+def run_noting_load(
+    name: str,
+    parse_args: Callable[[], argparse.Namespace],
+    main: Callable[[argparse.Namespace], Awaitable[tuple[str, bool, dict[str, Any]]]],
+) -> int:
+    """`report_run` for a script whose text states the load average it started at: the
+    parsed arguments carry it as `load_before`."""
+    record = Run(name)
+    args = parse_args()
+    args.load_before = record.load_before
+    return report_run(record, args.verbose, lambda: main(args))

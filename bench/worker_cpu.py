@@ -54,7 +54,6 @@ from typing import Any
 
 import httpx
 import yaml
-from run_record import Run
 from runner_deletion import (  # first: bench/runner_support.py puts the root on sys.path
     Batch,
     history_shape,
@@ -70,7 +69,7 @@ from runner_support import (
     EmptyDeletion,
     EmptyInput,
 )
-from script_runner import progress, report_run, start_dev_server
+from script_runner import progress, run_noting_load, start_dev_server
 from temporalio.client import Client, WithStartWorkflowOperation, WorkflowHandle
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.testing import WorkflowEnvironment
@@ -801,12 +800,5 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def run() -> int:
-    record = Run("worker_cpu")
-    args = parse_args()
-    args.load_before = record.load_before
-    return report_run(record, args.verbose, lambda: main(args))
-
-
 if __name__ == "__main__":
-    sys.exit(run())
+    sys.exit(run_noting_load("worker_cpu", parse_args, main))
