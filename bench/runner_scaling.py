@@ -109,6 +109,17 @@ def runner_section(world: World, tmp: Path) -> dict[str, Any]:
     }
 
 
+def runner_worker_config(world: World, tmp: Path, address: str, base: str) -> Path:
+    """The settings file of `keeper worker --family runners` processes on `world`."""
+    return write_worker_config(
+        tmp / "keeper.yaml",
+        address=address,
+        task_queue=base,
+        families=["runners"],
+        runners=runner_section(world, tmp),
+    )
+
+
 async def scaling_phase(
     args: argparse.Namespace, workers: int, store_url: str, tmp: Path
 ) -> ScalingPhase:
@@ -122,13 +133,7 @@ async def scaling_phase(
             progress(f"{workers} worker(s): adding {args.runners + 1} runners")
             await asyncio.to_thread(world.add_runners, [sample, *names])
             base = f"keeper-scale-{tag}"
-            config = write_worker_config(
-                tmp / "keeper.yaml",
-                address=dev_address(env),
-                task_queue=base,
-                families=["runners"],
-                runners=runner_section(world, tmp),
-            )
+            config = runner_worker_config(world, tmp, dev_address(env), base)
             fleet = WorkerFleet(config, "runners")
             queue = f"{base}-runners"
             request = DeletionRequest(

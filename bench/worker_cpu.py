@@ -61,7 +61,7 @@ from runner_deletion import (  # first: bench/runner_support.py puts the root on
     run_batch,
     runner_world,
 )
-from runner_scaling import children_cpu, runner_section
+from runner_scaling import children_cpu, runner_worker_config
 from runner_support import (
     EMPTY_CHECK_WORKFLOW,
     EMPTY_POLL_WORKFLOW,
@@ -441,13 +441,7 @@ async def keeper_phase(args: argparse.Namespace, tmp: Path, tag: str) -> Phase:
         await asyncio.to_thread(world.add_runners, [*names, f"{names[0]}-sample"])
         base = f"keeper-cpu-{tag}"
         metrics = f"127.0.0.1:{free_port()}"
-        config = write_worker_config(
-            tmp / "keeper.yaml",
-            address=dev_address(env),
-            task_queue=base,
-            families=["runners"],
-            runners=runner_section(world, tmp),
-        )
+        config = runner_worker_config(world, tmp, dev_address(env), base)
         with_metrics(config, metrics)
         fleet = WorkerFleet(
             config, "runners", interpreter_args=profiled(args, "keeper", KEEPER_RUN)
