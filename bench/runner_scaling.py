@@ -109,13 +109,16 @@ def runner_section(world: World, tmp: Path) -> dict[str, Any]:
     }
 
 
-def runner_worker_config(world: World, tmp: Path, address: str, base: str) -> Path:
+def runner_worker_config(
+    world: World, tmp: Path, address: str, base: str, metrics_address: str | None = None
+) -> Path:
     """The settings file of `keeper worker --family runners` processes on `world`."""
     return write_worker_config(
         tmp / "keeper.yaml",
         address=address,
         task_queue=base,
         families=["runners"],
+        metrics_address=metrics_address,
         runners=runner_section(world, tmp),
     )
 

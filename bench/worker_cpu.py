@@ -53,7 +53,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import yaml
 from runner_deletion import (  # first: bench/runner_support.py puts the root on sys.path
     Batch,
     history_shape,
@@ -277,8 +276,9 @@ async def watch_check_phase(args: argparse.Namespace, tmp: Path, tag: str) -> Po
     ):
         metrics = f"127.0.0.1:{free_port()}"
         address = dev_address(env)
-        config = write_family_worker_config(tmp / "watch.yaml", address, w.settings, "watch")
-        with_metrics(config, metrics)
+        config = write_family_worker_config(
+            tmp / "watch.yaml", address, w.settings, "watch", metrics_address=metrics
+        )
         fleet = WorkerFleet(config, "watch", interpreter_args=profiled(args, "watch", KEEPER_RUN))
         handles: list[WorkflowHandle[Any, Any]] = []
         try:
@@ -331,13 +331,6 @@ async def empty_check_phase(args: argparse.Namespace, tmp: Path, tag: str) -> Po
             await asyncio.to_thread(proc.wait, 15)
 
 
-def with_metrics(config: Path, address: str) -> None:
-    """The worker serves the SDK's metrics at `address` (worker.metrics_address)."""
-    settings = yaml.safe_load(config.read_text())
-    settings["worker"]["metrics_address"] = address
-    config.write_text(yaml.safe_dump(settings))
-
-
 async def tpu_poll_phase(args: argparse.Namespace, tmp: Path, tag: str) -> PollPhase:
     """N bootstraps waiting in assign (a queued resource the emulator never assigns), each
     reading its slice every --poll-interval through keeper's zone lister."""
@@ -353,9 +346,9 @@ async def tpu_poll_phase(args: argparse.Namespace, tmp: Path, tag: str) -> PollP
                 address=dev_address(env),
                 task_queue=base,
                 families=["tpu"],
+                metrics_address=metrics,
                 tpu={"endpoint": "emulator", "emulator_address": emu.grpc_target},
             )
-            with_metrics(config, metrics)
             fleet = WorkerFleet(config, "tpu", interpreter_args=profiled(args, "tpu", KEEPER_RUN))
             queue = f"{base}-tpu"
             poll = timedelta(seconds=args.poll_interval)
@@ -441,8 +434,7 @@ async def keeper_phase(args: argparse.Namespace, tmp: Path, tag: str) -> Phase:
         await asyncio.to_thread(world.add_runners, [*names, f"{names[0]}-sample"])
         base = f"keeper-cpu-{tag}"
         metrics = f"127.0.0.1:{free_port()}"
-        config = runner_worker_config(world, tmp, dev_address(env), base)
-        with_metrics(config, metrics)
+        config = runner_worker_config(world, tmp, dev_address(env), base, metrics)
         fleet = WorkerFleet(
             config, "runners", interpreter_args=profiled(args, "keeper", KEEPER_RUN)
         )

@@ -38,6 +38,7 @@ def write_worker_config(
     task_queue: str,
     families: list[str],
     max_cached_workflows: int | None = None,
+    metrics_address: str | None = None,
     **sections: Any,
 ) -> Path:
     """A settings file for unversioned workers (the dev server has no deployments) on one
@@ -50,6 +51,8 @@ def write_worker_config(
     }
     if max_cached_workflows is not None:
         worker["max_cached_workflows"] = max_cached_workflows
+    if metrics_address is not None:
+        worker["metrics_address"] = metrics_address
     config: dict[str, Any] = {
         "temporal": {"address": address, "namespace": "default", "task_queue": task_queue},
         "worker": worker,
@@ -61,7 +64,11 @@ def write_worker_config(
 
 
 def write_family_worker_config(
-    path: Path, address: str, settings: Settings, family: Literal["reclaim", "watch"]
+    path: Path,
+    address: str,
+    settings: Settings,
+    family: Literal["reclaim", "watch"],
+    metrics_address: str | None = None,
 ) -> Path:
     """Settings for a worker process serving only `family` as a test world's own worker
     would: the world's section of that family (its controller, token and webhook files,
@@ -72,6 +79,7 @@ def write_family_worker_config(
         address=address,
         task_queue=settings.temporal.task_queue,
         families=[family],
+        metrics_address=metrics_address,
         runners={"store_url": f"sqlite:///{path.parent / 'runners.db'}"},
         **{family: section},
     )

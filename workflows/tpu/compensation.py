@@ -60,10 +60,9 @@ async def delete_slice(
     `resume` carries on a compensation a previous run started."""
     ref = inp.slice
     margin = opts.COMPENSATION_RETRY.maximum_interval or windows.MIN_WINDOW
-    progress = resume or windows.start(
-        workflow.now(), policy, opts.COMPENSATION_FIRST_WINDOW, margin
-    )
-    if resume is not None:
+    if resume is None:
+        progress = windows.start(workflow.now(), policy, opts.COMPENSATION_FIRST_WINDOW, margin)
+    else:
         progress = await _follow_this_runs_policy(inp, resume, policy, on_progress, margin)
     while True:
         try:
