@@ -143,4 +143,10 @@ async def query_status(handle: WorkflowHandle[Any, Any]) -> BootstrapStatus | No
 
 def look(handle: WorkflowHandle[Any, Any]) -> Look[BootstrapStatus]:
     """The bootstrap as `--follow` shows it."""
-    return Look(query=lambda: query_status(handle), page=render, line=line)
+    # A final phase is what the command's summary says next (ready, failed, cancelled).
+    return Look(
+        query=lambda: query_status(handle),
+        page=render,
+        line=line,
+        settled=lambda status: status.phase in FINAL_PHASES,
+    )

@@ -321,6 +321,16 @@ async def test_off_a_terminal_it_writes_a_stamped_line_per_change_until_the_clos
     assert last == "b"
 
 
+async def test_off_a_terminal_a_settled_view_is_left_to_the_closing_summary() -> None:
+    handle = FakeHandle(answers=["a", "b", "end"], closes_after=4)
+    console, file = _log()
+    look = _look(handle, settled=lambda view: view == "end")
+    last = await wv.follow(handle, look, console=console, note=print, interval=0.001)
+    lines = [line.partition(" ")[2] for line in file.getvalue().splitlines()]
+    # The last view is still returned: the command states it in its summary.
+    assert lines == ["line a", "line b"] and last == "end", lines
+
+
 async def test_on_a_terminal_the_page_redraws_in_place_and_shows_the_end() -> None:
     handle = FakeHandle(answers=["a", "b", "end"], closes_after=2)
     file = io.StringIO()
@@ -360,6 +370,20 @@ async def test_a_lost_server_is_waited_through_with_a_note() -> None:
     handle.result_errors = [lost]
     assert await wv.result_of(handle, notes.append) == "done"
     assert len(notes) == 2
+
+
+async def test_a_long_poll_that_ends_with_no_close_is_asked_again() -> None:
+    # The SDK's words when the server ends its long poll for the close with nothing.
+    empty = RuntimeError("No completion event found")
+    handle = FakeHandle(result_errors=[empty, empty])
+    handle.closed.set()
+    notes: list[str] = []
+    assert await wv.result_of(handle, notes.append) == "done"
+    assert notes == [] and handle.result_errors == []
+    # Any other error is the SDK's or keeper's bug, not a wait: it is raised.
+    handle.result_errors = [RuntimeError("Unexpectedly missing new run ID")]
+    with pytest.raises(RuntimeError, match="missing new run ID"):
+        await wv.result_of(handle, notes.append)
 
 
 async def test_an_answer_from_the_server_is_not_waited_through() -> None:

@@ -178,8 +178,12 @@ class RunnerWorld:
 
 def _github_follows_provider(world: RunnerWorld) -> None:
     """A runner whose VM is gone goes offline and stops being busy, as on GitHub."""
+    # GitHub first: `add_runner` creates the VM before it registers the runner, so every
+    # runner read here has its VM in the list read next unless the VM really went. Read the
+    # other way round, a runner added between the two reads looked like one whose VM went.
+    registered = world.github.state()["runners"].get(SCOPE, [])
     live = {r["name"] for r in provider_state.instances(world.provider_config).values()}
-    for runner in world.github.state()["runners"].get(SCOPE, []):
+    for runner in registered:
         if runner["name"] not in live and (runner["busy"] or runner["status"] == "online"):
             world.github.set_busy(runner["id"], False)
             world.github.set_status(runner["id"], "offline")

@@ -206,6 +206,26 @@ def test_the_log_line_does_not_change_while_the_state_does_not():
 
 
 @pytest.mark.parametrize(
+    ("phase", "written"),
+    [
+        (Phase.ASSIGN, True),
+        (Phase.COMPENSATE, True),  # a compensation can take long: shown as it goes
+        (Phase.DONE, False),
+        (Phase.FAILED, False),
+        (Phase.CANCELLED, False),
+        (Phase.TERMINATED, False),
+        (Phase.TIMED_OUT, False),
+    ],
+)
+def test_off_a_terminal_a_final_phase_is_left_to_the_closing_summary(phase, written):
+    # The command's summary says how it ended: a line for it too would say it twice, or
+    # once, depending on when the follow looked.
+    look = progress.look(None)  # type: ignore[arg-type]  # the handle is only queried
+    assert look.settled is not None
+    assert look.settled(_status(phase=phase)) is not written
+
+
+@pytest.mark.parametrize(
     ("phase", "failed_phase", "word"),
     [
         (Phase.ASSIGN, None, "running"),
