@@ -559,7 +559,7 @@ PROFILE_PARTS = (
     ("  runner store: deleted", "activities/runners/deletion.py", "finish_deleted"),
     ("  GitHub API (httpx)", "runtime/runners/github_client.py", "remove_runner"),
     ("  provider processes: spawn and wait", "runtime/runners/garm_provider.py", "_call"),
-    ("  iris API (httpx)", "runtime/watch/iris_client.py", "_call"),
+    ("  iris API (aiohttp)", "runtime/watch/iris_client.py", "_call"),
     ("  TPU API (the zone lister)", "activities/tpu/zone_lister.py", "find"),
 )  # fmt: skip
 

@@ -30,7 +30,6 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, TypeVar
 
-import httpx
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from keeper.runtime.watch.credentials import IrisToken, IrisTokenError
@@ -45,6 +44,7 @@ from keeper.runtime.watch.iris_errors import (
     IrisUnimplemented,
     iris_error,
 )
+from keeper.runtime.watch.iris_http import AiohttpPost, Answer, NoAnswer, Post
 from keeper.wire.iris import connect
 from keeper.wire.iris.codec import WireMessage, from_wire, number, to_wire
 from keeper.wire.iris.connect import Code, ConnectErrorBody, ErrorDetails
@@ -233,7 +233,7 @@ class IrisController(AbstractAsyncContextManager["IrisController"]):
         *,
         token: IrisToken | None = None,
         timeout: float = DEFAULT_TIMEOUT_S,
-        transport: httpx.AsyncBaseTransport | None = None,
+        post: Post | None = None,
     ) -> None:
         if not base_url.startswith(("http://", "https://")):
             raise ValueError(f"base_url {base_url!r} must be an http:// or https:// URL")
@@ -242,9 +242,11 @@ class IrisController(AbstractAsyncContextManager["IrisController"]):
         self._base_url = base_url.rstrip("/")
         self._token = token
         self._timeout = timeout
-        # httpx asks for and decodes gzip and deflate (and zstd or brotli when their
-        # decoders are installed); iris compresses responses only when asked.
-        self._http = httpx.AsyncClient(transport=transport, follow_redirects=False)
+        # Asks for and decodes gzip and deflate; iris compresses responses only when asked.
+        # `post`: another way to make the calls (a test's); closing this client leaves it.
+        own = AiohttpPost()
+        self._own_post: AiohttpPost | None = own if post is None else None
+        self._post: Post = own if post is None else post
         self._children_query: ChildrenQuery | None = None
         self._log_route: LogRoute | None = None
         # The caller's user (GetCurrentUser); "" when the controller has no such method.
@@ -263,7 +265,8 @@ class IrisController(AbstractAsyncContextManager["IrisController"]):
         return self._children_query
 
     async def aclose(self) -> None:
-        await self._http.aclose()
+        if self._own_post is not None:
+            await self._own_post.aclose()
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
@@ -583,21 +586,17 @@ class IrisController(AbstractAsyncContextManager["IrisController"]):
         target = self._base_url
         body = json.dumps(to_wire(request), separators=(",", ":"))
         try:
-            answer = await self._http.post(
-                target + path,
-                content=body.encode("utf-8"),
-                headers=self._headers(seconds),
-                timeout=seconds,
+            answer = await self._post(
+                target + path, body.encode("utf-8"), self._headers(seconds), seconds
             )
-        except httpx.TimeoutException as exc:
-            raise IrisTimedOut(
-                f"{path} at {target}: no answer within {seconds:g}s ({type(exc).__name__})",
-                code=Code.DEADLINE_EXCEEDED,
-            ) from None
-        except httpx.TransportError as exc:
-            reason = self._scrubbed(str(exc)) or type(exc).__name__
+        except NoAnswer as exc:
+            if exc.timed_out:
+                raise IrisTimedOut(
+                    f"{path} at {target}: {exc}", code=Code.DEADLINE_EXCEEDED
+                ) from None
+            reason = self._scrubbed(str(exc))
             raise IrisUnavailable(f"{path} at {target}: {reason}", code=Code.UNAVAILABLE) from None
-        if answer.status_code != 200:
+        if answer.status != 200:
             raise self._error(answer, path, target, job_id=job_id, name=name)
         try:
             return from_wire(response_cls, answer.json())
@@ -609,9 +608,9 @@ class IrisController(AbstractAsyncContextManager["IrisController"]):
             ) from None
 
     def _error(
-        self, answer: httpx.Response, path: str, target: str, *, job_id: str, name: str
+        self, answer: Answer, path: str, target: str, *, job_id: str, name: str
     ) -> IrisError:
-        code, message = connect.code_of_http_status(answer.status_code), ""
+        code, message = connect.code_of_http_status(answer.status), ""
         details: ErrorDetails | None = None
         body = _connect_error_body(answer)
         if body is not None:
@@ -631,7 +630,7 @@ class IrisController(AbstractAsyncContextManager["IrisController"]):
             message,
             method=path,
             target=target,
-            http_status=answer.status_code,
+            http_status=answer.status,
             details=details,
             job_id=job_id,
             name=name,
@@ -639,10 +638,10 @@ class IrisController(AbstractAsyncContextManager["IrisController"]):
         )
 
 
-def _connect_error_body(answer: httpx.Response) -> ConnectErrorBody | None:
+def _connect_error_body(answer: Answer) -> ConnectErrorBody | None:
     """The Connect error in a failed answer, or None when the body is something else (a
     proxy's page, a server without the route)."""
-    if "json" not in answer.headers.get("content-type", ""):
+    if "json" not in answer.content_type:
         return None
     try:
         data: Any = answer.json()

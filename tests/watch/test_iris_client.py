@@ -662,6 +662,35 @@ async def test_a_slow_server_is_a_timeout_and_retryable(fake: FakeIris) -> None:
     assert isinstance(caught.value, IrisTimedOut) and caught.value.retryable
 
 
+def _closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+async def test_calls_go_through_the_proxy_the_environment_names(
+    fake: FakeIris, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The fake stands for the proxy: a controller name nothing resolves reaches it.
+    monkeypatch.setenv("HTTP_PROXY", fake.url)
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    monkeypatch.delenv("no_proxy", raising=False)
+    fake.on(connect.LIST_TASKS, answer({"tasks": []}))
+    async with IrisController("http://iris.invalid", timeout=5) as iris:
+        assert await iris.list_tasks(JOB) == []
+    assert fake.calls(connect.LIST_TASKS)[0].headers["Host"] == "iris.invalid"
+
+
+async def test_a_host_in_no_proxy_is_called_directly(
+    fake: FakeIris, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{_closed_port()}")  # refuses all
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+    fake.on(connect.LIST_TASKS, answer({"tasks": []}))
+    async with IrisController(fake.url, timeout=5) as iris:
+        assert await iris.list_tasks(JOB) == []
+
+
 async def test_a_refused_connection_is_unavailable() -> None:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

@@ -10,7 +10,7 @@ import os
 import re
 import signal
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -27,6 +27,7 @@ from keeper.domain.watch.threads import ThreadState, read_dump
 from keeper.runtime.watch.credentials import TOKEN_ENV, IrisToken
 from keeper.runtime.watch.iris_client import IrisController, LogRoute, fetch_logs_source
 from keeper.runtime.watch.iris_errors import IrisAlreadyExists, IrisUnavailable, JobNotFound
+from keeper.runtime.watch.iris_http import AiohttpPost, Answer
 from keeper.wire.iris.codec import to_wire
 from keeper.wire.iris.connect import (
     FETCH_LOGS,
@@ -1214,17 +1215,19 @@ async def test_list_jobs_filters_and_sorts_as_the_controller_does(iris: Iris) ->
     assert desc == by_name[::-1]
 
 
-class Recording(httpx.AsyncHTTPTransport):
-    """keeper's client's requests, their bodies kept."""
+class Recording(AiohttpPost):
+    """keeper's client's calls over HTTP, the bodies of its ListJobs kept."""
 
     def __init__(self) -> None:
         super().__init__()
         self.bodies: list[dict[str, Any]] = []
 
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        if request.url.path.endswith("/ListJobs"):
-            self.bodies.append(json.loads(request.content or b"{}"))
-        return await super().handle_async_request(request)
+    async def __call__(
+        self, url: str, body: bytes, headers: Mapping[str, str], timeout_s: float
+    ) -> Answer:
+        if url.endswith("/ListJobs"):
+            self.bodies.append(json.loads(body or b"{}"))
+        return await super().__call__(url, body, headers, timeout_s)
 
 
 async def test_keepers_client_lists_six_thousand_children_within_the_caps(iris: Iris) -> None:
@@ -1237,8 +1240,11 @@ async def test_keepers_client_lists_six_thousand_children_within_the_caps(iris: 
     }  # fmt: skip
     assert len(every) == 6002
     transport = Recording()
-    async with IrisController(iris.emu.url, timeout=10, transport=transport) as client:
-        children = await client.list_children(job)
+    try:
+        async with IrisController(iris.emu.url, timeout=10, post=transport) as client:
+            children = await client.list_children(job)
+    finally:
+        await transport.aclose()
     assert {c.job_id for c in children} == every
     assert children.complete and children.describe() == "sees all 6,002 children"
     queries = [body["query"] for body in transport.bodies]

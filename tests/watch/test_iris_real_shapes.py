@@ -7,9 +7,10 @@ real-controller says how they differ from the emulator's).
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
+from urllib.parse import urlsplit
 
-import httpx
 import pytest
 
 from keeper.activities.watch.observe import MAX_PROCESSES_PER_TASK, started_last
@@ -17,6 +18,7 @@ from keeper.domain.watch.progress import LogLine, digest, normalise_error, parse
 from keeper.domain.watch.threads import ThreadState, read_dump
 from keeper.runtime.watch.iris_client import GET_CURRENT_USER, IrisController
 from keeper.runtime.watch.iris_errors import IrisAlreadyExists, IrisInvalidArgument
+from keeper.runtime.watch.iris_http import Answer
 from keeper.wire.iris import connect
 from keeper.wire.iris.exec_commands import parse_proc_stat
 from keeper.wire.iris.messages import LaunchJobRequest
@@ -96,15 +98,15 @@ def controller(answers: dict[str, tuple[int, Any]]) -> tuple[IrisController, lis
     The calls it saw, in order."""
     seen: list[tuple[str, Any]] = []
 
-    def handle(request: httpx.Request) -> httpx.Response:
-        path = request.url.path
-        seen.append((path, json.loads(request.content or b"{}")))
-        status, body = answers.get(path, (404, None))
-        if body is None:
-            return httpx.Response(status)
-        return httpx.Response(status, json=body)
+    async def post(url: str, body: bytes, headers: Mapping[str, str], timeout_s: float) -> Answer:
+        path = urlsplit(url).path
+        seen.append((path, json.loads(body or b"{}")))
+        status, answer = answers.get(path, (404, None))
+        if answer is None:
+            return Answer(status, "text/plain", b"")
+        return Answer(status, "application/json", json.dumps(answer).encode())
 
-    iris = IrisController("http://iris.test", transport=httpx.MockTransport(handle))
+    iris = IrisController("http://iris.test", post=post)
     return iris, seen
 
 
