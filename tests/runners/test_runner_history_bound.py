@@ -96,7 +96,11 @@ async def test_requests_that_keep_arriving_roll_the_history_over_and_the_deletio
     bound the run continues as new, carrying who asked and how far it got. On the dev
     server: it needs no skipped time, and the time-skipping test server closes a run that
     continues as new right after an update without recording the continue-as-new."""
-    policy = MONTH_POLICY.model_copy(update={"history_events_limit": 150})
+    # The runner may stay busy past busy_wait while the requests arrive (a loaded machine):
+    # then it escalates, and notices the job's end at its next re-check, a second later.
+    policy = FAST_POLICY.model_copy(
+        update={"history_events_limit": 150, "escalation_recheck": timedelta(seconds=1)}
+    )
     async with runner_worker(dev_env.client, world, policy):
         world.add_runner("chatty", busy=True)
         first = await world.request(dev_env.client, "chatty")
@@ -118,7 +122,7 @@ async def test_requests_that_keep_arriving_roll_the_history_over_and_the_deletio
 
         record = world.store.require("chatty")
         world.github.set_busy(record.github_runner_id, False)
-        result = await latest.result()
+        result = await asyncio.wait_for(latest.result(), 60)
         await eventually(lambda: world.status("chatty") is InstanceStatus.DELETED)
     assert result.outcome is DeletionOutcome.DELETED
     assert not world.instance_exists("chatty")
