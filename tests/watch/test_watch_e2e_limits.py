@@ -7,9 +7,10 @@ from __future__ import annotations
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
+from emulators.iris import IrisEmulatorConfig
 from keeper.domain.watch.cadence import WatchPhase
 from keeper.domain.watch.models import WatchOutcome
-from tests.watch.world import watch_world
+from tests.watch.world import SPEED, watch_world
 
 pytestmark = pytest.mark.e2e
 
@@ -40,7 +41,9 @@ async def test_a_job_with_six_thousand_children_is_watched_through_the_caps(
 ) -> None:
     # 6,000 plain children beside the pipeline's coordinator and workers, which are among
     # the oldest: a listing by date alone reaches them only past offset 5,500.
-    async with watch_world(dev_env.client) as w:
+    # At half the tests' speed: a check pages through 6,000 children, and on a loaded
+    # machine two of them must fit in the job's life.
+    async with watch_world(dev_env.client, IrisEmulatorConfig(speed=SPEED / 2)) as w:
         job = w.launch("healthy", extra_children=6000)
         handle = await w.watch(job)
         # Running, not merely steady: on a loaded machine a first check can come late and
