@@ -31,7 +31,7 @@ def process_gone(pid: int) -> bool:
     """Exited, reaped or not: a container's init may never reap an orphaned grandchild."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):  # gone before the open, or during the read
         return True
     return stat.rsplit(")", 1)[1].split()[0] in ("Z", "X")
 
