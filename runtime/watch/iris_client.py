@@ -244,9 +244,10 @@ class IrisController(AbstractAsyncContextManager["IrisController"]):
         self._timeout = timeout
         # Asks for and decodes gzip and deflate; iris compresses responses only when asked.
         # `post`: another way to make the calls (a test's); closing this client leaves it.
-        own = AiohttpPost()
-        self._own_post: AiohttpPost | None = own if post is None else None
-        self._post: Post = own if post is None else post
+        self._own_post: AiohttpPost | None = None
+        if post is None:
+            post = self._own_post = AiohttpPost()
+        self._post: Post = post
         self._children_query: ChildrenQuery | None = None
         self._log_route: LogRoute | None = None
         # The caller's user (GetCurrentUser); "" when the controller has no such method.

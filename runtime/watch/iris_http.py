@@ -1,11 +1,11 @@
 """The HTTP under the iris client: one POST, and its answer read whole.
 
 On aiohttp, not httpx. A watch check makes about a dozen calls, and the worker's CPU per check
-is the watch's main cost: measured with the worker's pool of about sixty connections, httpx's
-pure-Python layers (request and response models, httpcore's pool scanning every connection per
-request) spent about 1.7 ms of CPU per call against 0.25 ms for aiohttp on the same server
-(`bench/worker_cpu.py --workloads watch-check` shows the effect on a whole check). aiohttp is a
-dependency keeper already has (its health and report servers, the emulators).
+is the watch's main cost: httpx's pure-Python layers (request and response models, httpcore's
+pool checking every pooled connection on each request) cost five to seven times aiohttp's CPU
+per call (`bench/iris_http_cpu.py`; `bench/worker_cpu.py --workloads watch-check` shows the
+effect on a whole check). aiohttp is a dependency keeper already has (its health and report
+servers, the emulators).
 
 What httpx did by default, aiohttp is asked to do the same: gzip and deflate asked for and
 decoded, no redirects followed, the proxy variables (HTTPS_PROXY, HTTP_PROXY, NO_PROXY)
