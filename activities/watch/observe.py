@@ -36,11 +36,12 @@ from keeper.runtime.watch.iris_client import IrisController
 from keeper.runtime.watch.iris_errors import IrisError, JobNotFound
 from keeper.wire.iris.exec_commands import (
     CLK_TCK,
+    COORDINATOR_CPU_COMMAND,
     PROC_STAT_COMMAND,
-    SESSION_CPU_COMMAND,
     ProcStat,
     parse_proc_stat,
     parse_session_cpu,
+    split_coordinator_cpu,
 )
 from keeper.wire.iris.messages import LogEntry, TaskStatus
 
@@ -208,9 +209,7 @@ class WatchObserver:
             ]
             if coord_tasks and coordinator is not None and coordinator.state is JobPhase.RUNNING:
                 threads = await self._threads(coordinator.task_id)
-                out = await self._exec(coordinator.task_id, SESSION_CPU_COMMAND)
-                session = parse_session_cpu(out) if out is not None else None
-                cpu, tasks_by_host = await self._cpu([coord_tasks[0], *running])
+                cpu, tasks_by_host, session = await self._cpu(coord_tasks[0], running)
         reading = reading.model_copy(update={"tasks_by_host": tasks_by_host})
         parent_errors = None
         if job_state.is_terminal and job_state is not JobPhase.SUCCEEDED:
@@ -274,8 +273,18 @@ class WatchObserver:
             return None
         return result.stdout
 
-    async def _cpu(self, tasks: list[TaskStatus]) -> tuple[list[CpuSeen] | None, dict[str, str]]:
-        outs = await asyncio.gather(*(self._exec(t.task_id, PROC_STAT_COMMAND) for t in tasks))
+    async def _cpu(
+        self, coordinator: TaskStatus, workers: list[TaskStatus]
+    ) -> tuple[list[CpuSeen] | None, dict[str, str], float | None]:
+        """The processes of the coordinator and the sampled workers, and the coordinator's
+        session CPU: one exec a task, all at once."""
+        both, *outs = await asyncio.gather(
+            self._exec(coordinator.task_id, COORDINATOR_CPU_COMMAND),
+            *(self._exec(t.task_id, PROC_STAT_COMMAND) for t in workers),
+        )
+        stat, session = split_coordinator_cpu(both) if both is not None else (None, None)
+        tasks = [coordinator, *workers]
+        outs = [stat, *outs]
         seen: list[CpuSeen] = []
         hosts: dict[str, str] = {}
         for t, out in zip(tasks, outs, strict=True):
@@ -294,7 +303,8 @@ class WatchObserver:
                 )
             seen += [_cpu_seen(t.task_id, host, t.current_attempt_id, p) for p in kept]
         # No exec answered: the CPU read is unavailable, not idle.
-        return (seen if hosts else None), hosts
+        session_cpu = parse_session_cpu(session) if session is not None else None
+        return (seen if hosts else None), hosts, session_cpu
 
     async def _proc(self, task: str, host: str, pid: int) -> CpuSeen | None:
         out = await self._exec(task, PROC_STAT_COMMAND)

@@ -31,7 +31,13 @@ from emulators.iris.timeline import (
     play,
     startup_state,
 )
-from keeper.wire.iris.exec_commands import CLK_TCK, PROC_STAT_COMMAND, SESSION_CPU_COMMAND
+from keeper.wire.iris.exec_commands import (
+    CLK_TCK,
+    COORDINATOR_CPU_COMMAND,
+    PROC_STAT_COMMAND,
+    SESSION_CPU_COMMAND,
+    STAT_EXIT,
+)
 
 # When the first of a scenario's extra_children appears (just after the pipeline's).
 EXTRA_CHILD_AT = CHILD_DELAY + 0.5
@@ -413,15 +419,24 @@ class Controller:
         root.settle(t, wall)
         container = root.container(task, wall)
         assert container is not None
-        if list(command) == PROC_STAT_COMMAND:
+
+        def stat() -> tuple[int, str]:
             if root.scenario.proc_stat == "denied":
                 # cat's complaints go to /dev/null in the command: only its exit code is left.
-                return 1, "", "", ""
-            return 0, container.proc_stat(wall), "", ""
-        if list(command) == SESSION_CPU_COMMAND:
+                return 1, ""
+            return 0, container.proc_stat(wall)
+
+        def session() -> str:
             reset = root.scenario.session_reset == "every-read"
-            total = container.total_seconds(wall)
-            return 0, session_reading(total, reset, root.session_rng), "", ""
+            return session_reading(container.total_seconds(wall), reset, root.session_rng)
+
+        if list(command) == PROC_STAT_COMMAND:
+            return *stat(), "", ""
+        if list(command) == SESSION_CPU_COMMAND:
+            return 0, session(), "", ""
+        if list(command) == COORDINATOR_CPU_COMMAND:
+            code, lines = stat()
+            return 0, f"{lines}{STAT_EXIT} {code}\n{session()}", "", ""
         name = command[0] if command else ""
         return 127, "", f"sh: 1: {name}: not found\n", ""
 

@@ -107,6 +107,33 @@ def test_keepers_converter_drops_the_stack_trace_of_a_wait_only() -> None:
     assert "_raised" in shown["other"].stack_trace
 
 
+def test_keepers_converter_never_formats_the_trace_it_drops(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Formatting a trace reads the source of every frame: paid on every poll and check, it
+    was the largest part of a waiting attempt's conversion. A wait's is never formatted."""
+    import temporalio.converter._failure_converter as sdk_failures
+    from temporalio.api.failure.v1 import Failure
+
+    formatted: list[object] = []
+    real = sdk_failures.traceback.format_tb
+
+    def counting(tb: object, *args: object) -> list[str]:
+        formatted.append(tb)
+        return real(tb, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(sdk_failures.traceback, "format_tb", counting)
+    env = _env(2, RetryPolicy(initial_interval=timedelta(seconds=1)))
+    converter = DATA_CONVERTER.failure_converter
+    wait = _raised(env.run(lambda: waiting("capacity to be assigned")))
+    assert wait.__traceback__ is not None
+    converter.to_failure(wait, DATA_CONVERTER.payload_converter, Failure())
+    assert formatted == []
+    other = _raised(ApplicationError("the API refused", type="PermissionDenied"))
+    converter.to_failure(other, DATA_CONVERTER.payload_converter, Failure())
+    assert len(formatted) == 1
+
+
 def _apart(message: str, at: datetime) -> int:
     """Seconds from `at` to the time of day the message's "next look at" names."""
     match = NEXT_LOOK.search(message)

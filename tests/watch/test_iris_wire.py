@@ -17,10 +17,12 @@ from keeper.wire.iris.connect import Code, ConnectErrorBody, ErrorDetail, ErrorD
 from keeper.wire.iris.enums import JobState, LogLevel, TaskState
 from keeper.wire.iris.exec_commands import (
     CLK_TCK,
+    COORDINATOR_CPU_COMMAND,
     PROC_STAT_COMMAND,
     SESSION_CPU_COMMAND,
     parse_proc_stat,
     parse_session_cpu,
+    split_coordinator_cpu,
 )
 from keeper.wire.iris.messages import (
     ExecInContainerRequest,
@@ -429,3 +431,35 @@ def test_the_session_cpu_reads_a_non_negative_number_and_anything_else_as_unknow
     stdout: str, expected: float | None
 ) -> None:
     assert parse_session_cpu(stdout) == expected
+
+
+STAT_LINE = _stat_line(7, "python", 250, 50, 1200) + "\n"
+
+
+@pytest.mark.parametrize(
+    ("stdout", "stat", "session"),
+    [
+        # Both parts, as the two commands of its own would have printed them.
+        (f"{STAT_LINE}keeper-stat-exit 0\n9351\n", STAT_LINE, "9351\n"),
+        # cat exits 1 when a process vanished mid-read: what it printed still counts.
+        (f"{STAT_LINE}keeper-stat-exit 1\n12\n", STAT_LINE, "12\n"),
+        # cat failed and printed nothing: that part did not answer; the session still did.
+        ("keeper-stat-exit 1\n12\n", None, "12\n"),
+        # Nothing to read at all (an empty /proc) is an answer, not a failure.
+        ("keeper-stat-exit 0\n0\n", "", "0\n"),
+        # The session part missing (ps or awk absent): only the stat part answers.
+        (f"{STAT_LINE}keeper-stat-exit 0\n", STAT_LINE, ""),
+        # No exit line: the shell did not get that far, and neither part is known.
+        (STAT_LINE, None, None),
+        ("", None, None),
+    ],
+)
+def test_the_coordinators_one_exec_splits_into_what_its_two_commands_print(
+    stdout: str, stat: str | None, session: str | None
+) -> None:
+    assert split_coordinator_cpu(stdout) == (stat, session)
+    if stat is not None:
+        assert parse_proc_stat(stat) == parse_proc_stat(STAT_LINE if stat else "")
+    assert COORDINATOR_CPU_COMMAND[:2] == ["sh", "-c"]
+    script = COORDINATOR_CPU_COMMAND[2]
+    assert PROC_STAT_COMMAND[2] in script and SESSION_CPU_COMMAND[2] in script

@@ -12,6 +12,10 @@ exits while `cat` reads leaves a short or empty line: it is skipped, not an erro
 
 SESSION_CPU_COMMAND prints one number, the core-seconds of the processes the exec's session
 sees. Its scope is not stable across reads (it can go down), so it is a hint only.
+
+COORDINATOR_CPU_COMMAND runs the two in one exec, as a check reads its coordinator: the stat
+lines, a line `keeper-stat-exit <cat's exit status>`, then the session's number. A check
+makes one call fewer; what each part says is what its own command would have said.
 """
 
 from __future__ import annotations
@@ -23,6 +27,12 @@ from pydantic import BaseModel, ConfigDict
 PROC_STAT_COMMAND = ["sh", "-c", "cat /proc/[0-9]*/stat 2>/dev/null"]
 SESSION_CPU_COMMAND = ["sh", "-c", "ps -e -o cputimes= | awk '{s+=$1} END {print s+0}'"]
 CLK_TCK = 100
+STAT_EXIT = "keeper-stat-exit"
+COORDINATOR_CPU_COMMAND = [
+    "sh",
+    "-c",
+    f'{PROC_STAT_COMMAND[2]}; echo "{STAT_EXIT} $?"; {SESSION_CPU_COMMAND[2]}',
+]
 
 # Positions in the fields after the ')' (the first of them, state, is field 3).
 _AFTER_COMM = 3
@@ -99,3 +109,18 @@ def parse_session_cpu(stdout: str) -> float | None:
     if not math.isfinite(value) or value < 0:
         return None
     return value
+
+
+def split_coordinator_cpu(stdout: str) -> tuple[str | None, str | None]:
+    """COORDINATOR_CPU_COMMAND's stdout as what PROC_STAT_COMMAND and SESSION_CPU_COMMAND
+    would have printed. The stat part is None when `cat` failed and printed nothing (the
+    stat exec's own "no answer"); both are None when the exit line is missing (the shell did
+    not get that far). A stat line starts with a pid, so it never reads as the exit line."""
+    lines = stdout.splitlines(keepends=True)
+    for at, line in enumerate(lines):
+        words = line.split()
+        if len(words) == 2 and words[0] == STAT_EXIT and words[1].isdigit():
+            stat = "".join(lines[:at])
+            failed = words[1] != "0" and not stat
+            return (None if failed else stat), "".join(lines[at + 1 :])
+    return None, None
