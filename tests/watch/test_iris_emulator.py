@@ -36,7 +36,15 @@ from keeper.wire.iris.connect import (
     PROXIED_FETCH_LOGS,
     ConnectErrorBody,
 )
-from keeper.wire.iris.exec_commands import CLK_TCK, PROC_STAT_COMMAND, SESSION_CPU_COMMAND
+from keeper.wire.iris.exec_commands import (
+    CLK_TCK,
+    COORDINATOR_CPU_COMMAND,
+    PROC_STAT_COMMAND,
+    SESSION_CPU_COMMAND,
+    parse_proc_stat,
+    parse_session_cpu,
+    split_coordinator_cpu,
+)
 from keeper.wire.iris.messages import FetchLogsRequest, LaunchJobRequest
 
 CTL = "/iris.cluster.ControllerService"
@@ -491,6 +499,23 @@ async def test_a_denied_proc_fails_the_stat_read_while_ps_still_answers(iris: Ir
     assert (stat.get("exitCode"), stat.get("stdout", ""), stat.get("error", "")) == (1, "", "")
     session = await iris.exec(task, SESSION_CPU_COMMAND)
     assert session.get("exitCode", 0) == 0 and float(session["stdout"]) >= 0
+
+
+async def test_the_coordinators_one_exec_answers_as_its_two_commands_do(iris: Iris) -> None:
+    """COORDINATOR_CPU_COMMAND: the stat lines, cat's exit status, the session's number;
+    with /proc denied, the stat part is cat's failure alone and the session still answers."""
+    for name, proc_stat in (("both", "readable"), ("denied", "denied")):
+        job = await iris.job(f"c1-{name}", "cpu-bound-quiet", proc_stat=proc_stat)
+        await iris.forward(600)
+        task = f"{await iris.child(job, 'coord')}/0"
+        answer = await iris.exec(task, COORDINATOR_CPU_COMMAND)
+        assert answer.get("exitCode", 0) == 0
+        stat, session = split_coordinator_cpu(answer["stdout"])
+        assert session is not None and parse_session_cpu(session) is not None
+        if proc_stat == "denied":
+            assert stat is None
+        else:
+            assert stat is not None and parse_proc_stat(stat)
 
 
 async def test_other_commands_exit_127(iris: Iris) -> None:
