@@ -49,7 +49,7 @@ from keeper.runtime.reclaim.agent_client import DEFAULT_AGENT_PORT
 from keeper.runtime.reclaim.assess import Assessor
 from keeper.runtime.reclaim.views import drained_by_keeper
 from keeper.runtime.settings import Settings
-from keeper.store.reclaim import FORGET_AFTER
+from keeper.store.reclaim import DRAINS_KEPT, FORGET_AFTER
 from keeper.wire.spur import slurm_pb2
 
 log = logging.getLogger("keeper.reclaim.intake")
@@ -349,12 +349,18 @@ class Intake:
             return
 
     async def _forget_quiet_holdings(self) -> None:
-        """Holdings no heartbeat has listed for FORGET_AFTER and no reclaim watches are
-        pruned with each full read, so the memory stays bounded on a busy cluster."""
-        before = datetime.now(UTC) - FORGET_AFTER
+        """Holdings no heartbeat has listed for FORGET_AFTER and no reclaim watches, and
+        drains lifted (and their fences made) DRAINS_KEPT ago, are pruned with each full read,
+        so the memory stays bounded on a busy cluster."""
+        now = datetime.now(UTC)
+        before = now - FORGET_AFTER
         forgotten = await asyncio.to_thread(self.memory.forget, before)
         if forgotten:
             log.info("reclaim memory: forgot %d holdings not reported since %s", forgotten, before)
+        lifted_before = now - DRAINS_KEPT
+        pruned = await asyncio.to_thread(self.memory.forget_drains, lifted_before)
+        if pruned:
+            log.info("reclaim memory: forgot %d drain rows lifted before %s", pruned, lifted_before)
 
     async def _learn_nodes(self, nodes: set[str]) -> None:
         """Nodes keeper has not seen register (the tap started after them) are learned from

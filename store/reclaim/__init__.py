@@ -1,6 +1,7 @@
 """keeper's reclaim memory: holdings first seen, jobs seen, controller epochs, drains owned."""
 
 from keeper.store.reclaim.memory import (
+    DRAINS_KEPT,
     FORGET_AFTER,
     RELEASED_BY_REPORT,
     REOPENABLE,
@@ -13,6 +14,7 @@ from keeper.store.reclaim.memory import (
 from keeper.store.reclaim.records import AgentNode, CancelSend, DrainRecord
 
 __all__ = [
+    "DRAINS_KEPT",
     "FORGET_AFTER",
     "RELEASED_BY_REPORT",
     "REOPENABLE",

@@ -65,6 +65,11 @@ WRITE_ROUNDS = 3
 # (`forget(now - FORGET_AFTER)`): spur's agent reports every 30 s, so a day of silence means
 # the agent dropped the job, and a later report is a new sighting with a fresh first_seen.
 FORGET_AFTER = timedelta(hours=24)
+# The intake prunes lifted drains and their fences once this old (`forget_drains(now -
+# DRAINS_KEPT)`). A fence refuses its run chain's drain calls still on their way after the
+# chain lifted its drain: those end within the drain activity's timeout, and the intake looks
+# for one that landed anyway only an hour back (LATE_DRAIN_WINDOW), so a week is far past any.
+DRAINS_KEPT = timedelta(days=7)
 # The outcomes of a holding released on evidence that keeps its fence (an idle node's empty
 # heartbeats, the agent's completion report): a heartbeat that lists the job again within
 # FORGET_AFTER reopens this holding, fence and all, rather than sighting a new one decided
@@ -925,6 +930,17 @@ class ReclaimMemory:
             return self._holders(conn, node_id)
 
         return self._retry(work)
+
+    def forget_drains(self, before: datetime) -> int:
+        """Prunes the drains lifted before `before` and the fences made before it (callers
+        pass `now - DRAINS_KEPT`); returns how many rows went. Open drains always stay."""
+        before = _utc(before, "before")
+        with self.engine.begin() as conn:
+            fences = conn.execute(delete(drain_fences).where(drain_fences.c.fenced_at < before))
+            lifted = conn.execute(
+                delete(drains).where(drains.c.cleared_at.is_not(None), drains.c.cleared_at < before)
+            )
+            return int(fences.rowcount) + int(lifted.rowcount)
 
     @staticmethod
     def _holders(conn: Connection, node_id: str) -> list[str]:

@@ -6,7 +6,7 @@ and live (released, drained or restarted, never a loop that does nothing)."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +19,7 @@ from keeper.activities.reclaim.reclaim import ReclaimActivities
 from keeper.domain.reclaim.calls import DrainCall, UndrainCall
 from keeper.domain.reclaim.steps import Mode, Outcome
 from keeper.runtime.reclaim.deps import open_reclaim_deps
+from keeper.store.reclaim import DRAINS_KEPT
 from keeper.wire.spur import slurm_pb2, slurm_pb2_grpc
 from tests.reclaim.test_reclaim_e2e import (
     FENCED,
@@ -275,6 +276,29 @@ async def test_a_late_drain_whose_call_died_before_its_fence_check_is_lifted_by_
             slurm_pb2.NODE_DRAINING,
         )
         assert w.emu.cluster.node(node).state_reason == ""
+
+
+async def test_the_intakes_housekeeping_forgets_drains_lifted_a_week_ago_and_keeps_the_rest(
+    client: Any, tmp_path: Path
+) -> None:
+    """Every reclaim that drains leaves a lifted drain and its fence behind; kept forever, the
+    tables only grow. The intake prunes those older than DRAINS_KEPT with its housekeeping, and
+    keeps a recent fence, which still refuses its chain's late drain (the store's own test
+    shows an open drain is kept however old)."""
+    async with reclaim_world(client, tmp_path, agents=nodes(), worker=False) as w:
+        node, _, wf, _ = await _stale_holding(w)
+        old = datetime.now(UTC) - DRAINS_KEPT - timedelta(minutes=1)
+        assert w.memory.record_drain(node, "wf-old", "old", old, chain="run-1")
+        assert w.memory.clear_drain(node, "wf-old", old, chain="run-1") == []
+        now = datetime.now(UTC)
+        assert w.memory.record_drain(node, wf, "recent", now, chain="run-1")
+        assert w.memory.clear_drain(node, wf, now, chain="run-1") == []
+        w.intake._last_housekeeping = None  # the next batch does the housekeeping
+        await w.beat(node)
+        assert not w.memory.drain_fenced(node, "wf-old", "run-1")
+        assert w.memory.drain_fenced(node, wf, "run-1")
+        assert w.memory.record_drain(node, wf, "late", datetime.now(UTC), chain="run-1") is False
+        assert w.memory.forget_drains(old + timedelta(minutes=2)) == 0  # nothing old is left
 
 
 async def test_a_job_started_moments_before_a_wipe_is_never_cancelled_by_its_reissued_id(

@@ -16,6 +16,7 @@ from keeper.domain.reclaim.models import ControllerView, EpochState, JobView, Kn
 from keeper.domain.reclaim.policy import ReclaimPolicy
 from keeper.store import StoreUnavailable, open_reclaim_memory
 from keeper.store.reclaim import (
+    DRAINS_KEPT,
     FORGET_AFTER,
     WEAKLY_RELEASED,
     ReclaimMemory,
@@ -332,6 +333,28 @@ def test_a_run_chain_that_lifted_its_drain_cannot_open_it_again(memory: ReclaimM
     assert memory.record_drain("n1", "wf-a", "old call", at(5)) is True
     assert not memory.drain_fenced("n1", "wf-a", "")
     assert memory.fenced_drains(at(0)) == []  # open again: not a lifted drain
+
+
+def test_lifted_drains_and_their_fences_are_forgotten_once_old_and_open_ones_never(
+    memory: ReclaimMemory,
+) -> None:
+    week = DRAINS_KEPT.total_seconds()
+    # Old: wf-a lifted (fenced) at 10; wf-b still drains since 0. Recent: wf-c lifted at `week`.
+    memory.record_drain("n1", "wf-a", "stale job 1", at(0), chain="run-1")
+    memory.clear_drain("n1", "wf-a", at(10), chain="run-1")
+    memory.record_drain("n2", "wf-b", "stale job 2", at(0), chain="run-1")
+    memory.record_drain("n3", "wf-c", "stale job 3", at(week), chain="run-1")
+    memory.clear_drain("n3", "wf-c", at(week + 10), chain="run-1")
+    # Pruned a week after wf-a's lift: its drain row and its fence (2 rows), nothing else.
+    assert memory.forget_drains(at(week + 20) - DRAINS_KEPT) == 2
+    assert memory.forget_drains(at(week + 20) - DRAINS_KEPT) == 0  # again: nothing left
+    assert not memory.drain_fenced("n1", "wf-a", "run-1")
+    assert [d.workflow_id for d in memory.drains()] == ["wf-b"]  # open: kept, however old
+    assert memory.drain_fenced("n3", "wf-c", "run-1")  # recent: still refuses a late drain
+    assert memory.record_drain("n3", "wf-c", "late", at(week + 30), chain="run-1") is False
+    assert [d.workflow_id for d in memory.fenced_drains(at(week))] == ["wf-c"]
+    # A week is far past the window in which the intake looks for a drain that landed late.
+    assert timedelta(hours=1) * 24 < DRAINS_KEPT
 
 
 def test_the_memory_is_durable_across_opens(store_url: str) -> None:
