@@ -99,7 +99,10 @@ class WatchObserver:
     @activity.defn(name="watch.observe")
     async def observe(self, call: ObserveCall) -> Observation:
         raise_unless_due(call)
-        async with heartbeating(f"checking {call.job_id}"):
+        # The first beat waits an interval: the server times an attempt out a heartbeat
+        # timeout after its start whether or not it beat, so a beat at once says nothing, and
+        # a check (tens of milliseconds) would pay a heartbeat call every time.
+        async with heartbeating(f"checking {call.job_id}", at_start=False):
             return await self._observe(call)
 
     async def _observe(self, call: ObserveCall) -> Observation:
