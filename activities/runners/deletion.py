@@ -32,6 +32,7 @@ from keeper.domain.runners.status import InstanceStatus
 from keeper.runtime.runners.garm_provider import ExternalProvider
 from keeper.runtime.runners.github_client import GitHubClient
 from keeper.runtime.runners.instance_lease import InstanceLeases, LeaseHeld, held_by
+from keeper.runtime.waiting import WAITING
 from keeper.store import RunnerStore
 
 S = InstanceStatus
@@ -215,7 +216,9 @@ class GitHubActivities:
             f"({retry.why})",
             answer,
             retry.why.value,
-            type=GITHUB_RETRY,
+            # A wait (busy, escalated) reads as keeper's every other wait: no stack trace; an
+            # error asked again (a 5xx, a rate limit, a refused token) keeps its own type.
+            type=WAITING if retry.benign else GITHUB_RETRY,
             next_retry_delay=retry.delay,
             category=ApplicationErrorCategory.BENIGN if retry.benign else None,
         )

@@ -12,10 +12,16 @@ import pytest
 from sqlalchemy import update
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.sdk.v1 import WorkflowMetadata
-from temporalio.client import WorkflowFailureError, WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.client import (
+    Client,
+    WorkflowFailureError,
+    WorkflowHandle,
+    WorkflowUpdateFailedError,
+)
 from temporalio.testing import WorkflowEnvironment
 
 from emulators.provider import state as provider_state
+from keeper.activities.runners.deletion import GITHUB_RETRY
 from keeper.domain.runners.deletion_state import RunnerDeletionInput
 from keeper.domain.runners.models import (
     REQUEST_UPDATE,
@@ -24,6 +30,8 @@ from keeper.domain.runners.models import (
     DeletionStep,
 )
 from keeper.domain.runners.status import InstanceStatus
+from keeper.runtime.temporal_client import DATA_CONVERTER
+from keeper.runtime.waiting import WAITING
 from keeper.store.runners.schema import runners
 from keeper.workflows.runners.deletion import RunnerDeletion
 from tests.runners.world import FAST_POLICY, RunnerWorld, runner_worker
@@ -127,6 +135,42 @@ async def test_a_day_long_retry_after_is_capped_shown_with_its_date_and_a_force_
         result = await asyncio.wait_for(handle.result(), 30)
     assert result.outcome is DeletionOutcome.DELETED and result.forced
     assert not world.registration_exists(record)
+
+
+async def test_a_busy_runner_reads_as_a_wait_and_an_error_asked_again_as_an_error(
+    dev_env: WorkflowEnvironment, world: RunnerWorld
+) -> None:
+    """The pending deregistration, as the UI and `temporal workflow describe` show it: while
+    the runner runs a job, a wait of keeper's WAITING type with no stack trace (as every
+    other wait of keeper's); while GitHub answers 5xx, an error of its own type, with its
+    trace."""
+    record = world.add_runner("r-wait-type", busy=True)
+    world.github.inject(500, runner_id=record.github_runner_id, times=4)
+    # Escalated on a loaded machine, it notices the job's end within a second.
+    policy = FAST_POLICY.model_copy(update={"escalation_recheck": timedelta(seconds=1)})
+    # keeper's own converter, as `keeper worker` connects with: it is what drops a wait's trace.
+    client = Client(
+        dev_env.client.service_client,
+        namespace=dev_env.client.namespace,
+        data_converter=DATA_CONVERTER,
+    )
+    async with runner_worker(client, world, policy):
+        handle = await world.request(client, "r-wait-type")
+        seen: dict[str, Any] = {}
+
+        async def both() -> bool:
+            pending = await pending_call(handle, "runners.deregister")
+            if pending is not None:
+                seen.setdefault(pending.last_failure.application_failure_info.type, pending)
+            return {GITHUB_RETRY, WAITING} <= set(seen)
+
+        await until(both, what="a 5xx asked again, then a busy wait")
+        error, wait = seen[GITHUB_RETRY].last_failure, seen[WAITING].last_failure
+        assert "busy" in wait.message and wait.stack_trace == ""
+        assert "busy" not in error.message and error.stack_trace != ""
+        world.github.set_busy(record.github_runner_id, False)
+        result = await handle.result()
+    assert result.outcome is DeletionOutcome.DELETED and not result.forced
 
 
 async def test_a_record_with_an_invalid_scope_escalates_naming_it_and_a_force_finishes_it(
