@@ -291,8 +291,19 @@ class BootstrapRunInput(_Message):
     owner: Owner
     request_id: str
     parent_workflow_id: str
+    # Set by a supervisor that takes only its own child's progress: the child then reports
+    # with ChildProgress, which names it. A supervisor started before knows only the bare
+    # status signal, so its child sends that.
+    name_the_supervisor: bool = False
     # Set only by the child itself, when its compensation continues as new.
     carry: PhaseRunState | None = None
+
+
+class ChildProgress(_Message):
+    """A phase child's status, naming the supervisor it reports to (the supervisor's owner)."""
+
+    status: BootstrapStatus
+    supervisor: Owner
 
 
 class TeardownState(_Message):

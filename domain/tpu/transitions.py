@@ -16,7 +16,7 @@ tables them.
 | both       | a compensation window ran out           | compensation_seen       | unchanged   |
 | child      | its compensation continued as new       | continued               | compensate  |
 | child      | its compensation finished               | compensated_on_cancel   | cancelled   |
-| supervisor | a progress signal of the child          | takes (whether), heard  | the child's |
+| supervisor | a progress signal of its child          | takes (whether), heard  | the child's |
 | supervisor | the child did not complete              | phases_ended            | unchanged   |
 | supervisor | its own compensation starts             | supervisor_compensating | compensate  |
 | supervisor | it closes a bootstrap that failed       | closed                  | failed,     |
@@ -37,6 +37,7 @@ from keeper.domain.tpu.models import (
     CompensationProgress,
     DeletionReport,
     HealthReport,
+    Owner,
     PhaseRunState,
     PhaseTiming,
     SupervisorState,
@@ -217,15 +218,22 @@ def bootstrap_result(
 # -- the supervisor ------------------------------------------------------------------------
 
 
-def takes(state: SupervisorState, incoming: BootstrapStatus) -> bool:
-    """Whether the supervisor takes a progress signal of its phase child.
+def takes(state: SupervisorState, incoming: BootstrapStatus, sender: Owner | None = None) -> bool:
+    """Whether the supervisor takes a progress signal of its phase child. The child names the
+    supervisor it reports to (`sender`, its input's owner): a signal goes by workflow id, so
+    an earlier bootstrap's child, still compensating, reaches a new bootstrap of the name.
 
-    | the supervisor                               | the signal's revision  | taken |
-    |----------------------------------------------|------------------------|-------|
-    | owns the final state (the phases ended)      | any                    | no    |
-    | follows its child                            | above the last taken   | yes   |
-    | follows its child                            | the last or below (late, out of order) | no |
+    | the supervisor                          | the signal                           | taken |
+    |-----------------------------------------|--------------------------------------|-------|
+    | any                                     | names another supervisor             | no    |
+    | owns the final state (the phases ended) | any                                  | no    |
+    | follows its child                       | revision above the last taken        | yes   |
+    | follows its child                       | revision at most the last (late)     | no    |
+
+    A signal that names none (sent before children named their supervisor) is its own.
     """
+    if sender is not None and sender != state.owner:
+        return False
     return not state.final and incoming.revision > state.status.revision
 
 

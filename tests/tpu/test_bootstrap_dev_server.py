@@ -18,7 +18,15 @@ from temporalio.exceptions import ApplicationError, CancelledError
 
 from emulators.tpu import Scenario, TpuEmulator
 from keeper.activities.tpu.cloud import build_queued_resource
-from keeper.domain.tpu.models import BootstrapFailure, BootstrapResult, SweepReport, SweepRequest
+from keeper.domain.tpu.models import (
+    BootstrapFailure,
+    BootstrapResult,
+    BootstrapStatus,
+    ChildProgress,
+    Owner,
+    SweepReport,
+    SweepRequest,
+)
 from keeper.domain.tpu.naming import (
     SWEEPER_SCHEDULE_ID,
     bootstrap_run_workflow_id,
@@ -30,6 +38,7 @@ from keeper.domain.tpu.naming import (
 from keeper.domain.tpu.phases import Phase
 from keeper.runtime.tpu.client import emulator_client
 from keeper.workflows.tpu.bootstrap import TpuSliceBootstrap
+from keeper.workflows.tpu.bootstrap_run import CHILD_PROGRESS_SIGNAL
 from keeper.workflows.tpu.sweeper import TpuSweeper
 from tests.e2e_support import (
     start_worker_process,
@@ -255,6 +264,33 @@ async def test_terminating_the_supervisor_makes_the_child_compensate(dev_env, em
         with pytest.raises(WorkflowFailureError):
             await asyncio.wait_for(child.result(), 60)
     assert (await child.describe()).status is WorkflowExecutionStatus.CANCELED
+    assert_no_leaks(emu)
+
+
+async def test_the_supervisor_takes_progress_only_from_its_own_child(dev_env, emu):
+    """Progress goes by workflow id, which a later bootstrap of the name takes too, so an
+    earlier bootstrap's child still compensating reaches it. Each signal names the supervisor
+    it is for: the child's own reach it (the supervisor follows it into assign), and one
+    naming another bootstrap is not taken, however new its revision."""
+    request = quick_request()
+    emu.set_scenario(request.slice_name, HOLD[Phase.ASSIGN])
+    async with running_worker(dev_env.client, emu) as worker:
+        handle = await start(dev_env, worker.task_queue, request)
+        seen = await wait_for_phase(handle, Phase.ASSIGN)
+        ours = Owner(workflow_id=handle.id, run_id=handle.first_execution_run_id or "")
+        earlier = Owner(workflow_id=handle.id, run_id=str(uuid.uuid4()))
+        stale = seen.model_copy(update={"revision": seen.revision + 100, "phase": Phase.COMPENSATE})
+        await handle.signal(CHILD_PROGRESS_SIGNAL, ChildProgress(status=stale, supervisor=earlier))
+        shown = await handle.query("status", result_type=BootstrapStatus)
+        # (The child's own later signals may have moved it on, within assign.)
+        assert shown.phase is Phase.ASSIGN and shown.revision < stale.revision, shown
+        # The same status naming this supervisor is taken: the check is the sender alone.
+        await handle.signal(CHILD_PROGRESS_SIGNAL, ChildProgress(status=stale, supervisor=ours))
+        shown = await handle.query("status", result_type=BootstrapStatus)
+        assert shown.phase is Phase.COMPENSATE and shown.revision == stale.revision, shown
+        await handle.cancel()
+        with pytest.raises(WorkflowFailureError):
+            await asyncio.wait_for(handle.result(), 60)
     assert_no_leaks(emu)
 
 

@@ -241,23 +241,32 @@ def test_a_completed_bootstraps_result_spans_its_phases():
 # -- the supervisor ----------------------------------------------------------------------
 
 
+OURS = Owner(workflow_id="tpu-bootstrap-s", run_id="r")
+# An earlier bootstrap of the same name: its child, still compensating, signals by workflow id.
+EARLIER = Owner(workflow_id="tpu-bootstrap-s", run_id="r-earlier")
+
+
 def supervisor(**changes: object) -> SupervisorState:
-    state = SupervisorState(owner=Owner(workflow_id="tpu-bootstrap-s", run_id="r"), status=fresh())
+    state = SupervisorState(owner=OURS, status=fresh())
     return state.model_copy(update=changes)
 
 
 @pytest.mark.parametrize(
-    ("final", "last", "incoming", "taken"),
+    ("final", "last", "incoming", "sender", "taken"),
     [
-        (False, 3, 4, True),
-        (False, 3, 3, False),  # the same one again
-        (False, 3, 2, False),  # late, out of order
-        (True, 3, 9, False),  # the supervisor owns the final state
+        (False, 3, 4, OURS, True),
+        (False, 3, 4, None, True),  # sent before children named their supervisor
+        (False, 3, 4, EARLIER, False),  # another bootstrap's child
+        (False, 3, 3, OURS, False),  # the same one again
+        (False, 3, 2, OURS, False),  # late, out of order
+        (True, 3, 9, OURS, False),  # the supervisor owns the final state
     ],
 )
-def test_the_supervisor_takes_only_a_newer_signal_while_it_follows(final, last, incoming, taken):
+def test_the_supervisor_takes_only_its_own_childs_newer_signal_while_it_follows(
+    final, last, incoming, sender, taken
+):
     state = supervisor(final=final, status=fresh().model_copy(update={"revision": last}))
-    assert takes(state, fresh().model_copy(update={"revision": incoming})) is taken
+    assert takes(state, fresh().model_copy(update={"revision": incoming}), sender) is taken
 
 
 @pytest.mark.parametrize(

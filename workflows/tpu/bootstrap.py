@@ -29,6 +29,7 @@ with workflow.unsafe.imports_passed_through():
         BootstrapResult,
         BootstrapRunInput,
         BootstrapStatus,
+        ChildProgress,
         CompensationProgress,
         DeletionReport,
         Owner,
@@ -49,7 +50,11 @@ with workflow.unsafe.imports_passed_through():
     from keeper.workflows.common.publishing import Publisher
     from keeper.workflows.common.shielded import run_to_completion
     from keeper.workflows.tpu import calls, metrics
-    from keeper.workflows.tpu.bootstrap_run import PROGRESS_SIGNAL, TpuSliceBootstrapRun
+    from keeper.workflows.tpu.bootstrap_run import (
+        CHILD_PROGRESS_SIGNAL,
+        PROGRESS_SIGNAL,
+        TpuSliceBootstrapRun,
+    )
     from keeper.workflows.tpu.compensation import continue_if_long, delete_slice, deletion
     from keeper.workflows.tpu.errors import FAILURE_TYPE, child_failure, require_id
 
@@ -68,11 +73,24 @@ class TpuSliceBootstrap:
     def status(self) -> BootstrapStatus | None:
         return self._held.status if self._held is not None else None
 
-    @workflow.signal(name=PROGRESS_SIGNAL, description="Progress reported by the phase child.")
+    @workflow.signal(
+        name=CHILD_PROGRESS_SIGNAL,
+        description="Progress reported by a phase child, naming the supervisor it is for.",
+    )
+    def child_progress(self, progress: ChildProgress) -> None:
+        self._heard(progress.status, progress.supervisor)
+
+    @workflow.signal(
+        name=PROGRESS_SIGNAL,
+        description="Progress reported by a phase child whose supervisor did not ask to be named.",
+    )
     def progress(self, status: BootstrapStatus) -> None:
-        # Signals arrive out of order (the highest revision wins) and after compensation
-        # started (the supervisor's own status wins).
-        if self._held is None or not transitions.takes(self._held, status):
+        self._heard(status, None)
+
+    def _heard(self, status: BootstrapStatus, sender: Owner | None) -> None:
+        # Signals arrive out of order (the highest revision wins), after compensation started
+        # (the supervisor's own status wins), and from an earlier bootstrap's child (ignored).
+        if self._held is None or not transitions.takes(self._held, status, sender):
             return
         if transitions.turned_stuck(self._held.status, status):
             # The phase child's own compensation (a cancel's) turned stuck. This supervisor
@@ -126,6 +144,7 @@ class TpuSliceBootstrap:
                 # Fixed here, before any create call, so every retry sends the same one.
                 request_id=str(workflow.uuid4()),
                 parent_workflow_id=workflow.info().workflow_id,
+                name_the_supervisor=True,
             ),
             id=bootstrap_run_workflow_id(request.slice_name),
             parent_close_policy=ParentClosePolicy.REQUEST_CANCEL,

@@ -38,6 +38,7 @@ with workflow.unsafe.imports_passed_through():
         BootstrapResult,
         BootstrapRunInput,
         BootstrapStatus,
+        ChildProgress,
         CompensationProgress,
         CreateSliceInput,
         HealthCheckInput,
@@ -66,6 +67,8 @@ with workflow.unsafe.imports_passed_through():
     )
 
 PROGRESS_SIGNAL = "progress"
+# The same, as ChildProgress: it names the supervisor it is for.
+CHILD_PROGRESS_SIGNAL = "child-progress"
 # The last look also when a wait's call was still running at the deadline (docs/operations.md,
 # the patch ledger).
 LAST_LOOK_PAST_DEADLINE = "tpu-last-look-past-deadline"
@@ -341,8 +344,15 @@ class TpuSliceBootstrapRun:
 
     async def _signal_supervisor(self, status: BootstrapStatus) -> None:
         supervisor = workflow.get_external_workflow_handle(self._inp.parent_workflow_id)
+        # By workflow id, which a later bootstrap of the name takes too: the signal says whose
+        # child it is, and only that supervisor takes it. Run ids would not do: the supervisor
+        # continues as new while its compensation is stuck, and this child goes on reporting.
         try:
-            await supervisor.signal(PROGRESS_SIGNAL, status)
+            if self._inp.name_the_supervisor:
+                named = ChildProgress(status=status, supervisor=self._inp.owner)
+                await supervisor.signal(CHILD_PROGRESS_SIGNAL, named)
+            else:
+                await supervisor.signal(PROGRESS_SIGNAL, status)
         except (ApplicationError, asyncio.CancelledError) as err:
             # Progress is best effort; the supervisor may be gone (terminated).
             workflow.logger.debug("supervisor did not take the progress signal: %s", err)
