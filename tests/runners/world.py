@@ -53,6 +53,9 @@ FAST_POLICY = DeletionPolicy(
     retry_max=timedelta(seconds=1),
     force_provider_attempts=2,
     registration_cleanup_attempts=5,
+    # Not the default 5 minutes: a runner that stays busy past busy_wait on a loaded machine
+    # escalates, and a test whose job then ends would wait that long for the next look.
+    escalation_recheck=timedelta(seconds=2),
 )
 
 
