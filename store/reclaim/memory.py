@@ -852,13 +852,18 @@ class ReclaimMemory:
             if chain and self._fenced(conn, node_id, workflow_id, chain):
                 return False
             row = conn.execute(select(drains).where(key)).first()
-            if row is None:
-                row = dict(node_id=node_id, workflow_id=workflow_id, reason=reason)
-                conn.execute(insert(drains).values(drained_at=at, cleared_at=None, **row))
-            elif row.cleared_at is not None:
-                conn.execute(
-                    update(drains).where(key).values(reason=reason, drained_at=at, cleared_at=None)
-                )
+            if row is not None and row.cleared_at is None:
+                return True
+            if row is not None:
+                lifted = key & drains.c.cleared_at.is_not(None)
+                reopen = update(drains).where(lifted)
+                values = dict(reason=reason, drained_at=at, cleared_at=None)
+                if conn.execute(reopen.values(**values)).rowcount:
+                    return True
+                # Gone since the read: the intake forgot it (forget_drains). Recorded anew,
+                # as a concurrent insert is (a lost race for the key is tried again).
+            fresh = dict(node_id=node_id, workflow_id=workflow_id, reason=reason)
+            conn.execute(insert(drains).values(drained_at=at, cleared_at=None, **fresh))
             return True
 
         return self._retry(work)

@@ -6,8 +6,10 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
+from sqlalchemy import event
 
 from keeper.domain.reclaim.epoch import Observation, observe
 from keeper.domain.reclaim.evidence import BeatEvidence, BeatReport
@@ -355,6 +357,32 @@ def test_lifted_drains_and_their_fences_are_forgotten_once_old_and_open_ones_nev
     assert [d.workflow_id for d in memory.fenced_drains(at(week))] == ["wf-c"]
     # A week is far past the window in which the intake looks for a drain that landed late.
     assert timedelta(hours=1) * 24 < DRAINS_KEPT
+
+
+def test_a_drain_reopened_while_the_intake_forgets_it_is_recorded_open(
+    memory: ReclaimMemory,
+) -> None:
+    """A new run chain drains again a node whose lifted drain the intake forgets between the
+    drain's read and its write (a concurrent forget_drains, committed first): the drain is
+    recorded open all the same, so no undrain of another reclaim lifts it unseen."""
+    memory.record_drain("n1", "wf-a", "first", at(0), chain="run-1")
+    memory.clear_drain("n1", "wf-a", at(1), chain="run-1")
+    pruned: list[str] = []
+
+    def forget_first(
+        conn: Any, cursor: Any, statement: str, *rest: Any
+    ) -> None:  # the prune, landing just before the reopen's write
+        if statement.lstrip().upper().startswith("UPDATE RECLAIM_DRAINS") and not pruned:
+            pruned.append(statement)
+            cursor.execute("DELETE FROM reclaim_drains WHERE workflow_id = 'wf-a'")
+
+    event.listen(memory.engine, "before_cursor_execute", forget_first)
+    try:
+        assert memory.record_drain("n1", "wf-a", "again", at(2), chain="run-2") is True
+    finally:
+        event.remove(memory.engine, "before_cursor_execute", forget_first)
+    assert pruned, "the reopen never wrote"
+    assert [(d.workflow_id, d.reason) for d in memory.drains("n1")] == [("wf-a", "again")]
 
 
 def test_the_memory_is_durable_across_opens(store_url: str) -> None:

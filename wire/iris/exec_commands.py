@@ -115,7 +115,8 @@ def split_coordinator_cpu(stdout: str) -> tuple[str | None, str | None]:
     """COORDINATOR_CPU_COMMAND's stdout as what PROC_STAT_COMMAND and SESSION_CPU_COMMAND
     would have printed. The stat part is None when `cat` failed and printed nothing (the
     stat exec's own "no answer"); both are None when the exit line is missing (the shell did
-    not get that far). A stat line starts with a pid, so it never reads as the exit line."""
+    not get that far). No stat output reads as the exit line: a stat line starts with a pid,
+    and a comm that holds a newline is at most 15 bytes, shorter than STAT_EXIT."""
     lines = stdout.splitlines(keepends=True)
     for at, line in enumerate(lines):
         words = line.split()
