@@ -202,6 +202,39 @@ async def reclaim_world(
     later runs through `world.settings.reclaim.timing`. `token`: the controller and agents
     require it on every call; keeper reads it from `token_file` (reclaim.token_file) or from
     KEEPER_SPUR_TOKEN, as the caller arranged."""
+    # The tap must know the controller's port before the emulator binds it (the emulator's
+    # agents register through the tap), so the port is picked free and bound a moment later:
+    # another process of a parallel run can take it in between. Then it is picked again.
+    for attempt in range(1, PORT_TRIES + 1):
+        async with contextlib.AsyncExitStack() as stack:
+            try:
+                world = await _world(
+                    stack, client, tmp_path, agents, mode, policy, token, token_file
+                )
+            except RuntimeError as err:
+                if "Failed to bind" not in str(err) or attempt == PORT_TRIES:
+                    raise
+                continue
+            if worker:
+                await world.start_worker()
+            yield world
+            return
+
+
+# How many controller ports reclaim_world picks before it gives up on binding one.
+PORT_TRIES = 3
+
+
+async def _world(
+    stack: contextlib.AsyncExitStack,
+    client: Client,
+    tmp_path: Path,
+    agents: list[AgentSpec] | None,
+    mode: Mode,
+    policy: ReclaimPolicy,
+    token: str | None,
+    token_file: Path | None,
+) -> ReclaimWorld:
     controller_port = free_port()
     settings = Settings()
     settings.temporal.task_queue = f"reclaim-test-{uuid.uuid4().hex[:8]}"
@@ -217,23 +250,20 @@ async def reclaim_world(
         timing=policy,
         batch_window=timedelta(milliseconds=20),
     )
-    async with contextlib.AsyncExitStack() as stack:
-        tap, intake, intake_port = await stack.enter_async_context(run_tap(settings, client))
-        emu = SpurEmulator(
-            SpurEmulatorConfig(
-                controller_port=controller_port,
-                agents=agents if agents is not None else numbered_agents(3),
-                controller_address=f"127.0.0.1:{tap.port}",
-                kill_grace=0.2,
-                token=token,
-            )
+    tap, intake, intake_port = await stack.enter_async_context(run_tap(settings, client))
+    emu = SpurEmulator(
+        SpurEmulatorConfig(
+            controller_port=controller_port,
+            agents=agents if agents is not None else numbered_agents(3),
+            controller_address=f"127.0.0.1:{tap.port}",
+            kill_grace=0.2,
+            token=token,
         )
-        await emu.start()
-        stack.push_async_callback(emu.stop)
-        world = ReclaimWorld(emu, settings, client, tap, intake, intake_port)
-        stack.push_async_callback(world._stack.aclose)
-        # Every agent registered through the tap: keeper knows its address.
-        await every_agent_known(emu, tap, intake)
-        if worker:
-            await world.start_worker()
-        yield world
+    )
+    await emu.start()
+    stack.push_async_callback(emu.stop)
+    world = ReclaimWorld(emu, settings, client, tap, intake, intake_port)
+    stack.push_async_callback(world._stack.aclose)
+    # Every agent registered through the tap: keeper knows its address.
+    await every_agent_known(emu, tap, intake)
+    return world
