@@ -188,8 +188,11 @@ def _github_follows_provider(world: RunnerWorld) -> None:
     live = {r["name"] for r in provider_state.instances(world.provider_config).values()}
     for runner in registered:
         if runner["name"] not in live and (runner["busy"] or runner["status"] == "online"):
-            world.github.set_busy(runner["id"], False)
-            world.github.set_status(runner["id"], "offline")
+            # Deregistered since the read (keeper's deletion, or the test itself): nothing
+            # is left to follow.
+            with contextlib.suppress(KeyError):
+                world.github.set_busy(runner["id"], False)
+                world.github.set_status(runner["id"], "offline")
 
 
 @contextlib.asynccontextmanager
