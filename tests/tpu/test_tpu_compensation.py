@@ -328,16 +328,19 @@ async def test_a_long_stuck_compensation_continues_as_new_and_keeps_its_owner(
     async with running_worker(time_env.client, clocked_emu) as worker:
         handle = await start(time_env, worker.task_queue, request)
         first_run = handle.result_run_id
-        result = asyncio.create_task(failure_of(handle))
         latest = time_env.client.get_workflow_handle(handle.id)
         loop = asyncio.get_running_loop()
         end = loop.time() + 60
+        # The test moves the server's time on itself, 5 s between looks: a background wait
+        # for the result let it skip time only as fast as a loaded machine answered.
         while (await latest.describe()).run_id == first_run:
             assert loop.time() < end, "the supervisor never continued as new"
-            await asyncio.sleep(0.05)
-        carried = await wait_for_status(latest, lambda s: s.compensation_started_at is not None)
+            await time_env.sleep(timedelta(seconds=5))
+        carried = await wait_for_status(
+            latest, lambda s: s.compensation_started_at is not None, skipping=time_env
+        )
         clocked_emu.clear_faults()
-        failure = await asyncio.wait_for(result, 120)
+        failure = await asyncio.wait_for(failure_of(handle), 120)
     assert carried.phase.value == "compensate"
     assert carried.compensation_last_error and "PermissionDenied" in carried.compensation_last_error
     # The QR's labels name the first run: the later run deleted it as its owner.
@@ -463,13 +466,13 @@ async def test_a_stuck_teardown_continues_as_new_and_finishes_the_delete(
         )
         loop = asyncio.get_running_loop()
         end = loop.time() + 60
-        result = asyncio.create_task(handle.result())
+        # Time moved on by the test, 5 s between looks, as in the supervisor's case above.
         while await runs_of(time_env.client, handle.id) < 2:
             assert loop.time() < end, "the teardown never continued as new"
-            await asyncio.sleep(0.05)
+            await time_env.sleep(timedelta(seconds=5))
         monkeypatch.undo()
         clocked_emu.clear_faults()
-        report = await asyncio.wait_for(result, 120)
+        report = await asyncio.wait_for(handle.result(), 120)
     qr = f"projects/keeper-test/locations/us-central2-b/queuedResources/{request.slice_name}"
     assert report.deleted == [qr]
     assert_no_leaks(clocked_emu)
