@@ -36,6 +36,22 @@ def process_gone(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] in ("Z", "X")
 
 
+# `python -m MODULE ARGS` that takes Ctrl-C as a terminal's foreground command does. A suite
+# started in the background by a non-interactive shell ignores SIGINT, and a child inherits
+# that; the child puts Python's own handler back itself. Not with a preexec_fn: that forces a
+# fork, which runs gRPC's fork handlers in the child (the test process serves gRPC), and they
+# can kill it before exec (tests/runners/test_provider_protocol.py shows the same for providers).
+_INTERRUPTIBLE = (
+    "import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+    "module = sys.argv.pop(1); runpy.run_module(module, run_name='__main__', alter_sys=True)"
+)
+
+
+def interruptible_module(module: str, *args: str) -> list[str]:
+    """The argv of `python -m module args` whose process takes SIGINT as Ctrl-C."""
+    return [sys.executable, "-c", _INTERRUPTIBLE, module, *args]
+
+
 def dev_address(env: WorkflowEnvironment) -> str:
     return env.client.service_client.config.target_host
 

@@ -32,7 +32,7 @@ from emulators.tpu.faults import FAULT_METHODS
 from emulators.tpu.grpc_service import TpuService
 from keeper.cli.main import cli, run
 from keeper.runtime.settings import CONFIG_ENV, ENV_OVERRIDES, package_build_id
-from tests.e2e_support import REPO
+from tests.e2e_support import REPO, interruptible_module
 
 # Several subprocesses at once: each spends most of its time importing keeper.
 PARALLEL = 4
@@ -700,10 +700,6 @@ def test_address_and_namespace_flags_beat_the_variables_and_the_file(config: Pat
 # -- interrupted: 130 ----------------------------------------------------------------------
 
 
-def _default_sigint() -> None:
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
 def test_ctrl_c_exits_130(tmp_path: Path) -> None:
     path = tmp_path / "keeper.yaml"
     # A remote Temporal that never answers (TEST-NET-1): `keeper-dev up` waits for it.
@@ -718,24 +714,12 @@ def test_ctrl_c_exits_130(tmp_path: Path) -> None:
         )
     )
     process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            KEEPER_DEV,
-            "--config",
-            str(path),
-            "up",
-            "--timeout",
-            "60",
-        ],
+        interruptible_module(KEEPER_DEV, "--config", str(path), "up", "--timeout", "60"),
         cwd=tmp_path,
         env=clean_env(PYTHONUNBUFFERED="1"),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        # As a terminal runs its foreground command: a suite started in the background by a
-        # non-interactive shell ignores SIGINT, and a child would inherit that.
-        preexec_fn=_default_sigint,
     )
     with _killed_at_exit(process):
         assert process.stdout is not None

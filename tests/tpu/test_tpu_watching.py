@@ -9,7 +9,6 @@ import contextlib
 import json
 import os
 import signal
-import sys
 import uuid
 from datetime import timedelta
 from pathlib import Path
@@ -22,18 +21,12 @@ from emulators.tpu import Scenario, TpuEmulator
 from keeper.domain.tpu.naming import bootstrap_workflow_id
 from keeper.domain.tpu.phases import Phase
 from tests import harness
-from tests.e2e_support import REPO, wait_for_phase, write_config
+from tests.e2e_support import REPO, interruptible_module, wait_for_phase, write_config
 from tests.harness import assert_no_leaks, running_worker, slice_request
 from tests.tpu.test_tpu_compensation import start, wait_for_status
 from tests.tpu.test_tpu_truth import followed
 
 pytestmark = pytest.mark.e2e
-
-
-def _default_sigint() -> None:
-    # As a terminal runs its foreground command: a suite started in the background by a
-    # non-interactive shell ignores SIGINT, and a child would inherit that.
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 class Keeper:
@@ -47,8 +40,8 @@ class Keeper:
     @classmethod
     async def start(cls, config: Path, *args: str, module: str = "keeper.cli.main") -> Keeper:
         process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", module, "--config", str(config), *args,
-            cwd=REPO, env={**os.environ, "COLUMNS": "400"}, preexec_fn=_default_sigint,
+            *interruptible_module(module, "--config", str(config), *args),
+            cwd=REPO, env={**os.environ, "COLUMNS": "400"},
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
         )  # fmt: skip
         return cls(process)
