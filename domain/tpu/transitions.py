@@ -218,7 +218,7 @@ def bootstrap_result(
 # -- the supervisor ------------------------------------------------------------------------
 
 
-def takes(state: SupervisorState, incoming: BootstrapStatus, sender: Owner | None = None) -> bool:
+def takes(state: SupervisorState, incoming: BootstrapStatus, sender: Owner | None) -> bool:
     """Whether the supervisor takes a progress signal of its phase child. The child names the
     supervisor it reports to (`sender`, its input's owner): a signal goes by workflow id, so
     an earlier bootstrap's child, still compensating, reaches a new bootstrap of the name.

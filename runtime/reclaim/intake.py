@@ -211,6 +211,7 @@ class Intake:
         if self._due(self._last_housekeeping):
             self._last_housekeeping = time.monotonic()
             await self._forget_quiet_holdings()
+            await self._forget_lifted_drains()
             await self._lift_orphaned_drains()
         await self._learn_nodes(set(sightings))
         listed = {n: rs for n, rs in sightings.items() if any(r.job_ids for r in rs)}
@@ -349,18 +350,19 @@ class Intake:
             return
 
     async def _forget_quiet_holdings(self) -> None:
-        """Holdings no heartbeat has listed for FORGET_AFTER and no reclaim watches, and
-        drains lifted (and their fences made) DRAINS_KEPT ago, are pruned with each full read,
-        so the memory stays bounded on a busy cluster."""
-        now = datetime.now(UTC)
-        before = now - FORGET_AFTER
+        """Holdings no heartbeat has listed for FORGET_AFTER and no reclaim watches are
+        pruned with each full read, so the memory stays bounded on a busy cluster."""
+        before = datetime.now(UTC) - FORGET_AFTER
         forgotten = await asyncio.to_thread(self.memory.forget, before)
         if forgotten:
             log.info("reclaim memory: forgot %d holdings not reported since %s", forgotten, before)
-        lifted_before = now - DRAINS_KEPT
-        pruned = await asyncio.to_thread(self.memory.forget_drains, lifted_before)
-        if pruned:
-            log.info("reclaim memory: forgot %d drain rows lifted before %s", pruned, lifted_before)
+
+    async def _forget_lifted_drains(self) -> None:
+        """Drains lifted, and fences made, DRAINS_KEPT ago go the same way."""
+        before = datetime.now(UTC) - DRAINS_KEPT
+        forgotten = await asyncio.to_thread(self.memory.forget_drains, before)
+        if forgotten:
+            log.info("reclaim memory: forgot %d drain rows lifted before %s", forgotten, before)
 
     async def _learn_nodes(self, nodes: set[str]) -> None:
         """Nodes keeper has not seen register (the tap started after them) are learned from

@@ -942,9 +942,8 @@ class ReclaimMemory:
         before = _utc(before, "before")
         with self.engine.begin() as conn:
             fences = conn.execute(delete(drain_fences).where(drain_fences.c.fenced_at < before))
-            lifted = conn.execute(
-                delete(drains).where(drains.c.cleared_at.is_not(None), drains.c.cleared_at < before)
-            )
+            # An open drain's cleared_at is NULL, which no comparison holds for.
+            lifted = conn.execute(delete(drains).where(drains.c.cleared_at < before))
             return int(fences.rowcount) + int(lifted.rowcount)
 
     @staticmethod
