@@ -1,16 +1,18 @@
-"""CPU per call of the HTTP under keeper's iris client: httpx as keeper used it before, and
-keeper's aiohttp poster (runtime/watch/iris_http.py), side by side on one local server.
+"""CPU per call of the HTTP under keeper's iris client: httpx as keeper used it first,
+keeper's aiohttp poster (runtime/watch/iris_http.py), and keeper's own keep-alive poster
+(runtime/watch/http1_post.py, the client's default now), side by side on one local server.
 
     python bench/iris_http_cpu.py                  # 3,000 calls, 0 and 40 slow ones in flight
     python bench/iris_http_cpu.py --calls 500      # a quick look
 
 A job watch's worker holds many connections at once (the execs and thread dumps of every
-watch that is checking), so each client is measured twice: with no other call in flight, and
-with `--slow` calls of 0.3 s in flight all along, as those are. The server is an aiohttp app in
-a process of its own, answering a small JSON body like a ListTasks; the figure is this
-process's CPU (user + system) over the calls, divided by their number, the slow calls' share
-included. Figures are printed, never asserted; raw figures go to
-bench/results/iris_http_cpu-<UTC time>.json (bench/run_record.py).
+watch that is checking), so each client is measured three ways: ten calls at a time with no
+other call in flight; the same with `--slow` calls of 0.3 s in flight all along, as those
+are; and one call at a time, 1 ms apart, as a check's reads come (the pause's own CPU,
+measured alone, taken off). The server is an aiohttp app in a process of its own, answering a
+small JSON body like a ListTasks; the figure is this process's CPU (user + system) over the
+calls, divided by their number, the slow calls' share included. Figures are printed, never
+asserted; raw figures go to bench/results/iris_http_cpu-<UTC time>.json (bench/run_record.py).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ if ROOT not in sys.path:
 import httpx  # noqa: E402
 from run_record import Run  # noqa: E402
 
+from keeper.runtime.watch.http1_post import Http1Post  # noqa: E402
 from keeper.runtime.watch.iris_http import AiohttpPost  # noqa: E402
 
 SERVER = """
@@ -81,7 +84,28 @@ async def until_listening(port: int) -> None:
         return
 
 
+PAUSE_S = 0.001  # between two calls made one at a time
+
+
+async def pause_cpu(calls: int) -> float:
+    """CPU seconds of `calls` pauses alone, to take off the one-at-a-time figure."""
+    cpu = cpu_seconds()
+    for _ in range(calls):
+        await asyncio.sleep(PAUSE_S)
+    return cpu_seconds() - cpu
+
+
 async def measure(call: Call, calls: int, slow: int) -> dict[str, float]:
+    """slow < 0: one call at a time, PAUSE_S apart, nothing else in flight."""
+    if slow < 0:
+        await call("/fast")
+        started, cpu = time.monotonic(), cpu_seconds()
+        for _ in range(calls):
+            json.loads(await call("/fast"))
+            await asyncio.sleep(PAUSE_S)
+        used, elapsed = cpu_seconds() - cpu, time.monotonic() - started
+        used -= await pause_cpu(calls)
+        return {"cpu_ms_per_call": round(used / calls * 1000, 3), "wall_s": round(elapsed, 2)}
     stop = False
 
     async def keep_one_slow() -> None:
@@ -122,7 +146,27 @@ async def aiohttp_poster(url: str, calls: int, slow: int) -> dict[str, float]:
         await post.aclose()
 
 
-CLIENTS = {"httpx": httpx_client, "aiohttp (keeper's AiohttpPost)": aiohttp_poster}
+async def http1_poster(url: str, calls: int, slow: int) -> dict[str, float]:
+    post = Http1Post()
+    try:
+
+        async def call(path: str) -> bytes:
+            return (await post(url + path, BODY, HEADERS, 10)).body
+
+        return await measure(call, calls, slow)
+    finally:
+        await post.aclose()
+
+
+HTTPX, AIOHTTP, HTTP1 = "httpx", "aiohttp (AiohttpPost)", "keeper's Http1Post"
+CLIENTS = {HTTPX: httpx_client, AIOHTTP: aiohttp_poster, HTTP1: http1_poster}
+ONE_AT_A_TIME = -1
+
+
+def pattern(slow: int) -> str:
+    if slow == ONE_AT_A_TIME:
+        return "one at a time, 1 ms apart"
+    return f"10 at once, {slow:2} slow in flight"
 
 
 async def main(args: argparse.Namespace) -> int:
@@ -133,12 +177,12 @@ async def main(args: argparse.Namespace) -> int:
     try:
         await until_listening(port)
         url = f"http://127.0.0.1:{port}"
-        for slow in (0, args.slow):
+        for slow in (0, args.slow, ONE_AT_A_TIME):
             for name, client in CLIENTS.items():
                 figure = await client(url, args.calls, slow)
                 rows.append({"client": name, "slow_in_flight": slow, **figure})
                 print(
-                    f"  {name:32} {slow:3} slow in flight  "
+                    f"  {name:24} {pattern(slow):30} "
                     f"{figure['cpu_ms_per_call']:.3f} ms CPU a call  ({figure['wall_s']} s)",
                     flush=True,
                 )
@@ -146,9 +190,13 @@ async def main(args: argparse.Namespace) -> int:
         server.terminate()
         await asyncio.wait_for(server.wait(), 10)
     by = {(r["client"], r["slow_in_flight"]): r["cpu_ms_per_call"] for r in rows}
-    for slow in (0, args.slow):
-        ratio = by[("httpx", slow)] / by[("aiohttp (keeper's AiohttpPost)", slow)]
-        print(f"  httpx / aiohttp with {slow} slow in flight: {ratio:.2f}")
+    for slow in (0, args.slow, ONE_AT_A_TIME):
+        httpx_ratio = by[(HTTPX, slow)] / by[(AIOHTTP, slow)]
+        http1_ratio = by[(AIOHTTP, slow)] / by[(HTTP1, slow)]
+        print(
+            f"  {pattern(slow)}: httpx / aiohttp {httpx_ratio:.2f}, "
+            f"aiohttp / Http1Post {http1_ratio:.2f}"
+        )
     path = run.write({"calls": args.calls, "rows": rows})
     print(f"raw results: {path}")
     return 0

@@ -91,6 +91,7 @@ from tests.e2e_support import dev_address
 from tests.harness import free_port
 from tests.watch.world import FAST_CADENCE, watch_world
 from tests.worker_processes import (
+    CLK_TCK,
     REPO,
     WorkerFleet,
     cpu_seconds,
@@ -206,6 +207,9 @@ class PollPhase:
     sdk: dict[str, float]
     # TPU API calls in the window, by method, as the emulator counted them (TPU polls only).
     api_calls: dict[str, int] = field(default_factory=dict)
+    # The worker's CPU in the window by thread name: Python's main thread (workflow code,
+    # activities, payloads) against the SDK core's and gRPC's own threads.
+    threads_cpu_s: dict[str, float] = field(default_factory=dict)
 
     @property
     def api_calls_per_hour(self) -> float:
@@ -247,11 +251,13 @@ async def polled(
         if time.monotonic() > deadline:
             raise RuntimeError(f"{label}: not every workflow started its {unit}s within 180 s")
         await asyncio.sleep(0.5)
+    threads = threads_cpu(pid)
     cpu, sdk, calls, started = cpu_seconds(pid), scrape(metrics), api_calls(), time.monotonic()
     progress(f"{label}: {workflows} running; measuring {window:.0f} s of {unit}s")
     await asyncio.sleep(window)  # the measurement window itself: they come at their pace
     after, calls_after, elapsed = scrape(metrics), api_calls(), time.monotonic() - started
     worker_cpu = cpu_seconds(pid) - cpu
+    threads_after = threads_cpu(pid)
     delta = {k: round(after.get(k, 0.0) - sdk.get(k, 0.0), 4) for k in after}
     return PollPhase(
         label=label,
@@ -262,7 +268,26 @@ async def polled(
         worker_cpu_s=round(worker_cpu, 2),
         sdk=delta,
         api_calls={k: n - calls.get(k, 0) for k, n in calls_after.items() if n > calls.get(k, 0)},
+        threads_cpu_s={
+            k: round(v - threads.get(k, 0.0), 2)
+            for k, v in sorted(threads_after.items(), key=lambda kv: -kv[1])
+            if v - threads.get(k, 0.0) >= 0.01
+        },
     )
+
+
+def threads_cpu(pid: int) -> dict[str, float]:
+    """utime + stime of a live process's threads, summed by thread name (a thread that
+    ended meanwhile is not counted: the figure is a split, the process total stays apart)."""
+    totals: dict[str, float] = defaultdict(float)
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            comm, rest = task.joinpath("stat").read_text().rsplit(")", 1)
+        except FileNotFoundError:
+            continue
+        fields = rest.split()
+        totals[comm.split("(", 1)[1]] += (int(fields[11]) + int(fields[12])) / CLK_TCK
+    return dict(totals)
 
 
 async def watch_check_phase(args: argparse.Namespace, tmp: Path, tag: str) -> PollPhase:
@@ -635,6 +660,9 @@ def render(
                 f"  {q.label:<40} {q.count:>6} {q.worker_cpu_s:>9.2f} s "
                 f"{q.cpu_ms_per_unit:>7.2f} ms"
             )
+            if q.threads_cpu_s:
+                split = ", ".join(f"{k} {v:.2f} s" for k, v in q.threads_cpu_s.items())
+                out.append(f"    by thread: {split}")
             if q.api_calls:
                 per_slice = q.workflows * 3600 / args.poll_interval
                 out.append(

@@ -33,6 +33,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from keeper.runtime.watch.credentials import IrisToken, IrisTokenError
+from keeper.runtime.watch.http1_post import Http1Post
 from keeper.runtime.watch.iris_errors import (
     IrisAuthError,
     IrisError,
@@ -44,7 +45,7 @@ from keeper.runtime.watch.iris_errors import (
     IrisUnimplemented,
     iris_error,
 )
-from keeper.runtime.watch.iris_http import AiohttpPost, Answer, NoAnswer, Post
+from keeper.runtime.watch.iris_http import Answer, NoAnswer, Post
 from keeper.wire.iris import connect
 from keeper.wire.iris.codec import WireMessage, from_wire, number, to_wire
 from keeper.wire.iris.connect import Code, ConnectErrorBody, ErrorDetails
@@ -244,9 +245,9 @@ class IrisController(AbstractAsyncContextManager["IrisController"]):
         self._timeout = timeout
         # Asks for and decodes gzip and deflate; iris compresses responses only when asked.
         # `post`: another way to make the calls (a test's); closing this client leaves it.
-        self._own_post: AiohttpPost | None = None
+        self._own_post: Http1Post | None = None
         if post is None:
-            post = self._own_post = AiohttpPost()
+            post = self._own_post = Http1Post()
         self._post: Post = post
         self._children_query: ChildrenQuery | None = None
         self._log_route: LogRoute | None = None

@@ -1,5 +1,9 @@
 """The HTTP under the iris client: one POST, and its answer read whole.
 
+The `Post` the client calls, and the aiohttp poster. The client's own default is
+`http1_post.Http1Post`, keep-alive connections of its own that cost half aiohttp's CPU a
+call; it hands a call that goes through a proxy to this aiohttp poster.
+
 On aiohttp, not httpx. A watch check makes about a dozen calls, and the worker's CPU per check
 is the watch's main cost: httpx's pure-Python layers (request and response models, httpcore's
 pool checking every pooled connection on each request) cost five to seven times aiohttp's CPU
@@ -55,25 +59,31 @@ class Post(Protocol):
     ) -> Answer: ...
 
 
+class Proxies:
+    """The proxy the environment names for a URL (HTTPS_PROXY, HTTP_PROXY, NO_PROXY, as httpx
+    read them), read once per scheme and host."""
+
+    def __init__(self) -> None:
+        self._known: dict[tuple[str, str], str | None] = {}
+
+    def proxy_for(self, url: str) -> str | None:
+        parts = urlsplit(url)
+        key = (parts.scheme, parts.hostname or "")
+        if key not in self._known:
+            proxy = None
+            if not urllib.request.proxy_bypass(key[1]):
+                proxy = urllib.request.getproxies().get(key[0])
+            self._known[key] = proxy
+        return self._known[key]
+
+
 class AiohttpPost:
     """Posts on one aiohttp session, opened at the first call so that it belongs to the loop
     that makes the calls."""
 
     def __init__(self) -> None:
         self._session: aiohttp.ClientSession | None = None
-        self._proxies: dict[tuple[str, str], str | None] = {}
-
-    def _proxy_for(self, url: str) -> str | None:
-        """The proxy the environment names for `url` (HTTPS_PROXY, HTTP_PROXY, NO_PROXY),
-        read once per scheme and host."""
-        parts = urlsplit(url)
-        key = (parts.scheme, parts.hostname or "")
-        if key not in self._proxies:
-            proxy = None
-            if not urllib.request.proxy_bypass(key[1]):
-                proxy = urllib.request.getproxies().get(key[0])
-            self._proxies[key] = proxy
-        return self._proxies[key]
+        self._proxies = Proxies()
 
     async def __call__(
         self, url: str, body: bytes, headers: Mapping[str, str], timeout_s: float
@@ -89,7 +99,7 @@ class AiohttpPost:
                 headers=dict(headers),
                 timeout=aiohttp.ClientTimeout(total=timeout_s),
                 allow_redirects=False,
-                proxy=self._proxy_for(url),
+                proxy=self._proxies.proxy_for(url),
             ) as answer:
                 return Answer(answer.status, answer.content_type, await answer.read())
         except TimeoutError:  # aiohttp's own timeouts are TimeoutErrors too
