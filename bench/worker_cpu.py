@@ -37,6 +37,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import os
 import platform
 import re
@@ -290,9 +291,19 @@ def threads_cpu(pid: int) -> dict[str, float]:
     return dict(totals)
 
 
-async def watch_check_phase(args: argparse.Namespace, tmp: Path, tag: str) -> PollPhase:
+# The watch worker with its checks' reads answered from memory (bench/reads_from_memory.py).
+FROM_MEMORY_RUN = (
+    f"import sys; sys.path.insert(0, {str(REPO / 'bench')!r}); import reads_from_memory; "
+    f"reads_from_memory.install(); {KEEPER_RUN}"
+)
+
+
+async def watch_check_phase(
+    args: argparse.Namespace, tmp: Path, tag: str, *, from_memory: bool = False
+) -> PollPhase:
     """N job watches of healthy jobs on the iris emulator in this process, checking
-    every second (tests/watch/world.py's pace)."""
+    every second (tests/watch/world.py's pace). `from_memory`: each job's checks after its
+    first whole one are answered from memory, no iris read made."""
     # At speed 1, so a check reads the log lines a job writes between two checks in real
     # time (the tests' speed 60 writes sixty times as many).
     async with (
@@ -304,7 +315,11 @@ async def watch_check_phase(args: argparse.Namespace, tmp: Path, tag: str) -> Po
         config = write_family_worker_config(
             tmp / "watch.yaml", address, w.settings, "watch", metrics_address=metrics
         )
-        fleet = WorkerFleet(config, "watch", interpreter_args=profiled(args, "watch", KEEPER_RUN))
+        if from_memory:
+            run = profiled(args, "watch-from-memory", FROM_MEMORY_RUN) or ["-c", FROM_MEMORY_RUN]
+        else:
+            run = profiled(args, "watch", KEEPER_RUN)
+        fleet = WorkerFleet(config, "watch", interpreter_args=run)
         handles: list[WorkflowHandle[Any, Any]] = []
         try:
             (worker,) = fleet.start(1)
@@ -312,7 +327,7 @@ async def watch_check_phase(args: argparse.Namespace, tmp: Path, tag: str) -> Po
             for _ in range(args.watches):
                 handles.append(await w.watch(w.launch("healthy")))
             return await polled(
-                "keeper JobWatch, a healthy job",
+                "keeper JobWatch, reads from memory" if from_memory else "keeper JobWatch",
                 "check",
                 worker.pid,
                 metrics,
@@ -670,9 +685,9 @@ def render(
                     f"({q.api_calls_per_hour:,.0f} an hour for {q.workflows} bootstraps; one "
                     f"Get per slice and poll would be {per_slice:,.0f})"
                 )
-        if len(phases) == 2:
-            per = ratio(*(q.cpu_ms_per_unit for q in phases))
-            out.append(f"  worker CPU per {unit}, keeper / empty: {per}")
+        for q in phases[:-1] if len(phases) >= 2 else []:
+            per = ratio(q.cpu_ms_per_unit, phases[-1].cpu_ms_per_unit)
+            out.append(f"  worker CPU per {unit}, {q.label} / empty: {per}")
     if args.profile is not None:
         for prof in sorted(args.profile.glob("*.prof")):
             out += ["", f"Profile {prof.name} (main-thread CPU seconds, whole process life):"]
@@ -728,9 +743,12 @@ async def main(args: argparse.Namespace) -> tuple[str, bool, dict[str, Any]]:
             empty = await empty_phase(args, keeper.activities, Path(tmp), tag)
             progress(f"empty: {empty.cpu_ms_per_run:.1f} ms of worker CPU per run")
             runs = [keeper, empty]
-        pairs = {
-            "tpu-poll": (tpu_poll_phase, empty_poll_phase),
-            "watch-check": (watch_check_phase, empty_check_phase),
+        watch_phases: list[PollPhaseOf] = [watch_check_phase, empty_check_phase]
+        if args.reads_from_memory:
+            watch_phases.insert(1, functools.partial(watch_check_phase, from_memory=True))
+        pairs: dict[str, list[PollPhaseOf]] = {
+            "tpu-poll": [tpu_poll_phase, empty_poll_phase],
+            "watch-check": watch_phases,
         }
         for workload, pair in pairs.items():
             if workload not in args.workloads:
@@ -753,9 +771,9 @@ async def main(args: argparse.Namespace) -> tuple[str, bool, dict[str, Any]]:
         "keeper_over_empty": {
             "deletion": ratio(*(p.cpu_ms_per_run for p in runs)) if len(runs) == 2 else None,
             **{
-                unit: ratio(*(q.cpu_ms_per_unit for q in polls if q.unit == unit))
+                unit: ratio(*(q.cpu_ms_per_unit for q in first_and_last(polls, unit)))
                 for unit in ("poll", "check")
-                if sum(q.unit == unit for q in polls) == 2
+                if sum(q.unit == unit for q in polls) >= 2
             },
         },
         "profiles": {}
@@ -767,6 +785,13 @@ async def main(args: argparse.Namespace) -> tuple[str, bool, dict[str, Any]]:
 
 
 WORKLOADS = ("deletion", "tpu-poll", "watch-check")
+PollPhaseOf = Callable[[argparse.Namespace, Path, str], Awaitable[PollPhase]]
+
+
+def first_and_last(polls: list[PollPhase], unit: str) -> tuple[PollPhase, PollPhase]:
+    """keeper's phase of `unit` and the empty one (first and last; a variant between)."""
+    phases = [q for q in polls if q.unit == unit]
+    return phases[0], phases[-1]
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -785,6 +810,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--watches", type=int, default=10, help="job watches, each checking every second (10)"
+    )
+    parser.add_argument(
+        "--reads-from-memory",
+        action="store_true",
+        help="watch-check: also measure keeper's check with its iris reads answered from "
+        "memory (bench/reads_from_memory.py), to show what the reads cost",
     )
     parser.add_argument(
         "--window", type=float, default=60.0, help="seconds of polls and checks measured (60)"
