@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from keeper.wire.iris import connect, messages
-from keeper.wire.iris.codec import WireMessage, field_number, from_wire, to_wire
+from keeper.wire.iris import connect, enums, messages
+from keeper.wire.iris.codec import WireEnum, WireMessage, field_number, from_wire, to_wire
 from keeper.wire.iris.connect import Code, ConnectErrorBody, ErrorDetail, ErrorDetails
 from keeper.wire.iris.enums import JobState, LogLevel, TaskState
 from keeper.wire.iris.exec_commands import (
@@ -187,6 +187,51 @@ def test_unknown_fields_are_ignored_by_ordinary_messages() -> None:
 )
 def test_log_level_string_or_enum_reads_as_one_enum(level: object, expected: LogLevel) -> None:
     assert from_wire(LogEntry, {"data": "x", "level": level}).level is expected
+
+
+def _wire_enums() -> list[type[WireEnum]]:
+    return [
+        member
+        for _, member in inspect.getmembers(enums, inspect.isclass)
+        if issubclass(member, WireEnum) and member is not WireEnum and len(member) > 0
+    ]
+
+
+@pytest.mark.parametrize("enum", _wire_enums(), ids=lambda e: e.__name__)
+def test_every_spelling_of_every_wire_enum_reads_as_its_member(enum: type[WireEnum]) -> None:
+    """The looked-up spellings and the spelled-out rules agree, member by member."""
+    for member in enum:
+        for spelling in (
+            member.wire_name,
+            member.name,
+            member.wire_name.lower(),
+            f" {member.name.lower()} ",
+            int(member),
+            str(int(member)),
+            member,
+        ):
+            assert enum.parse(spelling) is member, (enum, spelling)
+    for alias, name in enum.aliases().items():
+        assert enum.parse(alias) is enum[name]
+    assert enum.parse("NO_SUCH_STATE") is enum(0)
+    assert enum.parse(10_000) is enum(0)
+    with pytest.raises(ValueError):
+        enum.parse(True)
+    with pytest.raises(ValueError):
+        enum.parse(1.0)
+
+
+def test_nulls_read_as_unset_at_every_depth() -> None:
+    status = from_wire(
+        JobStatus,
+        {"jobId": "/a/b", "error": None, "submittedAt": None, "state": "JOB_STATE_RUNNING"},
+    )
+    assert (status.error, status.submitted_at, status.state) == ("", None, JobState.RUNNING)
+    tasks = from_wire(
+        messages.ListTasksResponse,
+        {"tasks": [{"taskId": "/a/b/0", "workerId": None, "attempts": [{"state": None}]}]},
+    )
+    assert tasks.tasks[0].worker_id == "" and tasks.tasks[0].attempts[0].state is TaskState(0)
 
 
 def test_log_level_absent_is_unknown_and_written_by_enum_name() -> None:

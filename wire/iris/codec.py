@@ -72,7 +72,26 @@ class WireEnum(IntEnum):
         return f"{self.wire_prefix()}{self.name}"
 
     @classmethod
+    def _spellings(cls) -> dict[str | int, Self]:
+        """The exact spellings seen on the wire, each to its member: the prefixed and bare
+        names, the aliases and the numbers. Built once per enum."""
+        table: dict[str | int, Self] | None = cls.__dict__.get("_wire_spellings")
+        if table is None:
+            table = {}
+            for member in cls:
+                table[member.wire_name] = table[member.name] = table[int(member)] = member
+            for alias, name in cls.aliases().items():
+                table[alias] = cls[name]
+            type.__setattr__(cls, "_wire_spellings", table)
+        return table
+
+    @classmethod
     def parse(cls, value: object) -> Self:
+        # The spellings a controller sends, looked up at once (a check parses hundreds).
+        if type(value) is str or type(value) is int:
+            member = cls._spellings().get(value)
+            if member is not None:
+                return member
         if isinstance(value, cls):
             return value
         if isinstance(value, bool):
@@ -138,6 +157,11 @@ B64Bytes = Annotated[
 
 def _drop_nulls(data: Any) -> Any:
     # protobuf JSON reads `null` as "not set"; pydantic would reject it for a scalar.
+    if type(data) is dict:
+        # Checked in C first: a controller's answer seldom holds a null.
+        if None not in data.values():
+            return data
+        return {key: value for key, value in data.items() if value is not None}
     if isinstance(data, Mapping):
         return {key: value for key, value in data.items() if value is not None}
     return data
