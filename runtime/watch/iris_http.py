@@ -1,8 +1,8 @@
 """The HTTP under the iris client: one POST, and its answer read whole.
 
 The `Post` the client calls, and the aiohttp poster. The client's own default is
-`http1_post.Http1Post`, keep-alive connections of its own that cost half aiohttp's CPU a
-call; it hands a call that goes through a proxy to this aiohttp poster.
+`http1_post.Http1Post`, keep-alive connections of its own that cost about half aiohttp's
+CPU a call; it hands a call that goes through a proxy to this aiohttp poster.
 
 On aiohttp, not httpx. A watch check makes about a dozen calls, and the worker's CPU per check
 is the watch's main cost: httpx's pure-Python layers (request and response models, httpcore's
