@@ -134,32 +134,25 @@ async def httpx_client(url: str, calls: int, slow: int) -> dict[str, float]:
         return await measure(call, calls, slow)
 
 
-async def aiohttp_poster(url: str, calls: int, slow: int) -> dict[str, float]:
-    post = AiohttpPost()
-    try:
+def keepers(make: Callable[[], AiohttpPost | Http1Post]) -> Callable[..., Any]:
+    """The figures of one of keeper's posters."""
 
-        async def call(path: str) -> bytes:
-            return (await post(url + path, BODY, HEADERS, 10)).body
+    async def figures(url: str, calls: int, slow: int) -> dict[str, float]:
+        post = make()
+        try:
 
-        return await measure(call, calls, slow)
-    finally:
-        await post.aclose()
+            async def call(path: str) -> bytes:
+                return (await post(url + path, BODY, HEADERS, 10)).body
 
+            return await measure(call, calls, slow)
+        finally:
+            await post.aclose()
 
-async def http1_poster(url: str, calls: int, slow: int) -> dict[str, float]:
-    post = Http1Post()
-    try:
-
-        async def call(path: str) -> bytes:
-            return (await post(url + path, BODY, HEADERS, 10)).body
-
-        return await measure(call, calls, slow)
-    finally:
-        await post.aclose()
+    return figures
 
 
 HTTPX, AIOHTTP, HTTP1 = "httpx", "aiohttp (AiohttpPost)", "keeper's Http1Post"
-CLIENTS = {HTTPX: httpx_client, AIOHTTP: aiohttp_poster, HTTP1: http1_poster}
+CLIENTS = {HTTPX: httpx_client, AIOHTTP: keepers(AiohttpPost), HTTP1: keepers(Http1Post)}
 ONE_AT_A_TIME = -1
 
 

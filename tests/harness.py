@@ -8,6 +8,7 @@ import contextlib
 import os
 import shutil
 import socket
+import ssl
 import tempfile
 import uuid
 from collections.abc import AsyncIterator
@@ -15,6 +16,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from aiohttp import web
 from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest
 from temporalio.api.workflowservice.v1 import GetSystemInfoRequest
@@ -121,6 +123,21 @@ def assert_no_leaks(emulator: TpuEmulator, handed: frozenset[str] = frozenset())
 
 def env_flag(name: str) -> bool:
     return os.environ.get(name, "") not in ("", "0", "false")
+
+
+@contextlib.asynccontextmanager
+async def served(
+    app: web.Application, ssl_context: ssl.SSLContext | None = None
+) -> AsyncIterator[str]:
+    """`app` served on a free loopback port for the block: its base URL, http or https."""
+    runner = web.AppRunner(app)
+    await runner.setup()
+    try:
+        await web.TCPSite(runner, "127.0.0.1", 0, ssl_context=ssl_context).start()
+        host, port = runner.addresses[0][:2]
+        yield f"{'https' if ssl_context is not None else 'http'}://{host}:{port}"
+    finally:
+        await runner.cleanup()
 
 
 def free_port() -> int:

@@ -24,6 +24,7 @@ from cryptography.x509.oid import NameOID
 
 from keeper.runtime.watch.http1_post import IDLE_S, Http1Post
 from keeper.runtime.watch.iris_http import Answer, NoAnswer
+from tests.harness import served
 
 HEADERS = {"Content-Type": "application/json"}
 
@@ -52,16 +53,9 @@ async def echo() -> AsyncIterator[Echo]:
     echo = Echo()
     app = web.Application()
     app.router.add_route("POST", "/{tail:.*}", echo.dispatch)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    host, port = runner.addresses[0][:2]
-    echo.url = f"http://{host}:{port}/iris.cluster.ControllerService/ListTasks"
-    try:
+    async with served(app) as base:
+        echo.url = f"{base}/iris.cluster.ControllerService/ListTasks"
         yield echo
-    finally:
-        await runner.cleanup()
 
 
 @pytest.fixture
@@ -256,7 +250,7 @@ async def test_a_body_delimited_by_the_close_is_read_whole(
 ) -> None:
     async def close_delimited(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await read_request(reader)
-        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\r\n{\"a\":")
+        writer.write(b'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\r\n{"a":')
         await writer.drain()
         writer.write(b"1}")
 
@@ -269,7 +263,7 @@ async def test_a_truncated_answer_is_no_answer(
 ) -> None:
     async def truncated(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await read_request(reader)
-        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n{\"tasks\":")
+        writer.write(b'HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n{"tasks":')
 
     server = await raw_server(truncated)
     with pytest.raises(NoAnswer) as caught:
@@ -441,12 +435,8 @@ async def test_tls_trusts_the_store_ssl_cert_file_names_and_nothing_else(
         return web.Response(body=await request.read())
 
     app.router.add_post("/x", hello)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=context)
-    await site.start()
-    url = f"https://127.0.0.1:{runner.addresses[0][1]}/x"
-    try:
+    async with served(app, ssl_context=context) as base:
+        url = f"{base}/x"
         untrusting = Http1Post()
         try:
             with pytest.raises(NoAnswer, match="CERTIFICATE_VERIFY_FAILED"):
@@ -459,8 +449,6 @@ async def test_tls_trusts_the_store_ssl_cert_file_names_and_nothing_else(
             assert (await trusting(url, b'{"tls":1}', HEADERS, 5)).body == b'{"tls":1}'
         finally:
             await trusting.aclose()
-    finally:
-        await runner.cleanup()
 
 
 # --- helpers ----------------------------------------------------------------------------------

@@ -45,6 +45,7 @@ from keeper.wire.iris import connect
 from keeper.wire.iris.connect import HTTP_STATUS, Code, ConnectErrorBody, ErrorDetails
 from keeper.wire.iris.enums import JobState, LogLevel, MatchScope, TaskState
 from keeper.wire.iris.messages import LIST_JOBS_STATE_FILTERS
+from tests.harness import served
 
 TOKEN = "iris-jwt-eyJhbGciOiJIUzI1NiJ9.c2VjcmV0LXBheWxvYWQ.s1gn4ture"
 JOB = "/alice/tokenize-fineweb"
@@ -104,16 +105,8 @@ async def fake() -> AsyncIterator[FakeIris]:
     fake = FakeIris()
     app = web.Application()
     app.router.add_route("POST", "/{tail:.*}", fake.dispatch)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    host, port = runner.addresses[0][:2]
-    fake.url = f"http://{host}:{port}"
-    try:
+    async with served(app) as fake.url:
         yield fake
-    finally:
-        await runner.cleanup()
 
 
 @pytest.fixture
