@@ -26,13 +26,14 @@ been acted on), as aiohttp does with a POST.
 from __future__ import annotations
 
 import asyncio
+import gzip
 import re
 import ssl
 import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 import httptools
 
@@ -49,6 +50,11 @@ DEFAULT_CONTENT_TYPE = "application/octet-stream"  # as aiohttp reads an answer 
 # RFC 9110's token, what a header's name is made of; a value must not break its line.
 _HEADER_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 _LINE_BREAKING = re.compile(r"[\r\n\0]")
+# Written by the poster itself; a caller's own would contradict the framing.
+_OWN_HEADERS = frozenset({"host", "content-length", "transfer-encoding", "connection"})
+_PATH_SAFE = "/%:@!$&'()*+,;=-._~"
+_QUERY_SAFE = _PATH_SAFE + "?"
+USER_AGENT = "keeper"
 
 
 class Origin(NamedTuple):
@@ -73,8 +79,12 @@ class _Target:
         default = 443 if parts.scheme == "https" else 80
         port = parts.port or default
         host = parts.hostname
+        if not host.isascii():
+            host = host.encode("idna").decode("ascii")  # a name in any script, as DNS has it
         shown = f"[{host}]" if ":" in host else host
-        target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        # Percent-encoded as a browser would; what is already encoded stays as it is.
+        path = quote(parts.path or "/", safe=_PATH_SAFE)
+        target = path + (f"?{quote(parts.query, safe=_QUERY_SAFE)}" if parts.query else "")
         return cls(
             origin=Origin(parts.scheme, host, port),
             request_line=f"POST {target} HTTP/1.1\r\n".encode("ascii"),
@@ -123,14 +133,16 @@ class _Connection(asyncio.Protocol):
             return
         try:
             self._parser.feed_data(data)
-        except httptools.HttpParserError as exc:
-            self._fail(f"a malformed HTTP answer ({exc})")
+        except (httptools.HttpParserError, httptools.HttpParserUpgrade) as exc:
+            # An upgrade (101) is nothing the iris client asked for: no answer either.
+            self._fail(f"a malformed HTTP answer ({exc!r})")
             self.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.open = False
         raw = self._raw
-        if self._waiter is not None and raw.headers_done and raw.delimited_by_close:
+        # A reset is not the end of a close-delimited body: only a clean close is.
+        if exc is None and self._waiter is not None and raw.headers_done and raw.delimited_by_close:
             self._resolve()
         else:
             reason = str(exc) if exc else "the server closed the connection before answering"
@@ -139,6 +151,9 @@ class _Connection(asyncio.Protocol):
     # ---- httptools callbacks
 
     def on_message_begin(self) -> None:
+        if self._waiter is None:
+            # A second answer behind the one asked for, in the same read: framing is lost.
+            self.close()
         self._raw = _Raw()
 
     def on_header(self, name: bytes, value: bytes) -> None:
@@ -153,7 +168,8 @@ class _Connection(asyncio.Protocol):
 
     def on_message_complete(self) -> None:
         if 100 <= self._raw.status < 200:
-            return  # an interim answer (100 Continue, 103): the final one follows
+            self._raw = _Raw()  # an interim answer (100 Continue, 103): the final one follows
+            return
         self.reusable = self._parser.should_keep_alive()
         self._resolve()
 
@@ -198,7 +214,9 @@ class Http1Post:
         self._idle: dict[Origin, list[_Connection]] = {}
         self._busy: set[_Connection] = set()
         self._slots: asyncio.Semaphore | None = None
-        self._tls: ssl.SSLContext | None = None
+        self._tls: asyncio.Future[ssl.SSLContext] | None = None
+        # Bumped by aclose: a connection opened by a call from before is not pooled.
+        self._generation = 0
 
     async def __call__(
         self, url: str, body: bytes, headers: Mapping[str, str], timeout_s: float
@@ -212,15 +230,19 @@ class Http1Post:
         if self._slots is None:
             self._slots = asyncio.Semaphore(MAX_IN_FLIGHT)
         try:
-            async with asyncio.timeout(timeout_s), self._slots:
+            async with asyncio.timeout(timeout_s) as deadline, self._slots:
                 raw = await self._exchange(target.origin, request)
-        except TimeoutError:
-            raise NoAnswer(f"no answer within {timeout_s:g}s", timed_out=True) from None
+        except TimeoutError as exc:
+            if deadline.expired():
+                raise NoAnswer(f"no answer within {timeout_s:g}s", timed_out=True) from None
+            # The kernel's own connect timeout (ETIMEDOUT): unreachable, not our deadline.
+            raise NoAnswer(str(exc) or type(exc).__name__, timed_out=False) from None
         except OSError as exc:  # refused, unreachable, unresolvable, a TLS failure
             raise NoAnswer(str(exc) or type(exc).__name__, timed_out=False) from None
         return Answer(raw.status, _content_type(raw), _decoded(raw))
 
     async def _exchange(self, origin: Origin, request: bytes) -> _Raw:
+        generation = self._generation
         conn = self._pooled(origin) or await self._connect(origin)
         self._busy.add(conn)
         try:
@@ -230,7 +252,7 @@ class Http1Post:
             raise
         finally:
             self._busy.discard(conn)
-        if conn.reusable and conn.open:
+        if conn.reusable and conn.open and generation == self._generation:
             conn.idle_since = asyncio.get_running_loop().time()
             self._idle.setdefault(origin, []).append(conn)
         else:
@@ -258,10 +280,11 @@ class Http1Post:
     async def _connect(self, origin: Origin) -> _Connection:
         tls = None
         if origin.scheme == "https":
-            if self._tls is None:
-                # Loads the certificate store from disk: once, and off the event loop.
-                self._tls = await asyncio.to_thread(_tls_context)
-            tls = self._tls
+            if self._tls is None or (self._tls.done() and self._tls.exception() is not None):
+                # Loads the certificate store from disk: once for all the calls that wait
+                # on it, and off the event loop.
+                self._tls = asyncio.ensure_future(asyncio.to_thread(_tls_context))
+            tls = await asyncio.shield(self._tls)
         _, conn = await asyncio.get_running_loop().create_connection(
             _Connection,
             origin.host,
@@ -273,6 +296,7 @@ class Http1Post:
         return conn
 
     async def aclose(self) -> None:
+        self._generation += 1
         for conns in self._idle.values():
             for conn in conns:
                 conn.close()
@@ -293,15 +317,20 @@ def _request(target: _Target, body: bytes, headers: Mapping[str, str]) -> bytes:
     lines = [
         target.request_line,
         f"Host: {target.host_header}\r\nContent-Length: {len(body)}\r\n"
-        f"Accept-Encoding: {ACCEPT_ENCODING}\r\n".encode("ascii"),
+        f"Accept-Encoding: {ACCEPT_ENCODING}\r\nUser-Agent: {USER_AGENT}\r\n".encode("ascii"),
     ]
     for name, value in headers.items():
         if _HEADER_NAME.fullmatch(name) is None:
             raise ValueError(f"the HTTP header name {name!r} is not valid")
+        if name.lower() in _OWN_HEADERS:
+            raise ValueError(f"the {name} header is the poster's own to write")
         if _LINE_BREAKING.search(value) is not None:
             # The value is not shown: it may be a token.
             raise ValueError(f"the {name} header's value holds a line break or a NUL")
-        lines.append(f"{name}: {value}\r\n".encode("latin-1"))
+        try:
+            lines.append(f"{name}: {value}\r\n".encode("latin-1"))
+        except UnicodeEncodeError:
+            raise ValueError(f"the {name} header's value is not Latin-1 text") from None
     lines += [b"\r\n", body]
     return b"".join(lines)
 
@@ -315,16 +344,18 @@ def _content_type(raw: _Raw) -> str:
 
 def _decoded(raw: _Raw) -> bytes:
     body = b"".join(raw.body)
+    if not body:
+        return body  # an empty body labelled with an encoding: nothing to decode
     encoding = (raw.header(b"content-encoding") or b"").strip().lower()
     try:
         if encoding in (b"gzip", b"x-gzip"):
-            return zlib.decompress(body, 16 + zlib.MAX_WBITS)
+            return gzip.decompress(body)  # every member, as a gzip stream may hold several
         if encoding == b"deflate":
             try:
                 return zlib.decompress(body)  # zlib-wrapped, as the RFC says
             except zlib.error:
                 return zlib.decompress(body, -zlib.MAX_WBITS)  # raw, as some servers send
-    except zlib.error as exc:
+    except (zlib.error, gzip.BadGzipFile, EOFError) as exc:
         reason = f"the answer's {encoding.decode()} body does not decode: {exc}"
         raise NoAnswer(reason, timed_out=False) from None
     return body

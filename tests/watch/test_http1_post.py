@@ -6,14 +6,19 @@ with a certificate made here."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime
+import errno
 import gzip
 import ipaddress
+import socket
 import ssl
+import struct
 import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 from aiohttp import web
@@ -22,11 +27,21 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
+from keeper.runtime.watch import http1_post
 from keeper.runtime.watch.http1_post import IDLE_S, Http1Post
 from keeper.runtime.watch.iris_http import Answer, NoAnswer
 from tests.harness import served
 
 HEADERS = {"Content-Type": "application/json"}
+PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY")
+
+
+@pytest.fixture(autouse=True)
+def no_proxy_variables(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Calls go direct unless a test names a proxy, whatever the machine's environment says."""
+    for name in PROXY_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.lower(), raising=False)
 
 
 @dataclass
@@ -128,10 +143,10 @@ async def test_calls_at_once_each_get_their_own_answer(echo: Echo, post: Http1Po
     bodies = [b'{"n":%d}' % n for n in range(30)]
     got = await asyncio.gather(*(post(echo.url, body, HEADERS, 5) for body in bodies))
     assert [a.body for a in got] == bodies
-    # Each call in flight had a connection of its own; they were kept for the next calls.
+    assert len(echo.peers) == 30  # each call in flight had a connection of its own
     again = await asyncio.gather(*(post(echo.url, body, HEADERS, 5) for body in bodies))
     assert [a.body for a in again] == bodies
-    assert len(echo.peers) <= 30
+    assert len(echo.peers) == 30  # and the next calls took them from the pool
 
 
 async def test_the_request_carries_host_length_and_the_callers_headers(
@@ -202,11 +217,12 @@ async def test_a_connection_idle_past_its_time_is_not_used_again(
     echo: Echo, post: Http1Post, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     await post(echo.url, b"{}", HEADERS, 5)
-    loop = asyncio.get_running_loop()
-    later = loop.time() + IDLE_S + 1
-    monkeypatch.setattr(loop, "time", lambda: later)
+    await post(echo.url, b"{}", HEADERS, 5)
+    assert len(echo.peers) == 1  # within IDLE_S: kept
+    monkeypatch.setattr(http1_post, "IDLE_S", 0.0)  # every pooled connection now past its time
     await post(echo.url, b"{}", HEADERS, 5)
     assert len(echo.peers) == 2
+    assert IDLE_S == 15.0
 
 
 async def test_a_non_200_answer_is_an_answer(echo: Echo, post: Http1Post) -> None:
@@ -336,9 +352,164 @@ async def test_a_cancelled_call_drops_its_connection_and_the_next_call_works(
     call.cancel()
     with pytest.raises(asyncio.CancelledError):
         await call
+    assert not post_has_open_idle(post) and not post._busy  # dropped, not kept
     release.set()
     assert (await post(echo.url, b"second", HEADERS, 5)).body == b"second"
     assert len(echo.peers) == 2
+
+
+async def test_a_second_answer_in_the_same_read_never_reaches_the_next_call(
+    raw_server: Callable[[Script], Awaitable[Raw]], post: Http1Post
+) -> None:
+    async def two_answers(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        body = await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 7\r\n\r\nst")  # one write
+        await writer.drain()
+        with contextlib.suppress(ConnectionError, asyncio.IncompleteReadError):
+            body = await read_request(reader)
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+            await writer.drain()
+
+    server = await raw_server(two_answers)
+    assert (await post(server.url, b"first", HEADERS, 5)).body == b"first"
+    assert (await post(server.url, b"again", HEADERS, 5)).body == b"again"
+    assert len(server.connections) == 2
+
+
+async def test_an_interim_answer_and_then_a_close_is_no_answer(
+    raw_server: Callable[[Script], Awaitable[Raw]], post: Http1Post
+) -> None:
+    async def interim_only(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 103 Early Hints\r\nLink: </x>\r\n\r\n")
+        await writer.drain()
+
+    server = await raw_server(interim_only)
+    with pytest.raises(NoAnswer):
+        await post(server.url, b"{}", HEADERS, 5)
+
+
+async def test_an_upgrade_is_no_answer(
+    raw_server: Callable[[Script], Awaitable[Raw]], post: Http1Post
+) -> None:
+    async def upgrade(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(
+            b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: h2c\r\nConnection: Upgrade\r\n\r\nxx"
+        )
+        await writer.drain()
+        await reader.read()
+
+    server = await raw_server(upgrade)
+    with pytest.raises(NoAnswer, match="malformed"):
+        await post(server.url, b"{}", HEADERS, 5)
+
+
+async def test_a_reset_inside_a_close_delimited_body_is_no_answer(
+    raw_server: Callable[[Script], Awaitable[Raw]], post: Http1Post
+) -> None:
+    async def reset(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(b'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\r\n{"tasks":[')
+        await writer.drain()
+        sock = writer.get_extra_info("socket")
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # RST
+
+    server = await raw_server(reset)
+    with pytest.raises(NoAnswer):
+        await post(server.url, b"{}", HEADERS, 5)
+
+
+async def test_an_empty_body_labelled_gzip_keeps_its_status(echo: Echo, post: Http1Post) -> None:
+    async def answer(request: web.Request, body: bytes) -> web.StreamResponse:
+        return web.Response(status=503, body=b"", headers={"Content-Encoding": "gzip"})
+
+    echo.answer = answer
+    got = await post(echo.url, b"{}", HEADERS, 5)
+    assert (got.status, got.body) == (503, b"")
+
+
+async def test_every_member_of_a_gzip_stream_is_read(echo: Echo, post: Http1Post) -> None:
+    async def answer(request: web.Request, body: bytes) -> web.StreamResponse:
+        both = gzip.compress(b'{"a":') + gzip.compress(b"1}")
+        return web.Response(body=both, headers={"Content-Encoding": "gzip"})
+
+    echo.answer = answer
+    assert (await post(echo.url, b"{}", HEADERS, 5)).body == b'{"a":1}'
+
+
+async def test_the_kernels_connect_timeout_is_unreachable_not_our_deadline(
+    post: Http1Post, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    loop = asyncio.get_running_loop()
+
+    async def times_out(*args: object, **kwargs: object) -> None:
+        raise TimeoutError(errno.ETIMEDOUT, "Connection timed out")
+
+    monkeypatch.setattr(loop, "create_connection", times_out)
+    with pytest.raises(NoAnswer) as caught:
+        await post("http://10.255.255.1/x", b"{}", HEADERS, 300)
+    assert not caught.value.timed_out and "timed out" in str(caught.value)
+
+
+async def test_a_connection_still_opening_at_close_is_not_kept(
+    echo: Echo, post: Http1Post, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    loop = asyncio.get_running_loop()
+    connect, opening = loop.create_connection, asyncio.Event()
+
+    async def slow_connect(*args: Any, **kwargs: Any) -> Any:
+        opening.set()
+        await asyncio.sleep(0.1)  # a name to resolve, a handshake
+        return await connect(*args, **kwargs)
+
+    monkeypatch.setattr(loop, "create_connection", slow_connect)
+    call = asyncio.create_task(post(echo.url, b"{}", HEADERS, 5))
+    await opening.wait()
+    await post.aclose()
+    await call
+    assert not post_has_open_idle(post)
+
+
+async def test_the_tls_context_is_made_once_for_calls_that_start_together(
+    post: Http1Post, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    made: list[int] = []
+    real = http1_post._tls_context
+
+    def counted() -> ssl.SSLContext:
+        made.append(1)
+        return real()
+
+    monkeypatch.setattr(http1_post, "_tls_context", counted)
+    server = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    server.close()
+    await server.wait_closed()
+    calls = [post(f"https://127.0.0.1:{port}/x", b"{}", HEADERS, 5) for _ in range(10)]
+    results = await asyncio.gather(*calls, return_exceptions=True)
+    assert all(isinstance(r, NoAnswer) for r in results)  # refused, after the context
+    assert made == [1]
+
+
+async def test_a_url_is_percent_encoded_and_a_name_in_any_script_is_sent_as_dns_has_it(
+    raw_server: Callable[[Script], Awaitable[Raw]], post: Http1Post
+) -> None:
+    heads: list[bytes] = []
+
+    async def record(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        heads.append(head)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
+        await writer.drain()
+
+    server = await raw_server(record)
+    await post(server.url.replace("/x", "/a b/ä?q=1 2"), b"{}", HEADERS, 5)
+    assert heads[0].startswith(b"POST /a%20b/%C3%A4?q=1%202 HTTP/1.1\r\n")
+    assert http1_post._Target.of("http://bücher.example/x").host_header == "xn--bcher-kva.example"
+    assert http1_post._Target.of("http://[::1]:8080/x").host_header == "[::1]:8080"
+    assert http1_post._Target.of("https://h.example:443/x").host_header == "h.example"
 
 
 async def test_a_refused_connection_is_no_answer(post: Http1Post) -> None:
@@ -360,6 +531,12 @@ async def test_a_header_with_a_line_break_is_refused_without_showing_its_value(
     for name in ("X Y", "X:Y", "X\r\nY", "Ünicode", ""):
         with pytest.raises(ValueError, match="header name"):
             await post("http://127.0.0.1:9/x", b"{}", {name: "v"}, 5)
+    for name in ("Host", "content-length", "Transfer-Encoding", "Connection"):
+        with pytest.raises(ValueError, match="the poster's own"):
+            await post("http://127.0.0.1:9/x", b"{}", {name: "v"}, 5)
+    with pytest.raises(ValueError) as caught:
+        await post("http://127.0.0.1:9/x", b"{}", {"Authorization": "Bearer tøk€n"}, 5)
+    assert "Latin-1" in str(caught.value) and "tøk" not in str(caught.value)
 
 
 # --- proxies and TLS --------------------------------------------------------------------------

@@ -221,6 +221,31 @@ def test_every_spelling_of_every_wire_enum_reads_as_its_member(enum: type[WireEn
         enum.parse(1.0)
 
 
+class _Tangled(WireEnum):
+    """Aliases that shadow a member's name and a prefixed spelling: the table must read every
+    spelling as the spelled-out rules do."""
+
+    UNSPECIFIED = 0
+    WARN = 1
+    WARNING = 2
+
+    @classmethod
+    def wire_prefix(cls) -> str:
+        return "LEVEL_"
+
+    @classmethod
+    def aliases(cls) -> dict[str, str]:
+        return {"WARN": "WARNING", "Err": "WARNING", "LEVEL_WARNING": "WARN"}
+
+
+def test_the_spelling_table_reads_as_the_rules_even_where_aliases_shadow_names() -> None:
+    spellings: list[object] = ["WARN", "LEVEL_WARN", "warn", "Err", "ERR", "LEVEL_WARNING"]
+    spellings += ["WARNING", "LEVEL_LEVEL_WARNING", 0, 1, 2, 3, "1", " 2 ", "", "NOPE"]
+    for spelling in spellings:
+        assert _Tangled.parse(spelling) is _Tangled._parse_spelled(spelling), spelling
+    assert _Tangled.parse("LEVEL_WARN") is _Tangled.WARNING  # the alias wins, as it always did
+
+
 def test_nulls_read_as_unset_at_every_depth() -> None:
     status = from_wire(
         JobStatus,

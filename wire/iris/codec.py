@@ -73,15 +73,15 @@ class WireEnum(IntEnum):
 
     @classmethod
     def _spellings(cls) -> dict[str | int, Self]:
-        """The exact spellings seen on the wire, each to its member: the prefixed and bare
-        names, the aliases and the numbers. Built once per enum."""
+        """The exact spellings seen on the wire (the prefixed and bare names, the aliases, the
+        numbers), each to the member the spelled-out rules (`_parse_spelled`) read it as.
+        Built once per enum."""
         table: dict[str | int, Self] | None = cls.__dict__.get("_wire_spellings")
         if table is None:
-            table = {}
+            spellings: list[str | int] = [*cls.aliases()]
             for member in cls:
-                table[member.wire_name] = table[member.name] = table[int(member)] = member
-            for alias, name in cls.aliases().items():
-                table[alias] = cls[name]
+                spellings += [member.wire_name, member.name, int(member)]
+            table = {spelling: cls._parse_spelled(spelling) for spelling in spellings}
             type.__setattr__(cls, "_wire_spellings", table)
         return table
 
@@ -92,6 +92,10 @@ class WireEnum(IntEnum):
             member = cls._spellings().get(value)
             if member is not None:
                 return member
+        return cls._parse_spelled(value)
+
+    @classmethod
+    def _parse_spelled(cls, value: object) -> Self:
         if isinstance(value, cls):
             return value
         if isinstance(value, bool):
