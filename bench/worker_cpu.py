@@ -92,10 +92,10 @@ from tests.e2e_support import dev_address
 from tests.harness import free_port
 from tests.watch.world import FAST_CADENCE, watch_world
 from tests.worker_processes import (
-    CLK_TCK,
     REPO,
     WorkerFleet,
     cpu_seconds,
+    threads_cpu,
     until_polling,
     write_family_worker_config,
     write_worker_config,
@@ -275,20 +275,6 @@ async def polled(
             if v - threads.get(k, 0.0) >= 0.01
         },
     )
-
-
-def threads_cpu(pid: int) -> dict[str, float]:
-    """utime + stime of a live process's threads, summed by thread name (a thread that
-    ended meanwhile is not counted: the figure is a split, the process total stays apart)."""
-    totals: dict[str, float] = defaultdict(float)
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        try:
-            comm, rest = task.joinpath("stat").read_text().rsplit(")", 1)
-        except FileNotFoundError:
-            continue
-        fields = rest.split()
-        totals[comm.split("(", 1)[1]] += (int(fields[11]) + int(fields[12])) / CLK_TCK
-    return dict(totals)
 
 
 # The watch worker with its checks' reads answered from memory (bench/reads_from_memory.py).

@@ -89,14 +89,36 @@ def write_family_worker_config(
 
 
 def _stat_fields(pid: int) -> list[str]:
-    # After the command, which may hold spaces and parentheses (man 5 proc).
-    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return _split_stat(Path(f"/proc/{pid}/stat"))[1]
+
+
+def _split_stat(path: Path) -> tuple[str, list[str]]:
+    """A /proc stat file's command, and its fields after it (the command may hold spaces and
+    parentheses, so it ends at the last ')'; man 5 proc)."""
+    head, rest = path.read_text().rsplit(")", 1)
+    return head.split("(", 1)[1], rest.split()
+
+
+def _cpu(fields: list[str]) -> float:
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime + stime
 
 
 def cpu_seconds(pid: int) -> float:
     """utime + stime of one live process."""
-    fields = _stat_fields(pid)
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+    return _cpu(_stat_fields(pid))
+
+
+def threads_cpu(pid: int) -> dict[str, float]:
+    """utime + stime of a live process's threads, summed by thread name (a thread that
+    ended meanwhile is not counted: the figure is a split, the process total stays apart)."""
+    totals: dict[str, float] = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            name, fields = _split_stat(task / "stat")
+        except FileNotFoundError:
+            continue
+        totals[name] = totals.get(name, 0.0) + _cpu(fields)
+    return totals
 
 
 def rss_mib(pid: int, key: str = "VmRSS") -> float:

@@ -70,9 +70,10 @@ class _Target:
     origin: Origin
     request_line: bytes  # `POST /path?query HTTP/1.1` with its CRLF
     host_header: str
+    proxied: bool = False  # the environment sends it through a proxy: aiohttp makes the call
 
     @classmethod
-    def of(cls, url: str) -> _Target:
+    def of(cls, url: str, *, proxied: bool = False) -> _Target:
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"not an http:// or https:// URL: {url!r}")
@@ -89,6 +90,7 @@ class _Target:
             origin=Origin(parts.scheme, host, port),
             request_line=f"POST {target} HTTP/1.1\r\n".encode("ascii"),
             host_header=shown if port == default else f"{shown}:{port}",
+            proxied=proxied,
         )
 
 
@@ -213,7 +215,7 @@ class Http1Post:
         self._targets: dict[str, _Target] = {}
         self._idle: dict[Origin, list[_Connection]] = {}
         self._busy: set[_Connection] = set()
-        self._slots: asyncio.Semaphore | None = None
+        self._slots = asyncio.Semaphore(MAX_IN_FLIGHT)  # bound to a loop at its first wait
         self._tls: asyncio.Future[ssl.SSLContext] | None = None
         # Bumped by aclose: a connection opened by a call from before is not pooled.
         self._generation = 0
@@ -221,14 +223,13 @@ class Http1Post:
     async def __call__(
         self, url: str, body: bytes, headers: Mapping[str, str], timeout_s: float
     ) -> Answer:
-        if self._proxies.proxy_for(url) is not None:
-            return await self._proxied(url, body, headers, timeout_s)
         target = self._targets.get(url)
         if target is None:
-            target = self._targets[url] = _Target.of(url)
+            proxied = self._proxies.proxy_for(url) is not None
+            target = self._targets[url] = _Target.of(url, proxied=proxied)
+        if target.proxied:
+            return await self._proxied(url, body, headers, timeout_s)
         request = _request(target, body, headers)
-        if self._slots is None:
-            self._slots = asyncio.Semaphore(MAX_IN_FLIGHT)
         try:
             async with asyncio.timeout(timeout_s) as deadline, self._slots:
                 raw = await self._exchange(target.origin, request)

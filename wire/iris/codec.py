@@ -161,11 +161,8 @@ B64Bytes = Annotated[
 
 def _drop_nulls(data: Any) -> Any:
     # protobuf JSON reads `null` as "not set"; pydantic would reject it for a scalar.
-    if type(data) is dict:
-        # Checked in C first: a controller's answer seldom holds a null.
-        if None not in data.values():
-            return data
-        return {key: value for key, value in data.items() if value is not None}
+    if type(data) is dict and None not in data.values():
+        return data  # checked in C first: a controller's answer seldom holds a null
     if isinstance(data, Mapping):
         return {key: value for key, value in data.items() if value is not None}
     return data
