@@ -41,7 +41,7 @@ from bench.campaign_workers import (
 from emulators.iris import IrisEmulatorConfig
 from emulators.spur.config import AgentSpec
 from emulators.tpu import EmulatorConfig, TpuEmulator
-from emulators.tpu.testing import follow_clock
+from emulators.tpu.testing import clock_following
 from keeper.domain.tpu.naming import bootstrap_run_workflow_id
 from keeper.runtime.reclaim.deps import open_reclaim_deps
 from keeper.runtime.tpu.client import emulator_client
@@ -193,19 +193,16 @@ async def _late_fulfilment(specs: list[RunSpec], secrets: dict[str, str]) -> Fam
         emu = TpuEmulator(EmulatorConfig(ip_prefix=prefix, vm_health_port=free_port()))
         await emu.start()
         stack.push_async_callback(emu.stop)
-        clock = asyncio.create_task(follow_clock(env, emu))
         queue = f"campaign-late-{uuid.uuid4().hex[:8]}"
         tpu = emulator_client(emu.grpc_target)
-        try:
-            async with build_worker(env.client, settings_for_tests(), tpu, queue):
-                for spec in specs:  # one at a time: each skips hours of server time
-                    result.outcomes += await _each(
-                        [spec], 1, lambda s: run_late_fulfilment(env, emu, queue, s)
-                    )
-        finally:
-            clock.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await clock
+        async with (
+            clock_following(env, emu),
+            build_worker(env.client, settings_for_tests(), tpu, queue),
+        ):
+            for spec in specs:  # one at a time: each skips hours of server time
+                result.outcomes += await _each(
+                    [spec], 1, lambda s: run_late_fulfilment(env, emu, queue, s)
+                )
         result.findings += await audit_tpu(env.client, emu, server_now=env.get_current_time)
         await _scan_tpu(env.client, result.outcomes, secrets, result)
     return result

@@ -64,7 +64,7 @@ from temporalio.worker import (
 )
 
 from emulators.tpu import EmulatorConfig, Scenario, TpuEmulator
-from emulators.tpu.testing import follow_clock
+from emulators.tpu.testing import clock_following
 from keeper.activities.tpu.cloud import build_queued_resource
 from keeper.activities.tpu.health import HealthProber
 from keeper.domain.tpu import naming
@@ -314,17 +314,6 @@ async def running_worker(
         finally:
             await runners.github.aclose()
             runners.store.close()
-
-
-@contextlib.asynccontextmanager
-async def clock_following(env: WorkflowEnvironment, emu: TpuEmulator) -> AsyncIterator[None]:
-    task = asyncio.create_task(follow_clock(env, emu), name="bench-follow-clock")
-    try:
-        yield
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
 
 
 # --------------------------------------------------------------------------- bootstraps

@@ -3,7 +3,6 @@ server, and the TPU emulator. Nothing is downloaded; the binaries come from the 
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import socket
@@ -15,7 +14,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
 from emulators.tpu import EmulatorConfig, TpuEmulator
-from emulators.tpu.testing import follow_clock, free_port
+from emulators.tpu.testing import clock_following, free_port
 from keeper.cli.output import use_json
 from keeper.runtime import search_attributes as sa
 from keeper.store import RunnerStore, open_store
@@ -119,13 +118,8 @@ async def clocked_emu(
     time_env: WorkflowEnvironment, emu: TpuEmulator
 ) -> AsyncIterator[TpuEmulator]:
     """The emulator, with its clock following the time-skipping server's."""
-    task = asyncio.create_task(follow_clock(time_env, emu))
-    try:
+    async with clock_following(time_env, emu):
         yield emu
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
 
 
 @pytest.fixture(scope="session")

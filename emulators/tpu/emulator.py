@@ -44,6 +44,9 @@ class TpuEmulator(Served):
         self.faults: FaultBook[Fault] = FaultBook("count")
         self.calls: Counter[str] = Counter()
         self.fleet = Fleet(self.world, self.registration_url, self.config.phone_home_concurrency)
+        self.service = TpuService(
+            self.world, self.faults, self.calls, self.refresh, self.config.max_page_size
+        )
         self._grpc_server: grpc.aio.Server | None = None
         self._runner: web.AppRunner | None = None
         self._ticker: asyncio.Task[None] | None = None
@@ -54,10 +57,7 @@ class TpuEmulator(Served):
 
     async def start(self) -> None:
         server = grpc.aio.server()
-        service = TpuService(
-            self.world, self.faults, self.calls, self.refresh, self.config.max_page_size
-        )
-        server.add_generic_rpc_handlers(tuple(service.handlers()))
+        server.add_generic_rpc_handlers(tuple(self.service.handlers()))
         self._grpc_port = server.add_insecure_port(f"{self.config.host}:{self.config.grpc_port}")
         await server.start()
         self._grpc_server = server

@@ -8,7 +8,7 @@ TpuAsyncClient talks to it unchanged. Every call is counted, re-evaluates the wo
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import grpc
@@ -41,6 +41,9 @@ class TpuService:
         # Evaluates due transitions and lets the VM fleet act on them.
         self.refresh = refresh
         self.max_page_size = max_page_size
+        # Awaited before each call is answered; a test sets it to bring the clock up to the
+        # time-skipping server's first.
+        self.before_call: Callable[[], Awaitable[None]] | None = None
 
     def handlers(self) -> list[grpc.GenericRpcHandler]:
         ct, ops = cloud_tpu, operations_pb2
@@ -95,6 +98,8 @@ class TpuService:
         serialize: Callable[[Any], bytes],
     ) -> grpc.RpcMethodHandler:
         async def behaviour(request: Any, context: grpc.aio.ServicerContext) -> Any:
+            if self.before_call is not None:
+                await self.before_call()
             self.calls[method] += 1
             self.refresh()
             fault = self.faults.take(method, self._resource_ids(request))

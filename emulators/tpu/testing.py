@@ -6,8 +6,10 @@ The pytest fixtures built on these live in tests/emulator_fixtures.py.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import grpc
@@ -144,21 +146,56 @@ if TYPE_CHECKING:
     from temporalio.testing import WorkflowEnvironment
 
 
-async def follow_clock(env: WorkflowEnvironment, emulator: TpuEmulator) -> None:
-    """Moves the emulator's clock forward by whatever time the test server skips.
+class ServerClock:
+    """Moves an emulator's clock forward by whatever time the test server skips.
 
     Skipped hours exist only on the server; the emulated cloud must see them too for a
     scenario such as "assigned after four hours" to play out. Only the skipped part is
     added (server time gained minus real time passed), since the emulator's own clock
     already runs in real time. Following deltas rather than the absolute server time keeps
     this working after a test moved the emulator's clock ahead on its own.
+
+    `sync` runs before every API call the emulator answers as well as in the background:
+    a call made just after the server jumped to a deadline must see the jump, and a poll
+    loop alone may lose that race on a busy machine.
     """
-    loop = asyncio.get_running_loop()
-    last_server, last_real = await env.get_current_time(), loop.time()
-    while True:
-        await asyncio.sleep(0.005)
-        server, real = await env.get_current_time(), loop.time()
-        skipped = (server - last_server).total_seconds() - (real - last_real)
-        if skipped > 0:
-            emulator.advance(skipped)
-        last_server, last_real = server, real
+
+    def __init__(self, env: WorkflowEnvironment, emulator: TpuEmulator) -> None:
+        self._env = env
+        self._emulator = emulator
+        self._lock = asyncio.Lock()
+        self._last: tuple[datetime, float] | None = None
+
+    async def sync(self) -> None:
+        # One at a time: two syncs measuring from the same point would add a skip twice.
+        async with self._lock:
+            server, real = await self._env.get_current_time(), asyncio.get_running_loop().time()
+            if self._last is not None:
+                last_server, last_real = self._last
+                skipped = (server - last_server).total_seconds() - (real - last_real)
+                if skipped > 0:
+                    self._emulator.advance(skipped)
+            self._last = server, real
+
+    async def follow(self, every: float = 0.005) -> None:
+        while True:
+            await self.sync()
+            await asyncio.sleep(every)
+
+
+@contextlib.asynccontextmanager
+async def clock_following(
+    env: WorkflowEnvironment, emulator: TpuEmulator, poll_every: float = 0.005
+) -> AsyncIterator[None]:
+    """The emulator's clock follows the test server's for the duration of the block."""
+    clock = ServerClock(env, emulator)
+    await clock.sync()
+    emulator.service.before_call = clock.sync
+    task = asyncio.create_task(clock.follow(poll_every), name="emulator-follows-server-clock")
+    try:
+        yield
+    finally:
+        emulator.service.before_call = None
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
