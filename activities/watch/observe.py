@@ -32,7 +32,7 @@ from keeper.domain.watch.progress import LogDigest, LogLine, digest
 from keeper.domain.watch.state import ReadingState
 from keeper.domain.watch.threads import DumpReading, read_dump
 from keeper.runtime.waiting import waiting
-from keeper.runtime.watch.iris_client import IrisController
+from keeper.runtime.watch.iris_client import ExecResult, IrisController
 from keeper.runtime.watch.iris_errors import IrisError, JobNotFound
 from keeper.wire.iris.exec_commands import (
     CLK_TCK,
@@ -41,6 +41,7 @@ from keeper.wire.iris.exec_commands import (
     ProcStat,
     parse_proc_stat,
     parse_session_cpu,
+    proc_stat_answer,
     split_coordinator_cpu,
 )
 from keeper.wire.iris.messages import LogEntry, TaskStatus
@@ -263,18 +264,18 @@ class WatchObserver:
             return None
         return read_dump(text)
 
-    async def _exec(self, task: str, command: list[str]) -> str | None:
+    async def _exec(self, task: str, command: list[str]) -> ExecResult | None:
         try:
             result = await self._iris.exec_in_container(
                 task, command, timeout_s=int(self._deadline), deadline_s=self._deadline + 5
             )
         except IrisError:
             return None
-        # `cat` exits 1 when a process vanished between the glob and the read; what it did
-        # print is still good.
-        if result.error or (result.exit_code != 0 and not result.stdout):
-            return None
-        return result.stdout
+        return None if result.error else result
+
+    async def _proc_stat(self, task: str) -> str | None:
+        result = await self._exec(task, PROC_STAT_COMMAND)
+        return None if result is None else proc_stat_answer(result.stdout, result.exit_code)
 
     async def _cpu(
         self, coordinator: TaskStatus, workers: list[TaskStatus]
@@ -283,9 +284,9 @@ class WatchObserver:
         session CPU: one exec a task, all at once."""
         both, *outs = await asyncio.gather(
             self._exec(coordinator.task_id, COORDINATOR_CPU_COMMAND),
-            *(self._exec(t.task_id, PROC_STAT_COMMAND) for t in workers),
+            *(self._proc_stat(t.task_id) for t in workers),
         )
-        stat, session = split_coordinator_cpu(both) if both is not None else (None, None)
+        stat, session = split_coordinator_cpu(both.stdout) if both is not None else (None, None)
         tasks = [coordinator, *workers]
         outs = [stat, *outs]
         seen: list[CpuSeen] = []
@@ -310,7 +311,7 @@ class WatchObserver:
         return (seen if hosts else None), hosts, session_cpu
 
     async def _proc(self, task: str, host: str, pid: int) -> CpuSeen | None:
-        out = await self._exec(task, PROC_STAT_COMMAND)
+        out = await self._proc_stat(task)
         if out is None:
             return None
         return next(

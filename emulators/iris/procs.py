@@ -12,7 +12,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from keeper.wire.iris.exec_commands import CLK_TCK
+from keeper.wire.iris.exec_commands import CLK_TCK, EXEC_PID
 
 MAIN_PID = 7
 HELPER_PID = 23
@@ -71,14 +71,19 @@ class Container:
         for proc in self.procs:
             proc.running = cores * proc.share > 0.05
 
-    def proc_stat(self, wall: float) -> str:
-        """What `cat /proc/[0-9]*/stat` prints: ours, plus the exec's own sh and cat."""
+    def proc_stat(self, wall: float, denied: bool = False) -> str:
+        """What PROC_STAT_COMMAND prints: the shell's pid line, then ours and the exec's own
+        shell (as a real one shows: `cat` starts after the glob is expanded, so it is never
+        listed). When /proc is denied, `cat` prints nothing (its complaints go to /dev/null)
+        and only the shell's line is left."""
         self.settle(wall)
-        lines = [p.stat_line(self.boot_wall, 0 if p.pid == 1 else 1) for p in self.procs]
-        sh, cat = self.next_pid, self.next_pid + 1
-        self.next_pid += 3
-        lines.append(Proc(sh, "sh", wall).stat_line(self.boot_wall, 0))
-        lines.append(Proc(cat, "cat", wall, running=True).stat_line(self.boot_wall, sh))
+        sh = self.next_pid
+        self.next_pid += 2
+        if denied:
+            return f"{EXEC_PID} {sh}\n"
+        lines = [f"{EXEC_PID} {sh}"]
+        lines += [p.stat_line(self.boot_wall, 0 if p.pid == 1 else 1) for p in self.procs]
+        lines.append(Proc(sh, "sh", wall, running=True).stat_line(self.boot_wall, 0))
         return "\n".join(lines) + "\n"
 
     def total_seconds(self, wall: float) -> float:

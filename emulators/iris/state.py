@@ -421,10 +421,8 @@ class Controller:
         assert container is not None
 
         def stat() -> tuple[int, str]:
-            if root.scenario.proc_stat == "denied":
-                # cat's complaints go to /dev/null in the command: only its exit code is left.
-                return 1, ""
-            return 0, container.proc_stat(wall)
+            denied = root.scenario.proc_stat == "denied"
+            return (1 if denied else 0), container.proc_stat(wall, denied)
 
         def session() -> str:
             reset = root.scenario.session_reset == "every-read"

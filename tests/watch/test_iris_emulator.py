@@ -43,6 +43,7 @@ from keeper.wire.iris.exec_commands import (
     SESSION_CPU_COMMAND,
     parse_proc_stat,
     parse_session_cpu,
+    proc_stat_answer,
     split_coordinator_cpu,
 )
 from keeper.wire.iris.messages import FetchLogsRequest, LaunchJobRequest
@@ -129,15 +130,10 @@ class Iris:
         return dict(await self.rpc("ExecInContainer", {"taskId": task_id, "command": command}))
 
     async def ticks(self, task_id: str) -> dict[int, tuple[int, int]]:
-        """pid -> (utime + stime, starttime) of the task's long-lived processes."""
+        """pid -> (utime + stime, starttime) of the task's processes (the exec's own shell
+        is not one of them)."""
         out = (await self.exec(task_id, PROC_STAT_COMMAND))["stdout"]
-        found = {}
-        for line in out.splitlines():
-            pid, rest = line.split(" ", 1)
-            fields = rest[rest.rindex(")") + 2 :].split()
-            if int(pid) < 100:
-                found[int(pid)] = (int(fields[11]) + int(fields[12]), int(fields[19]))
-        return found
+        return {s.pid: (s.cpu_ticks, s.starttime) for s in parse_proc_stat(out)}
 
 
 @pytest.fixture
@@ -496,7 +492,10 @@ async def test_a_denied_proc_fails_the_stat_read_while_ps_still_answers(iris: Ir
     await iris.forward(600)
     task = f"{await iris.child(job, 'coord')}/0"
     stat = await iris.exec(task, PROC_STAT_COMMAND)
-    assert (stat.get("exitCode"), stat.get("stdout", ""), stat.get("error", "")) == (1, "", "")
+    # The shell's own line, then nothing from cat: no answer.
+    assert (stat.get("exitCode"), stat.get("error", "")) == (1, "")
+    assert re.fullmatch(r"keeper-exec-pid \d+\n", stat["stdout"]), stat
+    assert proc_stat_answer(stat["stdout"], stat["exitCode"]) is None
     session = await iris.exec(task, SESSION_CPU_COMMAND)
     assert session.get("exitCode", 0) == 0 and float(session["stdout"]) >= 0
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import inspect
+import subprocess
 from typing import Any
 
 import pytest
@@ -22,6 +23,7 @@ from keeper.wire.iris.exec_commands import (
     SESSION_CPU_COMMAND,
     parse_proc_stat,
     parse_session_cpu,
+    proc_stat_answer,
     split_coordinator_cpu,
 )
 from keeper.wire.iris.messages import (
@@ -450,17 +452,76 @@ def test_method_paths_are_the_connect_routes() -> None:
 # --- exec commands ---------------------------------------------------------------------------
 
 
-def _stat_line(pid: int, comm: str, utime: int, stime: int, starttime: int) -> str:
-    fields = ["S", "1", str(pid), str(pid), "0", "-1", "4194560", "10", "0", "0", "0"]
+def _stat_line(pid: int, comm: str, utime: int, stime: int, starttime: int, ppid: int = 1) -> str:
+    fields = ["S", str(ppid), str(pid), str(pid), "0", "-1", "4194560", "10", "0", "0", "0"]
     fields += [str(utime), str(stime), "0", "0", "20", "0", "4", "0", str(starttime)]
     fields += ["123456", "789"]
     return f"{pid} ({comm}) " + " ".join(fields)
 
 
+STAT_LINE = _stat_line(7, "python", 250, 50, 1200) + "\n"
+
+
 def test_commands_are_the_contract() -> None:
-    assert PROC_STAT_COMMAND == ["sh", "-c", "cat /proc/[0-9]*/stat 2>/dev/null"]
+    assert PROC_STAT_COMMAND == [
+        "sh",
+        "-c",
+        'echo "keeper-exec-pid $$"; cat /proc/[0-9]*/stat 2>/dev/null',
+    ]
     assert SESSION_CPU_COMMAND[:2] == ["sh", "-c"]
     assert CLK_TCK == 100
+
+
+def test_the_execs_own_shell_is_dropped() -> None:
+    out = "\n".join(
+        [
+            "keeper-exec-pid 310",
+            _stat_line(1, "tini", 0, 0, 100, ppid=0),
+            _stat_line(7, "python", 1500, 250, 900),
+            # A shell of the task's own: kept, it is not the exec's.
+            _stat_line(44, "sh", 3, 1, 950, ppid=7),
+            _stat_line(310, "sh", 0, 0, 5000, ppid=0),
+        ]
+    )
+    assert [s.pid for s in parse_proc_stat(out)] == [1, 7, 44]
+    # Output without the shell's line (an older command's) is read whole.
+    assert [s.pid for s in parse_proc_stat(out.split("\n", 1)[1])] == [1, 7, 44, 310]
+
+
+@pytest.mark.parametrize(
+    ("stdout", "exit_code", "answered"),
+    [
+        ("keeper-exec-pid 9\n" + STAT_LINE, 0, True),
+        # cat exits 1 when a process vanished mid-read: what it printed still counts.
+        ("keeper-exec-pid 9\n" + STAT_LINE, 1, True),
+        # /proc unreadable: the shell's line alone is no answer.
+        ("keeper-exec-pid 9\n", 1, False),
+        ("", 1, False),
+        # An empty /proc that cat read without complaint is an answer.
+        ("keeper-exec-pid 9\n", 0, True),
+    ],
+)
+def test_a_stat_exec_answered_unless_cat_failed_and_printed_nothing(
+    stdout: str, exit_code: int, answered: bool
+) -> None:
+    assert (proc_stat_answer(stdout, exit_code) is not None) is answered
+
+
+def test_a_real_shell_lists_itself_and_not_its_cat_and_the_parser_drops_it() -> None:
+    # This machine's own sh and /proc: the shell expands the glob before `cat` exists (or
+    # execs `cat` in its own place), so its own pid is the one line of the exec's.
+    ran = subprocess.run(PROC_STAT_COMMAND, capture_output=True, text=True, check=False, timeout=30)
+    assert ran.returncode in (0, 1) and ran.stdout.startswith("keeper-exec-pid "), ran
+    marker, stats = ran.stdout.split("\n", 1)
+    shell = int(marker.split()[1])
+    everything = parse_proc_stat(stats)
+    assert [s.pid for s in everything].count(shell) == 1
+    # No process is the shell's child: `cat` was not there when the glob was read.
+    ppids = [line.rsplit(")", 1)[1].split()[1] for line in stats.splitlines() if ")" in line]
+    assert str(shell) not in ppids
+    kept = parse_proc_stat(ran.stdout)
+    assert shell not in [s.pid for s in kept]
+    assert len(kept) == len(everything) - 1
 
 
 def test_parse_proc_stat_reads_ticks_and_starttime() -> None:
@@ -503,9 +564,6 @@ def test_the_session_cpu_reads_a_non_negative_number_and_anything_else_as_unknow
     assert parse_session_cpu(stdout) == expected
 
 
-STAT_LINE = _stat_line(7, "python", 250, 50, 1200) + "\n"
-
-
 @pytest.mark.parametrize(
     ("stdout", "stat", "session"),
     [
@@ -515,6 +573,13 @@ STAT_LINE = _stat_line(7, "python", 250, 50, 1200) + "\n"
         (f"{STAT_LINE}keeper-stat-exit 1\n12\n", STAT_LINE, "12\n"),
         # cat failed and printed nothing: that part did not answer; the session still did.
         ("keeper-stat-exit 1\n12\n", None, "12\n"),
+        ("keeper-exec-pid 40\nkeeper-stat-exit 1\n12\n", None, "12\n"),
+        # The shell's pid line travels with the stat part, for the parser to drop its own.
+        (
+            f"keeper-exec-pid 40\n{STAT_LINE}keeper-stat-exit 0\n7\n",
+            f"keeper-exec-pid 40\n{STAT_LINE}",
+            "7\n",
+        ),
         # Nothing to read at all (an empty /proc) is an answer, not a failure.
         ("keeper-stat-exit 0\n0\n", "", "0\n"),
         # The session part missing (ps or awk absent): only the stat part answers.

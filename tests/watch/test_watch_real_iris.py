@@ -48,6 +48,7 @@ from keeper.domain.watch.state import ReadingState
 from keeper.domain.watch.threads import ThreadState
 from keeper.runtime.settings.watch import WatchSettings
 from keeper.runtime.watch.iris_client import IrisController, LogRoute
+from keeper.wire.iris.exec_commands import PROC_STAT_COMMAND, parse_proc_stat
 from tests.e2e_support import dev_address
 from tests.reclaim.test_reclaim_cli import keeper
 from tests.reclaim.world import until
@@ -149,6 +150,16 @@ async def test_one_check_reads_the_children_logs_thread_dump_and_proc_counters(
             mine = [c for c in obs.cpu if c.task_id == coordinator.task_id and c.pid == pid]
             assert len(mine) == 1 and mine[0].host == coordinator.worker_id, obs.cpu[:5]
             assert obs.session_cpu is not None and obs.session_cpu > 0
+            # A real exec lists its own shell, never its `cat` (started after the glob); the
+            # parser drops the shell by the pid it printed first.
+            raw = await iris.exec_in_container(coordinator.task_id, PROC_STAT_COMMAND, 10)
+            marker, stats = raw.stdout.split("\n", 1)
+            shell = int(marker.removeprefix("keeper-exec-pid "))
+            listed = parse_proc_stat(stats)
+            assert [p.pid for p in listed].count(shell) == 1, marker
+            ppids = [ln.rsplit(")", 1)[1].split()[1] for ln in stats.splitlines() if ")" in ln]
+            assert str(shell) not in ppids
+            assert shell not in [p.pid for p in parse_proc_stat(raw.stdout)]
 
             # The next check reads only what came after the cursor: newer progress.
             async def advanced() -> Observation | None:
