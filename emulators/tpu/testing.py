@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import socket
 from collections.abc import AsyncIterator, Callable
 from datetime import datetime
@@ -145,49 +146,69 @@ def client_for(emu: TpuEmulator | str) -> tuple[TpuAsyncClient, grpc.aio.Channel
 if TYPE_CHECKING:
     from temporalio.testing import WorkflowEnvironment
 
+log = logging.getLogger("emulators.tpu")
+
 
 class ServerClock:
     """Moves an emulator's clock forward by whatever time the test server skips.
 
     Skipped hours exist only on the server; the emulated cloud must see them too for a
     scenario such as "assigned after four hours" to play out. Only the skipped part is
-    added (server time gained minus real time passed), since the emulator's own clock
-    already runs in real time. Following deltas rather than the absolute server time keeps
-    this working after a test moved the emulator's clock ahead on its own.
+    added (server time gained minus real time passed since the first sync), since the
+    emulator's own clock already runs in real time. What was added is kept as a running
+    total against that one starting point, so the server's millisecond rounding cannot pile
+    up (adding each positive step and dropping each negative one would run the clock fast),
+    and syncs that overlap add a skip once. Following the skip rather than the absolute
+    server time keeps this working after a test moved the emulator's clock ahead on its own.
 
-    `sync` runs before every API call the emulator answers as well as in the background:
+    `sync` runs before every gRPC call the emulator answers as well as in the background:
     a call made just after the server jumped to a deadline must see the jump, and a poll
-    loop alone may lose that race on a busy machine.
+    loop alone may lose that race on a busy machine. The VMs' health ports and the control
+    API are not covered: a test that needs them in step runs on the dev server.
     """
 
     def __init__(self, env: WorkflowEnvironment, emulator: TpuEmulator) -> None:
         self._env = env
         self._emulator = emulator
-        self._lock = asyncio.Lock()
-        self._last: tuple[datetime, float] | None = None
+        self._start: tuple[datetime, float] | None = None
+        self._added = 0.0
 
     async def sync(self) -> None:
-        # One at a time: two syncs measuring from the same point would add a skip twice.
-        async with self._lock:
-            server, real = await self._env.get_current_time(), asyncio.get_running_loop().time()
-            if self._last is not None:
-                last_server, last_real = self._last
-                skipped = (server - last_server).total_seconds() - (real - last_real)
-                if skipped > 0:
-                    self._emulator.advance(skipped)
-            self._last = server, real
+        server = await self._env.get_current_time()
+        real = asyncio.get_running_loop().time()
+        if self._start is None:
+            self._start = server, real
+            return
+        start_server, start_real = self._start
+        skipped = (server - start_server).total_seconds() - (real - start_real)
+        # Read after the await: a sync that fetched earlier and finishes later sees a
+        # smaller total and adds nothing.
+        if skipped > self._added:
+            self._emulator.advance(skipped - self._added)
+            self._added = skipped
 
     async def follow(self, every: float = 0.005) -> None:
+        # Imported here, as WorkflowEnvironment is: the emulator itself never loads temporalio.
+        from temporalio.service import RPCError
+
         while True:
-            await self.sync()
             await asyncio.sleep(every)
+            try:
+                await self.sync()
+            except RPCError as exc:
+                # The server is gone (the test is tearing down): nothing left to follow.
+                log.info("the emulator stopped following the test server's clock: %s", exc)
+                return
 
 
 @contextlib.asynccontextmanager
 async def clock_following(
     env: WorkflowEnvironment, emulator: TpuEmulator, poll_every: float = 0.005
 ) -> AsyncIterator[None]:
-    """The emulator's clock follows the test server's for the duration of the block."""
+    """The emulator's clock follows the test server's for the duration of the block: one
+    clock per emulator at a time, since two would each add every skip."""
+    if emulator.service.before_call is not None:
+        raise RuntimeError("this emulator's clock already follows a test server")
     clock = ServerClock(env, emulator)
     await clock.sync()
     emulator.service.before_call = clock.sync
@@ -197,5 +218,5 @@ async def clock_following(
     finally:
         emulator.service.before_call = None
         task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        # The block's own exception, if any, is the one to see.
+        await asyncio.gather(task, return_exceptions=True)
