@@ -442,23 +442,37 @@ class Service:
         scope = req.match_scope
         source = req.source
 
+        pattern: re.Pattern[str] | None = None
+        if scope not in (MatchScope.EXACT, MatchScope.PREFIX):
+            try:
+                pattern = re.compile(source)
+            except re.error:
+                raise IrisError("invalid_argument", f"bad regex {source!r}") from None
+
         def matches(key: str) -> bool:
             if scope == MatchScope.EXACT:
                 return key == source
             if scope == MatchScope.PREFIX:
                 return key.startswith(source)
-            try:
-                return re.fullmatch(source, key) is not None
-            except re.error:
-                raise IrisError("invalid_argument", f"bad regex {source!r}") from None
+            assert pattern is not None
+            return pattern.fullmatch(key) is not None
 
         def keep(line: Line) -> bool:
             key = f"{line.task_id}:{line.attempt_id}"
             return matches(key) and _common_filters(line, req.substring, req.min_level)
 
+        # Every task of a root job is named under it, so a source whose matches all start
+        # outside it matches none of its lines: its log is not played at all, as iris's store
+        # finds keys by its index rather than by reading every job's lines.
+        starts = source if pattern is None else literal_prefix(source)
+
+        def may_hold(root: RootJob) -> bool:
+            under = f"{root.job_id}/"
+            return starts.startswith(under) or under.startswith(starts)
+
         limit = req.max_lines or 1000
         found: list[tuple[RootJob, Line]] = []
-        for root in list(self.ctl.jobs.values()):
+        for root in [r for r in self.ctl.jobs.values() if may_hold(r)]:
             lines = self.ctl.lines(
                 root,
                 keep,
@@ -474,6 +488,32 @@ class Service:
             "entries": [log_entry(root, line) for root, line in found],
             "cursor": str(max([line.id for _, line in found], default=req.cursor)),
         }
+
+
+_SPECIAL = frozenset(".^$*+?{}[]|()")
+
+
+def literal_prefix(pattern: str) -> str:
+    """Text that every full match of the regex `pattern` starts with: its leading literal
+    characters (escaped punctuation included, as re.escape writes it). Empty when a `|` may
+    offer another start; a literal that a quantifier makes optional is not counted."""
+    if "|" in pattern:
+        return ""
+    out: list[str] = []
+    at = 0
+    while at < len(pattern):
+        char = pattern[at]
+        if char == "\\" and at + 1 < len(pattern) and not pattern[at + 1].isalnum():
+            out.append(pattern[at + 1])
+            at += 2
+        elif char == "\\" or char in _SPECIAL:
+            break
+        else:
+            out.append(char)
+            at += 1
+    if at < len(pattern) and pattern[at] in "*?{" and out:
+        out.pop()
+    return "".join(out)
 
 
 def _like(pattern: str) -> re.Pattern[str]:

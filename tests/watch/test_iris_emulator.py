@@ -21,6 +21,7 @@ from click.testing import CliRunner
 from dev.emulator_iris import iris as iris_group
 from emulators.iris import IrisEmulator, IrisEmulatorConfig, ManualWallClock, start_emulator
 from emulators.iris.__main__ import parse_args
+from emulators.iris.service import literal_prefix
 from keeper.domain.watch.names import ChildRef, pick_latest
 from keeper.domain.watch.redaction import redaction_marks
 from keeper.domain.watch.threads import ThreadState, read_dump
@@ -947,6 +948,85 @@ async def test_fetch_logs_matches_exact_keys_regexes_and_levels(iris: Iris) -> N
     errors = await fetch(source=pattern, minLevel="ERROR", maxLines=100)
     assert errors and {e["level"] for e in errors} == {"ERROR"}
     assert all(e["key"].startswith(f"{workers}/") for e in errors)
+
+
+async def test_fetch_logs_plays_only_the_jobs_an_exact_or_prefix_source_can_name(
+    iris: Iris, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # One emulator holding many jobs that ran for hours: a read of one task's lines must not
+    # cost every job's log.
+    mine = await iris.job("ours", "healthy")
+    other = await iris.job("other", "stragglers")
+    await iris.forward(300)
+    coord = await iris.child(mine, "coord")
+    played: list[str] = []
+    lines = iris.emu.controller.lines
+
+    def spy(root: Any, *args: Any, **kwargs: Any) -> Any:
+        played.append(root.job_id)
+        return lines(root, *args, **kwargs)
+
+    monkeypatch.setattr(iris.emu.controller, "lines", spy)
+
+    async def fetch(source: str, scope: str) -> set[str]:
+        body = {"source": source, "matchScope": scope, "maxLines": 2000}
+        answer = await iris.http.post(PROXIED_FETCH_LOGS, json=body)
+        assert answer.status_code == 200, answer.text
+        return {e["key"] for e in answer.json()["entries"]}
+
+    cases = [
+        (f"{coord}/0:0", "MATCH_SCOPE_EXACT", {mine}),
+        (f"{mine}/", "MATCH_SCOPE_PREFIX", {mine}),
+        # A prefix shorter than the job ids may name both.
+        ("/alice/", "MATCH_SCOPE_PREFIX", {mine, other}),
+        # A regex is narrowed by its literal start, as keeper's are written (re.escape).
+        (rf"{re.escape(coord)}/0:.*", "MATCH_SCOPE_REGEX", {mine}),
+        # An alternation may start anywhere: every job is read.
+        (rf"{re.escape(coord)}/0:0|nothing", "MATCH_SCOPE_REGEX", {mine, other}),
+    ]
+    for source, scope, roots in cases:
+        played.clear()
+        keys = await fetch(source, scope)
+        assert set(played) == roots, (source, scope, played)
+        assert keys, (source, scope)
+        if scope != "MATCH_SCOPE_REGEX":
+            assert all(k.startswith(source) for k in keys), keys
+    # What a short prefix names is still every job's lines.
+    both = {k.split("/")[2] for k in await fetch("/alice/", "MATCH_SCOPE_PREFIX")}
+    assert both == {mine.split("/")[2], other.split("/")[2]}
+
+
+@pytest.mark.parametrize(
+    ("pattern", "prefix"),
+    [
+        (re.escape("/alice/job-1/workers") + r"/\d+:.*", "/alice/job-1/workers/"),
+        ("/alice/x:0", "/alice/x:0"),
+        # Optional or repeated: the literal before `*`, `?` or `{` may be absent.
+        ("/alice/ab*", "/alice/a"),
+        ("/alice/ab?", "/alice/a"),
+        ("/alice/ab{0,2}", "/alice/a"),
+        ("/alice/ab+", "/alice/ab"),
+        # Classes, groups, anchors and escapes of letters end the literal start.
+        ("/alice/[ab]", "/alice/"),
+        ("(?i)/alice/", ""),
+        ("^/alice/", ""),
+        (r"/alice/\d", "/alice/"),
+        # Any alternation may begin elsewhere.
+        ("/alice/a|/bob/b", ""),
+        ("/alice/(a|b)", ""),
+        ("", ""),
+    ],
+)
+def test_a_regexs_literal_start_is_what_every_match_begins_with(pattern: str, prefix: str) -> None:
+    assert literal_prefix(pattern) == prefix
+
+
+async def test_fetch_logs_refuses_a_bad_regex_whatever_the_jobs(iris: Iris) -> None:
+    await iris.job("bad", "healthy")
+    for source in ("(", "/nobody/["):
+        body = {"source": source, "matchScope": "MATCH_SCOPE_REGEX", "maxLines": 10}
+        answer = await iris.http.post(PROXIED_FETCH_LOGS, json=body)
+        assert answer.status_code == 400 and answer.json()["code"] == "invalid_argument", source
 
 
 async def test_get_task_logs_with_children_covers_the_tree_and_their_statuses(iris: Iris) -> None:
