@@ -9,7 +9,9 @@ runs it ten scenario minutes; keeper's observer (activities/watch/observe.py, th
 client, the default settings' sample of 4 workers) then reads it twice, as two checks do, and
 the second observation is measured: its bytes through keeper's data converter, the CPU
 readings it holds, and the bytes of each top-level part (its JSON alone). The second is the
-steady case: the first reads the coordinator's log from the start. Figures are printed, never
+steady case: the first reads the coordinator's log from the start. With `--one-emulator`
+every job shares one emulator, and the two checks' wall time shows what its reads cost as it
+fills with jobs that ran for hours. Figures are printed, never
 asserted; raw figures go to bench/results/watch_observation-<UTC time>.json
 (bench/run_record.py).
 """
@@ -18,9 +20,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import sys
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +36,12 @@ import httpx  # noqa: E402
 from run_record import Run  # noqa: E402
 from temporalio.testing import ActivityEnvironment  # noqa: E402
 
-from emulators.iris import IrisEmulatorConfig, ManualWallClock, start_emulator  # noqa: E402
+from emulators.iris import (  # noqa: E402
+    IrisEmulator,
+    IrisEmulatorConfig,
+    ManualWallClock,
+    start_emulator,
+)
 from emulators.iris.scenarios import SCENARIOS  # noqa: E402
 from keeper.activities.watch.observe import WatchObserver  # noqa: E402
 from keeper.domain.watch.calls import Observation, ObserveCall  # noqa: E402
@@ -55,33 +64,27 @@ def measure(observation: Observation) -> dict[str, Any]:
     }
 
 
-async def observe_twice(scenario: str) -> dict[str, Any]:
-    # An emulator of its own: one holding every scenario's job answers slower with each.
-    emulator = await start_emulator(IrisEmulatorConfig(settle_interval=0), ManualWallClock())
-    try:
-        async with httpx.AsyncClient(base_url=emulator.url, timeout=10) as http:
-            body = {"name": f"obs-{scenario}", "scenario": scenario, "seed": 7, "overrides": {}}
-            answer = await http.post("/control/jobs", json=body)
-            answer.raise_for_status()
-            job = answer.json()["job_id"]
-            forward = {"seconds": RUN_FOR_S}
-            (await http.post("/control/clock/fast-forward", json=forward)).raise_for_status()
-        settings = WatchSettings()
-        async with IrisController(emulator.url, timeout=10) as iris:
-            observer = WatchObserver(
-                iris,
-                call_timeout_s=10,
-                cpu_sample_workers=settings.cpu_sample_workers,
-                log_lines=settings.log_lines_per_check,
-            )
-            env = ActivityEnvironment()
-            started = time.monotonic()
-            first = await env.run(observer.observe, ObserveCall(job_id=job, reading=ReadingState()))
-            call = ObserveCall(job_id=job, reading=first.reading)
-            second = await env.run(observer.observe, call)
-            took = round(time.monotonic() - started, 2)
-    finally:
-        await emulator.stop()
+async def observe_twice(emulator: IrisEmulator, scenario: str) -> dict[str, Any]:
+    async with httpx.AsyncClient(base_url=emulator.url, timeout=10) as http:
+        body = {"name": f"obs-{scenario}", "scenario": scenario, "seed": 7, "overrides": {}}
+        answer = await http.post("/control/jobs", json=body)
+        answer.raise_for_status()
+        job = answer.json()["job_id"]
+        forward = {"seconds": RUN_FOR_S}
+        (await http.post("/control/clock/fast-forward", json=forward)).raise_for_status()
+    settings = WatchSettings()
+    async with IrisController(emulator.url, timeout=60) as iris:
+        observer = WatchObserver(
+            iris,
+            call_timeout_s=60,
+            cpu_sample_workers=settings.cpu_sample_workers,
+            log_lines=settings.log_lines_per_check,
+        )
+        env = ActivityEnvironment()
+        started = time.monotonic()
+        first = await env.run(observer.observe, ObserveCall(job_id=job, reading=ReadingState()))
+        second = await env.run(observer.observe, ObserveCall(job_id=job, reading=first.reading))
+        took = round(time.monotonic() - started, 2)
     return {
         "scenario": scenario,
         "first_bytes": measure(first)["bytes"],
@@ -90,20 +93,38 @@ async def observe_twice(scenario: str) -> dict[str, Any]:
     }
 
 
+@contextlib.asynccontextmanager
+async def emulator_for(shared: IrisEmulator | None) -> AsyncIterator[IrisEmulator]:
+    if shared is not None:
+        yield shared
+        return
+    emulator = await start_emulator(IrisEmulatorConfig(settle_interval=0), ManualWallClock())
+    try:
+        yield emulator
+    finally:
+        await emulator.stop()
+
+
 async def main(args: argparse.Namespace) -> int:
     run = Run("watch_observation")
     rows: list[dict[str, Any]] = []
-    for scenario in args.scenario or list(SCENARIOS):
-        row = await observe_twice(scenario)
-        rows.append(row)
-        top = ", ".join(f"{name} {size}" for name, size in list(row["parts"].items())[:3])
-        print(
-            f"  {scenario:20} {row['bytes']:6} bytes, {row['cpu_readings']:3} CPU readings "
-            f"(first check {row['first_bytes']}; both {row['two_checks_wall_s']} s); "
-            f"largest parts: {top}",
-            flush=True,
-        )
-    path = run.write({"run_for_s": RUN_FOR_S, "rows": rows})
+    async with contextlib.AsyncExitStack() as stack:
+        shared = None
+        if args.one_emulator:
+            shared = await stack.enter_async_context(emulator_for(None))
+        for scenario in args.scenario or list(SCENARIOS):
+            async with emulator_for(shared) as emulator:
+                row = await observe_twice(emulator, scenario)
+            rows.append(row)
+            top = ", ".join(f"{name} {size}" for name, size in list(row["parts"].items())[:3])
+            print(
+                f"  {scenario:20} {row['bytes']:6} bytes, {row['cpu_readings']:3} CPU readings "
+                f"(first check {row['first_bytes']}; both {row['two_checks_wall_s']} s); "
+                f"largest parts: {top}",
+                flush=True,
+            )
+    figures = {"run_for_s": RUN_FOR_S, "one_emulator": args.one_emulator, "rows": rows}
+    path = run.write(figures)
     print(f"raw results: {path}")
     return 0
 
@@ -115,6 +136,13 @@ def parse_args() -> argparse.Namespace:
         action="append",
         choices=sorted(SCENARIOS),
         help="a built-in iris emulator scenario (repeatable); default every one",
+    )
+    parser.add_argument(
+        "--one-emulator",
+        action="store_true",
+        help="every scenario's job in one emulator, each run on by the next ten minutes "
+        "(by default each has an emulator of its own); the wall time shows what the "
+        "emulator's reads cost as it fills",
     )
     return parser.parse_args()
 
