@@ -24,7 +24,6 @@ import contextlib
 import json
 import sys
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +39,6 @@ from emulators.iris import (  # noqa: E402
     IrisEmulator,
     IrisEmulatorConfig,
     ManualWallClock,
-    start_emulator,
 )
 from emulators.iris.scenarios import SCENARIOS  # noqa: E402
 from keeper.activities.watch.observe import WatchObserver  # noqa: E402
@@ -93,27 +91,19 @@ async def observe_twice(emulator: IrisEmulator, scenario: str) -> dict[str, Any]
     }
 
 
-@contextlib.asynccontextmanager
-async def emulator_for(shared: IrisEmulator | None) -> AsyncIterator[IrisEmulator]:
-    if shared is not None:
-        yield shared
-        return
-    emulator = await start_emulator(IrisEmulatorConfig(settle_interval=0), ManualWallClock())
-    try:
-        yield emulator
-    finally:
-        await emulator.stop()
+def fresh_emulator() -> IrisEmulator:
+    return IrisEmulator(IrisEmulatorConfig(settle_interval=0), ManualWallClock())
 
 
 async def main(args: argparse.Namespace) -> int:
     run = Run("watch_observation")
     rows: list[dict[str, Any]] = []
     async with contextlib.AsyncExitStack() as stack:
-        shared = None
-        if args.one_emulator:
-            shared = await stack.enter_async_context(emulator_for(None))
+        shared = await stack.enter_async_context(fresh_emulator()) if args.one_emulator else None
         for scenario in args.scenario or list(SCENARIOS):
-            async with emulator_for(shared) as emulator:
+            # An emulator is started and stopped by `async with`; a shared one is left running.
+            each = contextlib.nullcontext(shared) if shared is not None else fresh_emulator()
+            async with each as emulator:
                 row = await observe_twice(emulator, scenario)
             rows.append(row)
             top = ", ".join(f"{name} {size}" for name, size in list(row["parts"].items())[:3])

@@ -19,6 +19,7 @@ from google.cloud.tpu_v2.services.tpu.transports import TpuGrpcAsyncIOTransport
 from google.cloud.tpu_v2.types import cloud_tpu
 from google.protobuf import duration_pb2
 
+from emulators.lifecycle import cancelled
 from emulators.tpu import EmulatorConfig, Scenario, TpuEmulator
 
 PROJECT = "proj"
@@ -217,6 +218,4 @@ async def clock_following(
         yield
     finally:
         emulator.service.before_call = None
-        task.cancel()
-        # The block's own exception, if any, is the one to see.
-        await asyncio.gather(task, return_exceptions=True)
+        await cancelled(task)

@@ -129,6 +129,20 @@ async def read_request(reader: asyncio.StreamReader) -> bytes:
     return await reader.readexactly(length)
 
 
+def answering(raw: bytes, *, hold_open: bool) -> Script:
+    """A script that reads one request and writes `raw` back; then it holds the connection
+    until the client goes, or closes it."""
+
+    async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(raw)
+        await writer.drain()
+        if hold_open:
+            await reader.read()
+
+    return script
+
+
 # --- what a well-behaved server does ----------------------------------------------------------
 
 
@@ -277,11 +291,8 @@ async def test_a_body_delimited_by_the_close_is_read_whole(
 async def test_a_truncated_answer_is_no_answer(
     raw_server: Callable[[Script], Awaitable[Raw]], post: Http1Post
 ) -> None:
-    async def truncated(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await read_request(reader)
-        writer.write(b'HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n{"tasks":')
-
-    server = await raw_server(truncated)
+    truncated = b'HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n{"tasks":'
+    server = await raw_server(answering(truncated, hold_open=False))
     with pytest.raises(NoAnswer) as caught:
         await post(server.url, b"{}", HEADERS, 5)
     assert not caught.value.timed_out
@@ -290,14 +301,11 @@ async def test_a_truncated_answer_is_no_answer(
 async def test_an_interim_answer_is_passed_over(
     raw_server: Callable[[Script], Awaitable[Raw]], post: Http1Post
 ) -> None:
-    async def interim(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await read_request(reader)
-        writer.write(b"HTTP/1.1 103 Early Hints\r\nLink: </x>\r\n\r\n")
-        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
-        await writer.drain()
-        await reader.read()  # kept open until the client goes
-
-    server = await raw_server(interim)
+    interim = (
+        b"HTTP/1.1 103 Early Hints\r\nLink: </x>\r\n\r\n"
+        b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+    )
+    server = await raw_server(answering(interim, hold_open=True))
     got = await post(server.url, b"{}", HEADERS, 5)
     assert (got.status, got.body) == (200, b"ok")
 
@@ -305,13 +313,7 @@ async def test_an_interim_answer_is_passed_over(
 async def test_garbage_is_no_answer(
     raw_server: Callable[[Script], Awaitable[Raw]], post: Http1Post
 ) -> None:
-    async def garbage(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await read_request(reader)
-        writer.write(b"SSH-2.0-OpenSSH_9.6\r\n\r\n")
-        await writer.drain()
-        await reader.read()
-
-    server = await raw_server(garbage)
+    server = await raw_server(answering(b"SSH-2.0-OpenSSH_9.6\r\n\r\n", hold_open=True))
     with pytest.raises(NoAnswer, match="malformed"):
         await post(server.url, b"{}", HEADERS, 5)
 
@@ -380,12 +382,8 @@ async def test_a_second_answer_in_the_same_read_never_reaches_the_next_call(
 async def test_an_interim_answer_and_then_a_close_is_no_answer(
     raw_server: Callable[[Script], Awaitable[Raw]], post: Http1Post
 ) -> None:
-    async def interim_only(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await read_request(reader)
-        writer.write(b"HTTP/1.1 103 Early Hints\r\nLink: </x>\r\n\r\n")
-        await writer.drain()
-
-    server = await raw_server(interim_only)
+    interim_only = b"HTTP/1.1 103 Early Hints\r\nLink: </x>\r\n\r\n"
+    server = await raw_server(answering(interim_only, hold_open=False))
     with pytest.raises(NoAnswer):
         await post(server.url, b"{}", HEADERS, 5)
 
@@ -393,15 +391,8 @@ async def test_an_interim_answer_and_then_a_close_is_no_answer(
 async def test_an_upgrade_is_no_answer(
     raw_server: Callable[[Script], Awaitable[Raw]], post: Http1Post
 ) -> None:
-    async def upgrade(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await read_request(reader)
-        writer.write(
-            b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: h2c\r\nConnection: Upgrade\r\n\r\nxx"
-        )
-        await writer.drain()
-        await reader.read()
-
-    server = await raw_server(upgrade)
+    upgrade = b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: h2c\r\nConnection: Upgrade\r\n\r\nxx"
+    server = await raw_server(answering(upgrade, hold_open=True))
     with pytest.raises(NoAnswer, match="malformed"):
         await post(server.url, b"{}", HEADERS, 5)
 
